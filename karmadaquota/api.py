@@ -1,0 +1,219 @@
+"""Wire models: the KarmadaQuota CRD and the parts of a Karmada ResourceBinding we read.
+
+Models mirror the JSON on the wire (camelCase field names) so that one model serves the
+API server, the webhook and the CRD schema generator. They are lenient to fields we do not
+read (Karmada adds fields every release) and strict on the ones we do. Quantities stay strings
+here; `resources.parse_resource_list` turns them into exact values where a decision needs them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+GROUP = "quota.karmada.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "KarmadaQuota"
+PLURAL = "karmadaquotas"
+SINGULAR = "karmadaquota"
+SHORT_NAMES = ["kq"]
+
+BINDING_GROUP = "work.karmada.io"
+BINDING_VERSION = "v1alpha2"
+BINDING_API_VERSION = f"{BINDING_GROUP}/{BINDING_VERSION}"
+BINDING_KIND = "ResourceBinding"
+BINDING_PLURAL = "resourcebindings"
+
+# Scope names and operators stay plain strings in the model so that `scopes.validate_scopes`
+# can reject bad ones in Kubernetes' own words; the CRD schema still carries them as enums.
+SCOPE_NAME_ENUM = ["PriorityClass", "BestEffort", "NotBestEffort"]
+OPERATOR_ENUM = ["In", "NotIn", "Exists", "DoesNotExist"]
+
+# A k8s quantity on the wire: a string ("1500m", "2Gi") or a JSON integer.
+QuantityValue = str | int
+RawResourceList = dict[str, QuantityValue]
+
+_QUANTITY_SCHEMA: dict[str, Any] = {"x-kubernetes-int-or-string": True}
+_RESOURCE_LIST_SCHEMA: dict[str, Any] = {"additionalProperties": _QUANTITY_SCHEMA}
+
+
+def _resource_list(description: str) -> Any:
+    return Field(
+        default_factory=dict,
+        description=description,
+        json_schema_extra={"x-kq-resource-list": True},
+    )
+
+
+class _Lenient(BaseModel):
+    """Unknown fields are ignored: the API server is the schema authority for them."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=False)
+
+
+class ObjectMeta(_Lenient):
+    name: str = ""
+    namespace: str = ""
+    uid: str = ""
+    resourceVersion: str = ""
+    generation: int = 0
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    deletionTimestamp: str | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# KarmadaQuota
+
+
+class ScopedResourceSelectorRequirement(_Lenient):
+    """One scope expression, as Kubernetes' ResourceQuota scopeSelector has it."""
+
+    scopeName: str = Field(
+        description="The scope this expression applies to.",
+        json_schema_extra={"enum": SCOPE_NAME_ENUM},
+    )
+    operator: str = Field(
+        description="In/NotIn need values; Exists/DoesNotExist take none. "
+        "BestEffort and NotBestEffort only support Exists.",
+        json_schema_extra={"enum": OPERATOR_ENUM},
+    )
+    values: list[str] = Field(
+        default_factory=list, description="PriorityClass names for In and NotIn."
+    )
+
+
+class ScopeSelector(_Lenient):
+    matchExpressions: list[ScopedResourceSelectorRequirement] = Field(
+        default_factory=list,
+        description="All expressions must match (intersection) for the quota to track a binding.",
+    )
+
+
+class KarmadaQuotaSpec(_Lenient):
+    hard: RawResourceList = _resource_list(
+        "The global hard limit per resource name, summed over every member cluster."
+    )
+    scopeSelector: ScopeSelector | None = Field(
+        default=None, description="Restricts the quota to bindings matching every expression."
+    )
+    scopes: list[str] = Field(
+        default_factory=list,
+        description="Shorthand for scopeSelector expressions with operator Exists.",
+        json_schema_extra={"items": {"type": "string", "enum": ["BestEffort", "NotBestEffort"]}},
+    )
+
+
+class ObjectReference(_Lenient):
+    apiVersion: str
+    kind: str
+    name: str
+    namespace: str = ""
+    uid: str
+
+
+class Reservation(_Lenient):
+    """Usage admitted by the webhook that the controller has not yet observed (seed 003)."""
+
+    reservedBy: ObjectReference = Field(description="The binding that took the reservation.")
+    reserved: RawResourceList = _resource_list("The incremental usage reserved.")
+    expirationTime: str = Field(description="RFC 3339 time after which the reservation lapses.")
+
+
+class ClusterUsage(_Lenient):
+    clusterName: str
+    used: RawResourceList = _resource_list("Usage charged by bindings placed in this cluster.")
+    observed: RawResourceList | None = Field(
+        default=None,
+        description="Usage summed from non-terminal pods seen in the member cluster itself.",
+        json_schema_extra={"x-kq-resource-list": True},
+    )
+
+
+class Condition(_Lenient):
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str = ""
+    message: str = ""
+    lastTransitionTime: str = ""
+    observedGeneration: int = 0
+
+
+class KarmadaQuotaStatus(_Lenient):
+    hard: RawResourceList = _resource_list("The enforced hard limits.")
+    used: RawResourceList = _resource_list(
+        "Global usage observed by the controller, summed over every member cluster."
+    )
+    aggregatedStatus: list[ClusterUsage] = Field(
+        default_factory=list, description="Per member cluster breakdown."
+    )
+    reservations: list[Reservation] = Field(
+        default_factory=list, description="Admitted usage not yet observed by the controller."
+    )
+    summary: str = Field(default="", description="used/hard per resource, for kubectl get.")
+    conditions: list[Condition] = Field(default_factory=list)
+    observedGeneration: int = 0
+
+
+class KarmadaQuota(_Lenient):
+    """A global hard quota for the bindings of one namespace on the Karmada control plane."""
+
+    apiVersion: str = API_VERSION
+    kind: str = KIND
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: KarmadaQuotaSpec = Field(default_factory=KarmadaQuotaSpec)
+    status: KarmadaQuotaStatus = Field(default_factory=KarmadaQuotaStatus)
+
+
+# ---------------------------------------------------------------------------------------------
+# ResourceBinding (work.karmada.io/v1alpha2), the fields that decide its charge
+
+
+class BindingResource(_Lenient):
+    """spec.resource: the resource template the binding propagates."""
+
+    apiVersion: str
+    kind: str
+    name: str = ""
+    namespace: str = ""
+    uid: str = ""
+
+
+class ReplicaRequirements(_Lenient):
+    resourceRequest: RawResourceList = Field(default_factory=dict)
+    priorityClassName: str = ""
+    namespace: str = ""
+
+
+class Component(_Lenient):
+    name: str = ""
+    replicas: int = Field(default=0, ge=0)
+    replicaRequirements: ReplicaRequirements | None = None
+
+
+class TargetCluster(_Lenient):
+    name: str
+    replicas: int = Field(default=0, ge=0)
+
+
+class GracefulEvictionTask(_Lenient):
+    fromCluster: str
+    replicas: int | None = None
+
+
+class ResourceBindingSpec(_Lenient):
+    resource: BindingResource
+    replicas: int = Field(default=0, ge=0)
+    replicaRequirements: ReplicaRequirements | None = None
+    components: list[Component] = Field(default_factory=list)
+    clusters: list[TargetCluster] = Field(default_factory=list)
+    gracefulEvictionTasks: list[GracefulEvictionTask] = Field(default_factory=list)
+
+
+class ResourceBinding(_Lenient):
+    apiVersion: str = BINDING_API_VERSION
+    kind: str = BINDING_KIND
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: ResourceBindingSpec

@@ -1,0 +1,184 @@
+"""Admit or deny a binding's charge against a namespace's quotas — pure, shared, deterministic.
+
+This is Kubernetes' quota admission check (seed 001) with reservations (seed 003): a request is
+admitted only if, for every quota whose scopes match the binding, used + reserved + delta ≤ hard
+for each resource that quota tracks. The batcher calls it against a running copy of the quotas;
+the controller uses the same `QuotaView` arithmetic when it recomputes usage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from karmadaquota import resources, scopes
+from karmadaquota.api import KarmadaQuota
+from karmadaquota.charge import Charge
+from karmadaquota.quantity import Quantity
+from karmadaquota.resources import ResourceList
+from karmadaquota.scopes import Expression
+
+REASON_EXCEEDED = "QuotaExceeded"
+REASON_FORBIDDEN = "Forbidden"
+
+_ZERO = Quantity.zero()
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaView:
+    """One quota as the evaluator sees it: limits, scopes, and what is already spoken for."""
+
+    name: str
+    hard: ResourceList
+    used: ResourceList
+    reserved: ResourceList
+    scopes: tuple[Expression, ...] = ()
+
+    @classmethod
+    def of(cls, quota: KarmadaQuota, now: datetime) -> QuotaView:
+        """Parse a quota; reservations that expired before `now` no longer hold anything."""
+        reserved: ResourceList = {}
+        for i, r in enumerate(quota.status.reservations):
+            if _expired(r.expirationTime, now):
+                continue
+            reserved = resources.add(
+                reserved,
+                resources.parse_resource_list(r.reserved, f"status.reservations[{i}].reserved"),
+            )
+        return cls(
+            name=quota.metadata.name,
+            hard=resources.parse_resource_list(quota.spec.hard, "spec.hard"),
+            used=resources.parse_resource_list(quota.status.used, "status.used"),
+            reserved=reserved,
+            scopes=scopes.expressions(quota.spec),
+        )
+
+    def with_reserved(self, more: ResourceList) -> QuotaView:
+        """The same quota after an admitted delta (the batcher's running copy)."""
+        return QuotaView(
+            self.name, self.hard, self.used, resources.add(self.reserved, more), self.scopes
+        )
+
+
+def _expired(expiration: str, now: datetime) -> bool:
+    try:
+        when = datetime.fromisoformat(expiration.replace("Z", "+00:00"))
+    except ValueError:
+        return True  # an unreadable expiration holds nothing: the controller drops it
+    return when <= now
+
+
+@dataclass(frozen=True, slots=True)
+class LimitedResource:
+    """Kubernetes' ResourceQuotaConfiguration.limitedResources entry, for resourcebindings."""
+
+    match_contains: tuple[str, ...] = ()
+    match_scopes: tuple[Expression, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    allowed: bool
+    message: str = ""
+    reason: str = ""
+    # quota name -> the delta to reserve in it (only quotas that the delta actually touches)
+    charges: Mapping[str, ResourceList] = field(default_factory=dict)
+
+
+ALLOW = Decision(True)
+
+
+def delta(new: Charge, old: Charge | None) -> ResourceList:
+    """What admission charges: all of a create, the positive part of an update's change."""
+    if old is None:
+        return resources.remove_zeros(new.total)
+    return resources.remove_zeros(
+        resources.positive_part(resources.subtract(new.total, old.total))
+    )
+
+
+def _bare(name: str) -> str:
+    """`requests.cpu` and `cpu` both name the cpu request."""
+    return resources.canonical_name(name).removeprefix("requests.")
+
+
+def _pretty(rl: Mapping[str, Quantity], names: Sequence[str]) -> str:
+    return ",".join(f"{n}={rl.get(n, _ZERO)}" for n in names)
+
+
+def evaluate(
+    quotas: Sequence[QuotaView],
+    new: Charge,
+    old: Charge | None = None,
+    limited: Sequence[LimitedResource] = (),
+) -> Decision:
+    """Admit or deny `new` (with `old` on UPDATE) against every quota of its namespace."""
+    change = delta(new, old)
+    matching = sorted(
+        (q for q in quotas if scopes.matches(q.scopes, new.traits)), key=lambda q: q.name
+    )
+    denial = _check_limited(limited, matching, change, new)
+    if denial is not None:
+        return denial
+    charges: dict[str, ResourceList] = {}
+    for q in matching:
+        tracked = resources.mask(change, q.hard.keys())
+        if not tracked and old is not None:
+            continue  # nothing this quota tracks grows: an update it does not see
+        missing = sorted(n for n in q.hard if _bare(n) in new.missing_requests)
+        if missing:
+            return Decision(
+                False,
+                f"failed quota: {q.name}: must specify {','.join(missing)}",
+                REASON_FORBIDDEN,
+            )
+        if not tracked:
+            continue
+        unknown = sorted(n for n in tracked if n not in q.used)
+        if unknown:
+            return Decision(
+                False,
+                f"status unknown for quota: {q.name}, resources: {','.join(unknown)}",
+                REASON_FORBIDDEN,
+            )
+        in_use = resources.add(q.used, resources.mask(q.reserved, tracked.keys()))
+        ok, exceeded = resources.less_or_equal(resources.add(in_use, tracked), q.hard)
+        if not ok:
+            return Decision(
+                False,
+                f"exceeded quota: {q.name}, requested: {_pretty(tracked, exceeded)}, "
+                f"used: {_pretty(in_use, exceeded)}, limited: {_pretty(q.hard, exceeded)}",
+                REASON_EXCEEDED,
+            )
+        charges[q.name] = tracked
+    return Decision(True, charges=charges)
+
+
+def _check_limited(
+    limited: Sequence[LimitedResource],
+    matching: Sequence[QuotaView],
+    change: ResourceList,
+    new: Charge,
+) -> Decision | None:
+    """limitedResources: some consumption is allowed only where a covering quota exists."""
+    for lim in limited:
+        for name in sorted(change):
+            if not any(m in name for m in lim.match_contains):
+                continue
+            if not any(name in q.hard for q in matching):
+                return Decision(
+                    False, f"insufficient quota to consume: {name}", REASON_FORBIDDEN
+                )
+        for expr in lim.match_scopes:
+            if not scopes.matches((expr,), new.traits):
+                continue
+            if not any(expr.scope in {e.scope for e in q.scopes} for q in matching):
+                values = " ".join(sorted(expr.values))
+                return Decision(
+                    False,
+                    "insufficient quota to match these scopes: "
+                    f"[{{{expr.scope} {expr.operator} [{values}]}}]",
+                    REASON_FORBIDDEN,
+                )
+    return None

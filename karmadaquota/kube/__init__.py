@@ -1,0 +1,1 @@
+"""I/O to Kubernetes API servers: a thin async client and resource paths."""

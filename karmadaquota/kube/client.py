@@ -1,0 +1,161 @@
+"""A thin async Kubernetes REST client on aiohttp, for the few calls the webhook makes.
+
+kubernetes_asyncio loads the credentials (kubeconfig or in-cluster service account) — that is
+the part worth a library. The requests themselves go through one pooled aiohttp session as
+plain JSON: the quota hot path (GET, PUT status, WATCH) needs no generated models, and raw
+dicts keep a status write to one serialisation.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import aiohttp
+from kubernetes_asyncio.client import Configuration
+from kubernetes_asyncio.config import load_incluster_config, load_kube_config
+
+JSON = dict[str, Any]
+
+
+class KubeError(Exception):
+    """An API error with the server's own status code, reason and message."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+
+class Conflict(KubeError):
+    """409: the object changed since it was read (compare-and-swap lost)."""
+
+
+class NotFound(KubeError):
+    """404: the object or its type does not exist."""
+
+
+class Gone(KubeError):
+    """410: the watch's resourceVersion is too old; list again."""
+
+
+_ERRORS: dict[int, type[KubeError]] = {409: Conflict, 404: NotFound, 410: Gone}
+
+
+def _error(status: int, body: str) -> KubeError:
+    try:
+        doc = json.loads(body)
+        reason, message = str(doc.get("reason", "")), str(doc.get("message", body))
+    except (ValueError, AttributeError):
+        reason, message = "", body
+    return _ERRORS.get(status, KubeError)(status, reason, message)
+
+
+class KubeClient:
+    """JSON over HTTPS to one API server; create with `connect`, close with `close`."""
+
+    def __init__(self, host: str, ssl_context: ssl.SSLContext, headers: Mapping[str, str]) -> None:
+        self.host = host.rstrip("/")
+        self._ssl = ssl_context
+        self._headers = {"Accept": "application/json", **headers}
+        self._session: aiohttp.ClientSession | None = None
+
+    @classmethod
+    async def connect(cls, kubeconfig: str | None = None, context: str | None = None) -> KubeClient:
+        """From a kubeconfig file, or the in-cluster service account when none is given."""
+        cfg = Configuration()
+        if kubeconfig:
+            await load_kube_config(
+                config_file=kubeconfig, context=context, client_configuration=cfg
+            )
+        else:
+            load_incluster_config(client_configuration=cfg)
+        ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert) if cfg.ssl_ca_cert else (
+            ssl.create_default_context()
+        )
+        if cfg.cert_file:
+            ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
+        if not cfg.verify_ssl:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        headers: dict[str, str] = {}
+        token = cfg.api_key.get("authorization") or cfg.api_key.get("BearerToken")
+        if token:
+            headers["Authorization"] = token if token.startswith("Bearer ") else f"Bearer {token}"
+        return cls(cfg.host, ctx, headers)
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                headers=self._headers,
+                connector=aiohttp.TCPConnector(ssl=self._ssl, limit=64),
+                json_serialize=json.dumps,
+            )
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: JSON | None = None,
+        params: Mapping[str, str] | None = None,
+        timeout: float = 10.0,
+    ) -> JSON:
+        async with self.session.request(
+            method,
+            self.host + path,
+            json=body,
+            params=params,
+            timeout=aiohttp.ClientTimeout(total=timeout),
+        ) as resp:
+            text = await resp.text()
+            if resp.status >= 400:
+                raise _error(resp.status, text)
+            result: JSON = json.loads(text) if text else {}
+            return result
+
+    async def get(self, path: str, params: Mapping[str, str] | None = None) -> JSON:
+        return await self.request("GET", path, params=params)
+
+    async def put(self, path: str, body: JSON) -> JSON:
+        return await self.request("PUT", path, body)
+
+    async def post(self, path: str, body: JSON) -> JSON:
+        return await self.request("POST", path, body)
+
+    async def delete(self, path: str) -> JSON:
+        return await self.request("DELETE", path)
+
+    async def watch(
+        self, path: str, resource_version: str, timeout_seconds: int = 300
+    ) -> AsyncIterator[tuple[str, JSON]]:
+        """Yield (type, object) events; raises Gone when the version has been compacted."""
+        params = {
+            "watch": "1",
+            "resourceVersion": resource_version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(timeout_seconds),
+        }
+        async with self.session.get(
+            self.host + path,
+            params=params,
+            timeout=aiohttp.ClientTimeout(total=None, sock_read=timeout_seconds + 30),
+        ) as resp:
+            if resp.status >= 400:
+                raise _error(resp.status, await resp.text())
+            async for line in resp.content:
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                kind, obj = event.get("type", ""), event.get("object", {})
+                if kind == "ERROR":
+                    raise _error(int(obj.get("code", 500)), json.dumps(obj))
+                yield kind, obj

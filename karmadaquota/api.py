@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 GROUP = "quota.karmada.io"
 VERSION = "v1alpha1"
@@ -28,8 +28,8 @@ BINDING_PLURAL = "resourcebindings"
 
 # Scope names and operators stay plain strings in the model so that `scopes.validate_scopes`
 # can reject bad ones in Kubernetes' own words; the CRD schema still carries them as enums.
-SCOPE_NAME_ENUM = ["PriorityClass", "BestEffort", "NotBestEffort"]
-OPERATOR_ENUM = ["In", "NotIn", "Exists", "DoesNotExist"]
+SCOPE_NAME_ENUM: list[JsonValue] = ["PriorityClass", "BestEffort", "NotBestEffort"]
+OPERATOR_ENUM: list[JsonValue] = ["In", "NotIn", "Exists", "DoesNotExist"]
 
 # A k8s quantity on the wire: a string ("1500m", "2Gi") or a JSON integer.
 QuantityValue = str | int
@@ -120,6 +120,11 @@ class Reservation(_Lenient):
     reservedBy: ObjectReference = Field(description="The binding that took the reservation.")
     reserved: RawResourceList = _resource_list("The incremental usage reserved.")
     expirationTime: str = Field(description="RFC 3339 time after which the reservation lapses.")
+    generation: int = Field(
+        default=0,
+        description="The binding generation that carries this usage: the controller drops the "
+        "reservation once it observes the binding at this generation or later.",
+    )
 
 
 class ClusterUsage(_Lenient):

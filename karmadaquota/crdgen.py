@@ -68,7 +68,8 @@ SPEC_RULES: list[dict[str, str]] = [
 ]
 EXPRESSION_RULES: list[dict[str, str]] = [
     {
-        "rule": "!(self.operator in ['In', 'NotIn']) || (has(self.values) && size(self.values) > 0)",
+        "rule": "!(self.operator in ['In', 'NotIn']) || "
+        "(has(self.values) && size(self.values) > 0)",
         "message": "must be at least one value when `operator` is 'In' or 'NotIn' for scope "
         "selector",
     },

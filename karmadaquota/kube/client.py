@@ -72,9 +72,11 @@ class KubeClient:
                 config_file=kubeconfig, context=context, client_configuration=cfg
             )
         else:
-            load_incluster_config(client_configuration=cfg)
-        ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert) if cfg.ssl_ca_cert else (
-            ssl.create_default_context()
+            load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+        ctx = (
+            ssl.create_default_context(cafile=cfg.ssl_ca_cert)
+            if cfg.ssl_ca_cert
+            else (ssl.create_default_context())
         )
         if cfg.cert_file:
             ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
@@ -85,7 +87,7 @@ class KubeClient:
         token = cfg.api_key.get("authorization") or cfg.api_key.get("BearerToken")
         if token:
             headers["Authorization"] = token if token.startswith("Bearer ") else f"Bearer {token}"
-        return cls(cfg.host, ctx, headers)
+        return cls(str(cfg.host), ctx, headers)
 
     @property
     def session(self) -> aiohttp.ClientSession:

@@ -1,0 +1,90 @@
+"""`karmadaquota` command line: `webhook` and `controller` entry points."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import signal
+import sys
+from datetime import timedelta
+
+from karmadaquota import logs
+
+_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+
+
+def duration(text: str) -> timedelta:
+    """Go-style durations as Kubernetes flags take them: 90s, 5m, 1h30m."""
+    m = _DURATION.match(text)
+    if not text or m is None:
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r}: use e.g. 30s, 5m, 1h")
+    h, mi, s = (int(g) if g else 0 for g in m.groups())
+    return timedelta(hours=h, minutes=mi, seconds=s)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="karmadaquota", description=__doc__)
+    p.add_argument("--log-format", choices=("text", "json"), default="text")
+    p.add_argument("--log-level", default="info")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    w = sub.add_parser("webhook", help="serve the admission webhook over HTTPS")
+    w.add_argument("--kubeconfig", help="Karmada API server kubeconfig (default: in-cluster)")
+    w.add_argument("--tls-cert-file", required=True)
+    w.add_argument("--tls-private-key-file", required=True)
+    w.add_argument("--bind-address", default="127.0.0.1")
+    w.add_argument("--port", type=int, default=8443)
+    w.add_argument("--reservation-ttl", type=duration, default=timedelta(seconds=60))
+    w.add_argument("--limited-resources", help="ResourceQuotaConfiguration YAML file")
+
+    c = sub.add_parser("controller", help="run the aggregating quota controller")
+    c.add_argument("--kubeconfig", help="Karmada API server kubeconfig (default: in-cluster)")
+    c.add_argument("--resync-period", type=duration, default=timedelta(minutes=5))
+    c.add_argument("--metrics-bind-address", default="127.0.0.1")
+    c.add_argument("--metrics-port", type=int, default=8080)
+    c.add_argument("--namespace", default="karmada-system", help="namespace of the leader Lease")
+    c.add_argument("--no-member-watch", action="store_true", help="skip member-cluster pods")
+    return p
+
+
+async def _serve_webhook(args: argparse.Namespace) -> None:
+    from karmadaquota.webhook.app import WebhookSettings, running
+    from karmadaquota.webhook.config import load_limited
+
+    settings = WebhookSettings(
+        kubeconfig=args.kubeconfig,
+        cert_file=args.tls_cert_file,
+        key_file=args.tls_private_key_file,
+        bind_address=args.bind_address,
+        port=args.port,
+        reservation_ttl=args.reservation_ttl,
+        limited=load_limited(args.limited_resources) if args.limited_resources else [],
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with running(settings):
+        await stop.wait()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logs.setup(args.log_format, args.log_level)
+    if args.command == "webhook":
+        from karmadaquota.webhook.config import ConfigError
+
+        try:
+            asyncio.run(_serve_webhook(args))
+        except ConfigError as e:
+            print(f"karmadaquota webhook: {e}", file=sys.stderr)
+            return 2
+        return 0
+    from karmadaquota.controller.main import run_controller
+
+    return run_controller(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

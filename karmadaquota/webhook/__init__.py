@@ -1,0 +1,1 @@
+"""The admission webhook: charges ResourceBindings against KarmadaQuotas (DESIGN §5)."""

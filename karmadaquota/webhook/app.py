@@ -1,0 +1,296 @@
+"""The webhook's HTTPS server: routes, TLS with certificate reload, and the admission handlers.
+
+`/validate-resourcebinding` charges ResourceBindings (CREATE, UPDATE) through the per-namespace
+batcher; `/validate-karmadaquota` rejects quotas that CEL cannot fully check; `/healthz`,
+`/readyz` (ready once the quota cache has synced) and `/metrics` serve operations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import ssl
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import ValidationError
+
+from karmadaquota import api, charge, validation
+from karmadaquota.api import KarmadaQuota, ResourceBinding
+from karmadaquota.evaluate import Decision, LimitedResource
+from karmadaquota.kube import paths
+from karmadaquota.kube.client import JSON, KubeClient
+from karmadaquota.quantity import QuantityError
+from karmadaquota.webhook import review
+from karmadaquota.webhook.batcher import Batcher, BatcherConfig, Pending
+from karmadaquota.webhook.cache import QuotaCache
+from karmadaquota.webhook.metrics import WebhookMetrics
+
+log = logging.getLogger("karmadaquota.webhook")
+
+REASON_INVALID = "Invalid"
+
+
+@dataclass
+class WebhookSettings:
+    kubeconfig: str | None = None
+    cert_file: str = ""
+    key_file: str = ""
+    bind_address: str = "127.0.0.1"
+    port: int = 8443
+    reservation_ttl: timedelta = timedelta(seconds=60)
+    limited: list[LimitedResource] = field(default_factory=list)
+    cert_check_interval: float = 10.0
+
+
+class KubeQuotaStore:
+    """The batcher's QuotaStore over the API server and the watch cache."""
+
+    def __init__(self, client: KubeClient, cache: QuotaCache) -> None:
+        self._client = client
+        self._cache = cache
+
+    def quotas(self, namespace: str) -> list[KarmadaQuota]:
+        return self._cache.quotas(namespace)
+
+    def update(self, quota: KarmadaQuota) -> None:
+        self._cache.update(quota)
+
+    async def get(self, namespace: str, name: str) -> JSON:
+        return await self._client.get(paths.quota(namespace, name))
+
+    async def put_status(self, quota: JSON) -> JSON:
+        meta = quota["metadata"]
+        return await self._client.put(paths.quota_status(meta["namespace"], meta["name"]), quota)
+
+
+class Webhook:
+    """The admission logic behind the HTTP routes; independent of how it is served."""
+
+    def __init__(self, cache: QuotaCache, batcher: Batcher, metrics: WebhookMetrics) -> None:
+        self.cache = cache
+        self.batcher = batcher
+        self.metrics = metrics
+
+    async def admit_binding(self, req: review.Request) -> Decision:
+        if req.resource.group != api.BINDING_GROUP or req.resource.resource != api.BINDING_PLURAL:
+            raise review.MalformedReview(
+                f"this endpoint admits {api.BINDING_PLURAL}.{api.BINDING_GROUP}, got "
+                f"{req.resource.resource}.{req.resource.group}"
+            )
+        if req.subResource:
+            return Decision(True)  # status and other subresources carry no new charge
+        if req.operation not in ("CREATE", "UPDATE"):
+            return Decision(True)  # admission never releases quota; the controller does
+        if req.object is None:
+            raise review.MalformedReview(f"request.object is required for {req.operation}")
+        if req.operation == "UPDATE" and req.oldObject is None:
+            raise review.MalformedReview("request.oldObject is required for UPDATE")
+        if not self.cache.has_quotas(req.namespace):
+            return Decision(True)
+        try:
+            new = ResourceBinding.model_validate(req.object)
+            old = ResourceBinding.model_validate(req.oldObject) if req.oldObject else None
+            new_charge = charge.charge(new)
+            old_charge = charge.charge(old) if old is not None else None
+        except ValidationError as e:
+            return Decision(
+                False, f"invalid ResourceBinding: {_pydantic_errors(e)}", REASON_INVALID
+            )
+        except QuantityError as e:
+            return Decision(False, f"invalid ResourceBinding: {e}", REASON_INVALID)
+        pending = Pending(
+            namespace=req.namespace,
+            name=new.metadata.name or req.name,
+            uid=new.metadata.uid,
+            generation=new.metadata.generation,
+            new=new_charge,
+            old=old_charge,
+            dry_run=req.dryRun,
+        )
+        return await self.batcher.submit(pending)
+
+    def admit_quota(self, req: review.Request) -> Decision:
+        if req.resource.group != api.GROUP or req.resource.resource != api.PLURAL:
+            raise review.MalformedReview(
+                f"this endpoint admits {api.PLURAL}.{api.GROUP}, got "
+                f"{req.resource.resource}.{req.resource.group}"
+            )
+        if req.operation not in ("CREATE", "UPDATE") or req.subResource:
+            return Decision(True)
+        if req.object is None:
+            raise review.MalformedReview(f"request.object is required for {req.operation}")
+        name = req.object.get("metadata", {}).get("name", req.name)
+        try:
+            quota = KarmadaQuota.model_validate(req.object)
+        except ValidationError as e:
+            errors = [_pydantic_errors(e)]
+        else:
+            errors = validation.validate_spec(quota.spec)
+        if not errors:
+            return Decision(True)
+        return Decision(
+            False,
+            f'KarmadaQuota.{api.GROUP} "{name}" is invalid: [{", ".join(errors)}]',
+            REASON_INVALID,
+        )
+
+
+def _pydantic_errors(e: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors())
+
+
+def _code(d: Decision) -> int:
+    return 422 if d.reason == REASON_INVALID else 403
+
+
+def build_app(webhook: Webhook) -> web.Application:
+    metrics = webhook.metrics
+
+    async def handle(request: web.Request, kind: str) -> web.Response:
+        started = time.perf_counter()
+        try:
+            req = review.parse(await request.read())
+            if kind == "binding":
+                decision = await webhook.admit_binding(req)
+            else:
+                decision = webhook.admit_quota(req)
+        except review.MalformedReview as e:
+            metrics.decisions.labels("malformed", "BadRequest").inc()
+            log.warning("malformed admission review", extra={"path": request.path, "error": str(e)})
+            return web.Response(status=400, text=f"{e}\n")
+        result = "allowed" if decision.allowed else "denied"
+        elapsed = time.perf_counter() - started
+        metrics.admission_duration.labels(req.operation, result).observe(elapsed)
+        metrics.decisions.labels(result, decision.reason or "").inc()
+        obj_meta = (req.object or {}).get("metadata", {})
+        log.info(
+            "admission decision",
+            extra={
+                "kind": kind,
+                "namespace": req.namespace,
+                "name": obj_meta.get("name", req.name),
+                "uid": obj_meta.get("uid", ""),
+                "operation": req.operation,
+                "dry_run": req.dryRun,
+                "result": result,
+                "reason": decision.reason,
+                "message": decision.message,
+                "duration_ms": round(elapsed * 1000, 3),
+            },
+        )
+        body = review.response(
+            req.uid, decision.allowed, decision.message, decision.reason, _code(decision)
+        )
+        return web.json_response(body)
+
+    async def bindings(request: web.Request) -> web.Response:
+        return await handle(request, "binding")
+
+    async def quotas(request: web.Request) -> web.Response:
+        return await handle(request, "quota")
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def readyz(_: web.Request) -> web.Response:
+        if webhook.cache.synced.is_set():
+            return web.Response(text="ok\n")
+        return web.Response(status=503, text="quota cache not synced\n")
+
+    async def metrics_handler(_: web.Request) -> web.Response:
+        return web.Response(
+            body=generate_latest(metrics.registry),
+            headers={"Content-Type": CONTENT_TYPE_LATEST},
+        )
+
+    app = web.Application(client_max_size=8 * 1024 * 1024)
+    app.router.add_post("/validate-resourcebinding", bindings)
+    app.router.add_post("/validate-karmadaquota", quotas)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics_handler)
+    return app
+
+
+class CertReloader:
+    """Serves with a TLS context whose certificate is reloaded when its files change."""
+
+    def __init__(self, cert_file: str, key_file: str) -> None:
+        self.cert_file = cert_file
+        self.key_file = key_file
+        self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self._stamp = self._mtimes()
+        self.context.load_cert_chain(cert_file, key_file)
+
+    def _mtimes(self) -> tuple[float, float]:
+        return (os.stat(self.cert_file).st_mtime, os.stat(self.key_file).st_mtime)
+
+    def reload_if_changed(self) -> bool:
+        try:
+            stamp = self._mtimes()
+            if stamp == self._stamp:
+                return False
+            self.context.load_cert_chain(self.cert_file, self.key_file)
+        except (OSError, ssl.SSLError) as e:
+            log.warning("serving certificate not reloaded", extra={"error": str(e)})
+            return False
+        self._stamp = stamp
+        log.info("serving certificate reloaded", extra={"cert_file": self.cert_file})
+        return True
+
+    async def watch(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)  # a polling period, not synchronisation
+            self.reload_if_changed()
+
+
+@contextlib.asynccontextmanager
+async def running(settings: WebhookSettings) -> AsyncIterator[tuple[Webhook, int]]:
+    """Start the whole webhook (client, cache, batcher, HTTPS server); yields the bound port."""
+    metrics = WebhookMetrics()
+    client = await KubeClient.connect(settings.kubeconfig)
+    cache = QuotaCache(client, on_change=metrics.cache_quotas.set)
+    batcher = Batcher(
+        KubeQuotaStore(client, cache),
+        BatcherConfig(reservation_ttl=settings.reservation_ttl, limited=settings.limited),
+        on_batch=metrics.batch_size.observe,
+        on_conflict=metrics.conflicts.inc,
+        on_write=lambda result: metrics.status_writes.labels(result).inc(),
+    )
+    webhook = Webhook(cache, batcher, metrics)
+    certs = CertReloader(settings.cert_file, settings.key_file)
+    tasks: list[asyncio.Task[Any]] = [
+        asyncio.create_task(cache.run(), name="quota-cache"),
+        asyncio.create_task(certs.watch(settings.cert_check_interval), name="cert-reload"),
+    ]
+
+    async def mark_synced() -> None:
+        await cache.synced.wait()
+        metrics.cache_synced.set(1)
+
+    tasks.append(asyncio.create_task(mark_synced()))
+    runner = web.AppRunner(build_app(webhook), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(
+        runner, settings.bind_address, settings.port, ssl_context=certs.context, backlog=1024
+    )
+    await site.start()
+    port = runner.addresses[0][1] if runner.addresses else settings.port
+    log.info("webhook serving", extra={"address": settings.bind_address, "port": port})
+    try:
+        yield webhook, int(port)
+    finally:
+        await runner.cleanup()
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await batcher.close()
+        await client.close()

@@ -1,0 +1,318 @@
+"""Per-namespace batching with a single writer (DESIGN §5) — the webhook's concurrency core.
+
+Reviews for one namespace queue up while the previous batch is being written. A batch is
+evaluated in arrival order against a running copy of the namespace's quotas (each admission
+reserves its delta in the copy before the next is checked), then every changed quota gets ONE
+compare-and-swap status write that records the admitted deltas as reservations (seed 003).
+
+On a lost compare-and-swap the quota is read again and only the requests that charged it are
+re-checked, in order, against the fresh copy. Requests denied in the first pass are never
+re-evaluated, so a retry can turn an admission into a denial but never the reverse.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+
+from pydantic import ValidationError
+
+from karmadaquota import resources
+from karmadaquota.api import (
+    BINDING_API_VERSION,
+    BINDING_KIND,
+    KarmadaQuota,
+    ObjectReference,
+    Reservation,
+)
+from karmadaquota.charge import Charge
+from karmadaquota.evaluate import Decision, LimitedResource, QuotaView, evaluate
+from karmadaquota.kube.client import JSON, Conflict, NotFound
+from karmadaquota.quantity import QuantityError
+from karmadaquota.resources import ResourceList
+
+log = logging.getLogger("karmadaquota.batcher")
+
+REASON_CONFLICT = "Conflict"
+REASON_INTERNAL = "InternalError"
+
+
+class QuotaStore(Protocol):
+    """What the batcher needs of the API: the cache's view, a fresh read, a CAS status write."""
+
+    def quotas(self, namespace: str) -> list[KarmadaQuota]: ...
+
+    def update(self, quota: KarmadaQuota) -> None: ...
+
+    async def get(self, namespace: str, name: str) -> JSON: ...
+
+    async def put_status(self, quota: JSON) -> JSON: ...
+
+
+@dataclass(eq=False)
+class Pending:
+    """One review waiting for its batch; identity (not value) equality."""
+
+    namespace: str
+    name: str
+    uid: str
+    generation: int
+    new: Charge
+    old: Charge | None
+    dry_run: bool
+    future: asyncio.Future[Decision] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.future = asyncio.get_running_loop().create_future()
+
+    def resolve(self, decision: Decision) -> None:
+        if not self.future.done():
+            self.future.set_result(decision)
+
+
+@dataclass
+class BatcherConfig:
+    reservation_ttl: timedelta = timedelta(seconds=60)
+    max_batch: int = 512
+    max_attempts: int = 5
+    limited: Sequence[LimitedResource] = ()
+
+
+@dataclass
+class _Admitted:
+    pending: Pending
+    charges: dict[str, ResourceList]
+
+
+class Batcher:
+    def __init__(
+        self,
+        store: QuotaStore,
+        config: BatcherConfig | None = None,
+        on_batch: Callable[[int], None] | None = None,
+        on_conflict: Callable[[], None] | None = None,
+        on_write: Callable[[str], None] | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self._store = store
+        self.config = config or BatcherConfig()
+        self._queues: dict[str, deque[Pending]] = {}
+        self._workers: dict[str, asyncio.Task[None]] = {}
+        self._on_batch = on_batch or (lambda n: None)
+        self._on_conflict = on_conflict or (lambda: None)
+        self._on_write = on_write or (lambda result: None)
+        self._clock = clock
+
+    async def submit(self, pending: Pending) -> Decision:
+        """Queue a review behind the namespace's current batch and wait for its decision."""
+        self._queues.setdefault(pending.namespace, deque()).append(pending)
+        if pending.namespace not in self._workers:
+            self._workers[pending.namespace] = asyncio.create_task(
+                self._drain(pending.namespace), name=f"batcher/{pending.namespace}"
+            )
+        return await pending.future
+
+    async def close(self) -> None:
+        for task in list(self._workers.values()):
+            task.cancel()
+        await asyncio.gather(*self._workers.values(), return_exceptions=True)
+
+    async def _drain(self, namespace: str) -> None:
+        queue = self._queues[namespace]
+        try:
+            while queue:
+                batch = [queue.popleft() for _ in range(min(len(queue), self.config.max_batch))]
+                self._on_batch(len(batch))
+                try:
+                    await self._process(namespace, batch)
+                except Exception as e:  # fail closed: never a silent allow
+                    log.exception("batch failed", extra={"namespace": namespace})
+                    for p in batch:
+                        p.resolve(Decision(False, f"quota admission failed: {e}", REASON_INTERNAL))
+        finally:
+            del self._workers[namespace]
+            if not queue:
+                self._queues.pop(namespace, None)
+            else:  # a review arrived while we were exiting: keep the single writer alive
+                self._workers[namespace] = asyncio.create_task(self._drain(namespace))
+
+    async def _process(self, namespace: str, batch: list[Pending]) -> None:
+        now = self._clock()
+        objects = {q.metadata.name: q for q in self._store.quotas(namespace)}
+        try:
+            views = {name: QuotaView.of(q, now) for name, q in objects.items()}
+        except QuantityError as e:
+            for p in batch:
+                p.resolve(Decision(False, f"a KarmadaQuota in {namespace} is invalid: {e}"))
+            return
+        admitted: list[_Admitted] = []
+        for p in batch:
+            d = evaluate(list(views.values()), p.new, p.old, self.config.limited)
+            if not d.allowed or not d.charges or p.dry_run:
+                p.resolve(d)
+                continue
+            for name, rl in d.charges.items():
+                views[name] = views[name].with_reserved(rl)
+            admitted.append(_Admitted(p, dict(d.charges)))
+        if admitted:
+            await self._commit(namespace, objects, admitted, now)
+
+    async def _commit(
+        self,
+        namespace: str,
+        objects: dict[str, KarmadaQuota],
+        admitted: list[_Admitted],
+        now: datetime,
+    ) -> None:
+        denied: dict[int, Decision] = {}
+        written: dict[str, list[Pending]] = {}
+        names = sorted({n for a in admitted for n in a.charges})
+        for name in names:
+            entries = [(a.pending, a.charges[name]) for a in admitted if name in a.charges]
+            done = await self._write_quota(namespace, name, objects[name], entries, denied, now)
+            written[name] = done
+        for a in admitted:
+            a.pending.resolve(denied.get(id(a.pending), Decision(True, charges=a.charges)))
+        await self._compensate(namespace, written, denied)
+
+    async def _write_quota(
+        self,
+        namespace: str,
+        name: str,
+        obj: KarmadaQuota,
+        entries: list[tuple[Pending, ResourceList]],
+        denied: dict[int, Decision],
+        now: datetime,
+    ) -> list[Pending]:
+        """Record `entries` in one quota with CAS; re-check on conflict. Returns who was written."""
+        entries = [(p, rl) for p, rl in entries if id(p) not in denied]
+        for _attempt in range(self.config.max_attempts):
+            if not entries:
+                return []
+            body = _with_reservations(obj, entries, now + self.config.reservation_ttl, now)
+            try:
+                result = await self._store.put_status(body)
+            except Conflict:
+                self._on_conflict()
+                self._on_write("conflict")
+            except NotFound:
+                self._on_write("notfound")
+                return []  # the quota is gone: nothing left to charge against it
+            else:
+                self._on_write("ok")
+                self._store.update(KarmadaQuota.model_validate(result))
+                return [p for p, _ in entries]
+            try:
+                obj = KarmadaQuota.model_validate(await self._store.get(namespace, name))
+            except NotFound:
+                return []
+            except ValidationError as e:
+                for p, _ in entries:
+                    denied[id(p)] = Decision(False, f"KarmadaQuota {name} is unreadable: {e}")
+                return []
+            self._store.update(obj)
+            entries = _recheck(obj, entries, denied, now)
+        for p, _ in entries:
+            denied[id(p)] = Decision(
+                False,
+                f"KarmadaQuota {name} is being updated concurrently; try again",
+                REASON_CONFLICT,
+            )
+        return []
+
+    async def _compensate(
+        self, namespace: str, written: dict[str, list[Pending]], denied: dict[int, Decision]
+    ) -> None:
+        """Take back reservations of requests that a later quota of the same batch refused.
+
+        Best effort: whatever is not taken back here lapses at its expiration time.
+        """
+        for name, pendings in written.items():
+            undo = {p.uid for p in pendings if id(p) in denied}
+            if not undo:
+                continue
+            for _attempt in range(self.config.max_attempts):
+                try:
+                    obj = KarmadaQuota.model_validate(await self._store.get(namespace, name))
+                    obj.status.reservations = [
+                        r for r in obj.status.reservations if r.reservedBy.uid not in undo
+                    ]
+                    result = await self._store.put_status(_dump(obj))
+                    self._store.update(KarmadaQuota.model_validate(result))
+                    break
+                except Conflict:
+                    self._on_conflict()
+                except NotFound:
+                    break
+
+
+def _recheck(
+    obj: KarmadaQuota,
+    entries: list[tuple[Pending, ResourceList]],
+    denied: dict[int, Decision],
+    now: datetime,
+) -> list[tuple[Pending, ResourceList]]:
+    """Re-evaluate, in order, the requests that charged this quota against its fresh state."""
+    try:
+        view = QuotaView.of(obj, now)
+    except QuantityError as e:
+        for p, _ in entries:
+            denied[id(p)] = Decision(False, f"KarmadaQuota {obj.metadata.name} is invalid: {e}")
+        return []
+    kept: list[tuple[Pending, ResourceList]] = []
+    for p, _ in entries:
+        d = evaluate([view], p.new, p.old)
+        if not d.allowed:
+            denied[id(p)] = d
+            continue
+        rl = d.charges.get(view.name, {})
+        if rl:
+            view = view.with_reserved(rl)
+            kept.append((p, rl))
+    return kept
+
+
+def _with_reservations(
+    obj: KarmadaQuota,
+    entries: list[tuple[Pending, ResourceList]],
+    expires: datetime,
+    now: datetime,
+) -> JSON:
+    """The quota with our reservations appended and lapsed ones dropped, ready for PUT status."""
+    updated = obj.model_copy(deep=True)
+    keep = [r for r in updated.status.reservations if not _lapsed(r, now)]
+    stamp = expires.strftime("%Y-%m-%dT%H:%M:%SZ")
+    for p, rl in entries:
+        keep.append(
+            Reservation(
+                reservedBy=ObjectReference(
+                    apiVersion=BINDING_API_VERSION,
+                    kind=BINDING_KIND,
+                    name=p.name,
+                    namespace=p.namespace,
+                    uid=p.uid,
+                ),
+                reserved=resources.format_resource_list(rl),
+                expirationTime=stamp,
+                generation=p.generation,
+            )
+        )
+    updated.status.reservations = keep
+    return _dump(updated)
+
+
+def _lapsed(r: Reservation, now: datetime) -> bool:
+    try:
+        return datetime.fromisoformat(r.expirationTime.replace("Z", "+00:00")) <= now
+    except ValueError:
+        return True
+
+
+def _dump(obj: KarmadaQuota) -> JSON:
+    body: JSON = obj.model_dump(mode="json", exclude_none=True)
+    return body

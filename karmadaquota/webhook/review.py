@@ -1,0 +1,86 @@
+"""AdmissionReview v1: parse what the API server sends, build what it expects back.
+
+A review that is not a well-formed `admission.k8s.io/v1` AdmissionReview is a caller bug and
+gets HTTP 400 with a precise message (`MalformedReview`); a well-formed review always gets a
+200 whose response allows or denies.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+ADMISSION_API_VERSION = "admission.k8s.io/v1"
+
+
+class MalformedReview(ValueError):
+    """The body is not an AdmissionReview we can answer: answered with HTTP 400."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class GroupVersionResource(_Model):
+    group: str = ""
+    version: str
+    resource: str
+
+
+class Request(_Model):
+    uid: str = Field(min_length=1)
+    resource: GroupVersionResource
+    subResource: str = ""
+    namespace: str = ""
+    name: str = ""
+    operation: str
+    object: dict[str, Any] | None = None
+    oldObject: dict[str, Any] | None = None
+    dryRun: bool = False
+
+
+class AdmissionReview(_Model):
+    apiVersion: str
+    kind: str
+    request: Request
+
+
+def parse(body: bytes) -> Request:
+    """The review's request, or MalformedReview saying exactly what is wrong."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise MalformedReview(f"request body is not JSON: {e}") from None
+    if not isinstance(doc, dict):
+        raise MalformedReview("request body must be a JSON object (an AdmissionReview)")
+    if doc.get("apiVersion") != ADMISSION_API_VERSION or doc.get("kind") != "AdmissionReview":
+        raise MalformedReview(
+            f"expected apiVersion {ADMISSION_API_VERSION} kind AdmissionReview, got "
+            f"apiVersion {doc.get('apiVersion')!r} kind {doc.get('kind')!r}"
+        )
+    try:
+        return AdmissionReview.model_validate(doc).request
+    except ValidationError as e:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()
+        )
+        raise MalformedReview(f"invalid AdmissionReview: {problems}") from None
+
+
+def response(
+    uid: str,
+    allowed: bool,
+    message: str = "",
+    reason: str = "",
+    code: int = 403,
+    warnings: list[str] | None = None,
+) -> dict[str, Any]:
+    """An AdmissionReview response; denials carry a metav1.Status with code and reason."""
+    resp: dict[str, Any] = {"uid": uid, "allowed": allowed}
+    if not allowed:
+        resp["status"] = {"code": code, "reason": reason, "message": message}
+    if warnings:
+        resp["warnings"] = warnings
+    return {"apiVersion": ADMISSION_API_VERSION, "kind": "AdmissionReview", "response": resp}

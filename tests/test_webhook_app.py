@@ -1,0 +1,268 @@
+"""The webhook's HTTP surface: reviews in, precise answers out, nothing malformed gets a 500."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any, cast
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from karmadaquota.api import KarmadaQuota
+from karmadaquota.kube.client import KubeClient
+from karmadaquota.webhook.app import Webhook, build_app
+from karmadaquota.webhook.batcher import Batcher
+from karmadaquota.webhook.cache import QuotaCache
+from karmadaquota.webhook.metrics import WebhookMetrics
+from tests.webhook_fakes import FakeStore, binding_doc, quota_doc
+
+BINDINGS = {"group": "work.karmada.io", "version": "v1alpha2", "resource": "resourcebindings"}
+QUOTAS = {"group": "quota.karmada.io", "version": "v1alpha1", "resource": "karmadaquotas"}
+
+
+def review(
+    obj: dict[str, Any] | None,
+    operation: str = "CREATE",
+    old: dict[str, Any] | None = None,
+    resource: dict[str, str] = BINDINGS,
+    dry_run: bool = False,
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "req-1",
+            "resource": resource,
+            "namespace": (obj or {}).get("metadata", {}).get("namespace", "ns"),
+            "name": (obj or {}).get("metadata", {}).get("name", ""),
+            "operation": operation,
+            "object": obj,
+            "oldObject": old,
+            "dryRun": dry_run,
+        },
+    }
+
+
+@pytest.fixture
+async def setup() -> AsyncIterator[tuple[TestClient[Any, Any], FakeStore, Webhook]]:
+    store = FakeStore(quota_doc(hard={"requests.cpu": "10", "pods": "100"}))
+    cache = QuotaCache(cast(KubeClient, None))
+    for q in store.quotas("ns"):
+        cache.update(q)
+    cache.synced.set()
+    webhook = Webhook(cache, Batcher(store), WebhookMetrics())
+    client = TestClient(TestServer(build_app(webhook)))
+    await client.start_server()
+    yield client, store, webhook
+    await client.close()
+
+
+async def post(client: TestClient[Any, Any], path: str, body: Any) -> tuple[int, Any]:
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    resp = await client.post(path, data=raw, headers={"Content-Type": "application/json"})
+    text = await resp.text()
+    return resp.status, (json.loads(text) if resp.status == 200 else text)
+
+
+async def test_admits_within_quota_and_records_a_reservation(setup: Any) -> None:
+    client, store, _ = setup
+    status, body = await post(client, "/validate-resourcebinding", review(binding_doc("web")))
+    assert status == 200
+    assert body["response"] == {"uid": "req-1", "allowed": True}
+    assert [r.reservedBy.name for r in store.stored().status.reservations] == ["web"]
+
+
+async def test_denies_over_quota_with_kubernetes_wording_403_and_reason(setup: Any) -> None:
+    client, store, _ = setup
+    store.bump("ns", "team-a", lambda d: None)
+    doc = binding_doc("big", replicas=11)
+    status, body = await post(client, "/validate-resourcebinding", review(doc))
+    assert status == 200
+    resp = body["response"]
+    assert resp["allowed"] is False
+    assert resp["status"] == {
+        "code": 403,
+        "reason": "QuotaExceeded",
+        "message": "exceeded quota: team-a, requested: requests.cpu=11, used: requests.cpu=0, "
+        "limited: requests.cpu=10",
+    }
+
+
+async def test_dry_run_answers_without_writing(setup: Any) -> None:
+    client, store, _ = setup
+    status, body = await post(
+        client, "/validate-resourcebinding", review(binding_doc("web"), dry_run=True)
+    )
+    assert status == 200 and body["response"]["allowed"] is True
+    assert store.puts == 0
+
+
+async def test_namespace_without_quota_is_admitted_without_work(setup: Any) -> None:
+    client, store, _ = setup
+    doc = binding_doc("web", namespace="elsewhere", replicas=1000)
+    status, body = await post(client, "/validate-resourcebinding", review(doc))
+    assert status == 200 and body["response"]["allowed"] is True
+    assert store.puts == 0
+
+
+async def test_delete_is_never_blocked(setup: Any) -> None:
+    client, _, _ = setup
+    status, body = await post(client, "/validate-resourcebinding", review(None, operation="DELETE"))
+    assert status == 200 and body["response"]["allowed"] is True
+
+
+async def test_a_bad_quantity_in_the_binding_is_denied_naming_the_field(setup: Any) -> None:
+    client, store, _ = setup
+    status, body = await post(
+        client, "/validate-resourcebinding", review(binding_doc("web", cpu="12x"))
+    )
+    assert status == 200
+    resp = body["response"]
+    assert resp["allowed"] is False and resp["status"]["code"] == 422
+    assert '"12x"' in resp["status"]["message"]
+    assert "spec.replicaRequirements.resourceRequest[cpu]" in resp["status"]["message"]
+    assert store.puts == 0
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (b"{not json", "request body is not JSON"),
+        (b"[]", "must be a JSON object"),
+        (
+            {"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview"},
+            "expected apiVersion",
+        ),
+        (
+            {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"},
+            "request: Field required",
+        ),
+        (
+            {
+                "apiVersion": "admission.k8s.io/v1",
+                "kind": "AdmissionReview",
+                "request": {"uid": ""},
+            },
+            "request.uid",
+        ),
+        (review(binding_doc("x"), resource=QUOTAS), "this endpoint admits resourcebindings"),
+        (review(None), "request.object is required for CREATE"),
+        (review(binding_doc("x"), operation="UPDATE"), "request.oldObject is required for UPDATE"),
+    ],
+)
+async def test_malformed_reviews_get_400_with_a_precise_message(
+    setup: Any, body: Any, expected: str
+) -> None:
+    client, store, _ = setup
+    status, text = await post(client, "/validate-resourcebinding", body)
+    assert status == 400
+    assert expected in text
+    assert store.puts == 0
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    request=st.fixed_dictionaries(
+        {},
+        optional={
+            "uid": json_values,
+            "resource": json_values | st.just(BINDINGS),
+            "operation": json_values | st.sampled_from(["CREATE", "UPDATE", "DELETE"]),
+            "namespace": json_values | st.just("ns"),
+            "object": json_values | st.just(binding_doc("web")),
+            "oldObject": json_values | st.just(binding_doc("web")),
+            "dryRun": json_values,
+        },
+    )
+)
+async def test_fuzzed_reviews_never_crash_and_never_silently_allow_a_charge(
+    setup: Any, request: dict[str, Any]
+) -> None:
+    client, store, _ = setup
+    body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+    puts = store.puts
+    status, resp = await post(client, "/validate-resourcebinding", body)
+    assert status in (200, 400)
+    if status == 200:
+        assert resp["response"]["uid"] == request["uid"]
+    if store.puts > puts:  # something was charged: only ever for a well-formed binding review
+        assert status == 200 and resp["response"]["allowed"] is True
+        assert request["object"] == binding_doc("web")
+
+
+async def test_quota_endpoint_rejects_what_cel_cannot_express_in_kubernetes_words(
+    setup: Any,
+) -> None:
+    client, _, _ = setup
+    bad = quota_doc(hard={"nvidia.com/gpu": "2", "requests.cpu": "1.2.3"})
+    status, body = await post(client, "/validate-karmadaquota", review(bad, resource=QUOTAS))
+    assert status == 200
+    resp = body["response"]
+    assert resp["allowed"] is False and resp["status"]["code"] == 422
+    message = resp["status"]["message"]
+    assert message.startswith('KarmadaQuota.quota.karmada.io "team-a" is invalid: [')
+    assert 'spec.hard[nvidia.com/gpu]: Invalid value: "nvidia.com/gpu"' in message
+    assert '"1.2.3"' in message
+
+
+async def test_quota_endpoint_admits_a_valid_quota(setup: Any) -> None:
+    client, _, _ = setup
+    good = quota_doc(
+        hard={"requests.cpu": "10", "pods": "5"},
+        scope_selector={
+            "matchExpressions": [
+                {"scopeName": "PriorityClass", "operator": "In", "values": ["high"]}
+            ]
+        },
+    )
+    status, body = await post(client, "/validate-karmadaquota", review(good, resource=QUOTAS))
+    assert status == 200 and body["response"]["allowed"] is True
+
+
+async def test_readyz_waits_for_the_cache_and_metrics_are_served(setup: Any) -> None:
+    client, _, webhook = setup
+    assert (await client.get("/healthz")).status == 200
+    assert (await client.get("/readyz")).status == 200
+    webhook.cache.synced.clear()
+    assert (await client.get("/readyz")).status == 503
+    await post(client, "/validate-resourcebinding", review(binding_doc("web")))
+    text = await (await client.get("/metrics")).text()
+    assert "karmadaquota_admission_duration_seconds_bucket" in text
+    assert 'karmadaquota_admission_decisions_total{reason="",result="allowed"} 1.0' in text
+
+
+def test_quota_model_round_trips_reservations() -> None:
+    doc = quota_doc()
+    doc["status"]["reservations"] = [
+        {
+            "reservedBy": {
+                "apiVersion": "work.karmada.io/v1alpha2",
+                "kind": "ResourceBinding",
+                "name": "web",
+                "namespace": "ns",
+                "uid": "u",
+            },
+            "reserved": {"requests.cpu": "1"},
+            "expirationTime": "2026-01-01T00:00:00Z",
+            "generation": 3,
+        }
+    ]
+    q = KarmadaQuota.model_validate(doc)
+    assert (
+        q.model_dump(mode="json", exclude_none=True)["status"]["reservations"]
+        == (doc["status"]["reservations"])
+    )

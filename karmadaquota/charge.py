@@ -74,7 +74,9 @@ def _requests(raw: Mapping[str, str | int] | None, field_path: str) -> ResourceL
 
 
 def _missing(requests: Mapping[str, Quantity]) -> set[str]:
-    return {r for r in REQUIRED_REQUESTS if r not in requests}
+    # A "requests.cpu" key is charged as cpu (resources.to_quota_names), so it specifies cpu.
+    given = {name.removeprefix(resources.REQUESTS_PREFIX) for name in requests}
+    return {r for r in REQUIRED_REQUESTS if r not in given}
 
 
 def _is_best_effort(requests: Mapping[str, Quantity]) -> bool:
@@ -108,8 +110,7 @@ def _single(spec: ResourceBindingSpec, objects: ResourceList) -> Charge:
     total_replicas = max(replicas, placed)
     total = resources.add(objects, _per_replica(requests, total_replicas))
     per_cluster = {
-        c.name: resources.add(objects, _per_replica(requests, c.replicas))
-        for c in spec.clusters
+        c.name: resources.add(objects, _per_replica(requests, c.replicas)) for c in spec.clusters
     }
     has_replicas = total_replicas > 0
     traits = BindingTraits(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 
 from karmadaquota import resources, scopes
 from karmadaquota.api import KarmadaQuota
@@ -66,7 +66,13 @@ def _expired(expiration: str, now: datetime) -> bool:
         when = datetime.fromisoformat(expiration.replace("Z", "+00:00"))
     except ValueError:
         return True  # an unreadable expiration holds nothing: the controller drops it
-    return when <= now
+    # RFC 3339 always carries an offset; a time without one (or a naive `now`) is read as UTC
+    # rather than letting a naive/aware comparison raise TypeError.
+    return _utc(when) <= _utc(now)
+
+
+def _utc(when: datetime) -> datetime:
+    return when.replace(tzinfo=UTC) if when.tzinfo is None else when
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,9 +99,7 @@ def delta(new: Charge, old: Charge | None) -> ResourceList:
     """What admission charges: all of a create, the positive part of an update's change."""
     if old is None:
         return resources.remove_zeros(new.total)
-    return resources.remove_zeros(
-        resources.positive_part(resources.subtract(new.total, old.total))
-    )
+    return resources.remove_zeros(resources.positive_part(resources.subtract(new.total, old.total)))
 
 
 def _bare(name: str) -> str:
@@ -115,6 +119,8 @@ def evaluate(
 ) -> Decision:
     """Admit or deny `new` (with `old` on UPDATE) against every quota of its namespace."""
     change = delta(new, old)
+    if old is not None and not change:
+        return ALLOW  # an UPDATE that charges nothing: admission never releases, never blocks
     matching = sorted(
         (q for q in quotas if scopes.matches(q.scopes, new.traits)), key=lambda q: q.name
     )
@@ -124,8 +130,6 @@ def evaluate(
     charges: dict[str, ResourceList] = {}
     for q in matching:
         tracked = resources.mask(change, q.hard.keys())
-        if not tracked and old is not None:
-            continue  # nothing this quota tracks grows: an update it does not see
         missing = sorted(n for n in q.hard if _bare(n) in new.missing_requests)
         if missing:
             return Decision(
@@ -142,7 +146,11 @@ def evaluate(
                 f"status unknown for quota: {q.name}, resources: {','.join(unknown)}",
                 REASON_FORBIDDEN,
             )
-        in_use = resources.add(q.used, resources.mask(q.reserved, tracked.keys()))
+        # Only the names this request charges are compared (Kubernetes masks the new usage the
+        # same way): a name already over hard must not block a request that does not charge it.
+        in_use = resources.add(
+            resources.mask(q.used, tracked.keys()), resources.mask(q.reserved, tracked.keys())
+        )
         ok, exceeded = resources.less_or_equal(resources.add(in_use, tracked), q.hard)
         if not ok:
             return Decision(
@@ -161,24 +169,38 @@ def _check_limited(
     change: ResourceList,
     new: Charge,
 ) -> Decision | None:
-    """limitedResources: some consumption is allowed only where a covering quota exists."""
+    """limitedResources: some consumption is allowed only where a covering quota exists.
+
+    As Kubernetes does, every uncovered resource name (then every uncovered scope) is listed.
+    """
+    uncovered: set[str] = set()
     for lim in limited:
-        for name in sorted(change):
-            if not any(m in name for m in lim.match_contains):
-                continue
-            if not any(name in q.hard for q in matching):
-                return Decision(
-                    False, f"insufficient quota to consume: {name}", REASON_FORBIDDEN
-                )
+        for name in change:
+            if any(m in name for m in lim.match_contains) and not any(
+                name in q.hard for q in matching
+            ):
+                uncovered.add(name)
+    if uncovered:
+        return Decision(
+            False,
+            f"insufficient quota to consume: {','.join(sorted(uncovered))}",
+            REASON_FORBIDDEN,
+        )
+    covered_scopes = {e.scope for q in matching for e in q.scopes}
+    uncovered_scopes: list[Expression] = []
+    for lim in limited:
         for expr in lim.match_scopes:
-            if not scopes.matches((expr,), new.traits):
-                continue
-            if not any(expr.scope in {e.scope for e in q.scopes} for q in matching):
-                values = " ".join(sorted(expr.values))
-                return Decision(
-                    False,
-                    "insufficient quota to match these scopes: "
-                    f"[{{{expr.scope} {expr.operator} [{values}]}}]",
-                    REASON_FORBIDDEN,
-                )
+            if (
+                scopes.matches((expr,), new.traits)
+                and expr.scope not in covered_scopes
+                and expr not in uncovered_scopes
+            ):
+                uncovered_scopes.append(expr)
+    if uncovered_scopes:
+        listed = " ".join(
+            f"{{{e.scope} {e.operator} [{' '.join(sorted(e.values))}]}}" for e in uncovered_scopes
+        )
+        return Decision(
+            False, f"insufficient quota to match these scopes: [{listed}]", REASON_FORBIDDEN
+        )
     return None

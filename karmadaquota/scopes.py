@@ -109,7 +109,7 @@ def validate_expression(e: ScopedResourceSelectorRequirement, path: str) -> list
         return errors
     if e.scopeName in (BEST_EFFORT, NOT_BEST_EFFORT) and e.operator != "Exists":
         errors.append(
-            f'{path}.operator: Invalid value: "{e.operator}": must be \'Exists\' when scope is '
+            f"{path}.operator: Invalid value: \"{e.operator}\": must be 'Exists' when scope is "
             f"any of BestEffort and NotBestEffort"
         )
     if e.operator in ("In", "NotIn") and not e.values:

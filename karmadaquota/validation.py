@@ -32,6 +32,17 @@ _QUALIFIED = re.compile(
     r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 )
 _COUNTED = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+# requests.<r>: the requests a binding can be charged for (resources.to_quota_names).
+_REQUESTABLE = frozenset({"cpu", "memory", "ephemeral-storage"})
+_HUGEPAGES_PREFIX = "hugepages-"
+
+
+def _chargeable_request(resource: str) -> bool:
+    """cpu, memory, ephemeral-storage, hugepages-<size>, or an extended resource."""
+    if resource in _REQUESTABLE or resource.startswith(_HUGEPAGES_PREFIX):
+        return True
+    # Kubernetes' IsExtendedResourceName: domain-qualified, outside the kubernetes.io domain.
+    return "/" in resource and "kubernetes.io/" not in resource
 
 
 def validate_resource_name(name: str) -> str | None:
@@ -44,9 +55,12 @@ def validate_resource_name(name: str) -> str | None:
         )
     if name.startswith("requests."):
         rest = name.removeprefix("requests.")
-        if rest and _QUALIFIED.match(rest):
+        if not (rest and _QUALIFIED.match(rest)):
+            return f'{path}: Invalid value: "{name}": must be requests.<resource name>'
+        if _chargeable_request(rest):
             return None
-        return f'{path}: Invalid value: "{name}": must be requests.<resource name>'
+        # e.g. requests.storage, requests.pods: valid-looking, but no binding is ever charged it
+        return f'{path}: Invalid value: "{name}": must be a standard resource for quota'
     if name.startswith("count/"):
         rest = name.removeprefix("count/")
         if _COUNTED.match(rest):
@@ -69,17 +83,17 @@ def validate_spec(spec: KarmadaQuotaSpec) -> list[str]:
         problem = validate_resource_name(name)
         if problem:
             errors.append(problem)
-    try:
-        hard = parse_resource_list(spec.hard, "spec.hard")
-    except QuantityError as e:
-        errors.append(str(e))
-    else:
-        for name in sorted(hard):
-            if hard[name].sign < 0:
-                errors.append(
-                    f'spec.hard[{name}]: Invalid value: "{hard[name]}": '
-                    "must be greater than or equal to 0"
-                )
+    for name in sorted(spec.hard):
+        # one name at a time, so that every bad quantity is reported, not only the first
+        try:
+            value = parse_resource_list({name: spec.hard[name]}, "spec.hard")[name]
+        except QuantityError as e:
+            errors.append(str(e))
+            continue
+        if value.sign < 0:
+            errors.append(
+                f'spec.hard[{name}]: Invalid value: "{value}": must be greater than or equal to 0'
+            )
     for i, scope in enumerate(spec.scopes):
         if scope not in (BEST_EFFORT, NOT_BEST_EFFORT):
             errors.append(

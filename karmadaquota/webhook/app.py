@@ -174,15 +174,14 @@ def build_app(webhook: Webhook) -> web.Application:
         log.info(
             "admission decision",
             extra={
-                "kind": kind,
                 "namespace": req.namespace,
-                "name": obj_meta.get("name", req.name),
+                kind: obj_meta.get("name", req.name),
                 "uid": obj_meta.get("uid", ""),
                 "operation": req.operation,
                 "dry_run": req.dryRun,
                 "result": result,
                 "reason": decision.reason,
-                "message": decision.message,
+                "detail": decision.message,
                 "duration_ms": round(elapsed * 1000, 3),
             },
         )

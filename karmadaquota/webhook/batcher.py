@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -79,7 +80,10 @@ class Pending:
 class BatcherConfig:
     reservation_ttl: timedelta = timedelta(seconds=60)
     max_batch: int = 512
-    max_attempts: int = 5
+    max_attempts: int = 10
+    # after a lost compare-and-swap, wait up to this long (random) before re-reading, so that
+    # replicas contending for one quota stop colliding in lockstep
+    conflict_backoff: float = 0.005
     limited: Sequence[LimitedResource] = ()
 
 
@@ -207,6 +211,7 @@ class Batcher:
                 self._on_write("ok")
                 self._store.update(KarmadaQuota.model_validate(result))
                 return [p for p, _ in entries]
+            await asyncio.sleep(random.uniform(0, self.config.conflict_backoff))
             try:
                 obj = KarmadaQuota.model_validate(await self._store.get(namespace, name))
             except NotFound:

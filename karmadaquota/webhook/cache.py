@@ -110,6 +110,6 @@ def _parse(obj: JSON) -> KarmadaQuota | None:
         meta = obj.get("metadata", {})
         log.warning(
             "ignoring unreadable KarmadaQuota",
-            extra={"namespace": meta.get("namespace"), "name": meta.get("name"), "error": str(e)},
+            extra={"namespace": meta.get("namespace"), "quota": meta.get("name"), "error": str(e)},
         )
         return None

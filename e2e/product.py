@@ -1,0 +1,247 @@
+"""Run karmadaquota itself against the test bed: the webhook and the controller as real
+processes (real HTTPS, real ValidatingWebhookConfiguration), plus the CRD.
+
+Shared by the e2e suites and the benchmarks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import ssl
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from karmadaquota.testbed import TestBed
+from karmadaquota.testbed.ports import free_port, is_listening
+
+REPO = Path(__file__).resolve().parents[1]
+CRD = REPO / "api" / "crds" / "quota.karmada.io_karmadaquotas.yaml"
+WEBHOOK_NAME = "karmadaquota"
+BINDING_RULES = [
+    {
+        "apiGroups": ["work.karmada.io"],
+        "apiVersions": ["v1alpha2"],
+        "operations": ["CREATE", "UPDATE"],
+        "resources": ["resourcebindings"],
+        "scope": "Namespaced",
+    }
+]
+QUOTA_RULES = [
+    {
+        "apiGroups": ["quota.karmada.io"],
+        "apiVersions": ["v1alpha1"],
+        "operations": ["CREATE", "UPDATE"],
+        "resources": ["karmadaquotas"],
+        "scope": "Namespaced",
+    }
+]
+
+
+def install_crd(bed: TestBed) -> None:
+    bed.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
+    bed.kubectl(
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/karmadaquotas.quota.karmada.io",
+    )
+
+
+@dataclass
+class Proc:
+    """A karmadaquota process with its log file; stopped with SIGTERM then SIGKILL."""
+
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+    def stop(self, sig: int = signal.SIGTERM, grace: float = 10.0) -> None:
+        if self.popen.poll() is None:
+            self.popen.send_signal(sig)
+            try:
+                self.popen.wait(grace)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(5)
+
+    def tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+def start(bed: TestBed, name: str, args: Sequence[str], env: dict[str, str] | None = None) -> Proc:
+    logs = bed.home.root / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    log = logs / f"{name}.log"
+    out = log.open("ab")
+    popen = subprocess.Popen(
+        [sys.executable, "-m", "karmadaquota.cli", *args],
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, **(env or {})},
+        cwd=REPO,
+    )
+    out.close()
+    return Proc(name, popen, log)
+
+
+@dataclass
+class WebhookProc:
+    proc: Proc
+    port: int
+    ca_bundle: bytes
+
+    @property
+    def base(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    def ssl_context(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cadata=self.ca_bundle.decode())
+
+    async def metrics(self) -> str:
+        async with (
+            aiohttp.ClientSession() as s,
+            s.get(f"{self.base}/metrics", ssl=self.ssl_context()) as r,
+        ):
+            return await r.text()
+
+
+async def wait_ready(url: str, ctx: ssl.SSLContext, proc: Proc, timeout: float = 60) -> None:
+    """Poll `url` until 200; fail with the process's log when it dies or the deadline passes."""
+    deadline = time.monotonic() + timeout
+    async with aiohttp.ClientSession() as s:
+        while True:
+            if proc.popen.poll() is not None:
+                raise RuntimeError(f"{proc.name} exited:\n{proc.tail()}")
+            with contextlib.suppress(aiohttp.ClientError, OSError):
+                async with s.get(url, ssl=ctx, timeout=aiohttp.ClientTimeout(total=2)) as r:
+                    if r.status == 200:
+                        return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{proc.name} not ready at {url}:\n{proc.tail()}")
+            await asyncio.sleep(0.2)
+
+
+async def start_webhook(bed: TestBed, name: str, ttl: str = "60s") -> WebhookProc:
+    cert = bed.serving_cert(name)
+    port = free_port()
+    proc = start(
+        bed,
+        name,
+        [
+            "webhook",
+            f"--kubeconfig={bed.karmada_kubeconfig}",
+            f"--tls-cert-file={cert.cert}",
+            f"--tls-private-key-file={cert.key}",
+            "--bind-address=127.0.0.1",
+            f"--port={port}",
+            f"--reservation-ttl={ttl}",
+        ],
+    )
+    hook = WebhookProc(proc, port, cert.ca_bundle)
+    try:
+        await wait_ready(f"{hook.base}/readyz", hook.ssl_context(), proc)
+    except BaseException:
+        proc.stop()
+        raise
+    return hook
+
+
+def register(bed: TestBed, url_base: str, ca_bundle: bytes) -> None:
+    """Register the webhook the way webhook/karmada/ does, but at a local URL."""
+    bed.register_validating_webhook(
+        f"{WEBHOOK_NAME}-bindings",
+        f"{url_base}/validate-resourcebinding",
+        ca_bundle,
+        BINDING_RULES,
+        side_effects="NoneOnDryRun",
+        extra={"matchPolicy": "Equivalent", "name": "resourcebinding.quota.karmada.io"},
+    )
+    bed.register_validating_webhook(
+        f"{WEBHOOK_NAME}-quotas",
+        f"{url_base}/validate-karmadaquota",
+        ca_bundle,
+        QUOTA_RULES,
+        extra={"name": "karmadaquota.quota.karmada.io"},
+    )
+
+
+def unregister(bed: TestBed) -> None:
+    bed.unregister_validating_webhook(f"{WEBHOOK_NAME}-bindings")
+    bed.unregister_validating_webhook(f"{WEBHOOK_NAME}-quotas")
+
+
+def start_controller(bed: TestBed, name: str = "controller", *extra: str) -> tuple[Proc, int]:
+    port = free_port()
+    proc = start(
+        bed,
+        name,
+        [
+            "controller",
+            f"--kubeconfig={bed.karmada_kubeconfig}",
+            "--metrics-bind-address=127.0.0.1",
+            f"--metrics-port={port}",
+            *extra,
+        ],
+    )
+    return proc, port
+
+
+@contextlib.contextmanager
+def round_robin_proxy(bed: TestBed, backends: Sequence[int]) -> Iterator[int]:
+    """A separate L4 round-robin proxy process in front of webhook replicas (a Service)."""
+    port = free_port()
+    logs = bed.home.root / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    with (logs / "tcpproxy.log").open("ab") as out:
+        popen = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "karmadaquota.testbed.tcpproxy",
+                f"--port={port}",
+                *(f"--backend={b}" for b in backends),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    proc = Proc("tcpproxy", popen, logs / "tcpproxy.log")
+    try:
+        deadline = time.monotonic() + 10
+        while not is_listening(port):
+            if popen.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"tcpproxy did not start:\n{proc.tail()}")
+            time.sleep(0.05)  # polling a port with a deadline
+        yield port
+    finally:
+        proc.stop()
+
+
+def quota(namespace: str, name: str, hard: dict[str, str], **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "quota.karmada.io/v1alpha1",
+        "kind": "KarmadaQuota",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"hard": hard, **spec},
+    }
+
+
+@contextlib.contextmanager
+def stopping(*procs: Proc) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.stop()

@@ -1,0 +1,170 @@
+"""The test bed itself, end to end: the path every KarmadaQuota e2e test relies on.
+
+1. A Deployment + PropagationPolicy on karmada-apiserver become a scheduled ResourceBinding
+   carrying replicaRequirements (resourceRequest and, with the ResourceQuotaEstimate gate,
+   priorityClassName); the Deployment lands in both members and its pods run (kwok).
+2. The KarmadaQuota CRD installs into karmada-apiserver and ``kubectl get karmadaquotas`` works.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from karmadaquota.testbed import TestBed
+from karmadaquota.testbed.aio import eventually
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[1]
+KARMADAQUOTA_CRD = REPO / "api" / "crds" / "quota.karmada.io_karmadaquotas.yaml"
+REPLICAS = 4
+REQUESTS = {"cpu": "100m", "memory": "128Mi"}
+
+
+def priority_class(name: str, clusters: list[str]) -> list[dict[str, Any]]:
+    """A PriorityClass on karmada-apiserver, propagated to ``clusters`` (pods there need it)."""
+    return [
+        {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": name},
+            "value": 1000,
+        },
+        {
+            "apiVersion": "policy.karmada.io/v1alpha1",
+            "kind": "ClusterPropagationPolicy",
+            "metadata": {"name": name},
+            "spec": {
+                "resourceSelectors": [
+                    {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "name": name}
+                ],
+                "placement": {"clusterAffinity": {"clusterNames": clusters}},
+            },
+        },
+    ]
+
+
+def deployment(namespace: str, name: str, pc: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "replicas": REPLICAS,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "priorityClassName": pc,
+                    "containers": [
+                        {"name": "app", "image": "nginx", "resources": {"requests": REQUESTS}}
+                    ],
+                },
+            },
+        },
+    }
+
+
+def divided_policy(namespace: str, name: str, clusters: list[str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "policy.karmada.io/v1alpha1",
+        "kind": "PropagationPolicy",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": name}],
+            "placement": {
+                "clusterAffinity": {"clusterNames": clusters},
+                "replicaScheduling": {
+                    "replicaSchedulingType": "Divided",
+                    "replicaDivisionPreference": "Weighted",
+                    "weightPreference": {
+                        "staticWeightList": [
+                            {"targetCluster": {"clusterNames": [c]}, "weight": 1} for c in clusters
+                        ]
+                    },
+                },
+            },
+        },
+    }
+
+
+async def test_deployment_reaches_members_with_replica_requirements(
+    testbed: TestBed, namespace: str
+) -> None:
+    assert len(testbed.members) >= 2, "this test needs two member clusters"
+    clusters = testbed.members[:2]
+    pc = f"e2e-high-{secrets.token_hex(3)}"
+    name = "web"
+    await testbed.aapply(priority_class(pc, clusters))
+    try:
+        await testbed.aapply(
+            [deployment(namespace, name, pc), divided_policy(namespace, name, clusters)]
+        )
+
+        async def binding_scheduled() -> dict[str, Any] | None:
+            rb = await testbed.aget("resourcebindings", f"{name}-deployment", namespace=namespace)
+            spec = (rb or {}).get("spec", {})
+            placed = {c["name"]: c.get("replicas", 0) for c in spec.get("clusters") or []}
+            return rb if sum(placed.values()) == REPLICAS else None
+
+        rb = await eventually(binding_scheduled, 60, "the ResourceBinding to be scheduled")
+        spec = rb["spec"]
+        req = spec["replicaRequirements"]
+        assert req["resourceRequest"] == REQUESTS
+        assert req.get("priorityClassName") == pc, "is ResourceQuotaEstimate enabled?"
+        assert spec["replicas"] == REPLICAS
+        placed = {c["name"]: c["replicas"] for c in spec["clusters"]}
+        assert set(placed) == set(clusters), placed
+
+        for cluster in clusters:
+
+            async def pods_running(cluster: str = cluster) -> list[dict[str, Any]] | None:
+                pods = await testbed.aget("pods", cluster=cluster, namespace=namespace)
+                items = (pods or {}).get("items", [])
+                running = [p for p in items if p.get("status", {}).get("phase") == "Running"]
+                return running if len(running) == placed[cluster] else None
+
+            running = await eventually(
+                pods_running, 90, f"{placed[cluster]} Running pods in {cluster}/{namespace}"
+            )
+            for pod in running:
+                assert pod["spec"]["priorityClassName"] == pc
+                assert pod["spec"]["priority"] == 1000
+                assert pod["spec"]["containers"][0]["resources"]["requests"] == REQUESTS
+                assert pod["spec"]["nodeName"].startswith(f"{cluster}-node-")
+            dep = await testbed.aget("deployments", name, cluster=cluster, namespace=namespace)
+            assert dep is not None and dep["spec"]["replicas"] == placed[cluster]
+    finally:
+        await testbed.akubectl(
+            "delete", "clusterpropagationpolicy", pc, "--ignore-not-found", "--wait=false"
+        )
+        await testbed.akubectl("delete", "priorityclass", pc, "--ignore-not-found", "--wait=false")
+
+
+async def test_karmadaquota_crd_installs_and_lists(testbed: TestBed, namespace: str) -> None:
+    if not KARMADAQUOTA_CRD.exists():
+        pytest.skip(f"{KARMADAQUOTA_CRD.relative_to(REPO)} does not exist yet")
+    crd = yaml.safe_load(KARMADAQUOTA_CRD.read_text())
+    await testbed.aapply(crd)
+    await testbed.akubectl(
+        "wait", "--for=condition=Established", f"crd/{crd['metadata']['name']}", "--timeout=60s"
+    )
+    empty = await testbed.akubectl("get", "karmadaquotas", "-n", namespace)
+    assert "No resources found" in empty.stdout + empty.stderr
+
+    quota = {
+        "apiVersion": "quota.karmada.io/v1alpha1",
+        "kind": "KarmadaQuota",
+        "metadata": {"name": "team", "namespace": namespace},
+        "spec": {"hard": {"requests.cpu": "10", "pods": "20"}},
+    }
+    await testbed.aapply(quota)
+    listed = await testbed.akubectl("get", "karmadaquotas", "-n", namespace, "-o", "name")
+    assert listed.stdout.split() == ["karmadaquota.quota.karmada.io/team"]
+    table = await testbed.akubectl("get", "kq", "-n", namespace)
+    assert "team" in table.stdout

@@ -1,0 +1,343 @@
+"""The admission webhook end to end: real karmada-apiserver, real ValidatingWebhookConfiguration,
+real HTTPS, Karmada's own controllers creating the bindings, our controller keeping `used`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from e2e import product
+from karmadaquota.kube.client import KubeClient, KubeError
+from karmadaquota.quantity import Quantity
+from karmadaquota.testbed import TestBed
+from karmadaquota.testbed.aio import eventually
+from karmadaquota.testbed.storm import binding, storm
+
+pytestmark = pytest.mark.e2e
+
+RB_PATH = "/apis/work.karmada.io/v1alpha2/namespaces/{ns}/resourcebindings"
+RESERVATION_TTL_S = 8
+
+
+@pytest.fixture(scope="module")
+async def webhook(testbed: TestBed) -> AsyncIterator[product.WebhookProc]:
+    """CRD + controller + webhook, registered in karmada-apiserver for the module."""
+    await asyncio.to_thread(product.install_crd, testbed)
+    controller, _ = product.start_controller(testbed, "controller-webhook-suite")
+    hook = await product.start_webhook(testbed, "webhook-a", ttl=f"{RESERVATION_TTL_S}s")
+    try:
+        await asyncio.to_thread(product.register, testbed, hook.base, hook.ca_bundle)
+        yield hook
+    finally:
+        await asyncio.to_thread(product.unregister, testbed)
+        hook.proc.stop()
+        controller.stop()
+
+
+@pytest.fixture(scope="module")
+async def api(testbed: TestBed) -> AsyncIterator[KubeClient]:
+    client = await KubeClient.connect(str(testbed.karmada_kubeconfig))
+    yield client
+    await client.close()
+
+
+async def create_quota(bed: TestBed, ns: str, name: str, hard: dict[str, str], **spec: Any) -> None:
+    await bed.aapply(product.quota(ns, name, hard, **spec))
+
+    def initialised() -> bool:
+        q = bed.get("karmadaquota", name, namespace=ns)
+        return bool(q) and set(hard) <= set(q.get("status", {}).get("used", {}))
+
+    await eventually(initialised, 30, f"controller initialises status.used of {ns}/{name}")
+
+
+def used(bed: TestBed, ns: str, name: str, resource: str) -> Quantity:
+    q = bed.get("karmadaquota", name, namespace=ns) or {}
+    return Quantity.parse(str(q.get("status", {}).get("used", {}).get(resource, "0")))
+
+
+def deployment(ns: str, name: str, replicas: int, cpu: str, **pod: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    **pod,
+                    "containers": [
+                        {"name": "app", "image": "nginx", "resources": {"requests": {"cpu": cpu}}}
+                    ],
+                },
+            },
+        },
+    }
+
+
+def divided(ns: str, name: str, clusters: list[str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "policy.karmada.io/v1alpha1",
+        "kind": "PropagationPolicy",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": name}],
+            "placement": {
+                "clusterAffinity": {"clusterNames": clusters},
+                "replicaScheduling": {
+                    "replicaSchedulingType": "Divided",
+                    "replicaDivisionPreference": "Aggregated",
+                },
+            },
+        },
+    }
+
+
+def member_replicas(bed: TestBed, ns: str, name: str) -> int:
+    total = 0
+    for m in bed.members:
+        d = bed.get("deployment", name, cluster=m, namespace=ns)
+        total += int(d["spec"]["replicas"]) if d else 0
+    return total
+
+
+def events_for(bed: TestBed, ns: str, name: str) -> str:
+    events = bed.get("events", namespace=ns) or {"items": []}
+    return "\n".join(
+        e.get("message", "")
+        for e in events["items"]
+        if e.get("involvedObject", {}).get("name") == name
+    )
+
+
+async def test_quota_admits_refuses_and_blocks_scale_up_of_real_deployments(
+    testbed: TestBed, webhook: product.WebhookProc, namespace: str
+) -> None:
+    ns, members = namespace, list(testbed.members)
+    await create_quota(testbed, ns, "team", {"requests.cpu": "1", "pods": "10"})
+
+    await testbed.aapply([deployment(ns, "web", 2, "250m"), divided(ns, "web", members)])
+    await eventually(
+        lambda: member_replicas(testbed, ns, "web") == 2, 90, "web propagated to the members"
+    )
+    await eventually(
+        lambda: used(testbed, ns, "team", "requests.cpu") == Quantity.parse("500m"),
+        30,
+        "usage of web counted",
+    )
+
+    # 500m used + 3 × 250m > 1 cpu: the binding is refused and the user is told why
+    await testbed.aapply([deployment(ns, "big", 3, "250m"), divided(ns, "big", members)])
+    message = await eventually(
+        lambda: (
+            "exceeded quota" in events_for(testbed, ns, "big") and events_for(testbed, ns, "big")
+        ),
+        60,
+        "an event on Deployment big explaining the refusal",
+    )
+    assert "exceeded quota: team, requested: requests.cpu=750m, used: requests.cpu=" in message
+    assert "limited: requests.cpu=1" in message
+    assert testbed.get("resourcebinding", "big-deployment", namespace=ns) is None
+
+    # scale-up past the limit: refused, the member Deployments keep their replicas
+    await testbed.akubectl("scale", "deployment/web", "--replicas=5", "-n", ns)
+    await eventually(
+        lambda: "requested: requests.cpu=750m" in events_for(testbed, ns, "web"),
+        60,
+        "an event on Deployment web explaining the refused scale-up",
+    )
+    rb = testbed.get("resourcebinding", "web-deployment", namespace=ns)
+    assert rb is not None and rb["spec"]["replicas"] == 2
+    assert member_replicas(testbed, ns, "web") == 2
+    assert used(testbed, ns, "team", "requests.cpu") == Quantity.parse("500m")
+
+
+async def test_scoped_quotas_charge_only_matching_bindings_and_all_must_admit(
+    testbed: TestBed, webhook: product.WebhookProc, api: KubeClient, namespace: str
+) -> None:
+    ns = namespace
+    high = {
+        "matchExpressions": [{"scopeName": "PriorityClass", "operator": "In", "values": ["high"]}]
+    }
+    await create_quota(testbed, ns, "high", {"pods": "2"}, scopeSelector=high)
+    await create_quota(testbed, ns, "best-effort", {"pods": "1"}, scopes=["BestEffort"])
+    await create_quota(testbed, ns, "all", {"pods": "3"})
+    path = RB_PATH.format(ns=ns)
+
+    def rb(name: str, cpu: str | None, pc: str = "") -> dict[str, Any]:
+        b = binding(ns, name)
+        req = b["spec"]["replicaRequirements"]
+        req["resourceRequest"] = {"cpu": cpu} if cpu else {}
+        if pc:
+            req["priorityClassName"] = pc
+        return b
+
+    await api.post(path, rb("h1", "100m", "high"))
+    await api.post(path, rb("h2", "100m", "high"))
+    with pytest.raises(KubeError, match="exceeded quota: high, requested: pods=1, used: pods=2"):
+        await api.post(path, rb("h3", "100m", "high"))
+    await api.post(path, rb("low", "100m", "low"))  # not charged to "high"
+    with pytest.raises(KubeError, match="exceeded quota: all, requested: pods=1, used: pods=3"):
+        await api.post(path, rb("be", None))  # best-effort admits it, "all" does not
+    q = testbed.get("karmadaquota", "best-effort", namespace=ns) or {}
+    assert not q.get("status", {}).get("reservations")  # the refused request reserved nothing
+
+
+async def test_storm_admits_exactly_what_fits(
+    testbed: TestBed, webhook: product.WebhookProc, api: KubeClient, namespace: str
+) -> None:
+    await storm_and_check(testbed, api, namespace)
+
+
+async def test_storm_with_two_webhook_replicas_behind_one_address(
+    testbed: TestBed, webhook: product.WebhookProc, api: KubeClient, namespace: str
+) -> None:
+    second = await product.start_webhook(testbed, "webhook-b", ttl=f"{RESERVATION_TTL_S}s")
+    try:
+        with product.round_robin_proxy(testbed, [webhook.port, second.port]) as port:
+            base = f"https://127.0.0.1:{port}"
+            await asyncio.to_thread(product.register, testbed, base, webhook.ca_bundle)
+            try:
+                await storm_and_check(testbed, api, namespace)
+                served_b = await second.metrics()
+                served_a = await webhook.metrics()
+                assert _admissions(served_a) > 0 and _admissions(served_b) > 0, "both served"
+            finally:
+                await asyncio.to_thread(product.register, testbed, webhook.base, webhook.ca_bundle)
+    finally:
+        second.proc.stop()
+
+
+def _admissions(metrics: str) -> float:
+    total = 0.0
+    for line in metrics.splitlines():
+        if line.startswith("karmadaquota_admission_duration_seconds_count"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+async def storm_and_check(bed: TestBed, api: KubeClient, ns: str) -> None:
+    """500 concurrent creates of 100m against 30 cpu: exactly 300 admitted, usage exact."""
+    await create_quota(bed, ns, "storm", {"requests.cpu": "30"})
+    result = await storm(
+        api, RB_PATH.format(ns=ns), lambda i: binding(ns, f"rb-{i:03d}"), 500, deadline=120
+    )
+    assert len(result.admitted) == 300, result.summary()
+    # every refusal is the quota's (or, between contending replicas, a retryable conflict)
+    assert all(
+        "exceeded quota: storm" in m or "updated concurrently; try again" in m
+        for m in result.denied.values()
+    ), set(result.denied.values())
+    listed = await api.get(RB_PATH.format(ns=ns))
+    assert len(listed["items"]) == 300
+
+    def settled() -> bool:
+        q = bed.get("karmadaquota", "storm", namespace=ns) or {}
+        st = q.get("status", {})
+        return st.get("used", {}).get("requests.cpu") == "30" and not st.get("reservations")
+
+    await eventually(settled, 30, "used == sum of admitted bindings and no reservation left")
+
+
+async def test_dry_run_is_answered_and_reserves_nothing(
+    testbed: TestBed, webhook: product.WebhookProc, namespace: str
+) -> None:
+    ns = namespace
+    await create_quota(testbed, ns, "q", {"requests.cpu": "1"})
+    doc = json.dumps(binding(ns, "dry", cpu="1"))
+    await testbed.akubectl("create", "--dry-run=server", "-f", "-", input=doc)
+    q = testbed.get("karmadaquota", "q", namespace=ns) or {}
+    assert not q.get("status", {}).get("reservations")
+    over = json.dumps(binding(ns, "dry2", cpu="2"))
+    proc = await testbed.akubectl("create", "--dry-run=server", "-f", "-", input=over, check=False)
+    assert proc.returncode != 0 and "exceeded quota: q" in proc.stderr
+
+
+async def test_invalid_quota_is_rejected_with_kubernetes_wording(
+    testbed: TestBed, webhook: product.WebhookProc, namespace: str
+) -> None:
+    bad = product.quota(namespace, "bad", {"nvidia.com/gpu": "1"})
+    proc = await testbed.akubectl("apply", "-f", "-", input=json.dumps(bad), check=False)
+    assert proc.returncode != 0
+    assert 'spec.hard[nvidia.com/gpu]: Invalid value: "nvidia.com/gpu"' in proc.stderr
+    limits = product.quota(namespace, "limits", {"limits.cpu": "1"})
+    proc = await testbed.akubectl("apply", "-f", "-", input=json.dumps(limits), check=False)
+    assert proc.returncode != 0 and "limits are not chargeable" in proc.stderr  # CEL
+
+
+@pytest.fixture
+async def refusing_webhook(testbed: TestBed) -> AsyncIterator[None]:
+    """Another validating webhook that refuses bindings labelled refuse=yes (after ours admits)."""
+
+    async def review(request: web.Request) -> web.Response:
+        body = await request.json()
+        req = body["request"]
+        labels = (req.get("object") or {}).get("metadata", {}).get("labels", {})
+        allowed = labels.get("refuse") != "yes"
+        resp: dict[str, Any] = {"uid": req["uid"], "allowed": allowed}
+        if not allowed:
+            resp["status"] = {"code": 403, "message": "refused by another webhook"}
+        return web.json_response({**body, "response": resp})
+
+    cert = testbed.serving_cert("refuser")
+    import ssl
+
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(cert.cert, cert.key)
+    app = web.Application()
+    app.router.add_post("/", review)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ctx)
+    await site.start()
+    port = runner.addresses[0][1]
+    await asyncio.to_thread(
+        testbed.register_validating_webhook,
+        "refuser",
+        f"https://127.0.0.1:{port}/",
+        cert.ca_bundle,
+        product.BINDING_RULES,
+    )
+    try:
+        yield
+    finally:
+        await asyncio.to_thread(testbed.unregister_validating_webhook, "refuser")
+        await runner.cleanup()
+
+
+async def test_admitted_then_refused_elsewhere_leaks_nothing_beyond_the_ttl(
+    testbed: TestBed,
+    webhook: product.WebhookProc,
+    api: KubeClient,
+    namespace: str,
+    refusing_webhook: None,
+) -> None:
+    ns = namespace
+    await create_quota(testbed, ns, "q", {"requests.cpu": "1"})
+    refused = binding(ns, "refused", cpu="1")
+    refused["metadata"]["labels"] = {"refuse": "yes"}
+    with pytest.raises(KubeError, match="refused by another webhook"):
+        await api.post(RB_PATH.format(ns=ns), refused)
+    # our webhook admitted and reserved it: the whole cpu is held by a reservation now
+    q = testbed.get("karmadaquota", "q", namespace=ns) or {}
+    assert [r["reservedBy"]["name"] for r in q["status"]["reservations"]] == ["refused"]
+    with pytest.raises(KubeError, match="exceeded quota: q"):
+        await api.post(RB_PATH.format(ns=ns), binding(ns, "next", cpu="1"))
+
+    async def admitted_after_ttl() -> bool:
+        try:
+            await api.post(RB_PATH.format(ns=ns), binding(ns, "next", cpu="1"))
+        except KubeError as e:
+            if "exceeded quota" in e.message:
+                return False
+            raise
+        return True
+
+    await eventually(admitted_after_ttl, RESERVATION_TTL_S + 15, "quota free again after TTL")

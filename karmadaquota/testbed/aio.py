@@ -1,0 +1,66 @@
+"""Async helpers for tests that run on an event loop (pytest-asyncio, asyncio_mode=auto).
+
+A test that serves something on the loop (our own webhook, say) must never block it: blocking
+calls (kubectl, the sync REST client) run in a worker thread here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar, overload
+
+T = TypeVar("T")
+
+
+@overload
+async def eventually(
+    check: Callable[[], Awaitable[T | None]],
+    timeout: float = ...,
+    what: str = ...,
+    interval: float = ...,
+) -> T: ...
+
+
+@overload
+async def eventually(
+    check: Callable[[], T | None],
+    timeout: float = ...,
+    what: str = ...,
+    interval: float = ...,
+) -> T: ...
+
+
+async def eventually(
+    check: Callable[[], Any],
+    timeout: float = 60.0,
+    what: str = "condition",
+    interval: float = 0.2,
+) -> Any:
+    """Poll ``check`` until it returns something truthy and return that.
+
+    ``check`` may be sync (run in a worker thread) or async. An exception (e.g. a failed
+    assertion) counts as "not yet"; on timeout an AssertionError names ``what`` and repeats
+    the last exception, so a failing check explains itself."""
+    deadline = time.monotonic() + timeout
+    last: BaseException | None = None
+    while True:
+        result: object = None
+        try:
+            if inspect.iscoroutinefunction(check):
+                result = await check()
+            else:
+                result = await asyncio.to_thread(check)
+                if inspect.isawaitable(result):
+                    result = await result
+        except Exception as e:
+            last = e
+            result = None
+        if result:
+            return result
+        if time.monotonic() >= deadline:
+            detail = f"; last error: {last!r}" if last is not None else ""
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}{detail}")
+        await asyncio.sleep(interval)

@@ -1,0 +1,123 @@
+"""Admission storms: many concurrent creates through a real API server, timed per request.
+
+Shared by the e2e storm tests and the benchmarks, so that both measure the same thing: N
+objects POSTed at once (bounded concurrency, a hard deadline), each request's end-to-end latency,
+and which were admitted. Used for ResourceBindings (our webhook) and for Pods (the API server's
+built-in ResourceQuota admission) on the same API server in the same run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from karmadaquota.kube.client import JSON, KubeClient, KubeError
+
+
+@dataclass
+class StormResult:
+    admitted: list[str] = field(default_factory=list)
+    denied: dict[str, str] = field(default_factory=dict)  # name -> message
+    latencies: list[float] = field(default_factory=list)  # seconds, every request
+    elapsed: float = 0.0
+
+    @property
+    def throughput(self) -> float:
+        """Requests answered per second over the whole storm."""
+        return len(self.latencies) / self.elapsed if self.elapsed else 0.0
+
+    def percentile(self, p: float) -> float:
+        if not self.latencies:
+            return 0.0
+        ordered = sorted(self.latencies)
+        return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "admitted": len(self.admitted),
+            "denied": len(self.denied),
+            "throughput_per_s": round(self.throughput, 1),
+            "p50_ms": round(self.percentile(50) * 1000, 1),
+            "p99_ms": round(self.percentile(99) * 1000, 1),
+            "mean_ms": round(statistics.fmean(self.latencies) * 1000, 1) if self.latencies else 0,
+            "elapsed_s": round(self.elapsed, 2),
+        }
+
+
+async def storm(
+    client: KubeClient,
+    path: str,
+    make: Callable[[int], JSON],
+    count: int,
+    concurrency: int = 500,
+    deadline: float = 120.0,
+) -> StormResult:
+    """POST `make(i)` for i in range(count) to `path`, at most `concurrency` at a time."""
+    result = StormResult()
+    gate = asyncio.Semaphore(concurrency)
+    start = asyncio.Event()
+
+    async def one(i: int) -> None:
+        body = make(i)
+        name = body["metadata"]["name"]
+        async with gate:
+            await start.wait()
+            t0 = time.perf_counter()
+            try:
+                await client.request("POST", path, body, timeout=60.0)
+            except KubeError as e:
+                result.denied[name] = e.message
+            else:
+                result.admitted.append(name)
+            finally:
+                result.latencies.append(time.perf_counter() - t0)
+
+    tasks = [asyncio.create_task(one(i)) for i in range(count)]
+    await asyncio.sleep(0)  # let every task reach the gate before the storm starts
+    t_start = time.perf_counter()
+    start.set()
+    async with asyncio.timeout(deadline):
+        await asyncio.gather(*tasks)
+    result.elapsed = time.perf_counter() - t_start
+    return result
+
+
+def binding(namespace: str, name: str, cpu: str = "100m", replicas: int = 1) -> JSON:
+    """A ResourceBinding as karmada-controller-manager would create it for a Deployment."""
+    return {
+        "apiVersion": "work.karmada.io/v1alpha2",
+        "kind": "ResourceBinding",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "resource": {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "name": name,
+                "namespace": namespace,
+            },
+            "replicas": replicas,
+            "replicaRequirements": {"resourceRequest": {"cpu": cpu}},
+        },
+    }
+
+
+def pod(namespace: str, name: str, cpu: str = "100m") -> JSON:
+    """A Pod for the built-in ResourceQuota admission (it never runs: no nodes needed)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "containers": [
+                {
+                    "name": "app",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"requests": {"cpu": cpu}, "limits": {"cpu": cpu}},
+                }
+            ]
+        },
+    }

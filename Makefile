@@ -30,10 +30,13 @@ e2e: binaries
 test: binaries lint typecheck
 	$(PYTHON) -m pytest -q -p no:cacheprovider tests e2e
 
+# A local Karmada (member1..3) with karmadaquota running on it and a sample quota.
 up: binaries
 	bash hack/local-up.sh
+	$(PYTHON) -m karmadaquota.testbed.demo up
 
 down:
+	$(PYTHON) -m karmadaquota.testbed.demo down
 	bash hack/local-down.sh
 
 bench: binaries

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from e2e import product
+from karmadaquota.testbed import product
 from karmadaquota.kube.client import KubeClient, KubeError
 from karmadaquota.quantity import Quantity
 from karmadaquota.testbed import TestBed

@@ -89,6 +89,21 @@ class KubeClient:
             headers["Authorization"] = token if token.startswith("Bearer ") else f"Bearer {token}"
         return cls(str(cfg.host), ctx, headers)
 
+    @classmethod
+    def from_token(
+        cls, host: str, token: str, ca_pem: bytes | None = None, insecure: bool = False
+    ) -> KubeClient:
+        """A bearer-token client, as Karmada reaches a member cluster (Cluster secretRef)."""
+        if ca_pem:
+            ctx = ssl.create_default_context(cadata=ca_pem.decode())
+        else:
+            ctx = ssl.create_default_context()
+        if insecure:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        headers = {"Authorization": f"Bearer {token.strip()}"} if token else {}
+        return cls(host, ctx, headers)
+
     @property
     def session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:

@@ -24,7 +24,7 @@ from pydantic import ValidationError
 
 from karmadaquota import api, charge, validation
 from karmadaquota.api import KarmadaQuota, ResourceBinding
-from karmadaquota.evaluate import Decision, LimitedResource
+from karmadaquota.evaluate import Decision, LimitedResource, delta
 from karmadaquota.kube import paths
 from karmadaquota.kube.client import JSON, KubeClient
 from karmadaquota.quantity import QuantityError
@@ -106,6 +106,10 @@ class Webhook:
             )
         except QuantityError as e:
             return Decision(False, f"invalid ResourceBinding: {e}", REASON_INVALID)
+        if old_charge is not None and not delta(new_charge, old_charge):
+            # nothing grows (the scheduler placing replicas, a label change): nothing to
+            # reserve and nothing to wait for behind the namespace's current batch
+            return Decision(True)
         pending = Pending(
             namespace=req.namespace,
             name=new.metadata.name or req.name,
@@ -262,7 +266,7 @@ async def running(settings: WebhookSettings) -> AsyncIterator[tuple[Webhook, int
         BatcherConfig(reservation_ttl=settings.reservation_ttl, limited=settings.limited),
         on_batch=metrics.batch_size.observe,
         on_conflict=metrics.conflicts.inc,
-        on_write=lambda result: metrics.status_writes.labels(result).inc(),
+        on_write=metrics.observe_write,
     )
     webhook = Webhook(cache, batcher, metrics)
     certs = CertReloader(settings.cert_file, settings.key_file)

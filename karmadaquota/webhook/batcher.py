@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -100,7 +101,7 @@ class Batcher:
         config: BatcherConfig | None = None,
         on_batch: Callable[[int], None] | None = None,
         on_conflict: Callable[[], None] | None = None,
-        on_write: Callable[[str], None] | None = None,
+        on_write: Callable[[str, float], None] | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self._store = store
@@ -109,7 +110,7 @@ class Batcher:
         self._workers: dict[str, asyncio.Task[None]] = {}
         self._on_batch = on_batch or (lambda n: None)
         self._on_conflict = on_conflict or (lambda: None)
-        self._on_write = on_write or (lambda result: None)
+        self._on_write = on_write or (lambda result, seconds: None)
         self._clock = clock
 
     async def submit(self, pending: Pending) -> Decision:
@@ -199,16 +200,17 @@ class Batcher:
             if not entries:
                 return []
             body = _with_reservations(obj, entries, now + self.config.reservation_ttl, now)
+            started = time.perf_counter()
             try:
                 result = await self._store.put_status(body)
             except Conflict:
                 self._on_conflict()
-                self._on_write("conflict")
+                self._on_write("conflict", time.perf_counter() - started)
             except NotFound:
-                self._on_write("notfound")
+                self._on_write("notfound", time.perf_counter() - started)
                 return []  # the quota is gone: nothing left to charge against it
             else:
-                self._on_write("ok")
+                self._on_write("ok", time.perf_counter() - started)
                 self._store.update(KarmadaQuota.model_validate(result))
                 return [p for p, _ in entries]
             await asyncio.sleep(random.uniform(0, self.config.conflict_backoff))

@@ -53,6 +53,12 @@ class WebhookMetrics:
             ["result"],
             registry=r,
         )
+        self.status_write_duration = Histogram(
+            "karmadaquota_status_write_duration_seconds",
+            "Duration of one KarmadaQuota status write (one per changed quota per batch).",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
         self.batch_size = Histogram(
             "karmadaquota_admission_batch_size",
             "Reviews evaluated together in one per-namespace batch.",
@@ -67,3 +73,7 @@ class WebhookMetrics:
         self.cache_quotas = Gauge(
             "karmadaquota_quota_cache_objects", "KarmadaQuotas in the watch cache.", registry=r
         )
+
+    def observe_write(self, result: str, seconds: float) -> None:
+        self.status_writes.labels(result).inc()
+        self.status_write_duration.observe(seconds)

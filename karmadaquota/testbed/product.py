@@ -24,7 +24,7 @@ import aiohttp
 from karmadaquota.testbed import TestBed
 from karmadaquota.testbed.ports import free_port, is_listening
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CRD = REPO / "api" / "crds" / "quota.karmada.io_karmadaquotas.yaml"
 WEBHOOK_NAME = "karmadaquota"
 BINDING_RULES = [
@@ -81,7 +81,14 @@ class Proc:
             return ""
 
 
-def start(bed: TestBed, name: str, args: Sequence[str], env: dict[str, str] | None = None) -> Proc:
+def start(
+    bed: TestBed,
+    name: str,
+    args: Sequence[str],
+    env: dict[str, str] | None = None,
+    detach: bool = False,
+) -> Proc:
+    """Run `karmadaquota <args>`; `detach` lets it outlive this process (`make up`)."""
     logs = bed.home.root / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     log = logs / f"{name}.log"
@@ -92,6 +99,7 @@ def start(bed: TestBed, name: str, args: Sequence[str], env: dict[str, str] | No
         stderr=subprocess.STDOUT,
         env={**os.environ, **(env or {})},
         cwd=REPO,
+        start_new_session=detach,
     )
     out.close()
     return Proc(name, popen, log)
@@ -134,7 +142,9 @@ async def wait_ready(url: str, ctx: ssl.SSLContext, proc: Proc, timeout: float =
             await asyncio.sleep(0.2)
 
 
-async def start_webhook(bed: TestBed, name: str, ttl: str = "60s") -> WebhookProc:
+async def start_webhook(
+    bed: TestBed, name: str, ttl: str = "60s", detach: bool = False
+) -> WebhookProc:
     cert = bed.serving_cert(name)
     port = free_port()
     proc = start(
@@ -149,6 +159,7 @@ async def start_webhook(bed: TestBed, name: str, ttl: str = "60s") -> WebhookPro
             f"--port={port}",
             f"--reservation-ttl={ttl}",
         ],
+        detach=detach,
     )
     hook = WebhookProc(proc, port, cert.ca_bundle)
     try:
@@ -183,7 +194,9 @@ def unregister(bed: TestBed) -> None:
     bed.unregister_validating_webhook(f"{WEBHOOK_NAME}-quotas")
 
 
-def start_controller(bed: TestBed, name: str = "controller", *extra: str) -> tuple[Proc, int]:
+def start_controller(
+    bed: TestBed, name: str = "controller", *extra: str, detach: bool = False
+) -> tuple[Proc, int]:
     port = free_port()
     proc = start(
         bed,
@@ -195,6 +208,7 @@ def start_controller(bed: TestBed, name: str = "controller", *extra: str) -> tup
             f"--metrics-port={port}",
             *extra,
         ],
+        detach=detach,
     )
     return proc, port
 

@@ -1,0 +1,288 @@
+"""The controller's in-memory index of ResourceBindings: namespace -> uid -> compact usage.
+
+Each binding is charged ONCE per event with the shared engine (`charge.charge`) and stored in a
+compact form: the resource names as one interned tuple, the usage as exact nano-unit integers
+aligned to those names (total and per target cluster), the scope traits, the generation (for
+reservation pruning) and the resourceVersion (to order events against relists). Recomputing a
+quota then only adds integers; see `aggregate`.
+
+Events and relists may arrive in any order: an object is replaced only by a version at least as
+new (resourceVersions compared as integers, which etcd-backed API servers guarantee), and a
+deletion leaves a tombstone so that a relist snapshot taken before the deletion cannot bring
+the binding back. A relist drops indexed bindings that it does not contain unless they are
+newer than the list; tombstones older than a relist are forgotten (so memory is bounded by the
+deletions seen between two relists).
+
+A binding with a deletionTimestamp is treated as deleted: Karmada is removing its workloads,
+and waiting for its finalizer (which lasts as long as an unreachable member stays unreachable)
+would hold quota for workloads that are going away.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from karmadaquota import scopes
+from karmadaquota.api import ResourceBinding
+from karmadaquota.charge import Charge, charge
+from karmadaquota.quantity import QuantityError
+from karmadaquota.resources import ResourceList
+from karmadaquota.scopes import BindingTraits, Expression
+
+log = logging.getLogger("karmadaquota.controller.index")
+
+Nanos = tuple[int, ...]
+_MAX_INTERNED = 200_000
+
+
+@dataclass(frozen=True, slots=True)
+class CompactUsage:
+    """A binding's charge as integers aligned to a shared tuple of resource names."""
+
+    names: tuple[str, ...]
+    total: Nanos
+    clusters: tuple[tuple[str, Nanos], ...]
+    traits: BindingTraits
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One indexed binding."""
+
+    name: str
+    generation: int
+    rv: int
+    usage: CompactUsage
+
+
+class Interner:
+    """Shares equal immutable values (name tuples, traits, numbers) between bindings.
+
+    Bounded: past `limit` distinct values, new ones are kept as they are (correct, larger).
+    """
+
+    def __init__(self, limit: int = _MAX_INTERNED) -> None:
+        self._values: dict[Any, Any] = {}
+        self._limit = limit
+
+    def __call__(self, value: Any) -> Any:
+        got = self._values.get(value)
+        if got is not None:
+            return got
+        if len(self._values) < self._limit:
+            self._values[value] = value
+        return value
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+
+def compact(c: Charge, intern: Interner) -> CompactUsage:
+    """The compact form of a charge (every name of the total and of each cluster kept)."""
+    names_set = set(c.total)
+    for rl in c.per_cluster.values():
+        names_set.update(rl)
+    names: tuple[str, ...] = intern(tuple(sorted(names_set)))
+
+    def nanos(rl: ResourceList) -> Nanos:
+        return intern(tuple(intern(rl[n].nanos) if n in rl else 0 for n in names))  # type: ignore[no-any-return]
+
+    clusters = tuple((intern(name), nanos(rl)) for name, rl in sorted(c.per_cluster.items()))
+    return CompactUsage(names, nanos(c.total), clusters, intern(c.traits))
+
+
+def parse_rv(rv: object) -> int:
+    """A resourceVersion as an integer; 0 when absent or not numeric (then always replaced)."""
+    try:
+        return int(str(rv))
+    except ValueError:
+        return 0
+
+
+@dataclass(frozen=True, slots=True)
+class Observed:
+    """What one binding object tells the index: an entry, or None when it is being deleted."""
+
+    namespace: str
+    uid: str
+    rv: int
+    entry: Entry | None
+
+
+def observe(obj: Mapping[str, Any], intern: Interner) -> Observed:
+    """Charge one ResourceBinding object. Raises ValueError (pydantic/quantity) when malformed."""
+    meta = obj.get("metadata") or {}
+    ns, uid, rv = (
+        str(meta.get("namespace", "")),
+        str(meta.get("uid", "")),
+        parse_rv(meta.get("resourceVersion")),
+    )
+    if meta.get("deletionTimestamp"):
+        return Observed(ns, uid, rv, None)
+    binding = ResourceBinding.model_validate(obj)
+    usage = compact(charge(binding), intern)
+    entry = Entry(intern(binding.metadata.name), binding.metadata.generation, rv, usage)
+    return Observed(ns, uid, rv, entry)
+
+
+class BindingIndex:
+    """namespace -> uid -> Entry, with the event/relist ordering rules described above."""
+
+    def __init__(self) -> None:
+        self._by_ns: dict[str, dict[str, Entry]] = {}
+        self._tombstones: dict[str, tuple[str, int]] = {}  # uid -> (namespace, rv)
+        self.intern = Interner()
+        self._count = 0
+
+    def __len__(self) -> int:
+        return self._count
+
+    def namespaces(self) -> list[str]:
+        return sorted(self._by_ns)
+
+    def bindings(self, namespace: str) -> Mapping[str, Entry]:
+        return self._by_ns.get(namespace, {})
+
+    def get(self, namespace: str, uid: str) -> Entry | None:
+        return self._by_ns.get(namespace, {}).get(uid)
+
+    def deleted(self, uid: str) -> bool:
+        """True when the index saw this binding deleted (and has not forgotten it yet)."""
+        return uid in self._tombstones
+
+    # ---- mutations -------------------------------------------------------------------------
+
+    def upsert(self, namespace: str, uid: str, entry: Entry) -> bool:
+        """Store `entry` unless a newer version or a later deletion is known; True if changed."""
+        tomb = self._tombstones.get(uid)
+        if tomb is not None and tomb[1] >= entry.rv > 0:
+            return False
+        bucket = self._by_ns.setdefault(namespace, {})
+        current = bucket.get(uid)
+        if current is not None and entry.rv and current.rv > entry.rv:
+            return False
+        bucket[uid] = entry
+        if current is None:
+            self._count += 1
+            return True
+        return current != entry
+
+    def remove(self, namespace: str, uid: str, rv: int) -> bool:
+        """Forget a binding deleted at `rv` (tombstoned); True if it was indexed."""
+        tomb = self._tombstones.get(uid)
+        if tomb is None or rv > tomb[1]:
+            self._tombstones[uid] = (namespace, rv)
+        bucket = self._by_ns.get(namespace)
+        if bucket is None or uid not in bucket:
+            return False
+        if rv and bucket[uid].rv > rv:
+            return False  # a newer version is known: this deletion is stale
+        del bucket[uid]
+        self._count -= 1
+        if not bucket:
+            del self._by_ns[namespace]
+        return True
+
+    def apply(self, seen: Observed) -> bool:
+        """Fold in one observed object (an event or a listed item); True if the index changed."""
+        if seen.entry is None:
+            return self.remove(seen.namespace, seen.uid, seen.rv)
+        return self.upsert(seen.namespace, seen.uid, seen.entry)
+
+    def replace(self, listed: Iterable[Observed], list_rv: int) -> set[str]:
+        """Fold in a full list taken at `list_rv`; returns the namespaces that changed.
+
+        Bindings indexed before the list and absent from it were deleted meanwhile.
+        """
+        changed: set[str] = set()
+        present: set[str] = set()
+        for seen in listed:
+            present.add(seen.uid)
+            if self.apply(seen):
+                changed.add(seen.namespace)
+        for ns in list(self._by_ns):
+            for uid, entry in list(self._by_ns[ns].items()):
+                if uid not in present and (list_rv == 0 or entry.rv <= list_rv):
+                    self.remove(ns, uid, list_rv)
+                    changed.add(ns)
+        # Deletions before the list are in it now; keep the rest (and the list's own) a while.
+        self._tombstones = {
+            uid: t for uid, t in self._tombstones.items() if not list_rv or t[1] >= list_rv
+        }
+        return changed
+
+    def entries(self) -> Iterator[tuple[str, str, Entry]]:
+        for ns, bucket in self._by_ns.items():
+            for uid, entry in bucket.items():
+                yield ns, uid, entry
+
+
+# ---------------------------------------------------------------------------------------------
+# aggregation
+
+
+@dataclass(slots=True)
+class Totals:
+    """Sums in nano-units, masked to a quota's names: global and per target cluster."""
+
+    used: dict[str, int]
+    per_cluster: dict[str, dict[str, int]]
+
+
+def aggregate(
+    entries: Iterable[Entry], names: Collection[str], exprs: tuple[Expression, ...]
+) -> Totals:
+    """Σ usage of the bindings whose traits match `exprs`, masked to `names` (from scratch).
+
+    Every name starts at zero, so a quota's status always carries each name it tracks.
+    """
+    keep = frozenset(names)
+    used = dict.fromkeys(sorted(keep), 0)
+    per_cluster: dict[str, dict[str, int]] = {}
+    plans: dict[tuple[str, ...], tuple[tuple[int, str], ...]] = {}
+    matched: dict[BindingTraits, bool] = {}
+    for entry in entries:
+        u = entry.usage
+        ok = matched.get(u.traits)
+        if ok is None:
+            ok = matched[u.traits] = scopes.matches(exprs, u.traits)
+        if not ok:
+            continue
+        plan = plans.get(u.names)
+        if plan is None:
+            plan = plans[u.names] = tuple((i, n) for i, n in enumerate(u.names) if n in keep)
+        if not plan:
+            continue
+        total = u.total
+        for i, n in plan:
+            used[n] += total[i]
+        for cluster, values in u.clusters:
+            acc = per_cluster.get(cluster)
+            if acc is None:
+                acc = per_cluster[cluster] = dict.fromkeys(used, 0)
+            for i, n in plan:
+                acc[n] += values[i]
+    return Totals(used, per_cluster)
+
+
+def safe_observe(obj: Mapping[str, Any], intern: Interner) -> Observed | None:
+    """`observe`, logging (and skipping) a binding that cannot be charged."""
+    try:
+        return observe(obj, intern)
+    except (ValidationError, QuantityError, ValueError) as e:
+        meta = obj.get("metadata") or {}
+        log.warning(
+            "ResourceBinding cannot be charged; not counted",
+            extra={
+                "namespace": meta.get("namespace"),
+                "binding": meta.get("name"),
+                "uid": meta.get("uid"),
+                "error": str(e),
+            },
+        )
+        return None

@@ -1,0 +1,224 @@
+"""Leader election on a coordination.k8s.io/v1 Lease, as client-go's leaderelection does it.
+
+Every `retry_period` each replica tries to acquire or renew the Lease with compare-and-swap on
+its resourceVersion. A replica takes the Lease over only when the holder has not changed the
+record for `lease_duration` seconds *as observed locally* (monotonic clock: no trust in the
+holder's wall clock), or when it is free (released or empty). The leader considers itself the
+leader only until `renew_deadline` seconds after the start of its last successful renewal;
+with `renew_deadline` < `lease_duration` minus the write timeout, a deposed or partitioned
+leader stops writing before anybody else may start. On a graceful stop the Lease is released
+(holder cleared) so that a successor takes over at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from karmadaquota.kube.client import JSON, Conflict, KubeError, NotFound
+
+log = logging.getLogger("karmadaquota.controller.leader")
+
+DEFAULT_LEASE_NAME = "karmadaquota-controller"
+
+
+class LeaseAPI(Protocol):
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: JSON | None = None,
+        params: Mapping[str, str] | None = None,
+        timeout: float = 10.0,
+    ) -> JSON: ...
+
+
+def identity() -> str:
+    """hostname_pid: unique per process, readable in `kubectl get lease -o yaml`."""
+    return f"{socket.gethostname()}_{os.getpid()}"
+
+
+def lease_path(namespace: str, name: str | None = None) -> str:
+    base = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+    return f"{base}/{name}" if name else base
+
+
+def micro_time(now: datetime) -> str:
+    """metav1.MicroTime."""
+    return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class LeaderElector:
+    def __init__(
+        self,
+        api: LeaseAPI,
+        namespace: str,
+        name: str = DEFAULT_LEASE_NAME,
+        holder: str | None = None,
+        lease_duration: float = 10.0,
+        renew_deadline: float = 7.0,
+        retry_period: float = 2.0,
+        request_timeout: float = 2.0,
+        on_change: Callable[[bool], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        if renew_deadline + request_timeout >= lease_duration:
+            raise ValueError("renew_deadline + request_timeout must be < lease_duration")
+        self.api = api
+        self.namespace = namespace
+        self.name = name
+        self.holder = holder or identity()
+        self.lease_duration = lease_duration
+        self.renew_deadline = renew_deadline
+        self.retry_period = retry_period
+        self.request_timeout = request_timeout
+        self._on_change = on_change or (lambda leader: None)
+        self._clock = clock
+        self._wall = wall
+        self._leader_until = float("-inf")
+        self._observed_rv = ""
+        self._observed_holder = ""
+        self._observed_at = float("-inf")
+        self._was_leader = False
+        self.observed_holder = ""
+
+    # ---- state -----------------------------------------------------------------------------
+
+    def is_leader(self) -> bool:
+        """True while our last renewal is recent enough to exclude any other leader."""
+        return self._clock() < self._leader_until
+
+    def remaining(self) -> float:
+        """Seconds of leadership left (<= 0 when not the leader)."""
+        return self._leader_until - self._clock()
+
+    def _notify(self) -> None:
+        now = self.is_leader()
+        if now != self._was_leader:
+            self._was_leader = now
+            log.info(
+                "leadership changed",
+                extra={
+                    "leader": now,
+                    "holder": self.holder,
+                    "namespace": self.namespace,
+                    "lease": self.name,
+                },
+            )
+            self._on_change(now)
+
+    # ---- one round -------------------------------------------------------------------------
+
+    async def _call(self, method: str, path: str, body: JSON | None = None) -> JSON:
+        return await self.api.request(method, path, body, timeout=self.request_timeout)
+
+    def _record(self, holder: str, transitions: int, acquire: str, now: datetime) -> JSON:
+        return {
+            "holderIdentity": holder,
+            "leaseDurationSeconds": int(self.lease_duration),
+            "acquireTime": acquire,
+            "renewTime": micro_time(now),
+            "leaseTransitions": transitions,
+        }
+
+    async def try_acquire_or_renew(self) -> bool:
+        """One client-go round: create, take over or renew the Lease. True when leader."""
+        started = self._clock()
+        now = self._wall()
+        try:
+            lease = await self._call("GET", lease_path(self.namespace, self.name))
+        except NotFound:
+            body = {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": self.name, "namespace": self.namespace},
+                "spec": self._record(self.holder, 0, micro_time(now), now),
+            }
+            try:
+                created = await self._call("POST", lease_path(self.namespace), body)
+            except Conflict:
+                return False  # another replica created it first
+            except NotFound as e:
+                log.error(
+                    "cannot create the leader Lease: namespace not found",
+                    extra={"namespace": self.namespace, "lease": self.name, "error": str(e)},
+                )
+                return False
+            self._observe(created, started)
+            self._leader_until = started + self.renew_deadline
+            return True
+        self._observe(lease, started)
+        spec: dict[str, Any] = lease.get("spec") or {}
+        holder = str(spec.get("holderIdentity") or "")
+        duration = float(spec.get("leaseDurationSeconds") or self.lease_duration)
+        if holder and holder != self.holder and started < self._observed_at + duration:
+            self._leader_until = float("-inf")
+            return False
+        transitions = int(spec.get("leaseTransitions") or 0)
+        if holder == self.holder:
+            acquire = str(spec.get("acquireTime") or micro_time(now))
+        else:
+            acquire = micro_time(now)
+            transitions += 1
+        updated = dict(lease)
+        updated["spec"] = {**spec, **self._record(self.holder, transitions, acquire, now)}
+        try:
+            result = await self._call("PUT", lease_path(self.namespace, self.name), updated)
+        except (Conflict, NotFound):
+            return False
+        self._observe(result, started)
+        self._leader_until = started + self.renew_deadline
+        return True
+
+    def _observe(self, lease: JSON, at: float) -> None:
+        rv = str((lease.get("metadata") or {}).get("resourceVersion", ""))
+        if rv != self._observed_rv:
+            self._observed_rv = rv
+            self._observed_at = at
+        self.observed_holder = str((lease.get("spec") or {}).get("holderIdentity") or "")
+
+    async def release(self) -> None:
+        """Give the Lease up (graceful stop) so that a successor need not wait it out."""
+        if not self.is_leader():
+            return
+        self._leader_until = float("-inf")
+        self._notify()
+        try:
+            lease = await self._call("GET", lease_path(self.namespace, self.name))
+            spec: dict[str, Any] = dict(lease.get("spec") or {})
+            if spec.get("holderIdentity") != self.holder:
+                return
+            now = micro_time(self._wall())
+            spec.update({"holderIdentity": "", "leaseDurationSeconds": 1, "renewTime": now})
+            await self._call("PUT", lease_path(self.namespace, self.name), {**lease, "spec": spec})
+            log.info(
+                "leader Lease released", extra={"namespace": self.namespace, "lease": self.name}
+            )
+        except (KubeError, OSError, TimeoutError) as e:
+            log.warning("leader Lease not released", extra={"error": str(e)})
+
+    async def run(self) -> None:
+        """Acquire/renew every retry_period forever (cancel to stop; then call `release`)."""
+        while True:
+            try:
+                await self.try_acquire_or_renew()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # network, 5xx: keep leadership until it runs out
+                log.warning(
+                    "leader election round failed",
+                    extra={"namespace": self.namespace, "lease": self.name, "error": str(e)},
+                )
+            self._notify()
+            delay = self.retry_period
+            if self._was_leader:
+                # wake up in time to notice a lapse even if renewals keep failing
+                delay = max(0.0, min(delay, self.remaining()))
+            await asyncio.sleep(delay)  # the election period, not synchronisation

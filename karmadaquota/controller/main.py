@@ -1,0 +1,179 @@
+"""`karmadaquota controller`: wire the pieces together and run until SIGTERM/SIGINT.
+
+Flags come from cli.py (--kubeconfig, --resync-period, --metrics-bind-address, --metrics-port,
+--namespace for the Lease, --no-member-watch). Tuning that rarely changes is read from the
+environment:
+
+| variable | default | meaning |
+|---|---|---|
+| KARMADAQUOTA_DEBOUNCE_QUIET | 0.03 | flush a namespace after this many quiet seconds |
+| KARMADAQUOTA_DEBOUNCE_MAX | 0.25 | ... and at the latest this long after its first change |
+| KARMADAQUOTA_LEADER_ELECT | true | false: write without a Lease (one replica only!) |
+| KARMADAQUOTA_LEASE_NAME | karmadaquota-controller | the Lease's name |
+| KARMADAQUOTA_LEASE_DURATION | 10 | seconds; renewals every 2 s, deadline duration - 3 s |
+| KARMADAQUOTA_KOPF_LOG_LEVEL | warning | kopf's own logging |
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import kopf
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from karmadaquota.controller import operator
+from karmadaquota.controller.core import AlwaysLeader, Controller, Leadership, Settings
+from karmadaquota.controller.leader import DEFAULT_LEASE_NAME, LeaderElector
+from karmadaquota.controller.members import Members
+from karmadaquota.controller.metrics import ControllerMetrics
+from karmadaquota.kube.client import JSON, KubeClient
+
+log = logging.getLogger("karmadaquota.controller")
+
+
+@dataclass
+class ControllerConfig:
+    kubeconfig: str | None = None
+    resync_period: float = 300.0
+    metrics_bind_address: str = "127.0.0.1"
+    metrics_port: int = 8080
+    lease_namespace: str = "karmada-system"
+    member_watch: bool = True
+    quiet: float = 0.03
+    max_delay: float = 0.25
+    leader_elect: bool = True
+    lease_name: str = DEFAULT_LEASE_NAME
+    lease_duration: float = 10.0
+    kopf_log_level: str = "warning"
+
+
+def _bool(text: str) -> bool:
+    return text.strip().lower() not in ("0", "false", "no", "off", "")
+
+
+def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> ControllerConfig:
+    return ControllerConfig(
+        kubeconfig=args.kubeconfig,
+        resync_period=args.resync_period.total_seconds() or 300.0,
+        metrics_bind_address=args.metrics_bind_address,
+        metrics_port=args.metrics_port,
+        lease_namespace=args.namespace,
+        member_watch=not args.no_member_watch,
+        quiet=float(env.get("KARMADAQUOTA_DEBOUNCE_QUIET", "0.03")),
+        max_delay=float(env.get("KARMADAQUOTA_DEBOUNCE_MAX", "0.25")),
+        leader_elect=_bool(env.get("KARMADAQUOTA_LEADER_ELECT", "true")),
+        lease_name=env.get("KARMADAQUOTA_LEASE_NAME", DEFAULT_LEASE_NAME),
+        lease_duration=float(env.get("KARMADAQUOTA_LEASE_DURATION", "10")),
+        kopf_log_level=env.get("KARMADAQUOTA_KOPF_LOG_LEVEL", "warning"),
+    )
+
+
+def build_app(controller: Controller, metrics: ControllerMetrics) -> web.Application:
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def readyz(_: web.Request) -> web.Response:
+        if controller.synced.is_set():
+            return web.Response(text="ok\n")
+        return web.Response(status=503, text="bindings and quotas not listed yet\n")
+
+    async def metrics_handler(_: web.Request) -> web.Response:
+        return web.Response(
+            body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )
+
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics_handler)
+    return app
+
+
+async def serve(cfg: ControllerConfig) -> int:
+    metrics = ControllerMetrics()
+    client = await KubeClient.connect(cfg.kubeconfig)
+    elector: LeaderElector | None = None
+    leadership: Leadership = AlwaysLeader()
+    controller = Controller(
+        client,
+        metrics,
+        leadership,
+        Settings(quiet=cfg.quiet, max_delay=cfg.max_delay, member_watch=cfg.member_watch),
+    )
+    if cfg.leader_elect:
+        elector = LeaderElector(
+            client,
+            cfg.lease_namespace,
+            name=cfg.lease_name,
+            lease_duration=cfg.lease_duration,
+            renew_deadline=cfg.lease_duration - 3.0,
+            retry_period=min(2.0, cfg.lease_duration / 5),
+            on_change=controller.leadership_changed,
+        )
+        controller.leadership = elector
+    else:
+        controller.leadership_changed(True)
+
+    async def read_secret(namespace: str, name: str) -> JSON:
+        return await client.get(f"/api/v1/namespaces/{namespace}/secrets/{name}")
+
+    members = Members(read_secret, controller.member_changed, metrics, enabled=cfg.member_watch)
+    controller.members = members
+
+    runner = web.AppRunner(build_app(controller, metrics), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, cfg.metrics_bind_address, cfg.metrics_port)
+    await site.start()
+    log.info(
+        "controller starting",
+        extra={
+            "metrics": f"{cfg.metrics_bind_address}:{cfg.metrics_port}",
+            "lease": f"{cfg.lease_namespace}/{cfg.lease_name}" if cfg.leader_elect else "off",
+            "holder": elector.holder if elector else "",
+            "member_watch": cfg.member_watch,
+        },
+    )
+    tasks: list[asyncio.Task[Any]] = [
+        asyncio.create_task(controller.dirty.run(), name="recompute-queue"),
+        asyncio.create_task(controller.resync_forever(cfg.resync_period), name="resync"),
+    ]
+    if elector is not None:
+        tasks.append(asyncio.create_task(elector.run(), name="leader-election"))
+    logging.getLogger("kopf").setLevel(cfg.kopf_log_level.upper())
+    code = 0
+    try:
+        await kopf.operator(
+            registry=operator.registry(controller, members, cfg.kubeconfig),
+            settings=operator.settings(),
+            standalone=True,
+            clusterwide=True,
+        )
+    except Exception:
+        log.exception("operator failed")
+        code = 1
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if elector is not None:
+            await elector.release()
+        await members.close()
+        await runner.cleanup()
+        await client.close()
+        log.info("controller stopped")
+    return code
+
+
+def run_controller(args: argparse.Namespace) -> int:
+    cfg = config_from(args, os.environ)
+    with contextlib.suppress(KeyboardInterrupt):
+        return asyncio.run(serve(cfg))
+    return 0

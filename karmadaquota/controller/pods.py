@@ -1,0 +1,198 @@
+"""Observed usage: what the pods of a member cluster actually request (pure).
+
+A pod counts while it is *non-terminal*: its phase is neither Succeeded nor Failed AND it has no
+deletionTimestamp. A pod being deleted is not counted (its workload is going away, exactly as a
+binding being deleted is not charged), which keeps `observed` comparable with `used` and lets a
+scale-down show at once. The member watch also asks the API server to filter out terminal pods
+(`status.phase!=Succeeded,status.phase!=Failed`); this check is the client-side guard.
+
+A pod's requests follow Kubernetes' resource helper (PodRequests): containers add up, sidecars
+(init containers with restartPolicy Always) add to them, every other init container must fit on
+its own next to the sidecars started before it (the maximum is taken), and the pod overhead is
+added. They are then charged under quota names as Kubernetes' pod evaluator does: cpu, memory,
+ephemeral-storage and hugepages-* under the bare and the requests.* name, extended resources as
+requests.<name>, plus `pods` and `count/pods` (1 each).
+
+Scopes apply to pods as to bindings: PriorityClass reads spec.priorityClassName, BestEffort is
+the BestEffort QoS class (no cpu/memory request or limit in any container).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from karmadaquota import resources, scopes
+from karmadaquota.quantity import Quantity, QuantityError
+from karmadaquota.resources import ResourceList
+from karmadaquota.scopes import BindingTraits, Expression
+
+log = logging.getLogger("karmadaquota.controller.pods")
+
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+NON_TERMINAL_FIELD_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed"
+_ONE = Quantity.from_int(1)
+_QOS_RESOURCES = ("cpu", "memory")
+# Quota names a pod can say something about (others, e.g. count/deployments.apps, cannot).
+_POD_COUNTS = frozenset({"pods", "count/pods"})
+_BARE = frozenset({"cpu", "memory", "ephemeral-storage"})
+
+
+def is_pod_observable(name: str) -> bool:
+    """Whether member pods can show usage of quota resource `name`."""
+    return name in _POD_COUNTS or name in _BARE or name.startswith(("requests.", "hugepages-"))
+
+
+@dataclass(frozen=True, slots=True)
+class PodUsage:
+    """One counted pod: its scope traits and its usage under every quota name."""
+
+    traits: BindingTraits
+    usage: ResourceList
+
+
+def is_counted(pod: Mapping[str, Any]) -> bool:
+    """Non-terminal: not Succeeded/Failed and not being deleted."""
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    return (pod.get("status") or {}).get("phase") not in TERMINAL_PHASES
+
+
+def _container_requests(container: Mapping[str, Any], where: str) -> ResourceList:
+    raw = ((container.get("resources") or {}).get("requests")) or {}
+    return resources.parse_resource_list(raw, where)
+
+
+def _max(a: Mapping[str, Quantity], b: Mapping[str, Quantity]) -> ResourceList:
+    out = dict(a)
+    for name, q in b.items():
+        have = out.get(name)
+        if have is None or q > have:
+            out[name] = q
+    return out
+
+
+def pod_requests(spec: Mapping[str, Any]) -> ResourceList:
+    """Effective pod requests (bare resource names), as Kubernetes' PodRequests computes them."""
+    reqs: ResourceList = {}
+    for i, c in enumerate(spec.get("containers") or []):
+        reqs = resources.add(reqs, _container_requests(c, f"spec.containers[{i}]"))
+    sidecars: ResourceList = {}
+    init_max: ResourceList = {}
+    for i, c in enumerate(spec.get("initContainers") or []):
+        own = _container_requests(c, f"spec.initContainers[{i}]")
+        if c.get("restartPolicy") == "Always":
+            reqs = resources.add(reqs, own)
+            sidecars = resources.add(sidecars, own)
+            need = sidecars
+        else:
+            need = resources.add(own, sidecars)
+        init_max = _max(init_max, need)
+    reqs = _max(reqs, init_max)
+    overhead = resources.parse_resource_list(spec.get("overhead") or {}, "spec.overhead")
+    return resources.add(reqs, overhead)
+
+
+def _best_effort(spec: Mapping[str, Any]) -> bool:
+    for key in ("containers", "initContainers"):
+        for c in spec.get(key) or []:
+            res = c.get("resources") or {}
+            for part in ("requests", "limits"):
+                if any(r in (res.get(part) or {}) for r in _QOS_RESOURCES):
+                    return False
+    return True
+
+
+def pod_usage(pod: Mapping[str, Any]) -> PodUsage | None:
+    """The usage of one pod, or None when it does not count (terminal or being deleted)."""
+    if not is_counted(pod):
+        return None
+    spec = pod.get("spec") or {}
+    try:
+        requests = pod_requests(spec)
+    except QuantityError as e:  # the member's API server validated them: should not happen
+        meta = pod.get("metadata") or {}
+        log.warning(
+            "pod requests unreadable; counting the pod only",
+            extra={"namespace": meta.get("namespace"), "pod": meta.get("name"), "error": str(e)},
+        )
+        requests = {}
+    usage = resources.to_quota_names(requests, None)
+    usage.pop("requests.pods", None)
+    usage.pop("pods", None)
+    usage["pods"] = _ONE
+    usage["count/pods"] = _ONE
+    traits = BindingTraits(
+        has_replicas=True,
+        best_effort=_best_effort(spec),
+        priority_class=str(spec.get("priorityClassName") or ""),
+    )
+    return PodUsage(traits, usage)
+
+
+class PodTable:
+    """The counted pods of one member cluster: namespace -> uid -> PodUsage."""
+
+    def __init__(self) -> None:
+        self._by_ns: dict[str, dict[str, PodUsage]] = {}
+
+    def __len__(self) -> int:
+        return sum(len(b) for b in self._by_ns.values())
+
+    def namespaces(self) -> set[str]:
+        return set(self._by_ns)
+
+    def put(self, namespace: str, uid: str, usage: PodUsage | None) -> bool:
+        """Record (or, with None, forget) a pod; True if the table changed."""
+        bucket = self._by_ns.get(namespace)
+        if usage is None:
+            if bucket is None or uid not in bucket:
+                return False
+            del bucket[uid]
+            if not bucket:
+                del self._by_ns[namespace]
+            return True
+        if bucket is None:
+            bucket = self._by_ns[namespace] = {}
+        old = bucket.get(uid)
+        bucket[uid] = usage
+        return old != usage
+
+    def apply(self, event_type: str, pod: Mapping[str, Any]) -> str | None:
+        """Fold in one watch event; the namespace when it changed the table."""
+        meta = pod.get("metadata") or {}
+        ns, uid = str(meta.get("namespace", "")), str(meta.get("uid", ""))
+        usage = None if event_type == "DELETED" else pod_usage(pod)
+        return ns if self.put(ns, uid, usage) else None
+
+    def replace(self, pods: Iterable[Mapping[str, Any]]) -> set[str]:
+        """Replace everything with a fresh list; the namespaces whose figures changed."""
+        fresh = PodTable()
+        for pod in pods:
+            fresh.apply("ADDED", pod)
+        changed = {
+            ns
+            for ns in self.namespaces() | fresh.namespaces()
+            if self._by_ns.get(ns) != fresh._by_ns.get(ns)
+        }
+        self._by_ns = fresh._by_ns
+        return changed
+
+    def observed(
+        self, namespace: str, names: Collection[str], exprs: tuple[Expression, ...]
+    ) -> ResourceList:
+        """Σ usage of the namespace's counted pods matching `exprs`, masked to `names`.
+
+        Zero for every pod-observable name, so a quiet namespace reads 0 rather than nothing.
+        """
+        out: ResourceList = {n: Quantity.zero() for n in names if is_pod_observable(n)}
+        for p in self._by_ns.get(namespace, {}).values():
+            if not scopes.matches(exprs, p.traits):
+                continue
+            for name, q in p.usage.items():
+                have = out.get(name)
+                if have is not None:
+                    out[name] = have + q
+        return out

@@ -1,0 +1,262 @@
+"""A quota's desired status, recomputed from scratch (pure).
+
+From the binding index, the member pod tables and the quota as last read:
+
+- `used`: Σ charge of the namespace's bindings whose traits match the quota's scopes, masked to
+  the quota's hard names, every name present (zero when unused) — the webhook reads a missing
+  name as "status unknown".
+- `aggregatedStatus[]`: per cluster (every known member, plus any cluster a binding is placed
+  in), `used` from the bindings' placement and `observed` from the member's own pods.
+- `reservations`: those of the object as read, minus the ones the index now accounts for (the
+  binding is indexed at the reservation's generation or later, or was seen deleted) and the
+  expired ones. Both come out of the same snapshot as `used`, so the write that drops a
+  reservation also carries the binding's usage: used + reserved never dips below the truth.
+- `hard`, `summary`, `conditions` (Ready, Valid, MemberObserved), `observedGeneration`.
+
+A quota failing `validation.validate_spec` is not charged: Valid=False with the messages,
+Ready=False, no `used` (so the webhook denies what it would charge: fail closed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+from karmadaquota import resources, scopes, validation
+from karmadaquota.api import (
+    ClusterUsage,
+    Condition,
+    KarmadaQuota,
+    KarmadaQuotaStatus,
+    Reservation,
+)
+from karmadaquota.controller import status as st
+from karmadaquota.controller.index import Entry, aggregate
+from karmadaquota.quantity import Format, Quantity, QuantityError
+from karmadaquota.resources import ResourceList
+from karmadaquota.scopes import Expression
+
+RELEASED_OBSERVED = "observed"
+RELEASED_EXPIRED = "expired"
+
+REASON_CALCULATED = "Calculated"
+REASON_INVALID = "InvalidSpec"
+REASON_VALID = "Valid"
+REASON_ALL_OBSERVED = "AllMembersObserved"
+REASON_UNREACHABLE = "MemberUnreachable"
+REASON_SYNCING = "MemberSyncing"
+REASON_DISABLED = "MemberWatchDisabled"
+
+
+class MemberView(Protocol):
+    """What recompute needs of one member cluster's pod watch."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def synced(self) -> bool:
+        """At least one full list succeeded (figures exist, possibly stale)."""
+        ...
+
+    @property
+    def error(self) -> str:
+        """Why the member is currently not observed ("" when it is)."""
+        ...
+
+    def observed(
+        self, namespace: str, names: Collection[str], exprs: tuple[Expression, ...]
+    ) -> ResourceList: ...
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Everything a namespace's recompute reads, as one snapshot."""
+
+    bindings: Mapping[str, Entry]
+    deleted: Callable[[str], bool] = lambda uid: False
+    members: Sequence[MemberView] = ()
+    member_watch: bool = True
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: KarmadaQuotaStatus
+    used: ResourceList
+    hard: ResourceList
+    released: Mapping[str, int] = field(default_factory=dict)
+    # earliest expirationTime among the reservations kept (to recompute when it lapses)
+    next_expiry: datetime | None = None
+
+
+def parse_time(value: str) -> datetime | None:
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def prune_reservations(
+    reservations: Sequence[Reservation],
+    bindings: Mapping[str, Entry],
+    deleted: Callable[[str], bool],
+    now: datetime,
+) -> tuple[list[Reservation], dict[str, int], datetime | None]:
+    """(kept, released count per reason, earliest expiry among kept)."""
+    kept: list[Reservation] = []
+    released: dict[str, int] = {}
+    earliest: datetime | None = None
+    for r in reservations:
+        uid = r.reservedBy.uid
+        entry = bindings.get(uid)
+        if (entry is not None and entry.generation >= r.generation) or deleted(uid):
+            released[RELEASED_OBSERVED] = released.get(RELEASED_OBSERVED, 0) + 1
+            continue
+        expires = parse_time(r.expirationTime)
+        if expires is None or expires <= now:
+            released[RELEASED_EXPIRED] = released.get(RELEASED_EXPIRED, 0) + 1
+            continue
+        kept.append(r)
+        earliest = expires if earliest is None or expires < earliest else earliest
+    return kept, released, earliest
+
+
+def _quantities(nanos: Mapping[str, int], hard: Mapping[str, Quantity]) -> ResourceList:
+    """Sums in the format of the hard limit they are compared with (2Gi stays binary)."""
+    return {
+        n: Quantity(v, hard[n].format if n in hard else Format.DECIMAL_SI) for n, v in nanos.items()
+    }
+
+
+def _in_format(rl: Mapping[str, Quantity], hard: Mapping[str, Quantity]) -> ResourceList:
+    return {n: Quantity(q.nanos, hard[n].format) if n in hard else q for n, q in rl.items()}
+
+
+def _member_condition(inputs: Inputs) -> Condition:
+    if not inputs.member_watch:
+        return Condition(
+            type=st.COND_MEMBER_OBSERVED,
+            status="Unknown",
+            reason=REASON_DISABLED,
+            message="the controller runs with --no-member-watch",
+        )
+    members = sorted(inputs.members, key=lambda m: m.name)
+    failing = [m for m in members if m.error]
+    if failing:
+        stale = "; ".join(
+            f"{m.name}: {m.error}" + ("" if m.synced else " (never observed)") for m in failing
+        )
+        return Condition(
+            type=st.COND_MEMBER_OBSERVED,
+            status="False",
+            reason=REASON_UNREACHABLE,
+            message=f"observed usage is stale for {stale}",
+        )
+    syncing = [m.name for m in members if not m.synced]
+    if syncing:
+        return Condition(
+            type=st.COND_MEMBER_OBSERVED,
+            status="Unknown",
+            reason=REASON_SYNCING,
+            message=f"listing pods in {', '.join(syncing)}",
+        )
+    return Condition(
+        type=st.COND_MEMBER_OBSERVED,
+        status="True",
+        reason=REASON_ALL_OBSERVED,
+        message=f"pods observed in {len(members)} member cluster(s)",
+    )
+
+
+def recompute(quota: KarmadaQuota, inputs: Inputs, now: datetime) -> Outcome:
+    """The status the quota should have now (see the module docstring)."""
+    current = quota.status
+    generation = quota.metadata.generation
+    kept, released, next_expiry = prune_reservations(
+        current.reservations, inputs.bindings, inputs.deleted, now
+    )
+    errors = validation.validate_spec(quota.spec)
+    hard: ResourceList = {}
+    if not errors:
+        try:
+            hard = resources.parse_resource_list(quota.spec.hard, "spec.hard")
+        except QuantityError as e:  # validate_spec reports it; belt and braces
+            errors = [str(e)]
+    if errors:
+        wanted = [
+            Condition(
+                type=st.COND_READY,
+                status="False",
+                reason=REASON_INVALID,
+                message="the quota is not enforced until its spec is fixed",
+                observedGeneration=generation,
+            ),
+            Condition(
+                type=st.COND_VALID,
+                status="False",
+                reason=REASON_INVALID,
+                message="; ".join(errors),
+                observedGeneration=generation,
+            ),
+        ]
+        new_status = KarmadaQuotaStatus(
+            hard={},
+            used={},
+            aggregatedStatus=[],
+            reservations=kept,
+            summary="invalid spec: see the Valid condition",
+            conditions=st.merge_conditions(current.conditions, wanted, now),
+            observedGeneration=generation,
+        )
+        return Outcome(new_status, {}, {}, released, next_expiry)
+
+    exprs = scopes.expressions(quota.spec)
+    totals = aggregate(inputs.bindings.values(), hard.keys(), exprs)
+    used = _quantities(totals.used, hard)
+    zero_cluster = dict.fromkeys(totals.used, 0)
+    members = {m.name: m for m in inputs.members}
+    clusters = sorted(set(members) | set(totals.per_cluster))
+    aggregated: list[ClusterUsage] = []
+    for name in clusters:
+        cluster_used = _quantities(totals.per_cluster.get(name, zero_cluster), hard)
+        observed: dict[str, str] | None = None
+        member = members.get(name)
+        if inputs.member_watch and member is not None and member.synced:
+            rl = member.observed(quota.metadata.namespace, hard.keys(), exprs)
+            observed = resources.format_resource_list(_in_format(rl, hard))
+        aggregated.append(
+            ClusterUsage(
+                clusterName=name,
+                used=resources.format_resource_list(cluster_used),
+                observed=observed,
+            )
+        )
+    wanted = [
+        Condition(
+            type=st.COND_READY,
+            status="True",
+            reason=REASON_CALCULATED,
+            message="usage recomputed from the ResourceBindings",
+            observedGeneration=generation,
+        ),
+        Condition(
+            type=st.COND_VALID,
+            status="True",
+            reason=REASON_VALID,
+            message="",
+            observedGeneration=generation,
+        ),
+        _member_condition(inputs).model_copy(update={"observedGeneration": generation}),
+    ]
+    new_status = KarmadaQuotaStatus(
+        hard=resources.format_resource_list(hard),
+        used=resources.format_resource_list(used),
+        aggregatedStatus=aggregated,
+        reservations=kept,
+        summary=st.summary(used, hard),
+        conditions=st.merge_conditions(current.conditions, wanted, now),
+        observedGeneration=generation,
+    )
+    return Outcome(new_status, used, hard, released, next_expiry)

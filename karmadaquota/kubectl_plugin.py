@@ -1,0 +1,167 @@
+"""`kubectl karmadaquota describe NAME -n NS` — a KarmadaQuota as `kubectl describe quota` shows
+a ResourceQuota (seed 001), plus one `used/observed` column per member cluster, the pending
+reservations and the conditions.
+
+Rendering is the pure `render(quota, now)`; the object is fetched with the user's own kubectl
+(`kubectl get karmadaquota NAME -n NS -o json`, honouring --kubeconfig and --context), so the
+plugin needs nothing but what kubectl already has. `$KUBECTL` picks the kubectl binary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from karmadaquota import api
+
+_NONE = "-"
+
+
+def _table(rows: Sequence[Sequence[str]], indent: str = "") -> list[str]:
+    """Left-aligned columns separated by at least 3 spaces (kubectl's tabwriter look)."""
+    if not rows:
+        return []
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    out = []
+    for r in rows:
+        cells = [c.ljust(w) for c, w in zip(r, widths, strict=True)]
+        out.append((indent + "   ".join(cells)).rstrip())
+    return out
+
+
+def _parse_time(value: str) -> datetime | None:
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _relative(when: datetime | None, now: datetime) -> str:
+    if when is None:
+        return "unreadable"
+    seconds = int((when - now).total_seconds())
+    if seconds <= 0:
+        return "expired"
+    if seconds < 120:
+        return f"in {seconds}s"
+    if seconds < 7200:
+        return f"in {seconds // 60}m"
+    return f"in {seconds // 3600}h"
+
+
+def _scopes(spec: Mapping[str, Any]) -> list[str]:
+    out = [str(s) for s in spec.get("scopes") or []]
+    for e in (spec.get("scopeSelector") or {}).get("matchExpressions") or []:
+        values = e.get("values") or []
+        text = f"{e.get('scopeName', '')} {e.get('operator', '')}"
+        out.append(f"{text} [{', '.join(values)}]" if values else text)
+    return out
+
+
+def render(quota: Mapping[str, Any], now: datetime) -> str:
+    """The describe output for one KarmadaQuota object (as JSON from the API server)."""
+    meta = quota.get("metadata") or {}
+    spec = quota.get("spec") or {}
+    status = quota.get("status") or {}
+    hard: Mapping[str, Any] = spec.get("hard") or {}
+    used: Mapping[str, Any] = status.get("used") or {}
+    clusters = sorted(
+        (c for c in status.get("aggregatedStatus") or [] if c.get("clusterName")),
+        key=lambda c: str(c["clusterName"]),
+    )
+    lines = [f"Name:         {meta.get('name', '')}", f"Namespace:    {meta.get('namespace', '')}"]
+    scopes = _scopes(spec)
+    if scopes:
+        lines.append(f"Scopes:       {'; '.join(scopes)}")
+    header = ["Resource", "Used", "Hard", *(f"{c['clusterName']} used/observed" for c in clusters)]
+    rows: list[list[str]] = [header, ["-" * len(h) for h in header]]
+    for name in sorted(hard):
+        row = [name, str(used.get(name, _NONE)), str(hard[name])]
+        for c in clusters:
+            c_used = (c.get("used") or {}).get(name, _NONE)
+            observed = c.get("observed")
+            c_obs = _NONE if observed is None else observed.get(name, _NONE)
+            row.append(f"{c_used}/{c_obs}")
+        rows.append(row)
+    lines.extend(_table(rows))
+    reservations = status.get("reservations") or []
+    if reservations:
+        lines.append("Reservations:")
+        r_rows = [["Binding", "Reserved", "Expires"], ["-------", "--------", "-------"]]
+        for r in sorted(reservations, key=lambda r: str(r.get("expirationTime", ""))):
+            by = r.get("reservedBy") or {}
+            reserved = r.get("reserved") or {}
+            expires = str(r.get("expirationTime", ""))
+            r_rows.append(
+                [
+                    str(by.get("name") or by.get("uid", "")),
+                    ",".join(f"{k}={reserved[k]}" for k in sorted(reserved)) or _NONE,
+                    f"{expires} ({_relative(_parse_time(expires), now)})",
+                ]
+            )
+        lines.extend(_table(r_rows, "  "))
+    else:
+        lines.append("Reservations: <none>")
+    conditions = status.get("conditions") or []
+    if conditions:
+        lines.append("Conditions:")
+        c_rows = [["Type", "Status", "Reason", "Message"], ["----", "------", "------", "-------"]]
+        for c in conditions:
+            c_rows.append(
+                [
+                    str(c.get("type", "")),
+                    str(c.get("status", "")),
+                    str(c.get("reason", "")),
+                    str(c.get("message", "")),
+                ]
+            )
+        lines.extend(_table(c_rows, "  "))
+    return "\n".join(lines) + "\n"
+
+
+def _kubectl() -> str:
+    return os.environ.get("KUBECTL") or shutil.which("kubectl") or "kubectl"
+
+
+def fetch(name: str, namespace: str | None, kubeconfig: str | None, context: str | None) -> Any:
+    cmd = [_kubectl()]
+    if kubeconfig:
+        cmd.append(f"--kubeconfig={kubeconfig}")
+    if context:
+        cmd.append(f"--context={context}")
+    cmd += ["get", f"{api.PLURAL}.{api.GROUP}", name, "-o", "json"]
+    if namespace:
+        cmd += ["-n", namespace]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=60)
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr.strip() or f"{' '.join(cmd)} exited {proc.returncode}")
+    return json.loads(proc.stdout)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="kubectl karmadaquota", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    d = sub.add_parser("describe", help="usage, per-cluster breakdown and reservations")
+    d.add_argument("name")
+    d.add_argument("-n", "--namespace")
+    d.add_argument("--kubeconfig")
+    d.add_argument("--context")
+    args = p.parse_args(argv)
+    try:
+        quota = fetch(args.name, args.namespace, args.kubeconfig, args.context)
+    except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    sys.stdout.write(render(quota, datetime.now(UTC)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,306 @@
+"""The controller shell against a fake API server: sync gating, CAS writes, leadership."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from karmadaquota.controller.core import Controller, Settings
+from karmadaquota.controller.metrics import ControllerMetrics
+from karmadaquota.kube import paths
+from karmadaquota.kube.client import JSON, Conflict, NotFound
+from tests.test_controller_index import raw_binding
+
+NS = "team-a"
+
+
+class FakeKarmada:
+    """KarmadaQuotas and ResourceBindings with resourceVersion CAS and paginated lists."""
+
+    def __init__(self) -> None:
+        self.rv = 100
+        self.quotas: dict[str, JSON] = {}
+        self.bindings: dict[str, JSON] = {}
+        self.puts = 0
+        self.before_put: Callable[[JSON], Awaitable[None]] | None = None
+
+    def _bump(self, obj: JSON) -> JSON:
+        self.rv += 1
+        obj["metadata"]["resourceVersion"] = str(self.rv)
+        return obj
+
+    def add_quota(self, name: str, hard: Mapping[str, str], **status: Any) -> JSON:
+        obj = {
+            "apiVersion": "quota.karmada.io/v1alpha1",
+            "kind": "KarmadaQuota",
+            "metadata": {"name": name, "namespace": NS, "uid": f"q-{name}", "generation": 1},
+            "spec": {"hard": dict(hard)},
+            "status": dict(status),
+        }
+        self.quotas[name] = self._bump(obj)
+        return copy.deepcopy(obj)
+
+    def add_binding(self, name: str, **kw: Any) -> JSON:
+        self.rv += 1
+        raw = raw_binding(name, namespace=NS, rv=self.rv, **kw)
+        self.bindings[raw["metadata"]["uid"]] = raw
+        return copy.deepcopy(raw)
+
+    def add_reservation(
+        self, name: str, uid: str, reserved: Mapping[str, str], gen: int = 1, ttl: float = 60
+    ) -> JSON:
+        q = self.quotas[name]
+        expires = (datetime.now(UTC) + timedelta(seconds=ttl)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        q.setdefault("status", {}).setdefault("reservations", []).append(
+            {
+                "reservedBy": {
+                    "apiVersion": "work.karmada.io/v1alpha2",
+                    "kind": "ResourceBinding",
+                    "name": uid,
+                    "uid": uid,
+                },
+                "reserved": dict(reserved),
+                "expirationTime": expires,
+                "generation": gen,
+            }
+        )
+        return copy.deepcopy(self._bump(q))
+
+    async def get(self, path: str, params: Mapping[str, str] | None = None) -> JSON:
+        return await self.request("GET", path, params=params)
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: JSON | None = None,
+        params: Mapping[str, str] | None = None,
+        timeout: float = 10.0,
+    ) -> JSON:
+        await asyncio.sleep(0)
+        params = params or {}
+        if method == "GET" and path in (paths.bindings(), paths.quotas()):
+            items = list((self.bindings if path == paths.bindings() else self.quotas).values())
+            start = int(params.get("continue", "0"))
+            limit = int(params.get("limit", "1000"))
+            page = items[start : start + limit]
+            meta: JSON = {"resourceVersion": str(self.rv)}
+            if start + limit < len(items):
+                meta["continue"] = str(start + limit)
+            return {"items": copy.deepcopy(page), "metadata": meta}
+        name = path.split("/karmadaquotas/")[1].split("/")[0]
+        if method == "GET":
+            if name not in self.quotas:
+                raise NotFound(404, "NotFound", name)
+            return copy.deepcopy(self.quotas[name])
+        assert method == "PUT" and path.endswith("/status") and body is not None
+        if self.before_put is not None:
+            hook, self.before_put = self.before_put, None
+            await hook(body)
+        self.puts += 1
+        current = self.quotas.get(name)
+        if current is None:
+            raise NotFound(404, "NotFound", name)
+        if body["metadata"]["resourceVersion"] != current["metadata"]["resourceVersion"]:
+            raise Conflict(409, "Conflict", name)
+        current["status"] = copy.deepcopy(body["status"])
+        return copy.deepcopy(self._bump(current))
+
+
+class Lead:
+    def __init__(self, leader: bool = True) -> None:
+        self.leader = leader
+
+    def is_leader(self) -> bool:
+        return self.leader
+
+    def remaining(self) -> float:
+        return 100.0 if self.leader else -1.0
+
+
+async def until(pred: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, "condition not reached before the deadline"
+        await asyncio.sleep(0.005)
+
+
+@pytest.fixture
+async def env() -> AsyncIterator[tuple[FakeKarmada, Controller, Lead]]:
+    api = FakeKarmada()
+    lead = Lead()
+    c = Controller(
+        api,
+        ControllerMetrics(),
+        lead,
+        Settings(quiet=0.01, max_delay=0.1, page_size=2, member_watch=False),
+    )
+    task = asyncio.create_task(c.dirty.run())
+    try:
+        yield api, c, lead
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+def used(api: FakeKarmada, name: str = "q") -> dict[str, str]:
+    return dict(api.quotas[name].get("status", {}).get("used", {}))
+
+
+def quiet(c: Controller) -> bool:
+    return c.dirty.idle()  # nothing marked, nothing flushing (expiry timers may be armed)
+
+
+async def test_nothing_is_written_before_the_full_list(env: Any) -> None:
+    api, c, _ = env
+    q = api.add_quota("q", {"pods": "10"})
+    c.quota_event("ADDED", q)
+    await until(lambda: quiet(c))
+    assert api.puts == 0
+    for i in range(5):
+        api.add_binding(f"b{i}", replicas=1)
+    await c.resync()
+    await until(lambda: used(api) == {"pods": "5"})
+    assert api.quotas["q"]["status"]["summary"] == "pods: 5/10"
+
+
+async def test_binding_events_recompute_and_write_only_on_change(env: Any) -> None:
+    api, c, _ = env
+    api.add_quota("q", {"pods": "10", "requests.cpu": "4"})
+    await c.resync()
+    await until(lambda: used(api) == {"pods": "0", "requests.cpu": "0"})
+    b = api.add_binding("web", replicas=2)
+    c.binding_event("ADDED", b)
+    await until(lambda: used(api) == {"pods": "2", "requests.cpu": "2"})
+    writes = c.writes
+    c.binding_event("MODIFIED", b)  # same version again
+    c.mark_all()
+    await until(lambda: quiet(c))
+    assert c.writes == writes
+    scaled = api.add_binding("web", replicas=1)
+    c.binding_event("MODIFIED", scaled)
+    await until(lambda: used(api) == {"pods": "1", "requests.cpu": "1"})
+    c.binding_event("DELETED", scaled)
+    await until(lambda: used(api) == {"pods": "0", "requests.cpu": "0"})
+
+
+async def test_storm_of_events_is_a_few_writes(env: Any) -> None:
+    api, c, _ = env
+    api.add_quota("q", {"pods": "1000"})
+    await c.resync()
+    await until(lambda: used(api) == {"pods": "0"})
+    writes = c.writes
+    for i in range(500):
+        c.binding_event("ADDED", api.add_binding(f"b{i}", replicas=1))
+        if i % 50 == 0:
+            await asyncio.sleep(0)
+    await until(lambda: used(api) == {"pods": "500"})
+    assert c.writes - writes <= 5
+
+
+async def test_conflict_rereads_and_keeps_the_webhooks_reservation(env: Any) -> None:
+    api, c, _ = env
+    api.add_quota("q", {"pods": "10"})
+    await c.resync()
+    await until(lambda: used(api) == {"pods": "0"})
+
+    async def webhook_writes_first(_: JSON) -> None:
+        api.add_reservation("q", "uid-late", {"pods": "3"})
+
+    api.before_put = webhook_writes_first
+    c.binding_event("ADDED", api.add_binding("web", replicas=2))
+    await until(lambda: used(api) == {"pods": "2"})
+    reservations = api.quotas["q"]["status"]["reservations"]
+    assert [r["reservedBy"]["uid"] for r in reservations] == ["uid-late"]
+    assert c.metrics.status_writes.labels("conflict")._value.get() == 1
+
+
+async def test_observed_reservation_is_dropped_in_the_write_that_counts_it(env: Any) -> None:
+    api, c, _ = env
+    api.add_quota("q", {"pods": "10"})
+    await c.resync()
+    await until(lambda: used(api) == {"pods": "0"})
+    api.add_reservation("q", "uid-web", {"pods": "2"}, gen=1)
+    c.quota_event("MODIFIED", api.quotas["q"])
+    await until(lambda: quiet(c))
+    assert len(api.quotas["q"]["status"]["reservations"]) == 1  # not observed yet: kept
+    c.binding_event("ADDED", api.add_binding("web", replicas=2))
+    await until(lambda: used(api) == {"pods": "2"})
+    assert api.quotas["q"]["status"]["reservations"] == []
+    assert c.metrics.released.labels("observed")._value.get() == 1
+
+
+async def test_reservation_expires_without_any_event(env: Any) -> None:
+    api, c, _ = env
+    api.add_quota("q", {"pods": "10"})
+    await c.resync()
+    await until(lambda: used(api) == {"pods": "0"})
+    api.add_reservation("q", "uid-never", {"pods": "2"}, ttl=0.3)
+    c.quota_event("MODIFIED", api.quotas["q"])
+    await until(lambda: api.quotas["q"]["status"].get("reservations") == [], timeout=3)
+    assert c.metrics.released.labels("expired")._value.get() == 1
+
+
+async def test_follower_never_writes_and_a_new_leader_catches_up(env: Any) -> None:
+    api, c, lead = env
+    lead.leader = False
+    api.add_quota("q", {"pods": "10"})
+    api.add_binding("web", replicas=3)
+    await c.resync()
+    await until(lambda: quiet(c))
+    assert api.puts == 0
+    assert c.metrics.quota_used.labels(NS, "q", "pods")._value.get() == 3  # warm figures
+    lead.leader = True
+    c.leadership_changed(True)
+    await until(lambda: used(api) == {"pods": "3"})
+    assert c.metrics.leader._value.get() == 1
+
+
+async def test_resync_forgets_bindings_deleted_while_not_watching(env: Any) -> None:
+    api, c, _ = env
+    api.add_quota("q", {"pods": "10"})
+    api.add_binding("a", replicas=1)
+    api.add_binding("b", replicas=1)
+    await c.resync()
+    await until(lambda: used(api) == {"pods": "2"})
+    del api.bindings["uid-a"]
+    api.rv += 1
+    await c.resync()
+    await until(lambda: used(api) == {"pods": "1"})
+
+
+async def test_deleted_quota_is_forgotten(env: Any) -> None:
+    api, c, _ = env
+    api.add_quota("q", {"pods": "10"})
+    await c.resync()
+    await until(lambda: used(api) == {"pods": "0"})
+    gone = api.quotas.pop("q")
+    c.quota_event("DELETED", gone)
+    assert c.quotas.quotas(NS) == []
+    samples = [
+        s
+        for m in c.metrics.registry.collect()
+        for s in m.samples
+        if s.name == "karmadaquota_quota_used"
+    ]
+    assert samples == []
+
+
+async def test_quota_deleted_during_write_is_not_an_error(env: Any) -> None:
+    api, c, _ = env
+    api.add_quota("q", {"pods": "10"})
+    await c.resync()
+    await until(lambda: used(api) == {"pods": "0"})
+
+    async def delete_it(_: JSON) -> None:
+        api.quotas.pop("q")
+
+    api.before_put = delete_it
+    c.binding_event("ADDED", api.add_binding("web", replicas=2))
+    await until(lambda: c.metrics.status_writes.labels("notfound")._value.get() == 1)

@@ -1,0 +1,118 @@
+"""Per-namespace coalescing: bursts become few flushes, a lone change flushes fast."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from karmadaquota.controller.dirty import DirtyQueue
+
+
+async def until(pred: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, "condition not reached before the deadline"
+        await asyncio.sleep(0.005)
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, float]] = []
+        self.active: set[str] = set()
+        self.overlap = False
+        self.gate: asyncio.Event | None = None
+        self.fail_first = False
+
+    async def __call__(self, ns: str) -> None:
+        if ns in self.active:
+            self.overlap = True
+        self.active.add(ns)
+        try:
+            self.calls.append((ns, time.monotonic()))
+            if self.fail_first:
+                self.fail_first = False
+                raise RuntimeError("boom")
+            if self.gate is not None:
+                await self.gate.wait()
+        finally:
+            self.active.discard(ns)
+
+    def count(self, ns: str) -> int:
+        return sum(1 for n, _ in self.calls if n == ns)
+
+
+@pytest.fixture
+async def queue() -> AsyncIterator[tuple[DirtyQueue, Recorder]]:
+    rec = Recorder()
+    q = DirtyQueue(rec, quiet=0.02, max_delay=0.2, retry_delay=0.05)
+    task = asyncio.create_task(q.run())
+    try:
+        yield q, rec
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_instant_storm_is_one_flush(queue: tuple[DirtyQueue, Recorder]) -> None:
+    q, rec = queue
+    for _ in range(500):
+        q.mark("a")
+    await until(lambda: rec.count("a") == 1 and q.idle())
+    assert rec.count("a") == 1
+
+
+async def test_spread_storm_is_a_few_flushes(queue: tuple[DirtyQueue, Recorder]) -> None:
+    q, rec = queue
+    started = time.monotonic()
+    for _ in range(500):  # ~0.6 s of events, one every ~1 ms
+        q.mark("a")
+        await asyncio.sleep(0.001)  # producing load over time, not synchronisation
+    spent = time.monotonic() - started
+    await until(lambda: q.idle() and not q.pending())
+    assert 1 <= rec.count("a") <= int(spent / q.max_delay) + 2
+
+
+async def test_lone_change_flushes_within_the_quiet_time(
+    queue: tuple[DirtyQueue, Recorder],
+) -> None:
+    q, rec = queue
+    t0 = time.monotonic()
+    q.mark("b")
+    await until(lambda: rec.count("b") == 1)
+    assert rec.calls[-1][1] - t0 < 0.15
+
+
+async def test_one_flush_per_namespace_at_a_time_and_none_lost(
+    queue: tuple[DirtyQueue, Recorder],
+) -> None:
+    q, rec = queue
+    rec.gate = asyncio.Event()
+    q.mark("c")
+    await until(lambda: rec.count("c") == 1)
+    q.mark("c")  # arrives during the flush
+    q.mark("d")  # another namespace is not held up
+    await until(lambda: rec.count("d") == 1)
+    assert rec.count("c") == 1
+    rec.gate.set()
+    await until(lambda: rec.count("c") == 2)
+    assert not rec.overlap
+
+
+async def test_mark_at_flushes_later(queue: tuple[DirtyQueue, Recorder]) -> None:
+    q, rec = queue
+    loop = asyncio.get_running_loop()
+    t0 = time.monotonic()
+    q.mark_at("e", loop.time() + 0.1)
+    q.mark_at("e", loop.time() + 5)  # a later request does not delay the earlier one
+    await until(lambda: rec.count("e") == 1)
+    assert time.monotonic() - t0 >= 0.09
+
+
+async def test_failed_flush_is_retried(queue: tuple[DirtyQueue, Recorder]) -> None:
+    q, rec = queue
+    rec.fail_first = True
+    q.mark("f")
+    await until(lambda: rec.count("f") == 2)

@@ -1,0 +1,303 @@
+"""Controller binding index: compact charges, event/relist ordering, from-scratch aggregation."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from karmadaquota import resources
+from karmadaquota.charge import charge
+from karmadaquota.controller.index import (
+    BindingIndex,
+    Entry,
+    Interner,
+    aggregate,
+    compact,
+    observe,
+    safe_observe,
+)
+from karmadaquota.scopes import BindingTraits, Expression
+from tests.conftest import binding
+
+
+def raw_binding(
+    name: str = "web",
+    *,
+    namespace: str = "team-a",
+    uid: str | None = None,
+    rv: int = 1,
+    generation: int = 1,
+    replicas: int = 2,
+    requests: Mapping[str, str] | None = None,
+    clusters: Mapping[str, int] | None = None,
+    priority_class: str = "",
+    deleting: bool = False,
+) -> dict[str, Any]:
+    b = binding(
+        replicas,
+        dict(requests) if requests is not None else {"cpu": "1", "memory": "1Gi"},
+        name=name,
+        namespace=namespace,
+        clusters=clusters,
+        priority_class=priority_class,
+    )
+    raw: dict[str, Any] = b.model_dump(mode="json")
+    raw["metadata"].update(
+        {"uid": uid or f"uid-{name}", "resourceVersion": str(rv), "generation": generation}
+    )
+    if deleting:
+        raw["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return raw
+
+
+def entry(index: BindingIndex, **kw: Any) -> tuple[str, str, Entry]:
+    seen = observe(raw_binding(**kw), index.intern)
+    assert seen.entry is not None
+    return seen.namespace, seen.uid, seen.entry
+
+
+def as_text(nanos: Mapping[str, int]) -> dict[str, str]:
+    from karmadaquota.quantity import Quantity
+
+    return {n: str(Quantity(v)) for n, v in nanos.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# compact form
+
+
+def test_compact_keeps_every_name_of_total_and_clusters() -> None:
+    c = charge(binding(3, {"cpu": "500m"}, clusters={"m1": 1, "m2": 2}))
+    u = compact(c, Interner())
+    assert set(u.names) == set(c.total)
+    total = dict(zip(u.names, u.total, strict=True))
+    assert total["requests.cpu"] == 1_500_000_000
+    assert total["pods"] == 3 * 10**9
+    per = {name: dict(zip(u.names, v, strict=True)) for name, v in u.clusters}
+    assert per["m2"]["cpu"] == 1_000_000_000
+    assert per["m1"]["count/deployments.apps"] == 10**9
+
+
+def test_interner_shares_equal_values_and_is_bounded() -> None:
+    i = Interner(limit=2)
+    a = i(("cpu", "pods"))
+    assert i(("cpu", "pods")) is a
+    i(1)
+    big = 10**12 + 7
+    assert i(big) == big
+    assert len(i) == 2
+
+
+def test_two_identical_bindings_share_their_compact_parts() -> None:
+    index = BindingIndex()
+    _, _, a = entry(index, name="a")
+    _, _, b = entry(index, name="b")
+    assert a.usage.names is b.usage.names
+    assert a.usage.total is b.usage.total
+
+
+# ---------------------------------------------------------------------------------------------
+# ordering rules
+
+
+def test_newer_version_replaces_older_and_not_the_reverse() -> None:
+    index = BindingIndex()
+    ns, uid, e5 = entry(index, rv=5, replicas=5)
+    _, _, e3 = entry(index, rv=3, replicas=3)
+    assert index.upsert(ns, uid, e5)
+    assert not index.upsert(ns, uid, e3)
+    assert index.get(ns, uid) == e5
+    _, _, e7 = entry(index, rv=7, replicas=7)
+    assert index.upsert(ns, uid, e7)
+    assert index.get(ns, uid) == e7
+    assert len(index) == 1
+
+
+def test_same_version_again_is_not_a_change() -> None:
+    index = BindingIndex()
+    ns, uid, e = entry(index, rv=5)
+    assert index.upsert(ns, uid, e)
+    assert not index.upsert(ns, uid, entry(index, rv=5)[2])
+
+
+def test_delete_leaves_a_tombstone_that_blocks_stale_versions() -> None:
+    index = BindingIndex()
+    ns, uid, e = entry(index, rv=5)
+    index.upsert(ns, uid, e)
+    assert index.remove(ns, uid, 9)
+    assert index.deleted(uid)
+    assert len(index) == 0
+    assert not index.upsert(ns, uid, entry(index, rv=8)[2])  # late event from before the delete
+    assert index.bindings(ns) == {}
+
+
+def test_stale_delete_does_not_remove_a_newer_version() -> None:
+    index = BindingIndex()
+    ns, uid, e = entry(index, rv=10)
+    index.upsert(ns, uid, e)
+    assert not index.remove(ns, uid, 4)
+    assert index.get(ns, uid) == e
+
+
+def test_deletion_timestamp_counts_as_deleted() -> None:
+    index = BindingIndex()
+    ns, uid, e = entry(index, rv=5)
+    index.upsert(ns, uid, e)
+    seen = observe(raw_binding(rv=6, deleting=True), index.intern)
+    assert seen.entry is None
+    assert index.apply(seen)
+    assert index.get(ns, uid) is None
+    assert index.deleted(uid)
+
+
+def test_relist_drops_what_it_lacks_unless_newer_and_forgets_old_tombstones() -> None:
+    index = BindingIndex()
+    for name, rv in (("gone", 3), ("kept", 4), ("fresh", 20)):
+        ns, uid, e = entry(index, name=name, rv=rv)
+        index.upsert(ns, uid, e)
+    index.remove("team-a", "uid-old-delete", 2)
+    index.remove("team-a", "uid-new-delete", 15)
+    listed = [observe(raw_binding(name="kept", rv=4), index.intern)]
+    changed = index.replace(listed, list_rv=10)
+    assert changed == {"team-a"}
+    assert set(index.bindings("team-a")) == {"uid-kept", "uid-fresh"}  # fresh: rv 20 > 10
+    assert index.deleted("uid-gone")  # the relist's own deletion is remembered a while
+    assert not index.deleted("uid-old-delete")
+    assert index.deleted("uid-new-delete")
+    assert len(index) == 2
+
+
+def test_relist_does_not_resurrect_a_binding_deleted_after_the_snapshot() -> None:
+    index = BindingIndex()
+    ns, uid, e = entry(index, rv=5)
+    index.upsert(ns, uid, e)
+    index.remove(ns, uid, 12)  # watch saw the delete
+    listed = [observe(raw_binding(rv=5), index.intern)]  # snapshot taken at 10
+    index.replace(listed, list_rv=10)
+    assert index.get(ns, uid) is None
+
+
+def test_malformed_binding_is_skipped() -> None:
+    raw = raw_binding(requests={"cpu": "lots"})
+    assert safe_observe(raw, Interner()) is None
+
+
+def test_namespaces_are_separate() -> None:
+    index = BindingIndex()
+    for ns in ("a", "b"):
+        n, uid, e = entry(index, namespace=ns, uid=f"u-{ns}")
+        index.upsert(n, uid, e)
+    assert index.namespaces() == ["a", "b"]
+    assert list(index.bindings("a")) == ["u-a"]
+    assert index.bindings("zzz") == {}
+
+
+# ---------------------------------------------------------------------------------------------
+# aggregation
+
+
+def test_aggregate_masks_to_hard_names_and_zero_fills() -> None:
+    index = BindingIndex()
+    for name, replicas in (("a", 2), ("b", 3)):
+        ns, uid, e = entry(
+            index, name=name, replicas=replicas, clusters={"m1": replicas - 1, "m2": 1}
+        )
+        index.upsert(ns, uid, e)
+    totals = aggregate(
+        index.bindings("team-a").values(), {"requests.cpu", "pods", "requests.nvidia.com/gpu"}, ()
+    )
+    assert as_text(totals.used) == {
+        "pods": "5",
+        "requests.cpu": "5",
+        "requests.nvidia.com/gpu": "0",
+    }
+    assert as_text(totals.per_cluster["m1"]) == {
+        "pods": "3",
+        "requests.cpu": "3",
+        "requests.nvidia.com/gpu": "0",
+    }
+    assert as_text(totals.per_cluster["m2"])["pods"] == "2"
+
+
+def test_aggregate_filters_by_scope() -> None:
+    index = BindingIndex()
+    for name, pc in (("hi", "high"), ("lo", "low"), ("none", "")):
+        ns, uid, e = entry(index, name=name, priority_class=pc, replicas=1)
+        index.upsert(ns, uid, e)
+    entries = list(index.bindings("team-a").values())
+    high = aggregate(entries, {"pods"}, (Expression("PriorityClass", "In", frozenset({"high"})),))
+    assert as_text(high.used) == {"pods": "1"}
+    not_high = aggregate(
+        entries, {"pods"}, (Expression("PriorityClass", "NotIn", frozenset({"high"})),)
+    )
+    assert as_text(not_high.used) == {"pods": "2"}
+
+
+def test_aggregate_of_nothing_is_all_zero() -> None:
+    totals = aggregate([], {"pods", "requests.cpu"}, ())
+    assert totals.used == {"pods": 0, "requests.cpu": 0}
+    assert totals.per_cluster == {}
+
+
+def test_aggregate_skips_bindings_without_tracked_names() -> None:
+    index = BindingIndex()
+    ns, uid, e = entry(index, replicas=1)
+    index.upsert(ns, uid, e)
+    totals = aggregate(index.bindings(ns).values(), {"count/secrets"}, ())
+    assert totals.used == {"count/secrets": 0}
+
+
+_QTY = st.sampled_from(["100m", "250m", "1", "2", "1500m", "64Mi", "1Gi", "3"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 5),
+            st.fixed_dictionaries(
+                {}, optional={"cpu": _QTY, "memory": _QTY, "nvidia.com/gpu": _QTY}
+            ),
+            st.dictionaries(st.sampled_from(["m1", "m2", "m3"]), st.integers(0, 4), max_size=3),
+            st.sampled_from(["", "high", "low"]),
+        ),
+        max_size=12,
+    )
+)
+def test_aggregate_equals_the_sum_of_charges(bindings: list[Any]) -> None:
+    """The compact path adds up to exactly what summing `charge()` results gives."""
+    index = BindingIndex()
+    expected: dict[str, Any] = {}
+    expected_m1: dict[str, Any] = {}
+    names = {"requests.cpu", "cpu", "memory", "pods", "requests.nvidia.com/gpu"}
+    for i, (replicas, reqs, clusters, pc) in enumerate(bindings):
+        raw = raw_binding(
+            f"b{i}",
+            replicas=replicas,
+            requests=reqs,
+            clusters=clusters or None,
+            priority_class=pc,
+        )
+        seen = observe(raw, index.intern)
+        assert seen.entry is not None
+        index.apply(seen)
+        b = binding(replicas, reqs, clusters=clusters or None, priority_class=pc)
+        c = charge(b)
+        expected = resources.add(expected, resources.mask(c.total, names))
+        expected_m1 = resources.add(expected_m1, resources.mask(c.per_cluster.get("m1", {}), names))
+    totals = aggregate(index.bindings("team-a").values(), names, ())
+    for n in names:
+        want = expected.get(n)
+        assert totals.used[n] == (want.nanos if want is not None else 0), n
+        got_m1 = totals.per_cluster.get("m1", {}).get(n, 0)
+        want_m1 = expected_m1.get(n)
+        assert got_m1 == (want_m1.nanos if want_m1 is not None else 0), n
+
+
+def test_traits_are_kept() -> None:
+    index = BindingIndex()
+    _, _, e = entry(index, requests={}, replicas=2)
+    assert e.usage.traits == BindingTraits(True, True, "")

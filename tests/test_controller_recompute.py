@@ -1,0 +1,314 @@
+"""A quota's desired status, from scratch: used, per cluster, reservations, conditions (pure)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from karmadaquota.api import KarmadaQuota
+from karmadaquota.controller import status as st
+from karmadaquota.controller.index import BindingIndex, observe
+from karmadaquota.controller.pods import PodTable
+from karmadaquota.controller.recompute import (
+    RELEASED_EXPIRED,
+    RELEASED_OBSERVED,
+    Inputs,
+    prune_reservations,
+    recompute,
+)
+from karmadaquota.resources import ResourceList
+from karmadaquota.scopes import Expression
+from tests.conftest import NOW, quota, reservation
+from tests.test_controller_index import raw_binding
+from tests.test_controller_pods import container, pod
+
+
+@dataclass
+class FakeMember:
+    name: str
+    synced: bool = True
+    error: str = ""
+    pods: PodTable = field(default_factory=PodTable)
+
+    def observed(
+        self, namespace: str, names: Collection[str], exprs: tuple[Expression, ...]
+    ) -> ResourceList:
+        return self.pods.observed(namespace, names, exprs)
+
+
+def index_of(*raws: dict[str, Any]) -> BindingIndex:
+    index = BindingIndex()
+    for raw in raws:
+        index.apply(observe(raw, index.intern))
+    return index
+
+
+def inputs(index: BindingIndex, *members: FakeMember, **kw: Any) -> Inputs:
+    return Inputs(bindings=index.bindings("team-a"), deleted=index.deleted, members=members, **kw)
+
+
+def res(
+    name: str,
+    uid: str,
+    reserved: Mapping[str, str],
+    generation: int = 1,
+    expires: Any = NOW + timedelta(minutes=1),
+) -> dict[str, Any]:
+    r = reservation(reserved, expires, name=name)
+    r["reservedBy"]["uid"] = uid
+    r["generation"] = generation
+    return r
+
+
+HARD = {
+    "requests.cpu": "10",
+    "requests.memory": "20Gi",
+    "pods": "50",
+    "count/deployments.apps": "5",
+}
+
+
+def test_new_quota_gets_every_hard_name_even_when_unused() -> None:
+    q = quota(hard=HARD, used={})
+    out = recompute(q, inputs(index_of()), NOW)
+    assert out.status.used == {
+        "count/deployments.apps": "0",
+        "pods": "0",
+        "requests.cpu": "0",
+        "requests.memory": "0",
+    }
+    assert out.status.hard == dict(sorted(HARD.items()))
+    assert out.status.summary == (
+        "count/deployments.apps: 0/5, pods: 0/50, requests.cpu: 0/10, requests.memory: 0/20Gi"
+    )
+    assert [c.type for c in out.status.conditions] == ["Ready", "Valid", "MemberObserved"]
+    assert out.status.conditions[0].status == "True"
+
+
+def test_used_sums_bindings_in_the_hard_format() -> None:
+    index = index_of(
+        raw_binding(
+            "a",
+            replicas=3,
+            requests={"cpu": "500m", "memory": "512Mi"},
+            clusters={"member1": 2, "member2": 1},
+        ),
+        raw_binding(
+            "b", replicas=1, requests={"cpu": "2", "memory": "1Gi"}, clusters={"member2": 1}
+        ),
+    )
+    out = recompute(quota(hard=HARD), inputs(index), NOW)
+    assert out.status.used == {
+        "count/deployments.apps": "2",
+        "pods": "4",
+        "requests.cpu": "3500m",
+        "requests.memory": "2560Mi",
+    }
+    per = {c.clusterName: c.used for c in out.status.aggregatedStatus}
+    assert per["member1"] == {
+        "count/deployments.apps": "1",
+        "pods": "2",
+        "requests.cpu": "1",
+        "requests.memory": "1Gi",
+    }
+    assert per["member2"]["requests.cpu"] == "2500m"
+    assert per["member2"]["count/deployments.apps"] == "2"
+
+
+def test_scope_filters_what_is_charged() -> None:
+    index = index_of(
+        raw_binding("hi", replicas=2, priority_class="high"),
+        raw_binding("lo", replicas=3, priority_class="low"),
+    )
+    q = quota(hard={"pods": "10"}, expressions=[("PriorityClass", "In", ["high"])])
+    assert recompute(q, inputs(index), NOW).status.used == {"pods": "2"}
+
+
+def test_clusters_listed_are_members_and_placements_sorted() -> None:
+    index = index_of(raw_binding("a", replicas=1, clusters={"zeta": 1}))
+    out = recompute(
+        quota(hard={"pods": "9"}), inputs(index, FakeMember("member2"), FakeMember("member1")), NOW
+    )
+    assert [c.clusterName for c in out.status.aggregatedStatus] == ["member1", "member2", "zeta"]
+    assert out.status.aggregatedStatus[0].used == {"pods": "0"}
+    assert out.status.aggregatedStatus[0].observed == {"pods": "0"}
+    assert out.status.aggregatedStatus[2].observed is None  # not a known member
+
+
+def test_observed_comes_from_member_pods_and_differs_from_used() -> None:
+    m2 = FakeMember("member2")
+    m2.pods.apply("ADDED", pod("direct", containers=[container({"cpu": "1", "memory": "1Gi"})]))
+    m2.pods.apply("ADDED", pod("other-ns", namespace="else"))
+    index = index_of(raw_binding("a", replicas=1, clusters={"member1": 1}))
+    out = recompute(quota(hard=HARD), inputs(index, FakeMember("member1"), m2), NOW)
+    by = {c.clusterName: c for c in out.status.aggregatedStatus}
+    assert by["member2"].observed == {"pods": "1", "requests.cpu": "1", "requests.memory": "1Gi"}
+    assert by["member2"].used["pods"] == "0"
+    assert by["member1"].observed == {"pods": "0", "requests.cpu": "0", "requests.memory": "0"}
+    assert out.status.used["pods"] == "1"  # pods made around Karmada are not in used
+
+
+def test_member_never_synced_has_no_observed_and_condition_unknown() -> None:
+    out = recompute(quota(hard=HARD), inputs(index_of(), FakeMember("m", synced=False)), NOW)
+    assert out.status.aggregatedStatus[0].observed is None
+    cond = out.status.conditions[2]
+    assert (cond.type, cond.status, cond.reason) == ("MemberObserved", "Unknown", "MemberSyncing")
+
+
+def test_unreachable_member_keeps_figures_and_is_named() -> None:
+    m = FakeMember("member2", error="connection refused")
+    m.pods.apply("ADDED", pod("x"))
+    out = recompute(quota(hard={"pods": "5"}), inputs(index_of(), FakeMember("member1"), m), NOW)
+    by = {c.clusterName: c for c in out.status.aggregatedStatus}
+    assert by["member2"].observed == {"pods": "1"}
+    cond = out.status.conditions[2]
+    assert cond.status == "False" and cond.reason == "MemberUnreachable"
+    assert "member2: connection refused" in cond.message
+    assert "member1" not in cond.message
+    assert out.status.conditions[0].status == "True"  # usage is still right
+
+
+def test_member_watch_disabled() -> None:
+    out = recompute(
+        quota(hard={"pods": "5"}),
+        inputs(index_of(), FakeMember("member1"), member_watch=False),
+        NOW,
+    )
+    assert out.status.aggregatedStatus[0].observed is None
+    assert out.status.conditions[2].reason == "MemberWatchDisabled"
+
+
+def test_invalid_quota_is_not_charged() -> None:
+    index = index_of(raw_binding("a", replicas=1))
+    q = quota(hard={"limits.cpu": "4", "pods": "2"})
+    out = recompute(q, inputs(index), NOW)
+    assert out.status.used == {}
+    valid = {c.type: c for c in out.status.conditions}["Valid"]
+    assert valid.status == "False" and "limits are not chargeable" in valid.message
+    assert {c.type: c for c in out.status.conditions}["Ready"].status == "False"
+    assert out.used == {}
+
+
+def test_reservation_dropped_once_observed_at_its_generation() -> None:
+    index = index_of(raw_binding("a", replicas=2, generation=3, uid="uid-a"))
+    q = quota(
+        hard=HARD,
+        reservations=[
+            res("a", "uid-a", {"pods": "2"}, generation=3),
+            res("a-next", "uid-a", {"pods": "1"}, generation=4),
+            res("b", "uid-b", {"pods": "1"}),
+        ],
+    )
+    out = recompute(q, inputs(index), NOW)
+    assert [r.reservedBy.name for r in out.status.reservations] == ["a-next", "b"]
+    assert out.released == {RELEASED_OBSERVED: 1}
+    # the same write carries that binding's usage
+    assert out.status.used["pods"] == "2"
+
+
+def test_reservation_of_a_deleted_binding_is_dropped() -> None:
+    index = index_of(raw_binding("a", rv=3, uid="uid-a"))
+    index.remove("team-a", "uid-a", 5)
+    q = quota(hard=HARD, reservations=[res("a", "uid-a", {"pods": "2"}, generation=9)])
+    out = recompute(q, inputs(index), NOW)
+    assert out.status.reservations == []
+    assert out.released == {RELEASED_OBSERVED: 1}
+
+
+def test_expired_and_unreadable_reservations_are_dropped_next_expiry_reported() -> None:
+    q = quota(
+        hard=HARD,
+        reservations=[
+            res("old", "u1", {"pods": "1"}, expires=NOW - timedelta(seconds=1)),
+            res("bad", "u2", {"pods": "1"}, expires="not a time"),
+            res("later", "u3", {"pods": "1"}, expires=NOW + timedelta(seconds=30)),
+            res("soon", "u4", {"pods": "1"}, expires=NOW + timedelta(seconds=5)),
+        ],
+    )
+    out = recompute(q, inputs(index_of()), NOW)
+    assert [r.reservedBy.name for r in out.status.reservations] == ["later", "soon"]
+    assert out.released == {RELEASED_EXPIRED: 2}
+    assert out.next_expiry == NOW + timedelta(seconds=5)
+
+
+def test_used_plus_reserved_never_dips_below_the_truth() -> None:
+    """Whatever the index has seen, a binding's usage is in used or in a kept reservation."""
+    q = quota(hard={"pods": "100"}, reservations=[res("a", "uid-a", {"pods": "4"}, generation=2)])
+    for seen_generation in (None, 1, 2, 3):
+        raws = (
+            []
+            if seen_generation is None
+            else [
+                raw_binding(
+                    "a",
+                    uid="uid-a",
+                    replicas=4 if seen_generation >= 2 else 1,
+                    generation=seen_generation,
+                )
+            ]
+        )
+        out = recompute(q, inputs(index_of(*raws)), NOW)
+        used = int(out.status.used["pods"])
+        reserved = sum(int(r.reserved["pods"]) for r in out.status.reservations)
+        # the admitted 4 pods are accounted for at every stage, exactly once when observed
+        assert used + reserved >= 4
+        if seen_generation is not None and seen_generation >= 2:
+            assert (used, reserved) == (4, 0)
+
+
+def test_prune_keeps_order() -> None:
+    q = quota(hard=HARD, reservations=[res(n, f"u-{n}", {"pods": "1"}) for n in "abc"])
+    kept, released, _ = prune_reservations(q.status.reservations, {}, lambda uid: False, NOW)
+    assert [r.reservedBy.name for r in kept] == ["a", "b", "c"] and released == {}
+
+
+def test_recompute_is_stable_no_second_write() -> None:
+    index = index_of(raw_binding("a", replicas=2, clusters={"member1": 2}))
+    m = FakeMember("member1")
+    q = quota(hard=HARD, used={})
+    first = recompute(q, inputs(index, m), NOW)
+    raw = q.model_dump(mode="json")
+    raw["status"] = st.dump(first.status)
+    again = recompute(KarmadaQuota.model_validate(raw), inputs(index, m), NOW + timedelta(hours=1))
+    assert not st.needs_write(raw["status"], st.dump(again.status))
+
+
+def test_condition_transition_time_moves_only_on_change() -> None:
+    m = FakeMember("member1")
+    q = quota(hard=HARD)
+    first = recompute(q, inputs(index_of(), m), NOW)
+    raw = q.model_dump(mode="json")
+    raw["status"] = st.dump(first.status)
+    m.error = "boom"
+    later = NOW + timedelta(minutes=5)
+    second = recompute(KarmadaQuota.model_validate(raw), inputs(index_of(), m), later)
+    stamps = {c.type: c.lastTransitionTime for c in second.status.conditions}
+    assert stamps["Ready"] == st.timestamp(NOW)
+    assert stamps["MemberObserved"] == st.timestamp(later)
+
+
+def test_observed_generation_is_the_quota_generation() -> None:
+    raw = quota(hard=HARD).model_dump(mode="json")
+    raw["metadata"]["generation"] = 7
+    out = recompute(KarmadaQuota.model_validate(raw), inputs(index_of()), NOW)
+    assert out.status.observedGeneration == 7
+    assert all(c.observedGeneration == 7 for c in out.status.conditions)
+
+
+def test_pure_controller_modules_import_no_io_library() -> None:
+    code = (
+        "import json, sys\n"
+        "import karmadaquota.controller.index, karmadaquota.controller.pods\n"
+        "import karmadaquota.controller.recompute, karmadaquota.controller.status\n"
+        "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    loaded = json.loads(out.stdout)
+    assert [m for m in ("aiohttp", "kopf", "kubernetes_asyncio") if m in loaded] == []

@@ -1,0 +1,145 @@
+"""`kubectl karmadaquota describe`: rendering (pure) and the kubectl round trip (faked)."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from karmadaquota import kubectl_plugin
+from karmadaquota.kubectl_plugin import render
+from tests.conftest import NOW
+
+
+def kq(**status: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "team", "namespace": "team-a"},
+        "spec": {
+            "hard": {"requests.cpu": "100", "pods": "500", "count/deployments.apps": "10"},
+            "scopeSelector": {
+                "matchExpressions": [
+                    {"scopeName": "PriorityClass", "operator": "In", "values": ["high"]}
+                ]
+            },
+        },
+        "status": status,
+    }
+
+
+FULL = kq(
+    used={"requests.cpu": "12", "pods": "30", "count/deployments.apps": "2"},
+    aggregatedStatus=[
+        {
+            "clusterName": "member2",
+            "used": {"requests.cpu": "4", "pods": "10", "count/deployments.apps": "1"},
+            "observed": {"requests.cpu": "5", "pods": "11"},
+        },
+        {
+            "clusterName": "member1",
+            "used": {"requests.cpu": "8", "pods": "20", "count/deployments.apps": "2"},
+            "observed": {"requests.cpu": "8", "pods": "20"},
+        },
+    ],
+    reservations=[
+        {
+            "reservedBy": {"name": "web-deployment", "uid": "u1"},
+            "reserved": {"requests.cpu": "2", "pods": "4"},
+            "expirationTime": (NOW + timedelta(seconds=42)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        },
+        {
+            "reservedBy": {"name": "old", "uid": "u2"},
+            "reserved": {"pods": "1"},
+            "expirationTime": (NOW - timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        },
+    ],
+    conditions=[
+        {"type": "Ready", "status": "True", "reason": "Calculated", "message": "ok"},
+        {
+            "type": "MemberObserved",
+            "status": "False",
+            "reason": "MemberUnreachable",
+            "message": "member2: refused",
+        },
+    ],
+)
+
+
+def test_render_like_kubectl_describe_quota() -> None:
+    out = render(FULL, NOW)
+    lines = out.splitlines()
+    assert lines[0] == "Name:         team"
+    assert lines[1] == "Namespace:    team-a"
+    assert lines[2] == "Scopes:       PriorityClass In [high]"
+    assert lines[3].split() == [
+        "Resource",
+        "Used",
+        "Hard",
+        "member1",
+        "used/observed",
+        "member2",
+        "used/observed",
+    ]
+    dashes = "-" * len("member1 used/observed")
+    assert lines[4].split() == ["--------", "----", "----", dashes, dashes]
+    table = {line.split()[0]: line.split()[1:] for line in lines[5:8]}
+    assert table == {
+        "count/deployments.apps": ["2", "10", "2/-", "1/-"],
+        "pods": ["30", "500", "20/20", "10/11"],
+        "requests.cpu": ["12", "100", "8/8", "4/5"],
+    }
+    # columns line up
+    assert lines[3].index("Used") == lines[5].index("2 ")
+    assert "Reservations:" in lines
+    res = out.split("Reservations:\n")[1]
+    assert "web-deployment   pods=4,requests.cpu=2" in res
+    assert "(in 42s)" in res and "(expired)" in res
+    assert "MemberUnreachable   member2: refused" in out
+
+
+def test_render_a_fresh_quota_without_status() -> None:
+    out = render(kq(), NOW)
+    assert "requests.cpu             -      100" in out
+    assert "Reservations: <none>" in out
+    assert "Conditions:" not in out
+
+
+def test_main_fetches_with_kubectl_and_prints(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = tmp_path / "kubectl"
+    log = tmp_path / "args"
+    fake.write_text(f"#!/bin/sh\necho \"$@\" > {log}\ncat <<'EOF'\n{json.dumps(FULL)}\nEOF\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("KUBECTL", str(fake))
+    code = kubectl_plugin.main(["describe", "team", "-n", "team-a", "--kubeconfig", "/k"])
+    assert code == 0
+    assert "requests.cpu" in capsys.readouterr().out
+    assert log.read_text().split() == [
+        "--kubeconfig=/k",
+        "get",
+        "karmadaquotas.quota.karmada.io",
+        "team",
+        "-o",
+        "json",
+        "-n",
+        "team-a",
+    ]
+
+
+def test_main_reports_kubectl_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = tmp_path / "kubectl"
+    fake.write_text("#!/bin/sh\necho 'Error from server (NotFound): \"x\" not found' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("KUBECTL", str(fake))
+    assert kubectl_plugin.main(["describe", "x", "-n", "y"]) == 1
+    assert "NotFound" in capsys.readouterr().err
+
+
+def test_console_script_is_declared() -> None:
+    text = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    assert 'kubectl-karmadaquota = "karmadaquota.kubectl_plugin:main"' in text

@@ -26,12 +26,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from karmadaquota.testbed import product
 from karmadaquota.kube.client import KubeClient
-from karmadaquota.testbed import TestBed
+from karmadaquota.testbed import TestBed, product
 from karmadaquota.testbed.aio import eventually
 from karmadaquota.testbed.storm import StormResult, binding, pod, storm
 
+# bindings with a KarmadaQuota; Pods with a ResourceQuota; and, for scale, bindings in a
+# namespace without any quota (Karmada's own binding path: its webhooks, no charging).
+KINDS = ("bindings", "pods", "bindings-no-quota")
 RB = "/apis/work.karmada.io/v1alpha2/namespaces/{ns}/resourcebindings"
 PODS = "/api/v1/namespaces/{ns}/pods"
 
@@ -104,12 +106,17 @@ async def run(args: argparse.Namespace) -> str:
         await asyncio.to_thread(product.register, bed, hook.base, hook.ca_bundle)
         api = await KubeClient.connect(str(bed.karmada_kubeconfig))
         admit = args.count * 3 // 5
-        results: dict[str, list[StormResult]] = {"bindings": [], "pods": []}
+        results: dict[str, list[StormResult]] = {k: [] for k in KINDS}
         for r in range(args.rounds):
-            for kind in ("bindings", "pods"):
+            for kind in KINDS:
                 ns = f"bench-{kind}-{r}"
-                await namespace_with_quota(bed, ns, kind, admit)
-                path, make = (RB, binding) if kind == "bindings" else (PODS, pod)
+                expected = admit
+                if kind == "bindings-no-quota":
+                    await bed.akubectl("create", "namespace", ns)
+                    expected = args.count
+                else:
+                    await namespace_with_quota(bed, ns, kind, admit)
+                path, make = (PODS, pod) if kind == "pods" else (RB, binding)
                 res = await storm(
                     api,
                     path.format(ns=ns),
@@ -117,8 +124,8 @@ async def run(args: argparse.Namespace) -> str:
                     args.count,
                     deadline=300,
                 )
-                if len(res.admitted) != admit:
-                    raise AssertionError(f"{kind}: admitted {len(res.admitted)} != {admit}")
+                if len(res.admitted) != expected:
+                    raise AssertionError(f"{kind}: admitted {len(res.admitted)} != {expected}")
                 results[kind].append(res)
         paced = await paced_load(bed, api, hook, args.rate, args.seconds)
         await api.close()
@@ -184,7 +191,11 @@ def report(
         f"{p50['bindings']:.0f} | {p99['bindings']:.0f} |",
         f"| Pods, built-in ResourceQuota | {tput['pods']:.0f} | {p50['pods']:.0f} | "
         f"{p99['pods']:.0f} |",
+        f"| ResourceBindings, no quota (Karmada's own path) | {tput['bindings-no-quota']:.0f} | "
+        f"{p50['bindings-no-quota']:.0f} | {p99['bindings-no-quota']:.0f} |",
         f"| **ratio webhook / built-in** | **{tput['bindings'] / tput['pods']:.2f}** | | |",
+        f"| **ratio with / without KarmadaQuota** | "
+        f"**{tput['bindings'] / tput['bindings-no-quota']:.2f}** | | |",
         "",
         f"Paced: {paced['count']} binding creates at {paced['rate']}/s (achieved "
         f"{paced['achieved']:.0f}/s): webhook server-side p50 ≤ {paced['p50'] * 1000:g} ms, "

@@ -107,17 +107,21 @@ class KarmadaQuotaSpec(_Lenient):
 
 
 class ObjectReference(_Lenient):
+    """The object that took a reservation (a ResourceBinding)."""
+
     apiVersion: str
     kind: str
     name: str
     namespace: str = ""
-    uid: str
+    uid: str = Field(description="Identifies the exact binding; a re-created one is another.")
 
 
 class Reservation(_Lenient):
     """Usage admitted by the webhook that the controller has not yet observed (seed 003)."""
 
-    reservedBy: ObjectReference = Field(description="The binding that took the reservation.")
+    reservedBy: ObjectReference = Field(
+        description="The binding that took the reservation (apiVersion, kind, name, uid)."
+    )
     reserved: RawResourceList = _resource_list("The incremental usage reserved.")
     expirationTime: str = Field(description="RFC 3339 time after which the reservation lapses.")
     generation: int = Field(
@@ -128,7 +132,7 @@ class Reservation(_Lenient):
 
 
 class ClusterUsage(_Lenient):
-    clusterName: str
+    clusterName: str = Field(description="A member cluster (cluster.karmada.io Cluster name).")
     used: RawResourceList = _resource_list("Usage charged by bindings placed in this cluster.")
     observed: RawResourceList | None = Field(
         default=None,
@@ -138,11 +142,11 @@ class ClusterUsage(_Lenient):
 
 
 class Condition(_Lenient):
-    type: str
+    type: str = Field(description="Ready, Valid or MemberObserved.")
     status: Literal["True", "False", "Unknown"]
-    reason: str = ""
-    message: str = ""
-    lastTransitionTime: str = ""
+    reason: str = Field(default="", description="CamelCase reason for the last transition.")
+    message: str = Field(default="", description="Human-readable details.")
+    lastTransitionTime: str = Field(default="", description="RFC 3339 time of the last change.")
     observedGeneration: int = 0
 
 
@@ -158,8 +162,12 @@ class KarmadaQuotaStatus(_Lenient):
         default_factory=list, description="Admitted usage not yet observed by the controller."
     )
     summary: str = Field(default="", description="used/hard per resource, for kubectl get.")
-    conditions: list[Condition] = Field(default_factory=list)
-    observedGeneration: int = 0
+    conditions: list[Condition] = Field(
+        default_factory=list, description="Ready, Valid and MemberObserved conditions."
+    )
+    observedGeneration: int = Field(
+        default=0, description="The quota generation the controller last computed status for."
+    )
 
 
 class KarmadaQuota(_Lenient):
@@ -168,8 +176,14 @@ class KarmadaQuota(_Lenient):
     apiVersion: str = API_VERSION
     kind: str = KIND
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
-    spec: KarmadaQuotaSpec = Field(default_factory=KarmadaQuotaSpec)
-    status: KarmadaQuotaStatus = Field(default_factory=KarmadaQuotaStatus)
+    spec: KarmadaQuotaSpec = Field(
+        default_factory=KarmadaQuotaSpec, description="The desired global hard limits."
+    )
+    status: KarmadaQuotaStatus = Field(
+        default_factory=KarmadaQuotaStatus,
+        description="Enforced limits and usage, written by the controller (used, per-cluster "
+        "breakdown) and the webhook (reservations).",
+    )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -11,10 +11,9 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from karmadaquota.testbed import product
 from karmadaquota.kube.client import KubeClient, KubeError
 from karmadaquota.quantity import Quantity
-from karmadaquota.testbed import TestBed
+from karmadaquota.testbed import TestBed, product
 from karmadaquota.testbed.aio import eventually
 from karmadaquota.testbed.storm import binding, storm
 

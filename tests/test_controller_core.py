@@ -29,6 +29,7 @@ class FakeKarmada:
         self.bindings: dict[str, JSON] = {}
         self.puts = 0
         self.before_put: Callable[[JSON], Awaitable[None]] | None = None
+        self.keep_hook = 1  # how many PUTs the hook runs before
 
     def _bump(self, obj: JSON) -> JSON:
         self.rv += 1
@@ -101,7 +102,10 @@ class FakeKarmada:
             return copy.deepcopy(self.quotas[name])
         assert method == "PUT" and path.endswith("/status") and body is not None
         if self.before_put is not None:
-            hook, self.before_put = self.before_put, None
+            hook = self.before_put
+            self.keep_hook -= 1
+            if self.keep_hook <= 0:
+                self.before_put = None
             await hook(body)
         self.puts += 1
         current = self.quotas.get(name)
@@ -304,3 +308,25 @@ async def test_quota_deleted_during_write_is_not_an_error(env: Any) -> None:
     api.before_put = delete_it
     c.binding_event("ADDED", api.add_binding("web", replicas=2))
     await until(lambda: c.metrics.status_writes.labels("notfound")._value.get() == 1)
+
+
+async def test_sustained_contention_backs_off_and_gets_through(env: Any) -> None:
+    """The webhook wins the CAS more times than we retry: no error, a retry soon after."""
+    api, c, _ = env
+    api.add_quota("q", {"pods": "10"})
+    await c.resync()
+    await until(lambda: used(api) == {"pods": "0"})
+    n = 0
+
+    async def webhook_writes_first(_: JSON) -> None:
+        nonlocal n
+        n += 1
+        api.add_reservation("q", f"uid-{n}", {"pods": "1"})
+
+    api.keep_hook = c.settings.max_attempts + 2
+    api.before_put = webhook_writes_first
+    c.binding_event("ADDED", api.add_binding("web", replicas=2))
+    await until(lambda: used(api) == {"pods": "2"})
+    kept = {r["reservedBy"]["uid"] for r in api.quotas["q"]["status"]["reservations"]}
+    assert kept == {f"uid-{i}" for i in range(1, n + 1)}  # every webhook reservation survived
+    assert c.metrics.status_writes.labels("conflict")._value.get() == n

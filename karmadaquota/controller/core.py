@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
@@ -65,7 +66,10 @@ class Settings:
     quiet: float = 0.03
     max_delay: float = 0.25
     write_timeout: float = 2.0
-    max_attempts: int = 5
+    max_attempts: int = 6
+    # after a lost compare-and-swap: wait up to this long (jittered, doubling) before re-reading,
+    # so that a burst of webhook reservation writes is not raced head-on
+    conflict_backoff: float = 0.01
     page_size: int = 500
     member_watch: bool = True
 
@@ -220,8 +224,12 @@ class Controller:
 
     async def flush(self, namespace: str) -> None:
         """Recompute every quota of `namespace`; the leader writes those that differ."""
+        contended = False
         for stored in self.quotas.quotas(namespace):
-            await self._sync_quota(stored)
+            contended = not await self._sync_quota(stored) or contended
+        if contended:  # the webhook is busy writing reservations: come back very soon
+            loop = asyncio.get_running_loop()
+            self.dirty.mark_at(namespace, loop.time() + 0.05 + random.random() * 0.1)
 
     def _can_write(self) -> bool:
         return (
@@ -230,10 +238,11 @@ class Controller:
             and self.leadership.remaining() > self.settings.write_timeout
         )
 
-    async def _sync_quota(self, stored: StoredQuota) -> None:
+    async def _sync_quota(self, stored: StoredQuota) -> bool:
+        """Recompute one quota and write it if needed; False when every CAS attempt lost."""
         ns, name = stored.namespace, stored.name
         extra = {"namespace": ns, "quota": name, "uid": stored.quota.metadata.uid}
-        for _attempt in range(self.settings.max_attempts):
+        for attempt in range(self.settings.max_attempts):
             now = datetime.now(UTC)
             started = time.perf_counter()
             outcome = rc.recompute(stored.quota, self._inputs(ns), now)
@@ -242,9 +251,9 @@ class Controller:
             self.metrics.set_quota(ns, name, outcome.used, outcome.hard)
             self._schedule_expiry(ns, outcome.next_expiry, now)
             if not st.needs_write(stored.raw.get("status"), desired):
-                return
+                return True
             if not self._can_write():
-                return  # followers keep their figures warm; the leader writes
+                return True  # followers keep their figures warm; the leader writes
             body = {**stored.raw, "status": desired}
             try:
                 result = await self.api.request(
@@ -252,16 +261,18 @@ class Controller:
                 )
             except Conflict:
                 self.metrics.status_writes.labels("conflict").inc()
+                delay = self.settings.conflict_backoff * 2**attempt
+                await asyncio.sleep(delay * (0.5 + random.random()))  # CAS backoff, jittered
                 try:
                     fresh = await self.api.get(paths.quota(ns, name))
                 except NotFound:
-                    return
+                    return True
                 got = self.quotas.update(fresh)
                 stored = got or self.quotas.get(ns, name) or stored
                 continue
             except NotFound:
                 self.metrics.status_writes.labels("notfound").inc()
-                return
+                return True
             except KubeError:
                 self.metrics.status_writes.labels("error").inc()
                 raise
@@ -279,8 +290,9 @@ class Controller:
                     "released": dict(outcome.released),
                 },
             )
-            return
-        raise RuntimeError(f"KarmadaQuota {ns}/{name}: status write kept conflicting")
+            return True
+        log.info("status write contended; retrying shortly", extra=extra)
+        return False
 
     def _schedule_expiry(self, namespace: str, expiry: datetime | None, now: datetime) -> None:
         if expiry is None:

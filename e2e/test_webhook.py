@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -20,7 +21,9 @@ from karmadaquota.testbed.storm import binding, storm
 pytestmark = pytest.mark.e2e
 
 RB_PATH = "/apis/work.karmada.io/v1alpha2/namespaces/{ns}/resourcebindings"
-RESERVATION_TTL_S = 8
+# Long on purpose: reservations of creates that failed after admission must be released by
+# the controller's orphan audit (seconds), not by expiry.
+RESERVATION_TTL_S = 120
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +61,11 @@ async def create_quota(bed: TestBed, ns: str, name: str, hard: dict[str, str], *
 def used(bed: TestBed, ns: str, name: str, resource: str) -> Quantity:
     q = bed.get("karmadaquota", name, namespace=ns) or {}
     return Quantity.parse(str(q.get("status", {}).get("used", {}).get(resource, "0")))
+
+
+def reservations(bed: TestBed, ns: str, name: str) -> list[Any]:
+    q = bed.get("karmadaquota", name, namespace=ns) or {}
+    return list(q.get("status", {}).get("reservations", []))
 
 
 def deployment(ns: str, name: str, replicas: int, cpu: str, **pod: Any) -> dict[str, Any]:
@@ -131,6 +139,11 @@ async def test_quota_admits_refuses_and_blocks_scale_up_of_real_deployments(
         30,
         "usage of web counted",
     )
+    # Karmada's detector may race itself creating the binding (AlreadyExists after our
+    # admission): the controller releases such a reservation within seconds, not at expiry
+    await eventually(
+        lambda: not reservations(testbed, ns, "team"), 30, "no reservation left for web"
+    )
 
     # 500m used + 3 × 250m > 1 cpu: the binding is refused and the user is told why
     await testbed.aapply([deployment(ns, "big", 3, "250m"), divided(ns, "big", members)])
@@ -141,7 +154,7 @@ async def test_quota_admits_refuses_and_blocks_scale_up_of_real_deployments(
         60,
         "an event on Deployment big explaining the refusal",
     )
-    assert "exceeded quota: team, requested: requests.cpu=750m, used: requests.cpu=" in message
+    assert "exceeded quota: team, requested: requests.cpu=750m, used: requests.cpu=500m" in message
     assert "limited: requests.cpu=1" in message
     assert testbed.get("resourcebinding", "big-deployment", namespace=ns) is None
 
@@ -311,7 +324,7 @@ async def refusing_webhook(testbed: TestBed) -> AsyncIterator[None]:
         await runner.cleanup()
 
 
-async def test_admitted_then_refused_elsewhere_leaks_nothing_beyond_the_ttl(
+async def test_admitted_then_refused_elsewhere_is_released_long_before_the_ttl(
     testbed: TestBed,
     webhook: product.WebhookProc,
     api: KubeClient,
@@ -330,7 +343,7 @@ async def test_admitted_then_refused_elsewhere_leaks_nothing_beyond_the_ttl(
     with pytest.raises(KubeError, match="exceeded quota: q"):
         await api.post(RB_PATH.format(ns=ns), binding(ns, "next", cpu="1"))
 
-    async def admitted_after_ttl() -> bool:
+    async def admitted_again() -> bool:
         try:
             await api.post(RB_PATH.format(ns=ns), binding(ns, "next", cpu="1"))
         except KubeError as e:
@@ -339,4 +352,6 @@ async def test_admitted_then_refused_elsewhere_leaks_nothing_beyond_the_ttl(
             raise
         return True
 
-    await eventually(admitted_after_ttl, RESERVATION_TTL_S + 15, "quota free again after TTL")
+    started = time.monotonic()
+    await eventually(admitted_again, 30, "quota free again")
+    assert time.monotonic() - started < RESERVATION_TTL_S / 4

@@ -95,6 +95,12 @@ class FakeKarmada:
             if start + limit < len(items):
                 meta["continue"] = str(start + limit)
             return {"items": copy.deepcopy(page), "metadata": meta}
+        if method == "GET" and "/resourcebindings/" in path:
+            wanted = path.rsplit("/", 1)[1]
+            for b in self.bindings.values():
+                if b["metadata"]["name"] == wanted:
+                    return copy.deepcopy(b)
+            raise NotFound(404, "NotFound", wanted)
         name = path.split("/karmadaquotas/")[1].split("/")[0]
         if method == "GET":
             if name not in self.quotas:
@@ -330,3 +336,38 @@ async def test_sustained_contention_backs_off_and_gets_through(env: Any) -> None
     kept = {r["reservedBy"]["uid"] for r in api.quotas["q"]["status"]["reservations"]}
     assert kept == {f"uid-{i}" for i in range(1, n + 1)}  # every webhook reservation survived
     assert c.metrics.status_writes.labels("conflict")._value.get() == n
+
+
+async def test_reservation_of_a_create_that_failed_after_admission_is_released_early(
+    env: Any,
+) -> None:
+    """AlreadyExists after admission: the name is held by another uid, so the reserved
+    binding cannot exist; released after the grace period, long before it expires."""
+    api, c, _ = env
+    c.settings.orphan_grace = 0.05
+    api.add_quota("q", {"pods": "10"})
+    web = api.add_binding("web", replicas=2)
+    await c.resync()
+    await until(lambda: used(api) == {"pods": "2"})
+    api.add_reservation("q", "uid-lost-race", {"pods": "2"}, ttl=600)
+    api.quotas["q"]["status"]["reservations"][0]["reservedBy"]["name"] = web["metadata"]["name"]
+    c.quota_event("MODIFIED", api.quotas["q"])
+    await until(lambda: api.quotas["q"]["status"].get("reservations") == [], timeout=3)
+    assert used(api) == {"pods": "2"}
+
+
+async def test_reservation_of_an_existing_but_unindexed_binding_is_kept(env: Any) -> None:
+    api, c, _ = env
+    c.settings.orphan_grace = 0.05
+    api.add_quota("q", {"pods": "10"})
+    await c.resync()
+    await until(lambda: used(api) == {"pods": "0"})
+    late = api.add_binding("late", replicas=2)  # stored, but its watch event is not in yet
+    api.add_reservation("q", late["metadata"]["uid"], {"pods": "2"}, ttl=600)
+    api.quotas["q"]["status"]["reservations"][0]["reservedBy"]["name"] = late["metadata"]["name"]
+    c.quota_event("MODIFIED", api.quotas["q"])
+    await asyncio.sleep(0.3)  # several grace periods pass; nothing may be released
+    assert len(api.quotas["q"]["status"]["reservations"]) == 1
+    c.binding_event("ADDED", late)
+    await until(lambda: used(api) == {"pods": "2"})
+    assert api.quotas["q"]["status"]["reservations"] == []

@@ -72,6 +72,10 @@ class Settings:
     conflict_backoff: float = 0.01
     page_size: int = 500
     member_watch: bool = True
+    # a reservation whose binding has not been seen this long is checked against the API
+    # server: a create refused after admission (AlreadyExists, another webhook) holds quota
+    # only until then instead of until its expiration
+    orphan_grace: float = 2.0
 
 
 class Controller:
@@ -95,6 +99,7 @@ class Controller:
             self.flush, quiet=self.settings.quiet, max_delay=self.settings.max_delay
         )
         self.writes = 0
+        self._unseen: dict[str, float] = {}  # reservation uid -> loop time first seen unobserved
 
     # ---- inputs ----------------------------------------------------------------------------
 
@@ -230,6 +235,50 @@ class Controller:
         if contended:  # the webhook is busy writing reservations: come back very soon
             loop = asyncio.get_running_loop()
             self.dirty.mark_at(namespace, loop.time() + 0.05 + random.random() * 0.1)
+        if self._can_write() and await self._audit_orphans(namespace):
+            self._mark(namespace)
+
+    async def _audit_orphans(self, namespace: str) -> bool:
+        """Find reservations of bindings that do not exist; True when some were found.
+
+        The webhook admits before the API server stores: a create that then fails (the name
+        already taken — Karmada's detector races itself — or another webhook refusing it)
+        leaves a reservation no binding will ever carry. After `orphan_grace` unobserved, one
+        quorum GET of the binding's name settles it: a different uid or none means the reserved
+        object does not exist (a name can be held by one object at a time).
+        """
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        bindings = self.index.bindings(namespace)
+        pending: dict[str, str] = {}  # uid -> binding name
+        for stored in self.quotas.quotas(namespace):
+            for r in stored.quota.status.reservations:
+                uid = r.reservedBy.uid
+                if uid not in bindings and not self.index.deleted(uid):
+                    pending[uid] = r.reservedBy.name
+        self._unseen = {
+            uid: t for uid, t in self._unseen.items() if uid in pending or t > now - 60
+        }
+        found = False
+        for uid, name in pending.items():
+            first = self._unseen.setdefault(uid, now)
+            if now - first < self.settings.orphan_grace:
+                self.dirty.mark_at(namespace, first + self.settings.orphan_grace + 0.05)
+                continue
+            try:
+                current = await self.api.get(f"{paths.bindings(namespace)}/{name}")
+                holder = str(current.get("metadata", {}).get("uid", ""))
+            except NotFound:
+                holder = ""
+            if holder != uid:
+                log.info(
+                    "reservation of a binding that does not exist released",
+                    extra={"namespace": namespace, "binding": name, "uid": uid},
+                )
+                self.index.mark_absent(namespace, uid)
+                self._unseen.pop(uid, None)
+                found = True
+        return found
 
     def _can_write(self) -> bool:
         return (

@@ -155,6 +155,11 @@ class BindingIndex:
         """True when the index saw this binding deleted (and has not forgotten it yet)."""
         return uid in self._tombstones
 
+    def mark_absent(self, namespace: str, uid: str) -> None:
+        """Record that the API server holds no binding with this uid (a create that failed
+        after admission); it is forgotten at the next relist like any tombstone."""
+        self._tombstones.setdefault(uid, (namespace, 0))
+
     # ---- mutations -------------------------------------------------------------------------
 
     def upsert(self, namespace: str, uid: str, entry: Entry) -> bool:

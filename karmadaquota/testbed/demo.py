@@ -161,7 +161,7 @@ def show(bed: TestBed) -> None:
     print(f"  kubectl -n {NAMESPACE} get events --field-selector involvedObject.name=web")
     print(f"  kubectl -n {NAMESPACE} scale deployment/web --replicas=2    # frees quota")
     print(f"  kubectl -n {NAMESPACE} get kq -w                            # watch usage move")
-    print("  make down                                                  # stop everything")
+    print("  make down                                              # stop everything")
 
 
 def down(home: Path) -> None:

@@ -28,6 +28,7 @@ from karmadaquota.kube.client import JSON, KubeClient, NotFound
 from karmadaquota.quantity import Quantity
 from karmadaquota.testbed import TestBed
 from karmadaquota.testbed.aio import eventually
+from karmadaquota.testbed.workloads import deployment, divided_policy
 
 pytestmark = pytest.mark.e2e
 
@@ -159,50 +160,6 @@ async def karmada(testbed: TestBed) -> AsyncIterator[KubeClient]:
 # workloads and expectations
 
 
-def deployment(namespace: str, name: str, replicas: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {
-                    "containers": [
-                        {"name": "app", "image": "nginx", "resources": {"requests": REQUESTS}}
-                    ]
-                },
-            },
-        },
-    }
-
-
-def divided_policy(namespace: str, clusters: list[str]) -> dict[str, Any]:
-    """Every Deployment of the namespace, divided evenly across `clusters`."""
-    return {
-        "apiVersion": "policy.karmada.io/v1alpha1",
-        "kind": "PropagationPolicy",
-        "metadata": {"name": "divided", "namespace": namespace},
-        "spec": {
-            "resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment"}],
-            "placement": {
-                "clusterAffinity": {"clusterNames": clusters},
-                "replicaScheduling": {
-                    "replicaSchedulingType": "Divided",
-                    "replicaDivisionPreference": "Weighted",
-                    "weightPreference": {
-                        "staticWeightList": [
-                            {"targetCluster": {"clusterNames": [c]}, "weight": 1} for c in clusters
-                        ]
-                    },
-                },
-            },
-        },
-    }
-
-
 def quota(namespace: str, name: str = "team", hard: Mapping[str, str] = HARD) -> dict[str, Any]:
     return {
         "apiVersion": "quota.karmada.io/v1alpha1",
@@ -281,7 +238,7 @@ async def wait_gc_ready(testbed: TestBed, client: KubeClient, namespace: str) ->
     about Karmada's CRDs only at its next discovery resync (up to 30 s): wait for it here so
     that the latencies measured afterwards are the steady state's."""
     name = "gc-probe"
-    await testbed.aapply(deployment(namespace, name, 1))
+    await testbed.aapply(deployment(namespace, name, 1, REQUESTS))
     await scheduled(client, namespace, name, 1)
     await delete_deployment(client, namespace, name)
     path = f"/apis/work.karmada.io/v1alpha2/namespaces/{namespace}/resourcebindings"
@@ -301,8 +258,8 @@ async def setup_workloads(
 ) -> list[str]:
     clusters = testbed.members[:2]
     await testbed.aapply(
-        [divided_policy(namespace, clusters)]
-        + [deployment(namespace, n, r) for n, r in deployments.items()]
+        [divided_policy(namespace, "divided", clusters)]
+        + [deployment(namespace, n, r, REQUESTS) for n, r in deployments.items()]
     )
     return clusters
 
@@ -491,7 +448,7 @@ async def test_delete_and_scale_down_release_usage_within_a_second(
 
     for i in range(trials):
         name = f"app{i}"
-        await testbed.aapply(deployment(namespace, name, 4))
+        await testbed.aapply(deployment(namespace, name, 4, REQUESTS))
         await scheduled(karmada, namespace, name, 4)
         await wait_used(karmada, namespace, usage(4, 1))
         await scale(karmada, namespace, name, 2)
@@ -527,7 +484,7 @@ async def test_sigkill_and_restart_converge_to_the_exact_usage(
     # while no controller runs: scale one down, delete the other, add a third
     await scale(karmada, namespace, "web", 1)
     await delete_deployment(karmada, namespace, "api")
-    await testbed.aapply(deployment(namespace, "batch", 3))
+    await testbed.aapply(deployment(namespace, "batch", 3, REQUESTS))
     await scheduled(karmada, namespace, "web", 1)
     await scheduled(karmada, namespace, "batch", 3)
     q = await get_quota(karmada, namespace)

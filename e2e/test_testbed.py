@@ -17,6 +17,7 @@ import yaml
 
 from karmadaquota.testbed import TestBed
 from karmadaquota.testbed.aio import eventually
+from karmadaquota.testbed.workloads import deployment, divided_policy
 
 pytestmark = pytest.mark.e2e
 
@@ -49,50 +50,6 @@ def priority_class(name: str, clusters: list[str]) -> list[dict[str, Any]]:
     ]
 
 
-def deployment(namespace: str, name: str, pc: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "replicas": REPLICAS,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {
-                    "priorityClassName": pc,
-                    "containers": [
-                        {"name": "app", "image": "nginx", "resources": {"requests": REQUESTS}}
-                    ],
-                },
-            },
-        },
-    }
-
-
-def divided_policy(namespace: str, name: str, clusters: list[str]) -> dict[str, Any]:
-    return {
-        "apiVersion": "policy.karmada.io/v1alpha1",
-        "kind": "PropagationPolicy",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": name}],
-            "placement": {
-                "clusterAffinity": {"clusterNames": clusters},
-                "replicaScheduling": {
-                    "replicaSchedulingType": "Divided",
-                    "replicaDivisionPreference": "Weighted",
-                    "weightPreference": {
-                        "staticWeightList": [
-                            {"targetCluster": {"clusterNames": [c]}, "weight": 1} for c in clusters
-                        ]
-                    },
-                },
-            },
-        },
-    }
-
-
 async def test_deployment_reaches_members_with_replica_requirements(
     testbed: TestBed, namespace: str
 ) -> None:
@@ -103,7 +60,10 @@ async def test_deployment_reaches_members_with_replica_requirements(
     await testbed.aapply(priority_class(pc, clusters))
     try:
         await testbed.aapply(
-            [deployment(namespace, name, pc), divided_policy(namespace, name, clusters)]
+            [
+                deployment(namespace, name, REPLICAS, REQUESTS, priorityClassName=pc),
+                divided_policy(namespace, name, clusters, name),
+            ]
         )
 
         async def binding_scheduled() -> dict[str, Any] | None:

@@ -17,9 +17,11 @@ from karmadaquota.quantity import Quantity
 from karmadaquota.testbed import TestBed, product
 from karmadaquota.testbed.aio import eventually
 from karmadaquota.testbed.storm import binding, storm
+from karmadaquota.testbed.workloads import deployment, divided_policy
 
 pytestmark = pytest.mark.e2e
 
+CPU = {"cpu": "250m"}
 RB_PATH = "/apis/work.karmada.io/v1alpha2/namespaces/{ns}/resourcebindings"
 # Long on purpose: reservations of creates that failed after admission must be released by
 # the controller's orphan audit (seconds), not by expiry.
@@ -68,45 +70,6 @@ def reservations(bed: TestBed, ns: str, name: str) -> list[Any]:
     return list(q.get("status", {}).get("reservations", []))
 
 
-def deployment(ns: str, name: str, replicas: int, cpu: str, **pod: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {
-                    **pod,
-                    "containers": [
-                        {"name": "app", "image": "nginx", "resources": {"requests": {"cpu": cpu}}}
-                    ],
-                },
-            },
-        },
-    }
-
-
-def divided(ns: str, name: str, clusters: list[str]) -> dict[str, Any]:
-    return {
-        "apiVersion": "policy.karmada.io/v1alpha1",
-        "kind": "PropagationPolicy",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {
-            "resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": name}],
-            "placement": {
-                "clusterAffinity": {"clusterNames": clusters},
-                "replicaScheduling": {
-                    "replicaSchedulingType": "Divided",
-                    "replicaDivisionPreference": "Aggregated",
-                },
-            },
-        },
-    }
-
-
 def member_replicas(bed: TestBed, ns: str, name: str) -> int:
     total = 0
     for m in bed.members:
@@ -130,7 +93,7 @@ async def test_quota_admits_refuses_and_blocks_scale_up_of_real_deployments(
     ns, members = namespace, list(testbed.members)
     await create_quota(testbed, ns, "team", {"requests.cpu": "1", "pods": "10"})
 
-    await testbed.aapply([deployment(ns, "web", 2, "250m"), divided(ns, "web", members)])
+    await testbed.aapply([deployment(ns, "web", 2, CPU), divided_policy(ns, "web", members, "web")])
     await eventually(
         lambda: member_replicas(testbed, ns, "web") == 2, 90, "web propagated to the members"
     )
@@ -146,7 +109,7 @@ async def test_quota_admits_refuses_and_blocks_scale_up_of_real_deployments(
     )
 
     # 500m used + 3 × 250m > 1 cpu: the binding is refused and the user is told why
-    await testbed.aapply([deployment(ns, "big", 3, "250m"), divided(ns, "big", members)])
+    await testbed.aapply([deployment(ns, "big", 3, CPU), divided_policy(ns, "big", members, "big")])
     message = await eventually(
         lambda: (
             "exceeded quota" in events_for(testbed, ns, "big") and events_for(testbed, ns, "big")

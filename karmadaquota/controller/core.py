@@ -27,22 +27,9 @@ from karmadaquota.controller.members import Members
 from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.controller.store import QuotaStore, StoredQuota
 from karmadaquota.kube import paths
-from karmadaquota.kube.client import JSON, Conflict, Gone, KubeError, NotFound
+from karmadaquota.kube.client import JSON, Api, Conflict, Gone, KubeError, NotFound
 
 log = logging.getLogger("karmadaquota.controller")
-
-
-class Api(Protocol):
-    async def request(
-        self,
-        method: str,
-        path: str,
-        body: JSON | None = None,
-        params: Mapping[str, str] | None = None,
-        timeout: float = 10.0,
-    ) -> JSON: ...
-
-    async def get(self, path: str, params: Mapping[str, str] | None = None) -> JSON: ...
 
 
 class Leadership(Protocol):
@@ -256,9 +243,7 @@ class Controller:
                 uid = r.reservedBy.uid
                 if uid not in bindings and not self.index.deleted(uid):
                     pending[uid] = r.reservedBy.name
-        self._unseen = {
-            uid: t for uid, t in self._unseen.items() if uid in pending or t > now - 60
-        }
+        self._unseen = {uid: t for uid, t in self._unseen.items() if uid in pending or t > now - 60}
         found = False
         for uid, name in pending.items():
             first = self._unseen.setdefault(uid, now)

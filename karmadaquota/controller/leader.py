@@ -17,26 +17,15 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
-from karmadaquota.kube.client import JSON, Conflict, KubeError, NotFound
+from karmadaquota.kube.client import JSON, Api, Conflict, KubeError, NotFound
 
 log = logging.getLogger("karmadaquota.controller.leader")
 
 DEFAULT_LEASE_NAME = "karmadaquota-controller"
-
-
-class LeaseAPI(Protocol):
-    async def request(
-        self,
-        method: str,
-        path: str,
-        body: JSON | None = None,
-        params: Mapping[str, str] | None = None,
-        timeout: float = 10.0,
-    ) -> JSON: ...
 
 
 def identity() -> str:
@@ -57,7 +46,7 @@ def micro_time(now: datetime) -> str:
 class LeaderElector:
     def __init__(
         self,
-        api: LeaseAPI,
+        api: Api,
         namespace: str,
         name: str = DEFAULT_LEASE_NAME,
         holder: str | None = None,

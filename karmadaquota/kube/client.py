@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import ssl
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 from kubernetes_asyncio.client import Configuration
@@ -43,6 +43,21 @@ class Gone(KubeError):
 
 
 _ERRORS: dict[int, type[KubeError]] = {409: Conflict, 404: NotFound, 410: Gone}
+
+
+class Api(Protocol):
+    """What the controller needs of a client: `KubeClient`, or a fake in unit tests."""
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: JSON | None = None,
+        params: Mapping[str, str] | None = None,
+        timeout: float = 10.0,
+    ) -> JSON: ...
+
+    async def get(self, path: str, params: Mapping[str, str] | None = None) -> JSON: ...
 
 
 def _error(status: int, body: str) -> KubeError:

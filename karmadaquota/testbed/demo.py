@@ -26,6 +26,7 @@ from typing import Any
 
 from karmadaquota.testbed import TestBed, default_home, product
 from karmadaquota.testbed.aio import eventually
+from karmadaquota.testbed.workloads import deployment, divided_policy
 
 NAMESPACE = "team-a"
 QUOTA = {"requests.cpu": "4", "requests.memory": "8Gi", "pods": "20"}
@@ -57,45 +58,11 @@ def _load(bed: TestBed) -> dict[str, Any]:
 
 
 def sample(members: list[str]) -> list[dict[str, Any]]:
-    """The sample workload: a Deployment divided over every member, and its policy."""
+    """The sample: the quota, and a Deployment divided evenly over every member."""
     return [
         product.quota(NAMESPACE, NAMESPACE, QUOTA),
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": "web", "namespace": NAMESPACE},
-            "spec": {
-                "replicas": 6,
-                "selector": {"matchLabels": {"app": "web"}},
-                "template": {
-                    "metadata": {"labels": {"app": "web"}},
-                    "spec": {
-                        "containers": [
-                            {
-                                "name": "web",
-                                "image": "nginx",
-                                "resources": {"requests": {"cpu": "250m", "memory": "512Mi"}},
-                            }
-                        ]
-                    },
-                },
-            },
-        },
-        {
-            "apiVersion": "policy.karmada.io/v1alpha1",
-            "kind": "PropagationPolicy",
-            "metadata": {"name": "web", "namespace": NAMESPACE},
-            "spec": {
-                "resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment"}],
-                "placement": {
-                    "clusterAffinity": {"clusterNames": members},
-                    "replicaScheduling": {
-                        "replicaSchedulingType": "Divided",
-                        "replicaDivisionPreference": "Weighted",
-                    },
-                },
-            },
-        },
+        deployment(NAMESPACE, "web", 6, {"cpu": "250m", "memory": "512Mi"}),
+        divided_policy(NAMESPACE, "web", members, "web"),
     ]
 
 

@@ -239,6 +239,7 @@ async def test_readyz_waits_for_the_cache_and_metrics_are_served(setup: Any) -> 
     assert (await client.get("/readyz")).status == 200
     webhook.cache.synced.clear()
     assert (await client.get("/readyz")).status == 503
+    webhook.cache.synced.set()
     await post(client, "/validate-resourcebinding", review(binding_doc("web")))
     text = await (await client.get("/metrics")).text()
     assert "karmadaquota_admission_duration_seconds_bucket" in text
@@ -266,3 +267,14 @@ def test_quota_model_round_trips_reservations() -> None:
         q.model_dump(mode="json", exclude_none=True)["status"]["reservations"]
         == (doc["status"]["reservations"])
     )
+
+
+async def test_before_the_cache_synced_every_charge_is_refused_not_allowed(setup: Any) -> None:
+    client, store, webhook = setup
+    webhook.cache.synced.clear()
+    doc = binding_doc("web", namespace="no-quota-here")
+    status, body = await post(client, "/validate-resourcebinding", review(doc))
+    resp = body["response"]
+    assert status == 200 and resp["allowed"] is False
+    assert resp["status"]["code"] == 503 and "not synced" in resp["status"]["message"]
+    assert store.puts == 0

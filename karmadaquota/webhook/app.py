@@ -36,6 +36,7 @@ from karmadaquota.webhook.metrics import WebhookMetrics
 log = logging.getLogger("karmadaquota.webhook")
 
 REASON_INVALID = "Invalid"
+REASON_NOT_READY = "ServiceUnavailable"
 
 
 @dataclass
@@ -93,6 +94,13 @@ class Webhook:
             raise review.MalformedReview(f"request.object is required for {req.operation}")
         if req.operation == "UPDATE" and req.oldObject is None:
             raise review.MalformedReview("request.oldObject is required for UPDATE")
+        if not self.cache.synced.is_set():
+            # before the first LIST we cannot know the namespace has no quota: fail closed
+            return Decision(
+                False,
+                "karmadaquota webhook is starting: quota cache not synced; try again",
+                REASON_NOT_READY,
+            )
         if not self.cache.has_quotas(req.namespace):
             return Decision(True)
         try:
@@ -152,7 +160,7 @@ def _pydantic_errors(e: ValidationError) -> str:
 
 
 def _code(d: Decision) -> int:
-    return 422 if d.reason == REASON_INVALID else 403
+    return {REASON_INVALID: 422, REASON_NOT_READY: 503}.get(d.reason, 403)
 
 
 def build_app(webhook: Webhook) -> web.Application:

@@ -561,3 +561,61 @@ async def test_invalid_quota_is_reported_and_not_charged(
     assert "widgets" in conds["Valid"]["message"]
     assert conds["Ready"]["status"] == "False"
     assert not q["status"].get("used")
+
+
+async def test_an_unreachable_member_is_reported_stale_and_nothing_else_stops(
+    testbed: TestBed, crd: None, namespace: str, karmada: KubeClient, start_controller: Starter
+) -> None:
+    """A Cluster whose API endpoint nobody serves: the quota says which member is stale, and
+    usage from the reachable members keeps being computed."""
+    from karmadaquota.testbed.ports import free_port
+
+    ghost = f"ghost-{secrets.token_hex(3)}"
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": ghost, "namespace": "karmada-cluster"},
+        "stringData": {
+            "token": "nobody-checks-it",
+            "caBundle": testbed.serving_cert(ghost).ca_bundle.decode(),
+        },
+    }
+    cluster = {
+        "apiVersion": "cluster.karmada.io/v1alpha1",
+        "kind": "Cluster",
+        "metadata": {"name": ghost},
+        "spec": {
+            "apiEndpoint": f"https://127.0.0.1:{free_port()}",
+            "syncMode": "Push",
+            "secretRef": {"namespace": "karmada-cluster", "name": ghost},
+        },
+    }
+    await testbed.aapply([secret, cluster])
+    try:
+        start_controller()
+        await testbed.aapply(quota(namespace))
+        members = list(testbed.members)
+        await testbed.aapply(
+            [
+                divided_policy(namespace, "divided", members),
+                deployment(namespace, "web", 2, REQUESTS),
+            ]
+        )
+
+        async def reported() -> bool:
+            q = await get_quota(karmada, namespace)
+            st = q.get("status", {})
+            cond = {c["type"]: c for c in st.get("conditions", [])}.get("MemberObserved", {})
+            return (
+                cond.get("status") == "False"
+                and cond.get("reason") == "MemberUnreachable"
+                and ghost in cond.get("message", "")
+                and st.get("used", {}).get("pods") == "2"
+            )
+
+        await eventually(reported, 90, f"{ghost} reported stale while usage is still computed")
+    finally:
+        await testbed.akubectl("delete", "cluster", ghost, "--wait=false", check=False)
+        await testbed.akubectl(
+            "delete", "secret", ghost, "-n", "karmada-cluster", "--wait=false", check=False
+        )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -262,8 +263,6 @@ async def refusing_webhook(testbed: TestBed) -> AsyncIterator[None]:
         return web.json_response({**body, "response": resp})
 
     cert = testbed.serving_cert("refuser")
-    import ssl
-
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.load_cert_chain(cert.cert, cert.key)
     app = web.Application()

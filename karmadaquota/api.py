@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
 GROUP = "quota.karmada.io"
 VERSION = "v1alpha1"
@@ -34,6 +34,12 @@ OPERATOR_ENUM: list[JsonValue] = ["In", "NotIn", "Exists", "DoesNotExist"]
 # A k8s quantity on the wire: a string ("1500m", "2Gi") or a JSON integer.
 QuantityValue = str | int
 RawResourceList = dict[str, QuantityValue]
+
+
+def describe(e: ValidationError) -> str:
+    """A pydantic error as one line of `field.path: problem` clauses, for error messages."""
+    return "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors())
+
 
 _QUANTITY_SCHEMA: dict[str, Any] = {"x-kubernetes-int-or-string": True}
 _RESOURCE_LIST_SCHEMA: dict[str, Any] = {"additionalProperties": _QUANTITY_SCHEMA}

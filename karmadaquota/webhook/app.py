@@ -109,9 +109,7 @@ class Webhook:
             new_charge = charge.charge(new)
             old_charge = charge.charge(old) if old is not None else None
         except ValidationError as e:
-            return Decision(
-                False, f"invalid ResourceBinding: {_pydantic_errors(e)}", REASON_INVALID
-            )
+            return Decision(False, f"invalid ResourceBinding: {api.describe(e)}", REASON_INVALID)
         except QuantityError as e:
             return Decision(False, f"invalid ResourceBinding: {e}", REASON_INVALID)
         if old_charge is not None and not delta(new_charge, old_charge):
@@ -143,7 +141,7 @@ class Webhook:
         try:
             quota = KarmadaQuota.model_validate(req.object)
         except ValidationError as e:
-            errors = [_pydantic_errors(e)]
+            errors = [api.describe(e)]
         else:
             errors = validation.validate_spec(quota.spec)
         if not errors:
@@ -153,10 +151,6 @@ class Webhook:
             f'KarmadaQuota.{api.GROUP} "{name}" is invalid: [{", ".join(errors)}]',
             REASON_INVALID,
         )
-
-
-def _pydantic_errors(e: ValidationError) -> str:
-    return "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors())
 
 
 def _code(d: Decision) -> int:

@@ -19,7 +19,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from karmadaquota.api import BINDING_PLURAL, ScopedResourceSelectorRequirement
+from karmadaquota.api import BINDING_PLURAL, ScopedResourceSelectorRequirement, describe
 from karmadaquota.evaluate import LimitedResource
 from karmadaquota.scopes import Expression, validate_expression
 
@@ -51,10 +51,7 @@ def load_limited(path: str | Path) -> list[LimitedResource]:
     except (OSError, yaml.YAMLError) as e:
         raise ConfigError(f"{path}: cannot read limitedResources configuration: {e}") from None
     except ValidationError as e:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()
-        )
-        raise ConfigError(f"{path}: invalid ResourceQuotaConfiguration: {problems}") from None
+        raise ConfigError(f"{path}: invalid ResourceQuotaConfiguration: {describe(e)}") from None
     if cfg.kind != "ResourceQuotaConfiguration":
         raise ConfigError(f"{path}: kind must be ResourceQuotaConfiguration, got {cfg.kind!r}")
     out: list[LimitedResource] = []

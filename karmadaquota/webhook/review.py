@@ -12,6 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from karmadaquota.api import describe
+
 ADMISSION_API_VERSION = "admission.k8s.io/v1"
 
 
@@ -63,10 +65,7 @@ def parse(body: bytes) -> Request:
     try:
         return AdmissionReview.model_validate(doc).request
     except ValidationError as e:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()
-        )
-        raise MalformedReview(f"invalid AdmissionReview: {problems}") from None
+        raise MalformedReview(f"invalid AdmissionReview: {describe(e)}") from None
 
 
 def response(

@@ -14,9 +14,9 @@ SERVICE="${SERVICE:-karmadaquota-webhook}"
 NAMESPACE="${NAMESPACE:-karmada-system}"
 mkdir -p "${OUT}"
 
-openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=karmadaquota-webhook-ca" \
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 3650 -subj "/CN=karmadaquota-webhook-ca" \
   -keyout "${OUT}/ca.key" -out "${OUT}/ca.crt" 2>/dev/null
-openssl req -newkey rsa:2048 -nodes -subj "/CN=${SERVICE}.${NAMESPACE}.svc" \
+openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj "/CN=${SERVICE}.${NAMESPACE}.svc" \
   -keyout "${OUT}/tls.key" -out "${OUT}/tls.csr" 2>/dev/null
 printf 'subjectAltName=DNS:%s,DNS:%s.%s,DNS:%s.%s.svc,DNS:%s.%s.svc.cluster.local\nextendedKeyUsage=serverAuth\n' \
   "${SERVICE}" "${SERVICE}" "${NAMESPACE}" "${SERVICE}" "${NAMESPACE}" "${SERVICE}" "${NAMESPACE}" \

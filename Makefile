@@ -2,7 +2,7 @@
 PYTHON ?= python3
 export KARMADAQUOTA_CACHE ?= $(HOME)/.cache/karmadaquota
 
-.PHONY: install binaries lint typecheck unit e2e test up down crds bench clean-bed
+.PHONY: install binaries lint typecheck unit e2e test up down crds bench
 
 install:
 	$(PYTHON) -m pip install -q -e '.[test]'
@@ -39,5 +39,7 @@ down:
 	$(PYTHON) -m karmadaquota.testbed.demo down
 	bash hack/local-down.sh
 
+# Figures for docs/benchmarks.md (several minutes; run on a quiet machine).
 bench: binaries
-	$(PYTHON) -m bench
+	$(PYTHON) -m bench.bench_recompute
+	$(PYTHON) -m bench.bench_admission --rounds 3 --seconds 8

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -144,6 +145,7 @@ async def run(args: argparse.Namespace) -> str:
         if controller is not None:
             controller.stop()
         bed.stop()
+        shutil.rmtree(home, ignore_errors=True)
 
 
 async def paced_load(

@@ -8,6 +8,7 @@ import json
 import ssl
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -317,3 +318,56 @@ async def test_admitted_then_refused_elsewhere_is_released_long_before_the_ttl(
     started = time.monotonic()
     await eventually(admitted_again, 30, "quota free again")
     assert time.monotonic() - started < RESERVATION_TTL_S / 4
+
+
+LIMITED = """
+apiVersion: apiserver.config.k8s.io/v1
+kind: ResourceQuotaConfiguration
+limitedResources:
+- resource: resourcebindings
+  matchScopes:
+  - {scopeName: PriorityClass, operator: In, values: [critical]}
+"""
+
+
+async def test_limited_resources_need_a_covering_quota(
+    testbed: TestBed,
+    webhook: product.WebhookProc,
+    api: KubeClient,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    """With limitedResources, class `critical` is consumable only where a quota scoped to
+    PriorityClass exists — as Kubernetes' ResourceQuotaConfiguration does for pods."""
+    config = tmp_path / "limited.yaml"
+    config.write_text(LIMITED)
+    limited = await product.start_webhook(
+        testbed, "webhook-limited", "60s", False, f"--limited-resources={config}"
+    )
+    ns, path = namespace, RB_PATH.format(ns=namespace)
+
+    def critical(name: str) -> dict[str, Any]:
+        b = binding(ns, name)
+        b["spec"]["replicaRequirements"]["priorityClassName"] = "critical"
+        return b
+
+    try:
+        await asyncio.to_thread(product.register, testbed, limited.base, limited.ca_bundle)
+        await create_quota(testbed, ns, "plain", {"pods": "10"})
+        with pytest.raises(
+            KubeError,
+            match=r"insufficient quota to match these scopes: "
+            r"\[\{PriorityClass In \[critical\]\}\]",
+        ):
+            await api.post(path, critical("c1"))
+        await api.post(path, binding(ns, "ordinary"))  # other classes are not limited
+        scoped = {
+            "matchExpressions": [
+                {"scopeName": "PriorityClass", "operator": "In", "values": ["critical"]}
+            ]
+        }
+        await create_quota(testbed, ns, "critical", {"pods": "1"}, scopeSelector=scoped)
+        await api.post(path, critical("c2"))
+    finally:
+        await asyncio.to_thread(product.register, testbed, webhook.base, webhook.ca_bundle)
+        limited.proc.stop()

@@ -143,7 +143,7 @@ async def wait_ready(url: str, ctx: ssl.SSLContext, proc: Proc, timeout: float =
 
 
 async def start_webhook(
-    bed: TestBed, name: str, ttl: str = "60s", detach: bool = False
+    bed: TestBed, name: str, ttl: str = "60s", detach: bool = False, *extra: str
 ) -> WebhookProc:
     cert = bed.serving_cert(name)
     port = free_port()
@@ -158,6 +158,7 @@ async def start_webhook(
             "--bind-address=127.0.0.1",
             f"--port={port}",
             f"--reservation-ttl={ttl}",
+            *extra,
         ],
         detach=detach,
     )

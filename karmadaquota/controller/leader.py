@@ -73,10 +73,8 @@ class LeaderElector:
         self._wall = wall
         self._leader_until = float("-inf")
         self._observed_rv = ""
-        self._observed_holder = ""
         self._observed_at = float("-inf")
         self._was_leader = False
-        self.observed_holder = ""
 
     # ---- state -----------------------------------------------------------------------------
 
@@ -171,7 +169,6 @@ class LeaderElector:
         if rv != self._observed_rv:
             self._observed_rv = rv
             self._observed_at = at
-        self.observed_holder = str((lease.get("spec") or {}).get("holderIdentity") or "")
 
     async def release(self) -> None:
         """Give the Lease up (graceful stop) so that a successor need not wait it out."""

@@ -118,7 +118,6 @@ class MemberWatch:
         self.table = PodTable()
         self._synced = False
         self._error = access.problem
-        self.attempts = 0
 
     @property
     def name(self) -> str:
@@ -203,7 +202,6 @@ class MemberWatch:
             return
         backoff = self.min_backoff
         while True:
-            self.attempts += 1
             client: KubeClient | None = None
             try:
                 client = await self._client()

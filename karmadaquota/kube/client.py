@@ -163,9 +163,6 @@ class KubeClient:
     async def post(self, path: str, body: JSON) -> JSON:
         return await self.request("POST", path, body)
 
-    async def delete(self, path: str) -> JSON:
-        return await self.request("DELETE", path)
-
     async def watch(
         self, path: str, resource_version: str, timeout_seconds: int = 300
     ) -> AsyncIterator[tuple[str, JSON]]:

@@ -221,6 +221,9 @@ async def scale(client: KubeClient, namespace: str, name: str, replicas: int) ->
     path = f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}/scale"
     body = await client.get(path)
     body["spec"]["replicas"] = replicas
+    # unconditional, as `kubectl scale` is: Karmada keeps updating the Deployment's status, so a
+    # resourceVersion read a moment ago may already be stale (409)
+    body["metadata"].pop("resourceVersion", None)
     await client.put(path, body)
 
 

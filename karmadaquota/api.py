@@ -8,6 +8,7 @@ here; `resources.parse_resource_list` turns them into exact values where a decis
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
@@ -34,6 +35,19 @@ OPERATOR_ENUM: list[JsonValue] = ["In", "NotIn", "Exists", "DoesNotExist"]
 # A k8s quantity on the wire: a string ("1500m", "2Gi") or a JSON integer.
 QuantityValue = str | int
 RawResourceList = dict[str, QuantityValue]
+
+
+def parse_time(value: str) -> datetime | None:
+    """An RFC 3339 time from the wire, in UTC; None when unreadable.
+
+    RFC 3339 always carries an offset; a time without one is read as UTC rather than letting a
+    naive/aware comparison raise later.
+    """
+    try:
+        when = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when.replace(tzinfo=UTC) if when.tzinfo is None else when
 
 
 def describe(e: ValidationError) -> str:
@@ -135,6 +149,11 @@ class Reservation(_Lenient):
         description="The binding generation that carries this usage: the controller drops the "
         "reservation once it observes the binding at this generation or later.",
     )
+
+    def lapsed(self, now: datetime) -> bool:
+        """Expired at `now` (naive means UTC); an unreadable expiration holds nothing."""
+        when = parse_time(self.expirationTime)
+        return when is None or when <= (now.replace(tzinfo=UTC) if now.tzinfo is None else now)
 
 
 class ClusterUsage(_Lenient):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 
 from karmadaquota import resources, scopes
 from karmadaquota.api import KarmadaQuota
@@ -40,7 +40,7 @@ class QuotaView:
         """Parse a quota; reservations that expired before `now` no longer hold anything."""
         reserved: ResourceList = {}
         for i, r in enumerate(quota.status.reservations):
-            if _expired(r.expirationTime, now):
+            if r.lapsed(now):
                 continue
             reserved = resources.add(
                 reserved,
@@ -59,20 +59,6 @@ class QuotaView:
         return QuotaView(
             self.name, self.hard, self.used, resources.add(self.reserved, more), self.scopes
         )
-
-
-def _expired(expiration: str, now: datetime) -> bool:
-    try:
-        when = datetime.fromisoformat(expiration.replace("Z", "+00:00"))
-    except ValueError:
-        return True  # an unreadable expiration holds nothing: the controller drops it
-    # RFC 3339 always carries an offset; a time without one (or a naive `now`) is read as UTC
-    # rather than letting a naive/aware comparison raise TypeError.
-    return _utc(when) <= _utc(now)
-
-
-def _utc(when: datetime) -> datetime:
-    return when.replace(tzinfo=UTC) if when.tzinfo is None else when
 
 
 @dataclass(frozen=True, slots=True)

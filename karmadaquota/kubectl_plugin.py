@@ -36,13 +36,6 @@ def _table(rows: Sequence[Sequence[str]], indent: str = "") -> list[str]:
     return out
 
 
-def _parse_time(value: str) -> datetime | None:
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
 def _relative(when: datetime | None, now: datetime) -> str:
     if when is None:
         return "unreadable"
@@ -103,7 +96,7 @@ def render(quota: Mapping[str, Any], now: datetime) -> str:
                 [
                     str(by.get("name") or by.get("uid", "")),
                     ",".join(f"{k}={reserved[k]}" for k in sorted(reserved)) or _NONE,
-                    f"{expires} ({_relative(_parse_time(expires), now)})",
+                    f"{expires} ({_relative(api.parse_time(expires), now)})",
                 ]
             )
         lines.extend(_table(r_rows, "  "))

@@ -31,6 +31,7 @@ from karmadaquota.api import (
     KarmadaQuota,
     KarmadaQuotaStatus,
     Reservation,
+    parse_time,
 )
 from karmadaquota.controller import status as st
 from karmadaquota.controller.index import Entry, aggregate
@@ -89,13 +90,6 @@ class Outcome:
     released: Mapping[str, int] = field(default_factory=dict)
     # earliest expirationTime among the reservations kept (to recompute when it lapses)
     next_expiry: datetime | None = None
-
-
-def parse_time(value: str) -> datetime | None:
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 def prune_reservations(

@@ -21,8 +21,12 @@ log = logging.getLogger("karmadaquota.cache")
 
 
 def _rv(obj: KarmadaQuota) -> int:
+    return _int_rv(obj.metadata.resourceVersion)
+
+
+def _int_rv(rv: str) -> int:
     try:
-        return int(obj.metadata.resourceVersion)
+        return int(rv)
     except ValueError:
         return -1
 
@@ -50,6 +54,12 @@ class QuotaCache:
         if current is None or _rv(quota) >= _rv(current) or _rv(quota) < 0:
             ns[quota.metadata.name] = quota
             self._changed()
+
+    def _known(self, obj: JSON, rv: str) -> bool:
+        """The cache already holds this version (or a newer one): no need to parse it."""
+        meta = obj.get("metadata", {})
+        current = self._by_ns.get(meta.get("namespace", ""), {}).get(meta.get("name", ""))
+        return current is not None and 0 <= _int_rv(rv) <= _rv(current)
 
     def remove(self, namespace: str, name: str) -> None:
         self._by_ns.get(namespace, {}).pop(name, None)
@@ -89,8 +99,8 @@ class QuotaCache:
     async def _watch(self, rv: str) -> str:
         async for kind, obj in self._client.watch(paths.quotas(), rv):
             new_rv = str(obj.get("metadata", {}).get("resourceVersion", rv))
-            if kind == "BOOKMARK":
-                rv = new_rv
+            if kind == "BOOKMARK" or (kind != "DELETED" and self._known(obj, new_rv)):
+                rv = new_rv  # a bookmark, or a version we hold already (our own PUT)
                 continue
             q = _parse(obj)
             if q is None:

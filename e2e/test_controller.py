@@ -18,22 +18,18 @@ import sys
 import time
 import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from karmadaquota.kube.client import JSON, KubeClient, NotFound
 from karmadaquota.quantity import Quantity
-from karmadaquota.testbed import TestBed
+from karmadaquota.testbed import TestBed, product
 from karmadaquota.testbed.aio import eventually
 from karmadaquota.testbed.workloads import deployment, divided_policy
 
 pytestmark = pytest.mark.e2e
 
-REPO = Path(__file__).resolve().parents[1]
-CRD = REPO / "api" / "crds" / "quota.karmada.io_karmadaquotas.yaml"
 REQUESTS = {"cpu": "100m", "memory": "128Mi"}
 HARD = {
     "requests.cpu": "100",
@@ -49,34 +45,15 @@ QUOTAS = "/apis/quota.karmada.io/v1alpha1/namespaces/{ns}/karmadaquotas"
 
 
 class ControllerProcess:
-    def __init__(self, testbed: TestBed, log: Path, lease: str, extra: list[str]) -> None:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = int(s.getsockname()[1])
-        self.log_path = log
+    """A controller started by `testbed.product`, with what these tests read of it."""
+
+    def __init__(self, testbed: TestBed, name: str, lease: str, extra: list[str]) -> None:
         self.lease = lease
-        env = {
-            **os.environ,
-            "KARMADAQUOTA_LEASE_NAME": lease,
-            "PYTHONPATH": str(REPO),
-        }
-        self._log = log.open("ab")
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "karmadaquota.cli",
-                "--log-level=info",
-                "controller",
-                f"--kubeconfig={testbed.karmada_kubeconfig}",
-                f"--metrics-port={self.port}",
-                *extra,
-            ],
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            cwd=REPO,
+        self.p, self.port = product.start_controller(
+            testbed, name, *extra, env={"KARMADAQUOTA_LEASE_NAME": lease}
         )
+        self.proc = self.p.popen
+        self.log_path = self.p.log
         self.identity = f"{socket.gethostname()}_{self.proc.pid}"
 
     def metrics(self) -> dict[str, float]:
@@ -97,38 +74,26 @@ class ControllerProcess:
         return self.proc.poll() is None
 
     def kill(self) -> None:
-        if self.alive():
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(timeout=10)
+        self.p.stop(signal.SIGKILL)
 
     def stop(self) -> None:
-        if self.alive():
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        self._log.close()
+        self.p.stop(signal.SIGTERM, grace=15)
 
     def tail(self, n: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return ""
+        return self.p.tail(n)
 
 
 Starter = Callable[..., ControllerProcess]
 
 
 @pytest.fixture
-def start_controller(testbed: TestBed, tmp_path: Path) -> Iterator[Starter]:
+def start_controller(testbed: TestBed) -> Iterator[Starter]:
     """start_controller(*flags) -> a running controller; all share this test's Lease."""
     started: list[ControllerProcess] = []
     lease = f"kq-e2e-{secrets.token_hex(4)}"
 
     def start(*extra: str) -> ControllerProcess:
-        c = ControllerProcess(testbed, tmp_path / f"controller-{len(started)}.log", lease, [*extra])
+        c = ControllerProcess(testbed, f"{lease}-controller-{len(started)}", lease, [*extra])
         started.append(c)
         return c
 
@@ -141,10 +106,7 @@ def start_controller(testbed: TestBed, tmp_path: Path) -> Iterator[Starter]:
 
 @pytest.fixture(scope="session")
 def crd(testbed: TestBed) -> None:
-    testbed.apply(yaml.safe_load(CRD.read_text()))
-    testbed.kubectl(
-        "wait", "--for=condition=Established", "crd/karmadaquotas.quota.karmada.io", "--timeout=60s"
-    )
+    product.install_crd(testbed)
 
 
 @pytest.fixture

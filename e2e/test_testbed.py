@@ -16,14 +16,14 @@ from typing import Any
 import pytest
 import yaml
 
-from karmadaquota.testbed import TestBed
+from karmadaquota.testbed import TestBed, product
 from karmadaquota.testbed.aio import eventually
 from karmadaquota.testbed.workloads import deployment, divided_policy
 
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[1]
-KARMADAQUOTA_CRD = REPO / "api" / "crds" / "quota.karmada.io_karmadaquotas.yaml"
+CRD_DOC = yaml.safe_load(product.CRD.read_text())
 REPLICAS = 4
 REQUESTS = {"cpu": "100m", "memory": "128Mi"}
 
@@ -108,7 +108,7 @@ async def test_deployment_reaches_members_with_replica_requirements(
 
 
 async def test_karmadaquota_crd_installs_and_lists(testbed: TestBed, namespace: str) -> None:
-    crd = yaml.safe_load(KARMADAQUOTA_CRD.read_text())
+    crd = CRD_DOC
     await testbed.aapply(crd)
     await testbed.akubectl(
         "wait", "--for=condition=Established", f"crd/{crd['metadata']['name']}", "--timeout=60s"
@@ -130,7 +130,6 @@ async def test_karmadaquota_crd_installs_and_lists(testbed: TestBed, namespace: 
 
 
 SAMPLES = {p.name: yaml.safe_load(p.read_text()) for p in (REPO / "api" / "samples").glob("*.yaml")}
-CRD_DOC = yaml.safe_load(KARMADAQUOTA_CRD.read_text())
 BE = {"scopeName": "BestEffort", "operator": "Exists"}
 NBE = {"scopeName": "NotBestEffort", "operator": "Exists"}
 

@@ -69,6 +69,22 @@ def _error(status: int, body: str) -> KubeError:
     return _ERRORS.get(status, KubeError)(status, reason, message)
 
 
+def _tls(
+    cafile: str | None = None, cadata: str | None = None, insecure: bool = False
+) -> ssl.SSLContext:
+    """A client TLS context trusting `cafile`/`cadata` (else the system CAs)."""
+    ctx = ssl.create_default_context(cafile=cafile, cadata=cadata)
+    if insecure:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+def _bearer(token: str) -> dict[str, str]:
+    token = token.strip()
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
 class KubeClient:
     """JSON over HTTPS to one API server; create with `connect`, close with `close`."""
 
@@ -88,36 +104,19 @@ class KubeClient:
             )
         else:
             load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
-        ctx = (
-            ssl.create_default_context(cafile=cfg.ssl_ca_cert)
-            if cfg.ssl_ca_cert
-            else (ssl.create_default_context())
-        )
+        ctx = _tls(cafile=cfg.ssl_ca_cert or None, insecure=not cfg.verify_ssl)
         if cfg.cert_file:
             ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
-        if not cfg.verify_ssl:
-            ctx.check_hostname = False
-            ctx.verify_mode = ssl.CERT_NONE
-        headers: dict[str, str] = {}
-        token = cfg.api_key.get("authorization") or cfg.api_key.get("BearerToken")
-        if token:
-            headers["Authorization"] = token if token.startswith("Bearer ") else f"Bearer {token}"
-        return cls(str(cfg.host), ctx, headers)
+        token = cfg.api_key.get("authorization") or cfg.api_key.get("BearerToken") or ""
+        return cls(str(cfg.host), ctx, _bearer(token.removeprefix("Bearer ")))
 
     @classmethod
     def from_token(
         cls, host: str, token: str, ca_pem: bytes | None = None, insecure: bool = False
     ) -> KubeClient:
         """A bearer-token client, as Karmada reaches a member cluster (Cluster secretRef)."""
-        if ca_pem:
-            ctx = ssl.create_default_context(cadata=ca_pem.decode())
-        else:
-            ctx = ssl.create_default_context()
-        if insecure:
-            ctx.check_hostname = False
-            ctx.verify_mode = ssl.CERT_NONE
-        headers = {"Authorization": f"Bearer {token.strip()}"} if token else {}
-        return cls(host, ctx, headers)
+        ctx = _tls(cadata=ca_pem.decode() if ca_pem else None, insecure=insecure)
+        return cls(host, ctx, _bearer(token))
 
     @property
     def session(self) -> aiohttp.ClientSession:

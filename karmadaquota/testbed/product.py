@@ -196,7 +196,11 @@ def unregister(bed: TestBed) -> None:
 
 
 def start_controller(
-    bed: TestBed, name: str = "controller", *extra: str, detach: bool = False
+    bed: TestBed,
+    name: str = "controller",
+    *extra: str,
+    detach: bool = False,
+    env: dict[str, str] | None = None,
 ) -> tuple[Proc, int]:
     port = free_port()
     proc = start(
@@ -209,6 +213,7 @@ def start_controller(
             f"--metrics-port={port}",
             *extra,
         ],
+        env=env,
         detach=detach,
     )
     return proc, port

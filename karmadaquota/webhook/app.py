@@ -24,7 +24,7 @@ from pydantic import ValidationError
 
 from karmadaquota import api, charge, validation
 from karmadaquota.api import KarmadaQuota, ResourceBinding
-from karmadaquota.evaluate import Decision, LimitedResource, delta
+from karmadaquota.evaluate import Decision, LimitedResource
 from karmadaquota.kube import paths
 from karmadaquota.kube.client import JSON, KubeClient
 from karmadaquota.quantity import QuantityError
@@ -112,10 +112,6 @@ class Webhook:
             return Decision(False, f"invalid ResourceBinding: {api.describe(e)}", REASON_INVALID)
         except QuantityError as e:
             return Decision(False, f"invalid ResourceBinding: {e}", REASON_INVALID)
-        if old_charge is not None and not delta(new_charge, old_charge):
-            # nothing grows (the scheduler placing replicas, a label change): nothing to
-            # reserve and nothing to wait for behind the namespace's current batch
-            return Decision(True)
         pending = Pending(
             namespace=req.namespace,
             name=new.metadata.name or req.name,

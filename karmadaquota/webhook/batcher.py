@@ -33,7 +33,7 @@ from karmadaquota.api import (
     Reservation,
 )
 from karmadaquota.charge import Charge
-from karmadaquota.evaluate import Decision, LimitedResource, QuotaView, evaluate
+from karmadaquota.evaluate import ALLOW, Decision, LimitedResource, QuotaView, delta, evaluate
 from karmadaquota.kube.client import JSON, Conflict, NotFound
 from karmadaquota.quantity import QuantityError
 from karmadaquota.resources import ResourceList
@@ -114,7 +114,13 @@ class Batcher:
         self._clock = clock
 
     async def submit(self, pending: Pending) -> Decision:
-        """Queue a review behind the namespace's current batch and wait for its decision."""
+        """Queue a review behind the namespace's current batch and wait for its decision.
+
+        An UPDATE whose footprint does not grow (the scheduler placing replicas, a label
+        change) has nothing to reserve: it is answered at once instead of waiting for a write.
+        """
+        if pending.old is not None and not delta(pending.new, pending.old):
+            return ALLOW
         self._queues.setdefault(pending.namespace, deque()).append(pending)
         if pending.namespace not in self._workers:
             self._workers[pending.namespace] = asyncio.create_task(

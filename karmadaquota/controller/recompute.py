@@ -180,20 +180,8 @@ def recompute(quota: KarmadaQuota, inputs: Inputs, now: datetime) -> Outcome:
             errors = [str(e)]
     if errors:
         wanted = [
-            Condition(
-                type=st.COND_READY,
-                status="False",
-                reason=REASON_INVALID,
-                message="the quota is not enforced until its spec is fixed",
-                observedGeneration=generation,
-            ),
-            Condition(
-                type=st.COND_VALID,
-                status="False",
-                reason=REASON_INVALID,
-                message="; ".join(errors),
-                observedGeneration=generation,
-            ),
+            _condition(st.COND_READY, False, REASON_INVALID, _NOT_ENFORCED),
+            _condition(st.COND_VALID, False, REASON_INVALID, "; ".join(errors)),
         ]
         new_status = KarmadaQuotaStatus(
             hard={},
@@ -201,7 +189,7 @@ def recompute(quota: KarmadaQuota, inputs: Inputs, now: datetime) -> Outcome:
             aggregatedStatus=[],
             reservations=kept,
             summary="invalid spec: see the Valid condition",
-            conditions=st.merge_conditions(current.conditions, wanted, now),
+            conditions=st.merge_conditions(current.conditions, _at(wanted, generation), now),
             observedGeneration=generation,
         )
         return Outcome(new_status, {}, {}, released, next_expiry)
@@ -228,21 +216,9 @@ def recompute(quota: KarmadaQuota, inputs: Inputs, now: datetime) -> Outcome:
             )
         )
     wanted = [
-        Condition(
-            type=st.COND_READY,
-            status="True",
-            reason=REASON_CALCULATED,
-            message="usage recomputed from the ResourceBindings",
-            observedGeneration=generation,
-        ),
-        Condition(
-            type=st.COND_VALID,
-            status="True",
-            reason=REASON_VALID,
-            message="",
-            observedGeneration=generation,
-        ),
-        _member_condition(inputs).model_copy(update={"observedGeneration": generation}),
+        _condition(st.COND_READY, True, REASON_CALCULATED, _CALCULATED),
+        _condition(st.COND_VALID, True, REASON_VALID, ""),
+        _member_condition(inputs),
     ]
     new_status = KarmadaQuotaStatus(
         hard=resources.format_resource_list(hard),
@@ -250,7 +226,20 @@ def recompute(quota: KarmadaQuota, inputs: Inputs, now: datetime) -> Outcome:
         aggregatedStatus=aggregated,
         reservations=kept,
         summary=st.summary(used, hard),
-        conditions=st.merge_conditions(current.conditions, wanted, now),
+        conditions=st.merge_conditions(current.conditions, _at(wanted, generation), now),
         observedGeneration=generation,
     )
     return Outcome(new_status, used, hard, released, next_expiry)
+
+
+_NOT_ENFORCED = "the quota is not enforced until its spec is fixed"
+_CALCULATED = "usage recomputed from the ResourceBindings"
+
+
+def _condition(kind: str, ok: bool, reason: str, message: str) -> Condition:
+    return Condition(type=kind, status="True" if ok else "False", reason=reason, message=message)
+
+
+def _at(conditions: list[Condition], generation: int) -> list[Condition]:
+    """The conditions as computed for this quota generation."""
+    return [c.model_copy(update={"observedGeneration": generation}) for c in conditions]

@@ -33,10 +33,10 @@ test: binaries lint typecheck
 # A local Karmada (member1..3) with karmadaquota running on it and a sample quota.
 up: binaries
 	bash hack/local-up.sh
-	$(PYTHON) -m karmadaquota.testbed.demo up
+	$(PYTHON) -m e2e.testbed.demo up
 
 down:
-	$(PYTHON) -m karmadaquota.testbed.demo down
+	$(PYTHON) -m e2e.testbed.demo down
 	bash hack/local-down.sh
 
 # Figures for docs/benchmarks.md (several minutes; run on a quiet machine).

@@ -28,10 +28,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from e2e.testbed import TestBed, product
+from e2e.testbed.aio import eventually
+from e2e.testbed.storm import StormResult, binding, pod, storm
 from karmadaquota.kube.client import KubeClient
-from karmadaquota.testbed import TestBed, product
-from karmadaquota.testbed.aio import eventually
-from karmadaquota.testbed.storm import StormResult, binding, pod, storm
 
 # bindings with a KarmadaQuota; Pods with a ResourceQuota; and, for scale, bindings in a
 # namespace without any quota (Karmada's own binding path: its webhooks, no charging).

@@ -18,7 +18,7 @@ For tests of our own webhook: ``testbed.serving_cert(name)`` mints a serving cer
 ``testbed.webhook_host`` (127.0.0.1 locally) and returns its caBundle;
 ``testbed.register_validating_webhook(name, url, ca_bundle, rules)`` points the karmada-apiserver
 at it. Tests run on the event loop: use ``await testbed.akubectl(...)`` / ``aapply`` / ``aget``
-and ``eventually`` (karmadaquota.testbed.aio) so the loop is never blocked.
+and ``eventually`` (e2e.testbed.aio) so the loop is never blocked.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 
-from karmadaquota.testbed import (
+from e2e.testbed import (
     DEFAULT_MEMBERS,
     TestBed,
     backend_from_env,

@@ -22,11 +22,11 @@ from typing import Any
 
 import pytest
 
+from e2e.testbed import TestBed, product
+from e2e.testbed.aio import eventually
+from e2e.testbed.workloads import deployment, divided_policy
 from karmadaquota.kube.client import JSON, KubeClient, NotFound
 from karmadaquota.quantity import Quantity
-from karmadaquota.testbed import TestBed, product
-from karmadaquota.testbed.aio import eventually
-from karmadaquota.testbed.workloads import deployment, divided_policy
 
 pytestmark = pytest.mark.e2e
 
@@ -533,7 +533,7 @@ async def test_an_unreachable_member_is_reported_stale_and_nothing_else_stops(
 ) -> None:
     """A Cluster whose API endpoint nobody serves: the quota says which member is stale, and
     usage from the reachable members keeps being computed."""
-    from karmadaquota.testbed.ports import free_port
+    from e2e.testbed.ports import free_port
 
     ghost = f"ghost-{secrets.token_hex(3)}"
     secret = {

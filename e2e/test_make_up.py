@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from karmadaquota.testbed.aio import eventually
-from karmadaquota.testbed.ports import is_listening
+from e2e.testbed.aio import eventually
+from e2e.testbed.ports import is_listening
 
 pytestmark = pytest.mark.e2e
 

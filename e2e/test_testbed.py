@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 import yaml
 
-from karmadaquota.testbed import TestBed, product
-from karmadaquota.testbed.aio import eventually
-from karmadaquota.testbed.workloads import deployment, divided_policy
+from e2e.testbed import TestBed, product
+from e2e.testbed.aio import eventually
+from e2e.testbed.workloads import deployment, divided_policy
 
 pytestmark = pytest.mark.e2e
 

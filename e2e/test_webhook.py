@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from e2e.testbed import TestBed, product
+from e2e.testbed.aio import eventually
+from e2e.testbed.storm import binding, storm
+from e2e.testbed.workloads import deployment, divided_policy
 from karmadaquota.kube.client import KubeClient, KubeError
 from karmadaquota.quantity import Quantity
-from karmadaquota.testbed import TestBed, product
-from karmadaquota.testbed.aio import eventually
-from karmadaquota.testbed.storm import binding, storm
-from karmadaquota.testbed.workloads import deployment, divided_policy
 
 pytestmark = pytest.mark.e2e
 

@@ -3,4 +3,4 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "${HERE}/.."
-exec "${PYTHON:-python3}" -m karmadaquota.testbed down "$@"
+exec "${PYTHON:-python3}" -m e2e.testbed down "$@"

@@ -4,7 +4,7 @@
 #
 # Idempotent: on a healthy bed with the same members it returns at once. Kubeconfigs go to
 # ${KARMADAQUOTA_HOME:-$HOME/.karmadaquota}/kubeconfig/{karmada-apiserver,<member>}.config.
-# Extra arguments go to `python -m karmadaquota.testbed up` (e.g. --members member1,member2).
+# Extra arguments go to `python -m e2e.testbed up` (e.g. --members member1,member2).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "${HERE}/.."
@@ -12,4 +12,4 @@ if [[ "${KARMADAQUOTA_TESTBED:-local}" == "kind" ]]; then
   exec "${HERE}/kind-up.sh"
 fi
 "${HERE}/build-binaries.sh"
-exec "${PYTHON:-python3}" -m karmadaquota.testbed up "$@"
+exec "${PYTHON:-python3}" -m e2e.testbed up "$@"

@@ -1,6 +1,6 @@
 """Reaper: stops an ephemeral test bed when the process that owns it dies.
 
-``python -m karmadaquota.testbed.reaper <owner-pid> <home>`` blocks on a pidfd of the owner
+``python -m e2e.testbed.reaper <owner-pid> <home>`` blocks on a pidfd of the owner
 (no polling) and, once the owner is gone, without having stopped its bed (e.g. SIGKILL, OOM),
 runs `bed.down(home)`. The owner stops the reaper first when it stops the bed normally.
 """
@@ -29,7 +29,7 @@ def wait_for_exit(pid: int) -> None:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
-        print("usage: python -m karmadaquota.testbed.reaper <owner-pid> <home>", file=sys.stderr)
+        print("usage: python -m e2e.testbed.reaper <owner-pid> <home>", file=sys.stderr)
         return 2
     owner, home = int(argv[0]), Path(argv[1])
     wait_for_exit(owner)

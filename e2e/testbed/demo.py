@@ -1,7 +1,7 @@
 """`make up` / `make down`: karmadaquota running on the local test bed, with a sample quota.
 
-    python -m karmadaquota.testbed.demo up     # after `python -m karmadaquota.testbed up`
-    python -m karmadaquota.testbed.demo down   # stops the webhook and the controller
+    python -m e2e.testbed.demo up     # after `python -m e2e.testbed up`
+    python -m e2e.testbed.demo down   # stops the webhook and the controller
 
 `up` installs the CRD, starts the webhook and the controller as background processes (pids in
 `$KARMADAQUOTA_HOME/karmadaquota.json`, logs in `$KARMADAQUOTA_HOME/logs/`), registers the
@@ -24,9 +24,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from karmadaquota.testbed import TestBed, default_home, product
-from karmadaquota.testbed.aio import eventually
-from karmadaquota.testbed.workloads import deployment, divided_policy
+from e2e.testbed import TestBed, default_home, product
+from e2e.testbed.aio import eventually
+from e2e.testbed.workloads import deployment, divided_policy
 
 NAMESPACE = "team-a"
 QUOTA = {"requests.cpu": "4", "requests.memory": "8Gi", "pods": "20"}
@@ -150,7 +150,7 @@ def down(home: Path) -> None:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(prog="python -m karmadaquota.testbed.demo", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m e2e.testbed.demo", description=__doc__)
     p.add_argument("command", choices=("up", "down", "show"))
     args = p.parse_args()
     home = default_home()

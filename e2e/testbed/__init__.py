@@ -1,6 +1,6 @@
 """The real test bed: a local Karmada control plane plus kwok-backed member clusters.
 
-See `bed.TestBed` for the Python API and ``python -m karmadaquota.testbed --help`` for the CLI.
+See `bed.TestBed` for the Python API and ``python -m e2e.testbed --help`` for the CLI.
 """
 
 from .bed import DEFAULT_MEMBERS, ServingCert, TestBed, backend_from_env, build_binaries, down

@@ -1,4 +1,4 @@
-"""CLI: ``python -m karmadaquota.testbed up|down|status|env``.
+"""CLI: ``python -m e2e.testbed up|down|status|env``.
 
 ``up`` is idempotent: on a healthy bed with the same members it returns at once. The bed keeps
 running after ``up`` exits; ``down`` stops it from any process via the state file.
@@ -29,7 +29,7 @@ def _members(value: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m karmadaquota.testbed", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m e2e.testbed", description=__doc__)
     parser.add_argument(
         "--home", type=Path, default=None, help="state dir (default: $KARMADAQUOTA_HOME)"
     )

@@ -1,6 +1,6 @@
 """An L4 round-robin TCP proxy on 127.0.0.1 — what a Service does for webhook replicas.
 
-Run as its own process (`python -m karmadaquota.testbed.tcpproxy --port P --backend A
+Run as its own process (`python -m e2e.testbed.tcpproxy --port P --backend A
 --backend B`) so that proxying never competes with the test's own event loop. TLS passes
 through untouched: the API server still verifies the webhook's certificate.
 """

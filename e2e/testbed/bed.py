@@ -270,7 +270,7 @@ class TestBed:
             [
                 sys.executable,
                 "-m",
-                "karmadaquota.testbed.reaper",
+                "e2e.testbed.reaper",
                 str(os.getpid()),
                 str(self.home.root),
             ],

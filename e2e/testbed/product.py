@@ -21,8 +21,8 @@ from typing import Any
 
 import aiohttp
 
-from karmadaquota.testbed import TestBed
-from karmadaquota.testbed.ports import free_port, is_listening
+from e2e.testbed import TestBed
+from e2e.testbed.ports import free_port, is_listening
 
 REPO = Path(__file__).resolve().parents[2]
 CRD = REPO / "api" / "crds" / "quota.karmada.io_karmadaquotas.yaml"
@@ -230,7 +230,7 @@ def round_robin_proxy(bed: TestBed, backends: Sequence[int]) -> Iterator[int]:
             [
                 sys.executable,
                 "-m",
-                "karmadaquota.testbed.tcpproxy",
+                "e2e.testbed.tcpproxy",
                 f"--port={port}",
                 *(f"--backend={b}" for b in backends),
             ],

@@ -371,3 +371,41 @@ async def test_limited_resources_need_a_covering_quota(
     finally:
         await asyncio.to_thread(product.register, testbed, webhook.base, webhook.ca_bundle)
         limited.proc.stop()
+
+
+async def test_negative_requests_are_refused_and_never_lower_usage(
+    testbed: TestBed, webhook: product.WebhookProc, api: KubeClient, namespace: str
+) -> None:
+    """The hostile tenant's attack, through the real karmada-apiserver: a binding asking for
+    `cpu: -4` must not be admitted, and one that got in before the quota existed must not lower
+    `used` (it is charged as zero and named on the quota)."""
+    ns, path = namespace, RB_PATH.format(ns=namespace)
+    # Before any quota exists the webhook charges nothing, as for a binding created before the
+    # webhook was installed.
+    early = binding(ns, "early-neg", cpu="-4", replicas=1)
+    early["spec"]["replicaRequirements"]["resourceRequest"]["memory"] = "1Gi"
+    await api.post(path, early)
+    await create_quota(testbed, ns, "q", {"requests.cpu": "2", "requests.memory": "4Gi"})
+
+    def reported() -> bool:
+        q = testbed.get("karmadaquota", "q", namespace=ns) or {}
+        conds = {c["type"]: c for c in q.get("status", {}).get("conditions", [])}
+        return "early-neg" in conds.get("BindingsCharged", {}).get("message", "")
+
+    await eventually(reported, 30, "the quota names the binding charged as zero")
+    assert used(testbed, ns, "q", "requests.cpu") == Quantity.parse("0")
+    assert used(testbed, ns, "q", "requests.memory") == Quantity.parse("1Gi")
+
+    with pytest.raises(KubeError) as refused:
+        await api.post(path, binding(ns, "neg", cpu="-4"))
+    assert (
+        'spec.replicaRequirements.resourceRequest[cpu]: Invalid value: "-4": '
+        "must be greater than or equal to 0"
+    ) in str(refused.value)
+    with pytest.raises(KubeError) as over:
+        await api.post(path, binding(ns, "three", cpu="3"))
+    assert "exceeded quota: q, requested: requests.cpu=3" in str(over.value)
+    await api.post(path, binding(ns, "two", cpu="2"))  # exactly the room there is
+    with pytest.raises(KubeError) as full:
+        await api.post(path, binding(ns, "more", cpu="1m"))
+    assert "exceeded quota: q" in str(full.value)

@@ -233,13 +233,13 @@ class ReplicaRequirements(_Lenient):
 
 class Component(_Lenient):
     name: str = ""
-    replicas: int = Field(default=0, ge=0)
+    replicas: int = 0  # negative values are charged as zero and refused by charge()
     replicaRequirements: ReplicaRequirements | None = None
 
 
 class TargetCluster(_Lenient):
     name: str
-    replicas: int = Field(default=0, ge=0)
+    replicas: int = 0  # negative values are charged as zero and refused by charge()
 
 
 class GracefulEvictionTask(_Lenient):
@@ -249,7 +249,7 @@ class GracefulEvictionTask(_Lenient):
 
 class ResourceBindingSpec(_Lenient):
     resource: BindingResource
-    replicas: int = Field(default=0, ge=0)
+    replicas: int = 0  # negative values are charged as zero and refused by charge()
     replicaRequirements: ReplicaRequirements | None = None
     components: list[Component] = Field(default_factory=list)
     clusters: list[TargetCluster] = Field(default_factory=list)

@@ -5,6 +5,12 @@ footprint after it (Duplicated placement lists `replicas` in every cluster). A b
 than one component charges Σ component replicas × component requests once per target cluster
 (Karmada places a multi-component workload whole); a single component is charged like the legacy
 fields it replaces. Replicas under graceful eviction are not in `spec.clusters` and are not charged.
+
+Negative requests and replica counts would *lower* usage if charged as they are, so a hostile
+value could buy room for others (a binding with `cpu: -4` followed by one with `cpu: 3` against a
+quota of 2). Each is charged as zero instead and named in `Charge.invalid` in Kubernetes' own
+validation wording: admission refuses such a binding, and the controller, which must still count
+bindings created before the webhook was installed, charges the rest of it and reports it.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ _LEGACY_COUNTS = {
 }
 
 _ONE = Quantity.from_int(1)
+_ZERO = Quantity.zero()
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +48,9 @@ class Charge:
     traits: BindingTraits
     # Bare names (cpu, memory) that a replica-carrying part of the binding does not request.
     missing_requests: frozenset[str] = field(default_factory=frozenset)
+    # Field errors for values charged as zero because they were negative, e.g.
+    # 'spec.replicas: Invalid value: -1: must be greater than or equal to 0'.
+    invalid: tuple[str, ...] = ()
 
 
 def count_name(api_version: str, kind: str) -> str:
@@ -69,8 +79,27 @@ def _per_replica(requests: Mapping[str, Quantity], replicas: int) -> ResourceLis
     return out
 
 
-def _requests(raw: Mapping[str, str | int] | None, field_path: str) -> ResourceList:
-    return resources.parse_resource_list(raw or {}, field_path)
+_NON_NEGATIVE = "must be greater than or equal to 0"
+
+
+def _requests(
+    raw: Mapping[str, str | int] | None, field_path: str, invalid: list[str]
+) -> ResourceList:
+    """Parsed requests; a negative one is charged as zero and reported in `invalid`."""
+    parsed = resources.parse_resource_list(raw or {}, field_path)
+    for name, q in parsed.items():
+        if q.sign < 0:
+            invalid.append(f'{field_path}[{name}]: Invalid value: "{q}": {_NON_NEGATIVE}')
+            parsed[name] = _ZERO
+    return parsed
+
+
+def _replicas(value: int, field_path: str, invalid: list[str]) -> int:
+    """A replica count; a negative one is charged as zero and reported in `invalid`."""
+    if value < 0:
+        invalid.append(f"{field_path}: Invalid value: {value}: {_NON_NEGATIVE}")
+        return 0
+    return value
 
 
 def _missing(requests: Mapping[str, Quantity]) -> set[str]:
@@ -95,22 +124,37 @@ def charge(binding: ResourceBinding) -> Charge:
     return _single(spec, objects)
 
 
+def _placed(spec: ResourceBindingSpec, invalid: list[str]) -> dict[str, int]:
+    """Replicas per target cluster (a cluster listed twice counts twice, as its sum)."""
+    out: dict[str, int] = {}
+    for i, c in enumerate(spec.clusters):
+        out[c.name] = out.get(c.name, 0) + _replicas(
+            c.replicas, f"spec.clusters[{i}].replicas", invalid
+        )
+    return out
+
+
 def _single(spec: ResourceBindingSpec, objects: ResourceList) -> Charge:
+    invalid: list[str] = []
     if spec.components:
         comp = spec.components[0]
         reqs_model = comp.replicaRequirements
-        path = "spec.components[0].replicaRequirements.resourceRequest"
-        replicas = comp.replicas
+        path = "spec.components[0]"
+        replicas = _replicas(comp.replicas, f"{path}.replicas", invalid)
     else:
         reqs_model = spec.replicaRequirements
-        path = "spec.replicaRequirements.resourceRequest"
-        replicas = spec.replicas
-    requests = _requests(reqs_model.resourceRequest if reqs_model else None, path)
-    placed = sum(c.replicas for c in spec.clusters)
-    total_replicas = max(replicas, placed)
+        path = "spec"
+        replicas = _replicas(spec.replicas, "spec.replicas", invalid)
+    requests = _requests(
+        reqs_model.resourceRequest if reqs_model else None,
+        f"{path}.replicaRequirements.resourceRequest",
+        invalid,
+    )
+    placed = _placed(spec, invalid)
+    total_replicas = max(replicas, sum(placed.values()))
     total = resources.add(objects, _per_replica(requests, total_replicas))
     per_cluster = {
-        c.name: resources.add(objects, _per_replica(requests, c.replicas)) for c in spec.clusters
+        name: resources.add(objects, _per_replica(requests, n)) for name, n in placed.items()
     }
     has_replicas = total_replicas > 0
     traits = BindingTraits(
@@ -119,31 +163,46 @@ def _single(spec: ResourceBindingSpec, objects: ResourceList) -> Charge:
         priority_class=reqs_model.priorityClassName if reqs_model else "",
     )
     missing = frozenset(_missing(requests)) if has_replicas else frozenset()
-    return Charge(total, per_cluster, traits, missing)
+    return Charge(total, per_cluster, traits, missing, tuple(invalid))
 
 
 def _multi_component(spec: ResourceBindingSpec, objects: ResourceList) -> Charge:
+    invalid: list[str] = []
     one_copy: ResourceList = {}
     missing: set[str] = set()
     best_effort = True
+    has_replicas = False
     priority = spec.replicaRequirements.priorityClassName if spec.replicaRequirements else ""
+    _replicas(spec.replicas, "spec.replicas", invalid)  # not charged here, but still refused
     for i, comp in enumerate(spec.components):
-        path = f"spec.components[{i}].replicaRequirements.resourceRequest"
+        path = f"spec.components[{i}]"
         reqs_model = comp.replicaRequirements
-        requests = _requests(reqs_model.resourceRequest if reqs_model else None, path)
-        one_copy = resources.add(one_copy, _per_replica(requests, comp.replicas))
-        if comp.replicas > 0:
+        replicas = _replicas(comp.replicas, f"{path}.replicas", invalid)
+        requests = _requests(
+            reqs_model.resourceRequest if reqs_model else None,
+            f"{path}.replicaRequirements.resourceRequest",
+            invalid,
+        )
+        one_copy = resources.add(one_copy, _per_replica(requests, replicas))
+        if replicas > 0:
+            has_replicas = True
             missing |= _missing(requests)
             best_effort = best_effort and _is_best_effort(requests)
         if not priority and reqs_model is not None:
             priority = reqs_model.priorityClassName
-    copies = max(1, len(spec.clusters))
+    placed = _placed(spec, invalid)
+    copies = max(1, len(spec.clusters))  # a cluster listed twice is charged twice
     total = resources.add(objects, resources.multiply(one_copy, copies))
-    per_cluster = {c.name: resources.add(objects, one_copy) for c in spec.clusters}
-    has_replicas = any(c.replicas > 0 for c in spec.components)
+    per_cluster = {name: resources.add(objects, one_copy) for name in placed}
     traits = BindingTraits(
         has_replicas=has_replicas,
         best_effort=has_replicas and best_effort,
         priority_class=priority,
     )
-    return Charge(total, per_cluster, traits, frozenset(missing) if has_replicas else frozenset())
+    return Charge(
+        total,
+        per_cluster,
+        traits,
+        frozenset(missing) if has_replicas else frozenset(),
+        tuple(invalid),
+    )

@@ -346,3 +346,57 @@ def test_charge_is_deterministic_and_does_not_mutate_the_binding() -> None:
     first, second = charge(b), charge(b)
     assert first == second
     assert b.model_dump() == before
+
+
+# ---------------------------------------------------------------------------------------------
+# negative and absurd values: charged as zero, named in Kubernetes' wording
+
+
+def test_negative_request_is_charged_as_zero_and_named() -> None:
+    c = charge_of(3, {"cpu": "-4", "memory": "1Gi"})
+    assert str(c.total["requests.cpu"]) == "0"
+    assert str(c.total["requests.memory"]) == "3Gi"
+    assert c.invalid == (
+        'spec.replicaRequirements.resourceRequest[cpu]: Invalid value: "-4": '
+        "must be greater than or equal to 0",
+    )
+
+
+def test_negative_replicas_anywhere_are_charged_as_zero_and_named() -> None:
+    c = charge_of(-2, {"cpu": "1", "memory": "1Gi"}, clusters={"m1": -1, "m2": 2})
+    assert str(c.total["pods"]) == "2"  # max(0, 0 + 2)
+    assert as_strings(c.per_cluster["m1"]) == {"count/deployments.apps": "1"}
+    assert c.invalid == (
+        "spec.replicas: Invalid value: -2: must be greater than or equal to 0",
+        "spec.clusters[0].replicas: Invalid value: -1: must be greater than or equal to 0",
+    )
+
+
+def test_negative_values_in_components_are_charged_as_zero_and_named() -> None:
+    c = charge_of(
+        0,
+        components=[
+            component("a", -3, {"cpu": "1", "memory": "1Gi"}),
+            component("b", 2, {"cpu": "-500m", "memory": "1Gi"}),
+        ],
+        clusters={"m1": 1},
+    )
+    assert str(c.total["requests.cpu"]) == "0"
+    assert str(c.total["requests.memory"]) == "2Gi"
+    assert str(c.total["pods"]) == "2"
+    assert c.invalid == (
+        "spec.components[0].replicas: Invalid value: -3: must be greater than or equal to 0",
+        'spec.components[1].replicaRequirements.resourceRequest[cpu]: Invalid value: "-500m": '
+        "must be greater than or equal to 0",
+    )
+
+
+def test_a_valid_binding_has_no_invalid_fields() -> None:
+    assert charge_of(2, CPU_MEM, clusters={"m1": 2}).invalid == ()
+
+
+def test_huge_values_are_exact() -> None:
+    c = charge_of(2**31 - 1, {"cpu": "1E", "memory": "1Gi"})
+    assert c.total["requests.cpu"].nanos == (2**31 - 1) * 10**18 * 10**9
+    assert str(c.total["requests.cpu"]) == f"{2**31 - 1}E"
+    assert c.invalid == ()

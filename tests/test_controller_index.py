@@ -180,9 +180,15 @@ def test_relist_does_not_resurrect_a_binding_deleted_after_the_snapshot() -> Non
     assert index.get(ns, uid) is None
 
 
-def test_malformed_binding_is_skipped() -> None:
+def test_malformed_binding_is_indexed_as_zero_and_says_why() -> None:
     raw = raw_binding(requests={"cpu": "lots"})
-    assert safe_observe(raw, Interner()) is None
+    seen = safe_observe(raw, Interner())
+    assert seen is not None and seen.entry is not None
+    assert seen.entry.usage.names == ()  # charged as zero, so a reservation for it is released
+    assert seen.entry.invalid == (
+        'invalid ResourceBinding: invalid quantity "lots" for '
+        "spec.replicaRequirements.resourceRequest[cpu]: missing number",
+    )
 
 
 def test_namespaces_are_separate() -> None:

@@ -312,3 +312,39 @@ def test_pure_controller_modules_import_no_io_library() -> None:
     )
     loaded = json.loads(out.stdout)
     assert [m for m in ("aiohttp", "kopf", "kubernetes_asyncio") if m in loaded] == []
+
+
+def test_a_negative_binding_never_lowers_used_and_is_named_on_the_quota() -> None:
+    index = index_of(
+        raw_binding("web", replicas=2, requests={"cpu": "1", "memory": "1Gi"}),
+        raw_binding("neg", replicas=3, requests={"cpu": "-4", "memory": "1Gi"}),
+    )
+    out = recompute(quota(hard=HARD), inputs(index), NOW)
+    assert out.status.used["requests.cpu"] == "2"  # the negative binding charges zero cpu
+    assert out.status.used["requests.memory"] == "5Gi"  # and the rest of what it asks
+    assert out.status.used["pods"] == "5"
+    cond = {c.type: c for c in out.status.conditions}["BindingsCharged"]
+    assert (cond.status, cond.reason) == ("False", "InvalidBindings")
+    assert cond.message == (
+        "1 binding(s) charged as zero where invalid: neg-deployment: "
+        'spec.replicaRequirements.resourceRequest[cpu]: Invalid value: "-4": '
+        "must be greater than or equal to 0"
+    )
+    # Once the binding is gone, the condition goes with it.
+    index.remove("team-a", "uid-neg", 10)
+    again = recompute(
+        quota(hard=HARD).model_copy(update={"status": out.status}), inputs(index), NOW
+    )
+    assert "BindingsCharged" not in {c.type for c in again.status.conditions}
+
+
+def test_an_unreadable_binding_is_indexed_as_zero_and_named() -> None:
+    bad = raw_binding("bad")
+    bad["spec"]["replicaRequirements"]["resourceRequest"]["cpu"] = "12x"
+    index = index_of(raw_binding("web", replicas=1), bad)
+    out = recompute(quota(hard=HARD), inputs(index), NOW)
+    assert out.status.used["requests.cpu"] == "1"
+    assert out.status.used["count/deployments.apps"] == "1"
+    cond = {c.type: c for c in out.status.conditions}["BindingsCharged"]
+    assert cond.message.startswith("1 binding(s) charged as zero where invalid: bad-deployment: ")
+    assert "12x" in cond.message

@@ -127,6 +127,61 @@ async def test_a_bad_quantity_in_the_binding_is_denied_naming_the_field(setup: A
     assert store.puts == 0
 
 
+async def test_a_negative_request_is_refused_and_cannot_buy_room_for_others(setup: Any) -> None:
+    """The attack: `cpu: -4` must not lower usage so that `cpu: 3` fits a quota of 2."""
+    client, store, _ = setup
+    status, body = await post(
+        client, "/validate-resourcebinding", review(binding_doc("neg", cpu="-4"))
+    )
+    assert status == 200
+    assert body["response"]["allowed"] is False
+    assert body["response"]["status"] == {
+        "code": 422,
+        "reason": "Invalid",
+        "message": 'ResourceBinding.work.karmada.io "neg" is invalid: '
+        'spec.replicaRequirements.resourceRequest[cpu]: Invalid value: "-4": '
+        "must be greater than or equal to 0",
+    }
+    assert store.puts == 0
+    status, body = await post(
+        client, "/validate-resourcebinding", review(binding_doc("big", cpu="11"))
+    )
+    assert body["response"]["allowed"] is False
+    assert body["response"]["status"]["reason"] == "QuotaExceeded"
+
+
+async def test_negative_replicas_on_update_are_refused_with_every_field(setup: Any) -> None:
+    client, store, _ = setup
+    old = binding_doc("web", replicas=1)
+    new = binding_doc("web", replicas=-1, clusters=[("m1", -1)])
+    status, body = await post(
+        client, "/validate-resourcebinding", review(new, operation="UPDATE", old=old)
+    )
+    assert status == 200
+    assert body["response"]["allowed"] is False
+    assert body["response"]["status"]["message"] == (
+        'ResourceBinding.work.karmada.io "web" is invalid: ['
+        "spec.replicas: Invalid value: -1: must be greater than or equal to 0, "
+        "spec.clusters[0].replicas: Invalid value: -1: must be greater than or equal to 0]"
+    )
+    assert store.puts == 0
+
+
+async def test_huge_values_are_computed_exactly_and_denied_cleanly(setup: Any) -> None:
+    client, store, _ = setup
+    doc = binding_doc("huge", replicas=2**31 - 1, cpu="1E")
+    status, body = await post(client, "/validate-resourcebinding", review(doc))
+    assert status == 200
+    assert body["response"]["status"] == {
+        "code": 403,
+        "reason": "QuotaExceeded",
+        "message": f"exceeded quota: team-a, requested: pods={2**31 - 1},"
+        f"requests.cpu={2**31 - 1}E, used: pods=0,requests.cpu=0, "
+        "limited: pods=100,requests.cpu=10",
+    }
+    assert store.puts == 0
+
+
 @pytest.mark.parametrize(
     ("body", "expected"),
     [

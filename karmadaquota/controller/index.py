@@ -28,7 +28,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from karmadaquota import scopes
-from karmadaquota.api import ResourceBinding
+from karmadaquota.api import ResourceBinding, describe
 from karmadaquota.charge import Charge, charge
 from karmadaquota.quantity import QuantityError
 from karmadaquota.resources import ResourceList
@@ -58,6 +58,8 @@ class Entry:
     generation: int
     rv: int
     usage: CompactUsage
+    # Why part or all of the binding is charged as zero (negative or unreadable values).
+    invalid: tuple[str, ...] = ()
 
 
 class Interner:
@@ -124,10 +126,40 @@ def observe(obj: Mapping[str, Any], intern: Interner) -> Observed:
     )
     if meta.get("deletionTimestamp"):
         return Observed(ns, uid, rv, None)
-    binding = ResourceBinding.model_validate(obj)
-    usage = compact(charge(binding), intern)
-    entry = Entry(intern(binding.metadata.name), binding.metadata.generation, rv, usage)
-    return Observed(ns, uid, rv, entry)
+    try:
+        binding = ResourceBinding.model_validate(obj)
+        c = charge(binding)
+    except (ValidationError, QuantityError) as e:
+        # Indexed with zero usage rather than skipped, so that the quota can say so and a
+        # reservation for it is not held until expiry.
+        problem = f"invalid ResourceBinding: {describe(e) if isinstance(e, ValidationError) else e}"
+        return Observed(ns, uid, rv, _uncharged(meta, rv, problem, intern))
+    usage = compact(c, intern)
+    name, generation = intern(binding.metadata.name), binding.metadata.generation
+    if c.invalid:
+        _log_invalid(ns, name, uid, c.invalid)
+    return Observed(ns, uid, rv, Entry(name, generation, rv, usage, c.invalid))
+
+
+_NOTHING = CompactUsage(
+    (), (), (), BindingTraits(has_replicas=False, best_effort=False, priority_class="")
+)
+
+
+def _uncharged(meta: Mapping[str, Any], rv: int, problem: str, intern: Interner) -> Entry:
+    name, uid = str(meta.get("name", "")), str(meta.get("uid", ""))
+    generation = meta.get("generation", 0)
+    _log_invalid(str(meta.get("namespace", "")), name, uid, (problem,))
+    return Entry(
+        intern(name), generation if isinstance(generation, int) else 0, rv, _NOTHING, (problem,)
+    )
+
+
+def _log_invalid(namespace: str, name: str, uid: str, problems: tuple[str, ...]) -> None:
+    log.warning(
+        "ResourceBinding charged as zero where invalid",
+        extra={"namespace": namespace, "binding": name, "uid": uid, "error": "; ".join(problems)},
+    )
 
 
 class BindingIndex:

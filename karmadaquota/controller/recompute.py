@@ -49,6 +49,7 @@ REASON_ALL_OBSERVED = "AllMembersObserved"
 REASON_UNREACHABLE = "MemberUnreachable"
 REASON_SYNCING = "MemberSyncing"
 REASON_DISABLED = "MemberWatchDisabled"
+REASON_INVALID_BINDINGS = "InvalidBindings"
 
 
 class MemberView(Protocol):
@@ -220,16 +221,41 @@ def recompute(quota: KarmadaQuota, inputs: Inputs, now: datetime) -> Outcome:
         _condition(st.COND_VALID, True, REASON_VALID, ""),
         _member_condition(inputs),
     ]
+    conditions = current.conditions
+    invalid = _invalid_bindings_condition(inputs.bindings)
+    if invalid is not None:
+        wanted.append(invalid)
+    else:
+        conditions = [c for c in conditions if c.type != st.COND_BINDINGS_CHARGED]
     new_status = KarmadaQuotaStatus(
         hard=resources.format_resource_list(hard),
         used=resources.format_resource_list(used),
         aggregatedStatus=aggregated,
         reservations=kept,
         summary=st.summary(used, hard),
-        conditions=st.merge_conditions(current.conditions, _at(wanted, generation), now),
+        conditions=st.merge_conditions(conditions, _at(wanted, generation), now),
         observedGeneration=generation,
     )
     return Outcome(new_status, used, hard, released, next_expiry)
+
+
+_SHOWN_INVALID = 5
+
+
+def _invalid_bindings_condition(bindings: Mapping[str, Entry]) -> Condition | None:
+    """BindingsCharged=False naming the bindings charged as zero where invalid (sorted, the
+    first few in full), or None when every binding is charged as it asks."""
+    bad = sorted((e.name, e.invalid) for e in bindings.values() if e.invalid)
+    if not bad:
+        return None
+    shown = "; ".join(f"{name}: {', '.join(problems)}" for name, problems in bad[:_SHOWN_INVALID])
+    more = f"; and {len(bad) - _SHOWN_INVALID} more" if len(bad) > _SHOWN_INVALID else ""
+    return _condition(
+        st.COND_BINDINGS_CHARGED,
+        False,
+        REASON_INVALID_BINDINGS,
+        f"{len(bad)} binding(s) charged as zero where invalid: {shown}{more}",
+    )
 
 
 _NOT_ENFORCED = "the quota is not enforced until its spec is fixed"

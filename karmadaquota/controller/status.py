@@ -12,7 +12,9 @@ from karmadaquota.quantity import Quantity
 COND_READY = "Ready"
 COND_VALID = "Valid"
 COND_MEMBER_OBSERVED = "MemberObserved"
-CONDITION_ORDER = (COND_READY, COND_VALID, COND_MEMBER_OBSERVED)
+# Present (False) only while some binding of the namespace is charged as zero where invalid.
+COND_BINDINGS_CHARGED = "BindingsCharged"
+CONDITION_ORDER = (COND_READY, COND_VALID, COND_MEMBER_OBSERVED, COND_BINDINGS_CHARGED)
 
 _ZERO = Quantity.zero()
 

@@ -13,7 +13,7 @@ import logging
 import os
 import ssl
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -112,6 +112,16 @@ class Webhook:
             return Decision(False, f"invalid ResourceBinding: {api.describe(e)}", REASON_INVALID)
         except QuantityError as e:
             return Decision(False, f"invalid ResourceBinding: {e}", REASON_INVALID)
+        if new_charge.invalid:
+            return Decision(
+                False,
+                invalid_message(
+                    f"{api.BINDING_KIND}.{api.BINDING_GROUP}",
+                    new.metadata.name or req.name,
+                    new_charge.invalid,
+                ),
+                REASON_INVALID,
+            )
         pending = Pending(
             namespace=req.namespace,
             name=new.metadata.name or req.name,
@@ -143,10 +153,15 @@ class Webhook:
         if not errors:
             return Decision(True)
         return Decision(
-            False,
-            f'KarmadaQuota.{api.GROUP} "{name}" is invalid: [{", ".join(errors)}]',
-            REASON_INVALID,
+            False, invalid_message(f"{api.KIND}.{api.GROUP}", name, errors), REASON_INVALID
         )
+
+
+def invalid_message(kind: str, name: str, errors: Sequence[str]) -> str:
+    """Kubernetes' wording for an invalid object (apimachinery's NewInvalid): one error as it
+    is, several as `[e1, e2]`."""
+    listed = errors[0] if len(errors) == 1 else f"[{', '.join(errors)}]"
+    return f'{kind} "{name}" is invalid: {listed}'
 
 
 def _code(d: Decision) -> int:

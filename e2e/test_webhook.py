@@ -380,11 +380,15 @@ async def test_negative_requests_are_refused_and_never_lower_usage(
     `cpu: -4` must not be admitted, and one that got in before the quota existed must not lower
     `used` (it is charged as zero and named on the quota)."""
     ns, path = namespace, RB_PATH.format(ns=namespace)
+
+    def rb(name: str, cpu: str) -> dict[str, Any]:
+        doc = binding(ns, name, cpu=cpu)
+        doc["spec"]["replicaRequirements"]["resourceRequest"]["memory"] = "1Gi"
+        return doc
+
     # Before any quota exists the webhook charges nothing, as for a binding created before the
     # webhook was installed.
-    early = binding(ns, "early-neg", cpu="-4", replicas=1)
-    early["spec"]["replicaRequirements"]["resourceRequest"]["memory"] = "1Gi"
-    await api.post(path, early)
+    await api.post(path, rb("early-neg", "-4"))
     await create_quota(testbed, ns, "q", {"requests.cpu": "2", "requests.memory": "4Gi"})
 
     def reported() -> bool:
@@ -397,15 +401,15 @@ async def test_negative_requests_are_refused_and_never_lower_usage(
     assert used(testbed, ns, "q", "requests.memory") == Quantity.parse("1Gi")
 
     with pytest.raises(KubeError) as refused:
-        await api.post(path, binding(ns, "neg", cpu="-4"))
+        await api.post(path, rb("neg", "-4"))
     assert (
         'spec.replicaRequirements.resourceRequest[cpu]: Invalid value: "-4": '
         "must be greater than or equal to 0"
     ) in str(refused.value)
     with pytest.raises(KubeError) as over:
-        await api.post(path, binding(ns, "three", cpu="3"))
+        await api.post(path, rb("three", "3"))
     assert "exceeded quota: q, requested: requests.cpu=3" in str(over.value)
-    await api.post(path, binding(ns, "two", cpu="2"))  # exactly the room there is
+    await api.post(path, rb("two", "2"))  # exactly the room there is
     with pytest.raises(KubeError) as full:
-        await api.post(path, binding(ns, "more", cpu="1m"))
+        await api.post(path, rb("more", "1m"))
     assert "exceeded quota: q" in str(full.value)

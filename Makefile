@@ -1,26 +1,43 @@
-# karmadaquota — developer entry points. `make test` is the one test command (README, CI).
-PYTHON ?= python3
+# karmadaquota — developer entry points. `make up` and `make test` are the two commands a
+# fresh clone needs (README, CI): both create the project virtualenv `.venv/` and install the
+# package with its test dependencies into it when missing, then build any missing binaries.
+# PYTHON=/path/to/python uses that interpreter instead (its packages are then yours to install).
+VENV := $(CURDIR)/.venv
+export PYTHON ?= $(VENV)/bin/python
 export KARMADAQUOTA_CACHE ?= $(HOME)/.cache/karmadaquota
+export PIP_DISABLE_PIP_VERSION_CHECK ?= 1
 
 .PHONY: install binaries lint typecheck unit e2e test up down crds bench
 
+# The venv is (re)installed when pyproject.toml changes; the stamp records the last install.
+ifeq ($(PYTHON),$(VENV)/bin/python)
+install: $(VENV)/.installed
+else
 install:
-	$(PYTHON) -m pip install -q -e '.[test]'
+endif
 
-binaries:
+$(VENV)/bin/python:
+	python3 -m venv $(VENV)
+
+$(VENV)/.installed: pyproject.toml | $(VENV)/bin/python
+	$(VENV)/bin/python -m pip install -q --upgrade pip
+	$(VENV)/bin/python -m pip install -q -e '.[test]'
+	touch $@
+
+binaries: install
 	bash hack/build-binaries.sh
 
-crds:
+crds: install
 	./hack/gen-crds
 
-lint:
-	ruff check .
-	ruff format --check .
+lint: install
+	$(PYTHON) -m ruff check .
+	$(PYTHON) -m ruff format --check .
 
-typecheck:
-	mypy
+typecheck: install
+	$(PYTHON) -m mypy
 
-unit:
+unit: install
 	$(PYTHON) -m pytest -q tests
 
 e2e: binaries
@@ -35,7 +52,7 @@ up: binaries
 	bash hack/local-up.sh
 	$(PYTHON) -m e2e.testbed.demo up
 
-down:
+down: install
 	$(PYTHON) -m e2e.testbed.demo down
 	bash hack/local-down.sh
 

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -61,7 +62,8 @@ def ports_of(home: Path) -> list[int]:
 
 async def test_make_up_prints_working_commands_and_make_down_cleans_up(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    env = {**os.environ, "KARMADAQUOTA_HOME": str(home)}
+    # The interpreter running the tests (the project venv under `make test`) runs the product.
+    env = {**os.environ, "KARMADAQUOTA_HOME": str(home), "PYTHON": sys.executable}
     env.pop("KARMADAQUOTA_E2E_REUSE", None)
     up = run("make up", env)
     assert up.returncode == 0, f"make up failed:\n{up.stdout[-3000:]}\n{up.stderr[-3000:]}"

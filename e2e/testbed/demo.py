@@ -124,6 +124,10 @@ def show(bed: TestBed) -> None:
     print("Try it (copy-paste):")
     print(f"  export KUBECONFIG={kc}")
     print(f"  alias kubectl={kubectl}")
+    plugin_dir = Path(sys.executable).parent
+    if (plugin_dir / "kubectl-karmadaquota").exists():
+        path = shlex.quote(str(plugin_dir))
+        print(f"  export PATH={path}:$PATH                # the kubectl karmadaquota plugin")
     print(f"  kubectl -n {NAMESPACE} scale deployment/web --replicas=30   # refused: over quota")
     print(f"  kubectl -n {NAMESPACE} get events --field-selector involvedObject.name=web")
     print(f"  kubectl -n {NAMESPACE} scale deployment/web --replicas=2    # frees quota")

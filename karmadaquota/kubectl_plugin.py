@@ -1,8 +1,9 @@
 """`kubectl karmadaquota describe NAME -n NS` — a KarmadaQuota as `kubectl describe quota` shows
-a ResourceQuota (seed 001), plus one `used/observed` column per member cluster, the pending
-reservations and the conditions.
+a ResourceQuota, plus one `used/observed` column per member cluster, the pending reservations
+and the conditions. `kubectl karmadaquota import-frq [-n NS | -A]` prints a KarmadaQuota for
+each FederatedResourceQuota (`karmadaquota.frq`).
 
-Rendering is the pure `render(quota, now)`; the object is fetched with the user's own kubectl
+Rendering is the pure `render(quota, now)`; objects are fetched with the user's own kubectl
 (`kubectl get karmadaquota NAME -n NS -o json`, honouring --kubeconfig and --context), so the
 plugin needs nothing but what kubectl already has. `$KUBECTL` picks the kubectl binary.
 """
@@ -19,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from karmadaquota import api
+from karmadaquota import api, frq
 
 _NONE = "-"
 
@@ -123,19 +124,41 @@ def _kubectl() -> str:
     return os.environ.get("KUBECTL") or shutil.which("kubectl") or "kubectl"
 
 
-def fetch(name: str, namespace: str | None, kubeconfig: str | None, context: str | None) -> Any:
+def kubectl_get(
+    what: Sequence[str], where: Sequence[str], kubeconfig: str | None, context: str | None
+) -> Any:
+    """`kubectl [--kubeconfig] [--context] get WHAT -o json WHERE`, decoded; kubectl's error
+    raised."""
     cmd = [_kubectl()]
     if kubeconfig:
         cmd.append(f"--kubeconfig={kubeconfig}")
     if context:
         cmd.append(f"--context={context}")
-    cmd += ["get", f"{api.PLURAL}.{api.GROUP}", name, "-o", "json"]
-    if namespace:
-        cmd += ["-n", namespace]
+    cmd += ["get", *what, "-o", "json", *where]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=60)
     if proc.returncode != 0:
         raise RuntimeError(proc.stderr.strip() or f"{' '.join(cmd)} exited {proc.returncode}")
     return json.loads(proc.stdout)
+
+
+def fetch(name: str, namespace: str | None, kubeconfig: str | None, context: str | None) -> Any:
+    where = ["-n", namespace] if namespace else []
+    return kubectl_get([f"{api.PLURAL}.{api.GROUP}", name], where, kubeconfig, context)
+
+
+def import_frq(
+    namespace: str | None, all_namespaces: bool, kubeconfig: str | None, context: str | None
+) -> str:
+    """Every FederatedResourceQuota in scope, converted (kubectl's namespace when none given)."""
+    where = ["-A"] if all_namespaces else ["-n", namespace] if namespace else []
+    listed = kubectl_get([frq.FRQ_RESOURCE], where, kubeconfig, context)
+    items = sorted(
+        listed.get("items") or [],
+        key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]),
+    )
+    if not items:
+        return "# no FederatedResourceQuota found\n"
+    return frq.render(frq.convert(item) for item in items)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -146,7 +169,24 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("-n", "--namespace")
     d.add_argument("--kubeconfig")
     d.add_argument("--context")
+    i = sub.add_parser(
+        "import-frq",
+        help="print a KarmadaQuota for each FederatedResourceQuota, for `kubectl apply -f -`",
+    )
+    scope = i.add_mutually_exclusive_group()
+    scope.add_argument("-n", "--namespace")
+    scope.add_argument("-A", "--all-namespaces", action="store_true")
+    i.add_argument("--kubeconfig")
+    i.add_argument("--context")
     args = p.parse_args(argv)
+    if args.command == "import-frq":
+        try:
+            out = import_frq(args.namespace, args.all_namespaces, args.kubeconfig, args.context)
+        except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        sys.stdout.write(out)
+        return 0
     try:
         quota = fetch(args.name, args.namespace, args.kubeconfig, args.context)
     except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as e:

@@ -1,6 +1,7 @@
 """`kubectl karmadaquota describe NAME -n NS` — a KarmadaQuota as `kubectl describe quota` shows
-a ResourceQuota, plus one `used/observed` column per member cluster, the pending reservations
-and the conditions. `kubectl karmadaquota import-frq [-n NS | -A]` prints a KarmadaQuota for
+a ResourceQuota, plus one `used/observed` column per member cluster, usage bars per resource
+and member (`karmadaquota.usage_view`), the pending reservations and the conditions;
+`--output json|yaml` gives the same for scripts. `kubectl karmadaquota import-frq [-n NS | -A]` prints a KarmadaQuota for
 each FederatedResourceQuota (`karmadaquota.frq`).
 
 Rendering is the pure `render(quota, now)`; objects are fetched with the user's own kubectl
@@ -20,7 +21,9 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from karmadaquota import api, frq
+import yaml
+
+from karmadaquota import api, frq, usage_view
 
 _NONE = "-"
 
@@ -85,6 +88,7 @@ def render(quota: Mapping[str, Any], now: datetime) -> str:
             row.append(f"{c_used}/{c_obs}")
         rows.append(row)
     lines.extend(_table(rows))
+    lines.extend(usage_view.bars(usage_view.summarize(quota, now)))
     reservations = status.get("reservations") or []
     if reservations:
         lines.append("Reservations:")
@@ -118,6 +122,39 @@ def render(quota: Mapping[str, Any], now: datetime) -> str:
             )
         lines.extend(_table(c_rows, "  "))
     return "\n".join(lines) + "\n"
+
+
+def describe_data(quota: Mapping[str, Any], now: datetime) -> dict[str, Any]:
+    """What describe shows, for `--output json|yaml`: usage per resource and member, scopes,
+    reservations (with whether each has expired) and conditions as the API server has them."""
+    status = quota.get("status") or {}
+    reservations = []
+    for r in status.get("reservations") or []:
+        expires = api.parse_time(str(r.get("expirationTime", "")))
+        by = r.get("reservedBy") or {}
+        reservations.append(
+            {
+                "binding": str(by.get("name") or by.get("uid", "")),
+                "uid": by.get("uid", ""),
+                "reserved": r.get("reserved") or {},
+                "expirationTime": r.get("expirationTime", ""),
+                "expired": expires is None or expires <= now,
+            }
+        )
+    return {
+        **usage_view.summarize(quota, now),
+        "scopes": _scopes(quota.get("spec") or {}),
+        "reservations": reservations,
+        "conditions": status.get("conditions") or [],
+    }
+
+
+def _output(quota: Mapping[str, Any], now: datetime, fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(describe_data(quota, now), indent=2) + "\n"
+    if fmt == "yaml":
+        return yaml.safe_dump(describe_data(quota, now), sort_keys=False)
+    return render(quota, now)
 
 
 def _kubectl() -> str:
@@ -169,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("-n", "--namespace")
     d.add_argument("--kubeconfig")
     d.add_argument("--context")
+    d.add_argument("-o", "--output", choices=["text", "json", "yaml"], default="text")
     i = sub.add_parser(
         "import-frq",
         help="print a KarmadaQuota for each FederatedResourceQuota, for `kubectl apply -f -`",
@@ -192,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    sys.stdout.write(render(quota, datetime.now(UTC)))
+    sys.stdout.write(_output(quota, datetime.now(UTC), args.output))
     return 0
 
 

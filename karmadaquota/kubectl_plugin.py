@@ -1,8 +1,8 @@
 """`kubectl karmadaquota describe NAME -n NS` — a KarmadaQuota as `kubectl describe quota` shows
 a ResourceQuota, plus one `used/observed` column per member cluster, usage bars per resource
 and member (`karmadaquota.usage_view`), the pending reservations and the conditions;
-`--output json|yaml` gives the same for scripts. `kubectl karmadaquota import-frq [-n NS | -A]` prints a KarmadaQuota for
-each FederatedResourceQuota (`karmadaquota.frq`).
+`--output json|yaml` gives the same for scripts. `kubectl karmadaquota import-frq [-n NS | -A]`
+prints a KarmadaQuota for each FederatedResourceQuota (`karmadaquota.frq`).
 
 Rendering is the pure `render(quota, now)`; objects are fetched with the user's own kubectl
 (`kubectl get karmadaquota NAME -n NS -o json`, honouring --kubeconfig and --context), so the

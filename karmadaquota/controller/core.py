@@ -282,7 +282,7 @@ class Controller:
             outcome = rc.recompute(stored.quota, self._inputs(ns), now)
             desired = st.dump(outcome.status)
             self.metrics.recompute_duration.observe(time.perf_counter() - started)
-            self.metrics.set_quota(ns, name, outcome.used, outcome.hard)
+            self.metrics.set_quota(ns, name, outcome.used, outcome.hard, outcome.status)
             self._schedule_expiry(ns, outcome.next_expiry, now)
             if not st.needs_write(stored.raw.get("status"), desired):
                 return True

@@ -6,7 +6,8 @@ from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from karmadaquota.quantity import Quantity
+from karmadaquota.api import KarmadaQuotaStatus
+from karmadaquota.quantity import Quantity, QuantityError
 
 _RECOMPUTE_BUCKETS = (
     0.0001,
@@ -89,7 +90,38 @@ class ControllerMetrics:
         self.resyncs = Counter(
             "karmadaquota_resyncs_total", "Full relists of bindings and quotas.", registry=r
         )
-        self._quota_labels: dict[tuple[str, str], set[str]] = {}
+        labels = ["namespace", "quota", "resource"]
+        self.quota_reserved = Gauge(
+            "karmadaquota_quota_reserved",
+            "Usage reserved by admitted bindings the controller has not counted yet (base units).",
+            labels,
+            registry=r,
+        )
+        self.quota_reservations = Gauge(
+            "karmadaquota_quota_reservations",
+            "Reservations pending in a KarmadaQuota's status, as last computed.",
+            ["namespace", "quota"],
+            registry=r,
+        )
+        self.quota_member_used = Gauge(
+            "karmadaquota_quota_member_used",
+            "Usage of a KarmadaQuota resource placed in one member cluster by Karmada.",
+            [*labels, "cluster"],
+            registry=r,
+        )
+        self.quota_member_observed = Gauge(
+            "karmadaquota_quota_member_observed",
+            "Usage of a KarmadaQuota resource summed from the pods seen in one member cluster.",
+            [*labels, "cluster"],
+            registry=r,
+        )
+        self.waiting = Gauge(
+            "karmadaquota_waiting_workloads",
+            "Workloads refused for quota and waiting for room (leader; all namespaces).",
+            registry=r,
+        )
+        # every labelled series published per quota, to drop the stale ones
+        self._quota_series: dict[tuple[str, str], set[tuple[Gauge, tuple[str, ...]]]] = {}
         for reason in ("observed", "expired"):
             self.released.labels(reason)
         for result in ("ok", "conflict", "notfound", "error"):
@@ -101,20 +133,48 @@ class ControllerMetrics:
         quota: str,
         used: Mapping[str, Quantity],
         hard: Mapping[str, Quantity],
+        status: KarmadaQuotaStatus | None = None,
     ) -> None:
-        """Publish a quota's figures, dropping resources it no longer tracks."""
+        """Publish a quota's figures (with `status`: reservations and the per-member
+        breakdown too), dropping the series it no longer has."""
         key = (namespace, quota)
-        names = set(hard)
-        for stale in self._quota_labels.get(key, set()) - names:
-            self.quota_used.remove(namespace, quota, stale)
-            self.quota_hard.remove(namespace, quota, stale)
-        for name in names:
-            self.quota_hard.labels(namespace, quota, name).set(hard[name].as_float())
+        series: dict[tuple[Gauge, tuple[str, ...]], float] = {}
+        for name in hard:
             q = used.get(name)
-            self.quota_used.labels(namespace, quota, name).set(q.as_float() if q else 0.0)
-        self._quota_labels[key] = names
+            series[(self.quota_hard, (namespace, quota, name))] = hard[name].as_float()
+            series[(self.quota_used, (namespace, quota, name))] = q.as_float() if q else 0.0
+        if status is not None:
+            series[(self.quota_reservations, (namespace, quota))] = len(status.reservations)
+            reserved: dict[str, float] = dict.fromkeys(hard, 0.0)
+            for r in status.reservations:
+                for name, value in _parsed(r.reserved).items():
+                    reserved[name] = reserved.get(name, 0.0) + value
+            for name, value in reserved.items():
+                series[(self.quota_reserved, (namespace, quota, name))] = value
+            for c in status.aggregatedStatus:
+                for name, value in _parsed(c.used).items():
+                    member = (namespace, quota, name, c.clusterName)
+                    series[(self.quota_member_used, member)] = value
+                for name, value in _parsed(c.observed or {}).items():
+                    member = (namespace, quota, name, c.clusterName)
+                    series[(self.quota_member_observed, member)] = value
+        for gauge, stale in self._quota_series.get(key, set()) - set(series):
+            gauge.remove(*stale)
+        for (gauge, values), value in series.items():
+            gauge.labels(*values).set(value)
+        self._quota_series[key] = set(series)
 
     def forget_quota(self, namespace: str, quota: str) -> None:
-        for name in self._quota_labels.pop((namespace, quota), set()):
-            self.quota_used.remove(namespace, quota, name)
-            self.quota_hard.remove(namespace, quota, name)
+        for gauge, values in self._quota_series.pop((namespace, quota), set()):
+            gauge.remove(*values)
+
+
+def _parsed(raw: Mapping[str, str | int]) -> dict[str, float]:
+    """A status resource list as gauge values; unreadable entries are skipped, not zeroed."""
+    out = {}
+    for name, value in raw.items():
+        try:
+            out[name] = Quantity.parse(str(value)).as_float()
+        except QuantityError:
+            continue
+    return out

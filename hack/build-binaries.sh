@@ -154,7 +154,24 @@ install_kubectl() {
   log "kubectl ${v}: done"
 }
 
-want="${*:-kubectl etcd kubernetes karmada kwok}"
+# hack/promql-check (our source) against Prometheus' parsers; rebuilt when either changes.
+build_promql_check() {
+  local v=${PROMETHEUS_VERSION} src="${HERE}/promql-check/main.go" id
+  id="${v}-$(sha256sum "${src}" | cut -c1-12)"
+  if up_to_date promql-check "${id}"; then log "promql-check ${v}: up to date"; return; fi
+  log "promql-check ${v}: compiling"
+  local dir="${SRC}/promql-check"
+  new_module "${dir}" karmadaquota.local/build/promql-check 1.26.0
+  cp "${src}" "${dir}/main.go"
+  cd "${dir}"
+  local p=github.com/prometheus/prometheus
+  run go get "${p}/model/rulefmt@${v}" "${p}/promql/parser@${v}"
+  run go build -ldflags "-s -w" -o "${BIN}/promql-check" .
+  stamp "${id}" promql-check
+  log "promql-check ${v}: done"
+}
+
+want="${*:-kubectl etcd kubernetes karmada kwok promql-check}"
 for what in ${want}; do
   case "${what}" in
     kubernetes) build_kubernetes ;;
@@ -162,6 +179,7 @@ for what in ${want}; do
     karmada) build_karmada ;;
     kwok) build_kwok ;;
     kubectl) install_kubectl ;;
+    promql-check) build_promql_check ;;
     *) echo "unknown component: ${what}" >&2; exit 2 ;;
   esac
 done

@@ -145,6 +145,7 @@ def describe_data(quota: Mapping[str, Any], now: datetime) -> dict[str, Any]:
         **usage_view.summarize(quota, now),
         "scopes": _scopes(quota.get("spec") or {}),
         "reservations": reservations,
+        "waiting": status.get("waiting") or [],
         "conditions": status.get("conditions") or [],
     }
 

@@ -37,6 +37,19 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--port", type=int, default=8443)
     w.add_argument("--reservation-ttl", type=duration, default=timedelta(seconds=60))
     w.add_argument("--limited-resources", help="ResourceQuotaConfiguration YAML file")
+    w.add_argument(
+        "--max-reservation-bytes",
+        type=int,
+        default=512 * 1024,
+        help="bound on one quota's pending reservations (JSON bytes); over it: 429, try again",
+    )
+    w.add_argument("--max-connections", type=int, default=1000)
+    w.add_argument(
+        "--read-timeout",
+        type=duration,
+        default=timedelta(seconds=10),
+        help="TLS handshake, request headers and body must each arrive within it",
+    )
 
     c = sub.add_parser("controller", help="run the aggregating quota controller")
     c.add_argument("--kubeconfig", help="Karmada API server kubeconfig (default: in-cluster)")
@@ -51,6 +64,7 @@ def _parser() -> argparse.ArgumentParser:
 async def _serve_webhook(args: argparse.Namespace) -> None:
     from karmadaquota.webhook.app import WebhookSettings, running
     from karmadaquota.webhook.config import load_limited
+    from karmadaquota.webhook.server import ServerLimits
 
     settings = WebhookSettings(
         kubeconfig=args.kubeconfig,
@@ -60,6 +74,10 @@ async def _serve_webhook(args: argparse.Namespace) -> None:
         port=args.port,
         reservation_ttl=args.reservation_ttl,
         limited=load_limited(args.limited_resources) if args.limited_resources else [],
+        max_reservation_bytes=args.max_reservation_bytes,
+        limits=ServerLimits(
+            read_timeout=args.read_timeout.total_seconds(), max_connections=args.max_connections
+        ),
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -29,9 +29,16 @@ from karmadaquota.kube import paths
 from karmadaquota.kube.client import JSON, KubeClient
 from karmadaquota.quantity import QuantityError
 from karmadaquota.webhook import review
-from karmadaquota.webhook.batcher import Batcher, BatcherConfig, Pending
+from karmadaquota.webhook.batcher import (
+    DEFAULT_RESERVATION_BYTES,
+    REASON_TOO_MANY,
+    Batcher,
+    BatcherConfig,
+    Pending,
+)
 from karmadaquota.webhook.cache import QuotaCache
 from karmadaquota.webhook.metrics import WebhookMetrics
+from karmadaquota.webhook.server import MAX_BODY_BYTES, ServerLimits, serve, tls_context
 
 log = logging.getLogger("karmadaquota.webhook")
 
@@ -49,6 +56,8 @@ class WebhookSettings:
     reservation_ttl: timedelta = timedelta(seconds=60)
     limited: list[LimitedResource] = field(default_factory=list)
     cert_check_interval: float = 10.0
+    max_reservation_bytes: int = DEFAULT_RESERVATION_BYTES
+    limits: ServerLimits = field(default_factory=ServerLimits)
 
 
 class KubeQuotaStore:
@@ -165,7 +174,7 @@ def invalid_message(kind: str, name: str, errors: Sequence[str]) -> str:
 
 
 def _code(d: Decision) -> int:
-    return {REASON_INVALID: 422, REASON_NOT_READY: 503}.get(d.reason, 403)
+    return {REASON_INVALID: 422, REASON_NOT_READY: 503, REASON_TOO_MANY: 429}.get(d.reason, 403)
 
 
 def build_app(webhook: Webhook) -> web.Application:
@@ -227,7 +236,7 @@ def build_app(webhook: Webhook) -> web.Application:
             headers={"Content-Type": CONTENT_TYPE_LATEST},
         )
 
-    app = web.Application(client_max_size=8 * 1024 * 1024)
+    app = web.Application(client_max_size=MAX_BODY_BYTES)
     app.router.add_post("/validate-resourcebinding", bindings)
     app.router.add_post("/validate-karmadaquota", quotas)
     app.router.add_get("/healthz", healthz)
@@ -242,9 +251,8 @@ class CertReloader:
     def __init__(self, cert_file: str, key_file: str) -> None:
         self.cert_file = cert_file
         self.key_file = key_file
-        self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         self._stamp = self._mtimes()
-        self.context.load_cert_chain(cert_file, key_file)
+        self.context = tls_context(cert_file, key_file)
 
     def _mtimes(self) -> tuple[float, float]:
         return (os.stat(self.cert_file).st_mtime, os.stat(self.key_file).st_mtime)
@@ -276,7 +284,11 @@ async def running(settings: WebhookSettings) -> AsyncIterator[tuple[Webhook, int
     cache = QuotaCache(client, on_change=metrics.cache_quotas.set)
     batcher = Batcher(
         KubeQuotaStore(client, cache),
-        BatcherConfig(reservation_ttl=settings.reservation_ttl, limited=settings.limited),
+        BatcherConfig(
+            reservation_ttl=settings.reservation_ttl,
+            limited=settings.limited,
+            max_reservation_bytes=settings.max_reservation_bytes,
+        ),
         on_batch=metrics.batch_size.observe,
         on_conflict=metrics.conflicts.inc,
         on_write=metrics.observe_write,
@@ -293,18 +305,15 @@ async def running(settings: WebhookSettings) -> AsyncIterator[tuple[Webhook, int
         metrics.cache_synced.set(1)
 
     tasks.append(asyncio.create_task(mark_synced()))
-    runner = web.AppRunner(build_app(webhook), access_log=None)
-    await runner.setup()
-    site = web.TCPSite(
-        runner, settings.bind_address, settings.port, ssl_context=certs.context, backlog=1024
+    listener = await serve(
+        build_app(webhook), settings.bind_address, settings.port, certs.context, settings.limits
     )
-    await site.start()
-    port = runner.addresses[0][1] if runner.addresses else settings.port
+    port = listener.port
     log.info("webhook serving", extra={"address": settings.bind_address, "port": port})
     try:
         yield webhook, int(port)
     finally:
-        await runner.cleanup()
+        await listener.close()
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -42,6 +42,13 @@ log = logging.getLogger("karmadaquota.batcher")
 
 REASON_CONFLICT = "Conflict"
 REASON_INTERNAL = "InternalError"
+REASON_TOO_MANY = "TooManyRequests"
+
+# A status write must fit etcd's request limit (1.5 MiB by default) together with the rest of
+# the object (spec, used, conditions, metadata): reservations get at most this much of it.
+DEFAULT_RESERVATION_BYTES = 512 * 1024
+# JSON of a reservation with every string empty and a 20-digit generation, plus slack.
+_RESERVATION_OVERHEAD = 200
 
 
 class QuotaStore(Protocol):
@@ -86,6 +93,9 @@ class BatcherConfig:
     # replicas contending for one quota stop colliding in lockstep
     conflict_backoff: float = 0.005
     limited: Sequence[LimitedResource] = ()
+    # bound on the (estimated) JSON size of one quota's live reservations; admissions that
+    # would pass it are refused with a retryable 429 until the controller drains some
+    max_reservation_bytes: int = DEFAULT_RESERVATION_BYTES
 
 
 @dataclass
@@ -205,7 +215,18 @@ class Batcher:
         for _attempt in range(self.config.max_attempts):
             if not entries:
                 return []
-            body = _with_reservations(obj, entries, now + self.config.reservation_ttl, now)
+            body, overflow = _with_reservations(
+                obj, entries, now + self.config.reservation_ttl, now, self.config
+            )
+            for p, _ in overflow:
+                denied[id(p)] = Decision(
+                    False,
+                    f"KarmadaQuota {name} has too many pending reservations; try again",
+                    REASON_TOO_MANY,
+                )
+            entries = [(p, rl) for p, rl in entries if id(p) not in denied]
+            if not entries:
+                return []
             started = time.perf_counter()
             try:
                 result = await self._store.put_status(body)
@@ -290,36 +311,56 @@ def _recheck(
     return kept
 
 
+def reservation_size(r: Reservation) -> int:
+    """An upper bound of the reservation's JSON size, without serialising it.
+
+    Exact up to the constant for ASCII strings, which object names, uids, resource names and
+    quantities are (the API server validates them).
+    """
+    ref = r.reservedBy
+    size = _RESERVATION_OVERHEAD + len(r.expirationTime)
+    size += len(ref.apiVersion) + len(ref.kind) + len(ref.name) + len(ref.namespace) + len(ref.uid)
+    return size + sum(len(k) + len(str(v)) + 8 for k, v in r.reserved.items())
+
+
 def _with_reservations(
     obj: KarmadaQuota,
     entries: list[tuple[Pending, ResourceList]],
     expires: datetime,
     now: datetime,
-) -> JSON:
-    """The quota with our reservations appended and lapsed ones dropped, ready for PUT status.
+    config: BatcherConfig,
+) -> tuple[JSON, list[tuple[Pending, ResourceList]]]:
+    """The quota with our reservations appended and lapsed ones dropped, ready for PUT status,
+    and the entries that did not fit `config.max_reservation_bytes` (not written).
 
     Shallow copies only: the cached quota is never mutated, and a deep copy of hundreds of
     reservations per write was the webhook's largest CPU cost under load.
     """
     keep = [r for r in obj.status.reservations if not r.lapsed(now)]
+    budget = config.max_reservation_bytes - sum(reservation_size(r) for r in keep)
+    overflow: list[tuple[Pending, ResourceList]] = []
     stamp = expires.strftime("%Y-%m-%dT%H:%M:%SZ")
     for p, rl in entries:
-        keep.append(
-            Reservation(
-                reservedBy=ObjectReference(
-                    apiVersion=BINDING_API_VERSION,
-                    kind=BINDING_KIND,
-                    name=p.name,
-                    namespace=p.namespace,
-                    uid=p.uid,
-                ),
-                reserved=resources.format_resource_list(rl),
-                expirationTime=stamp,
-                generation=p.generation,
-            )
+        r = Reservation(
+            reservedBy=ObjectReference(
+                apiVersion=BINDING_API_VERSION,
+                kind=BINDING_KIND,
+                name=p.name,
+                namespace=p.namespace,
+                uid=p.uid,
+            ),
+            reserved=resources.format_resource_list(rl),
+            expirationTime=stamp,
+            generation=p.generation,
         )
+        size = reservation_size(r)
+        if size > budget:
+            overflow.append((p, rl))
+            continue
+        budget -= size
+        keep.append(r)
     status = obj.status.model_copy(update={"reservations": keep})
-    return _dump(obj.model_copy(update={"status": status}))
+    return _dump(obj.model_copy(update={"status": status})), overflow
 
 
 def _dump(obj: KarmadaQuota) -> JSON:

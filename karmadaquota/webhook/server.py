@@ -1,0 +1,154 @@
+"""The webhook's HTTPS listener, hardened against hostile clients.
+
+An admission webhook that stops answering makes the API server fail every binding write
+(failurePolicy: Fail), so a client that merely holds connections open must not be able to
+starve it. Bounds, all enforced here rather than left to library defaults that vary by version:
+
+* TLS 1.2 or newer only (`tls_context`).
+* a request body over `MAX_BODY_BYTES` is refused with 413 while it is being read (the
+  AdmissionReview of the largest object etcd stores is ~1.5 MiB, plus its oldObject);
+* the TLS handshake, the request line and headers (counted from the connection's opening or
+  from its previous response) and the body must each arrive within `read_timeout`; a slow
+  connection is closed, a slow body gets 408;
+* at most `max_connections` connections are served at once; beyond it a new connection is
+  closed at once instead of queueing behind the slow ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+import weakref
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+
+log = logging.getLogger("karmadaquota.webhook.server")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+# The application's client_max_size (aiohttp answers 413 once a body passes it).
+MAX_BODY_BYTES = 3 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    read_timeout: float = 10.0
+    max_connections: int = 1000
+    backlog: int = 1024
+
+
+def tls_context(cert_file: str, key_file: str) -> ssl.SSLContext:
+    """A server context that refuses TLS 1.0 and 1.1 (as Kubernetes' own servers do)."""
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(cert_file, key_file)
+    return ctx
+
+
+class _Refused(asyncio.Protocol):
+    """Closes a connection over the limit as soon as it is made."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport.close()
+
+
+class ConnectionGuard:
+    """Protocol factory around aiohttp's: enforces the connection limit and the header deadline.
+
+    A connection must start a request within `read_timeout` of opening or of finishing its
+    previous one (which also closes idle keep-alive connections after that long). A request
+    being handled is never cut: its body has its own deadline (`middleware`).
+    """
+
+    def __init__(self, limits: ServerLimits) -> None:
+        self.server: web.Server | None = None  # aiohttp's factory, once the runner is set up
+        self._limits = limits
+        # handler -> number of requests it has started; entries vanish with the handler
+        self._started: weakref.WeakKeyDictionary[RequestHandler, int] = weakref.WeakKeyDictionary()
+        self._busy: weakref.WeakSet[RequestHandler] = weakref.WeakSet()
+        self.refused = 0
+        self.timed_out = 0
+
+    def __call__(self) -> asyncio.BaseProtocol:
+        assert self.server is not None, "ConnectionGuard.server is set before serving"
+        if len(self.server.connections) >= self._limits.max_connections:
+            self.refused += 1
+            return _Refused()
+        handler = self.server()
+        self._started[handler] = 0
+        self._arm(handler)
+        return handler
+
+    def _arm(self, handler: RequestHandler) -> None:
+        count = self._started.get(handler, 0)
+        loop = asyncio.get_running_loop()
+        loop.call_later(self._limits.read_timeout, self._expire, weakref.ref(handler), count)
+
+    def _expire(self, ref: weakref.ref[RequestHandler], count: int) -> None:
+        handler = ref()
+        if handler is None or handler in self._busy or self._started.get(handler) != count:
+            return  # gone, working, or it started a request since (re-armed when done)
+        self.timed_out += 1
+        handler.force_close()
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        proto = request.protocol
+        self._started[proto] = self._started.get(proto, 0) + 1
+        self._busy.add(proto)
+        try:
+            try:
+                async with asyncio.timeout(self._limits.read_timeout):
+                    await request.read()  # cached: the handler's own read() returns it
+            except TimeoutError:
+                raise web.HTTPRequestTimeout(text="request body not received in time\n") from None
+            return await handler(request)
+        finally:
+            self._busy.discard(proto)
+            self._arm(proto)
+
+
+@dataclass
+class Listener:
+    runner: web.AppRunner
+    server: asyncio.Server
+    guard: ConnectionGuard
+
+    @property
+    def port(self) -> int:
+        return int(self.server.sockets[0].getsockname()[1])
+
+    async def close(self) -> None:
+        self.server.close()
+        await self.runner.cleanup()
+
+
+async def serve(
+    app: web.Application,
+    host: str,
+    port: int,
+    ctx: ssl.SSLContext,
+    limits: ServerLimits | None = None,
+) -> Listener:
+    """Serve `app` over HTTPS on host:port (0 picks a free port) within `limits`."""
+    limits = limits or ServerLimits()
+    guard = ConnectionGuard(limits)
+    app.middlewares.append(guard.middleware)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    guard.server = runner.server
+    server = await asyncio.get_running_loop().create_server(
+        guard,
+        host,
+        port,
+        ssl=ctx,
+        backlog=limits.backlog,
+        ssl_handshake_timeout=limits.read_timeout,
+        reuse_address=True,
+    )
+    return Listener(runner, server, guard)

@@ -1,0 +1,119 @@
+"""The reservation list is bounded by design: every status write stays under etcd's limit."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from datetime import UTC, datetime
+
+from karmadaquota import charge
+from karmadaquota.api import ObjectReference, Reservation
+from karmadaquota.evaluate import Decision
+from karmadaquota.kube.client import JSON
+from karmadaquota.webhook.batcher import (
+    DEFAULT_RESERVATION_BYTES,
+    REASON_TOO_MANY,
+    Batcher,
+    BatcherConfig,
+    Pending,
+    reservation_size,
+)
+from tests.webhook_fakes import FakeStore, binding, quota_doc
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+ETCD_REQUEST_LIMIT = 1536 * 1024  # etcd's --max-request-bytes default
+
+
+def pending(name: str) -> Pending:
+    b = binding(name, cpu="1", uid=str(uuid.uuid5(uuid.NAMESPACE_DNS, name)))
+    return Pending("ns", name, b.metadata.uid, 1, charge.charge(b), None, False)
+
+
+def reservation(name: str, reserved: dict[str, str], generation: int = 1) -> Reservation:
+    return Reservation(
+        reservedBy=ObjectReference(
+            apiVersion="work.karmada.io/v1alpha2",
+            kind="ResourceBinding",
+            name=name,
+            namespace="n" * 63,
+            uid=str(uuid.uuid4()),
+        ),
+        reserved=reserved,
+        expirationTime="2026-01-01T00:01:00Z",
+        generation=generation,
+    )
+
+
+def json_size(obj: object) -> int:
+    return len(json.dumps(obj, separators=(",", ":")).encode())
+
+
+def test_reservation_size_is_an_upper_bound_of_its_json() -> None:
+    cases = [
+        reservation("a", {}),
+        reservation("b" * 253, {"requests.cpu": "1500m"}, generation=2**63 - 1),
+        reservation(
+            "c", {f"requests.example.com/r{i}": "9223372036854775807" for i in range(100)}
+        ),
+    ]
+    for r in cases:
+        actual = json_size(r.model_dump(mode="json", exclude_none=True))
+        assert actual <= reservation_size(r) <= actual + 1000, r.reservedBy.name
+
+
+async def test_a_full_reservation_list_refuses_with_a_retryable_429_reason() -> None:
+    store = FakeStore(quota_doc(hard={"requests.cpu": "100", "pods": "100"}))
+    one = Batcher(store, clock=lambda: NOW)
+    assert (await one.submit(pending("probe"))).allowed
+    size = reservation_size(store.stored().status.reservations[0])
+    store.seed(quota_doc(hard={"requests.cpu": "100", "pods": "100"}))
+
+    batcher = Batcher(store, BatcherConfig(max_reservation_bytes=10 * size), clock=lambda: NOW)
+    decisions: list[Decision] = list(
+        await asyncio.gather(*(batcher.submit(pending(f"b{i}")) for i in range(15)))
+    )
+    assert [d.allowed for d in decisions] == [True] * 10 + [False] * 5
+    assert decisions[10].reason == REASON_TOO_MANY
+    assert decisions[10].message == (
+        "KarmadaQuota team-a has too many pending reservations; try again"
+    )
+    kept = store.stored().status.reservations
+    assert [r.reservedBy.name for r in kept] == [f"b{i}" for i in range(10)]
+    assert sum(reservation_size(r) for r in kept) <= 10 * size
+
+    # the controller drains what it has observed: room again
+    store.bump("ns", "team-a", lambda d: d["status"].update(reservations=[]))
+    store.update(store.stored())
+    assert (await batcher.submit(pending("b10"))).allowed
+
+
+async def test_a_storm_of_5000_creates_never_writes_a_status_over_etcds_limit() -> None:
+    store = FakeStore(quota_doc(hard={"requests.cpu": "5000", "pods": "5000"}))
+    largest = [0]
+
+    def measure(_: FakeStore, body: JSON) -> None:
+        largest[0] = max(largest[0], json_size(body))
+
+    store.before_put = measure
+    batcher = Batcher(store, clock=lambda: NOW)
+    todo = [f"rb-{i:05d}" for i in range(5000)]
+    admitted = 0
+    for _round in range(10):  # bounded: the fake controller drains between rounds
+        decisions = await asyncio.gather(*(batcher.submit(pending(n)) for n in todo))
+        assert all(d.allowed or d.reason == REASON_TOO_MANY for d in decisions)
+        admitted += sum(d.allowed for d in decisions)
+        todo = [n for n, d in zip(todo, decisions, strict=True) if not d.allowed]
+        if not todo:
+            break
+        store.bump("ns", "team-a", drain)
+        store.update(store.stored())  # the watch delivers the controller's write
+    assert admitted == 5000 and not todo
+    assert largest[0] <= DEFAULT_RESERVATION_BYTES + 4096 < ETCD_REQUEST_LIMIT
+
+
+def drain(doc: JSON) -> None:
+    """What the controller does once it observed the reserved bindings: usage moves to used."""
+    count = int(doc["status"]["used"]["pods"]) + len(doc["status"].get("reservations", []))
+    doc["status"]["used"] = {"requests.cpu": str(count), "pods": str(count)}
+    doc["status"]["reservations"] = []

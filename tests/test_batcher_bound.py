@@ -53,9 +53,7 @@ def test_reservation_size_is_an_upper_bound_of_its_json() -> None:
     cases = [
         reservation("a", {}),
         reservation("b" * 253, {"requests.cpu": "1500m"}, generation=2**63 - 1),
-        reservation(
-            "c", {f"requests.example.com/r{i}": "9223372036854775807" for i in range(100)}
-        ),
+        reservation("c", {f"requests.example.com/r{i}": "9223372036854775807" for i in range(100)}),
     ]
     for r in cases:
         actual = json_size(r.model_dump(mode="json", exclude_none=True))

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -68,9 +67,9 @@ class ConnectionGuard:
     def __init__(self, limits: ServerLimits) -> None:
         self.server: web.Server | None = None  # aiohttp's factory, once the runner is set up
         self._limits = limits
-        # handler -> number of requests it has started; entries vanish with the handler
-        self._started: weakref.WeakKeyDictionary[RequestHandler, int] = weakref.WeakKeyDictionary()
-        self._busy: weakref.WeakSet[RequestHandler] = weakref.WeakSet()
+        # handler -> requests it has started; dropped at its first deadline after it closed
+        self._started: dict[RequestHandler, int] = {}
+        self._busy: set[RequestHandler] = set()
         self.refused = 0
         self.timed_out = 0
 
@@ -87,14 +86,16 @@ class ConnectionGuard:
     def _arm(self, handler: RequestHandler) -> None:
         count = self._started.get(handler, 0)
         loop = asyncio.get_running_loop()
-        loop.call_later(self._limits.read_timeout, self._expire, weakref.ref(handler), count)
+        loop.call_later(self._limits.read_timeout, self._expire, handler, count)
 
-    def _expire(self, ref: weakref.ref[RequestHandler], count: int) -> None:
-        handler = ref()
-        if handler is None or handler in self._busy or self._started.get(handler) != count:
-            return  # gone, working, or it started a request since (re-armed when done)
-        self.timed_out += 1
+    def _expire(self, handler: RequestHandler, count: int) -> None:
+        if handler in self._busy or self._started.get(handler) != count:
+            return  # working, or it started a request since (re-armed when that is done)
+        if handler.transport is not None:
+            self.timed_out += 1
+        # also when not connected yet (TLS handshake pending): it then closes at once
         handler.force_close()
+        self._started.pop(handler, None)
 
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:

@@ -15,9 +15,11 @@ import asyncio
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -234,6 +236,7 @@ class TestBed:
                 "run hack/build-binaries.sh"
             )
         self.ephemeral = ephemeral
+        self._reporter = reporter
         sup = Supervisor(on_start=lambda _c: self._save_state(reporter, ready=False))
         self.supervisor = sup
         sup.adopt_exit_handlers(self._cleanup)
@@ -336,6 +339,22 @@ class TestBed:
         """At exit / on a signal: stop the bed unless it was started to outlive us."""
         if self.supervisor is not None and not self.supervisor.detached:
             self.stop()
+
+    def kill(self, component: str, sig: int = signal.SIGKILL) -> None:
+        """Kill one process of this bed (e.g. ``karmada-apiserver``, ``karmada-etcd``,
+        ``member1-kube-apiserver``) and wait for it to exit; `restart` brings it back."""
+        assert self.supervisor is not None, "kill needs a bed started by this process"
+        self.supervisor.get(component).kill(sig)
+
+    def restart(self, component: str, sig: int = signal.SIGKILL, timeout: float = 60) -> float:
+        """Kill `component` (unless already dead) and start it again with the same flags, ports
+        and data; wait until the bed is healthy. Returns the seconds until healthy."""
+        assert self.supervisor is not None, "restart needs a bed started by this process"
+        started = time.monotonic()
+        self.supervisor.restart(component, sig)
+        self._save_state(self._reporter, ready=True)  # its new pid; the start hook said not ready
+        self.wait_for(f"bed healthy after restarting {component}", self.healthy, timeout)
+        return time.monotonic() - started
 
     def records(self) -> list[ProcessRecord]:
         state = _read_state(self.home) or {}

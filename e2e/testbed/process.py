@@ -125,12 +125,13 @@ class Component:
         self._popen: subprocess.Popen[bytes] | None = None
         self.record: ProcessRecord | None = None
 
-    def start(self) -> Component:
+    def start(self, append: bool = False) -> Component:
+        """Run the program; `append` keeps the log of a previous run (a restart)."""
         self.log.parent.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
         if self.env:
             env.update(self.env)
-        with open(self.log, "wb") as out:
+        with open(self.log, "ab" if append else "wb") as out:
             out.write(("$ " + " ".join(self.argv) + "\n").encode())
             out.flush()
             self._popen = subprocess.Popen(
@@ -169,6 +170,12 @@ class Component:
         if self._popen is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._popen.wait(timeout=0)
+
+    def kill(self, sig: int = signal.SIGKILL, timeout: float = 30.0) -> None:
+        """Signal the program's process group and wait until the program exited (fault tests)."""
+        assert self._popen is not None, f"{self.name} was not started"
+        _signal_group(self._popen.pid, sig)
+        self._popen.wait(timeout)
 
 
 def _signal_group(pid: int, sig: int) -> None:
@@ -258,6 +265,25 @@ class Supervisor:
                 raise StartupError(f"not starting {name}: the test bed is stopping")
             self._components.append(c)
             c.start()
+        if self._on_start is not None:
+            self._on_start(c)
+        return c
+
+    def get(self, name: str) -> Component:
+        with self._lock:
+            for c in self._components:
+                if c.name == name:
+                    return c
+        raise KeyError(f"no component {name!r}; have {[c.name for c in self.components]}")
+
+    def restart(self, name: str, sig: int = signal.SIGKILL) -> Component:
+        """Kill component `name` with `sig` and start it again: same argv, ports, data, log."""
+        c = self.get(name)
+        c.kill(sig)
+        with self._lock:
+            if self._closed:
+                raise StartupError(f"not restarting {name}: the test bed is stopping")
+            c.start(append=True)
         if self._on_start is not None:
             self._on_start(c)
         return c

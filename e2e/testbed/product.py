@@ -143,10 +143,16 @@ async def wait_ready(url: str, ctx: ssl.SSLContext, proc: Proc, timeout: float =
 
 
 async def start_webhook(
-    bed: TestBed, name: str, ttl: str = "60s", detach: bool = False, *extra: str
+    bed: TestBed,
+    name: str,
+    ttl: str = "60s",
+    detach: bool = False,
+    *extra: str,
+    port: int | None = None,
 ) -> WebhookProc:
+    """Start a webhook replica; `port` restarts one where it was (behind a proxy)."""
     cert = bed.serving_cert(name)
-    port = free_port()
+    port = port or free_port()
     proc = start(
         bed,
         name,

@@ -2,7 +2,8 @@
 
 Run as its own process (`python -m e2e.testbed.tcpproxy --port P --backend A
 --backend B`) so that proxying never competes with the test's own event loop. TLS passes
-through untouched: the API server still verifies the webhook's certificate.
+through untouched: the API server still verifies the webhook's certificate. A backend refusing
+connections is skipped (a Service drops a dead endpoint; connections it held are lost).
 """
 
 from __future__ import annotations
@@ -31,9 +32,14 @@ async def serve(port: int, backends: Sequence[int]) -> None:
     turn = itertools.cycle(backends)
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", next(turn))
-        except OSError:
+        # a backend that refuses connections is skipped, as a Service drops a dead endpoint
+        for _ in range(len(backends)):
+            try:
+                up_reader, up_writer = await asyncio.open_connection("127.0.0.1", next(turn))
+                break
+            except OSError:
+                continue
+        else:
             writer.close()
             return
         await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))

@@ -1,0 +1,383 @@
+"""Adversarial campaigns against the real bed, and the quota invariant checked from the API alone.
+
+A campaign is a seeded sequence of ResourceBinding creates, updates and deletes, run with bounded
+concurrency against a namespace holding several KarmadaQuotas (with and without scopes). The
+bindings use every quantity form ("1500m", "2Gi", "1e3", ints, decimals), zero, negative and huge
+values, components, Duplicated and Divided placement (spec.clusters), priority classes and
+graceful eviction tasks. Any outcome of a single request is acceptable (admitted, refused,
+conflict, API unavailable during a fault); what must hold afterwards is the invariant:
+
+* for every quota and resource it tracks, Σ charges of the live bindings it matches ≤ hard
+  (charges computed with `karmadaquota.charge`, negative values as zero);
+* `status.used` equals that sum once the controller converged;
+* no reservation is left once the reservation TTL passed.
+
+Shared by e2e/test_campaign.py and e2e/test_faults.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import random
+import secrets
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from e2e.testbed import TestBed, product
+from karmadaquota import scopes
+from karmadaquota.api import KarmadaQuota, ResourceBinding
+from karmadaquota.charge import charge
+from karmadaquota.kube.client import JSON, Conflict, KubeClient, KubeError, NotFound
+from karmadaquota.quantity import Quantity, QuantityError
+
+RB_PATH = "/apis/work.karmada.io/v1alpha2/namespaces/{ns}/resourcebindings"
+QUOTA_PATH = "/apis/quota.karmada.io/v1alpha1/namespaces/{ns}/karmadaquotas"
+
+# (value, weight): mostly ordinary values, some zero, negative and huge ones.
+CPU = [
+    ("100m", 6), ("250m", 6), ("1500m", 3), ("1", 4), (1, 3), (2, 2), ("0.5", 3), ("0.1", 2),
+    ("0", 2), (0, 1), ("1e3", 1), ("1E", 1), ("-1", 1), ("-500m", 1),
+]  # fmt: skip
+MEMORY = [
+    ("128Mi", 6), ("512Mi", 4), ("1Gi", 4), ("2Gi", 2), ("1e9", 2), ("512M", 2),
+    (268435456, 2), ("0", 1), ("1Ei", 1), ("-1Gi", 1),
+]  # fmt: skip
+REPLICAS = [(0, 2), (1, 8), (2, 6), (3, 4), (5, 2), (2147483647, 1), (-1, 1)]
+PRIORITY = [("", 6), ("high", 3), ("low", 2)]
+
+
+def quotas(namespace: str) -> list[JSON]:
+    """Overlapping quotas: plain, PriorityClass-scoped, BestEffort and NotBestEffort."""
+
+    def q(name: str, hard: dict[str, str], **spec: Any) -> JSON:
+        return {
+            "apiVersion": "quota.karmada.io/v1alpha1",
+            "kind": "KarmadaQuota",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"hard": hard, **spec},
+        }
+
+    in_high = {"scopeName": "PriorityClass", "operator": "In", "values": ["high"]}
+    high = {"matchExpressions": [in_high]}
+    return [
+        q("all", {"requests.cpu": "40", "pods": "120", "count/deployments.apps": "60"}),
+        q("memory", {"requests.memory": "60Gi"}),
+        q("high", {"pods": "20", "requests.cpu": "10"}, scopeSelector=high),
+        q("best-effort", {"pods": "10"}, scopes=["BestEffort"]),
+        q("not-best-effort", {"cpu": "30"}, scopes=["NotBestEffort"]),
+    ]
+
+
+def _pick(rng: random.Random, table: Sequence[tuple[Any, int]]) -> Any:
+    values, weights = zip(*table, strict=True)
+    return rng.choices(values, weights)[0]
+
+
+def _requests(rng: random.Random) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if rng.random() < 0.85:
+        out["cpu"] = _pick(rng, CPU)
+    if rng.random() < 0.6:
+        out["memory"] = _pick(rng, MEMORY)
+    return out
+
+
+def generate_spec(rng: random.Random, namespace: str, name: str, members: Sequence[str]) -> JSON:
+    """A binding spec with every feature the charge depends on, drawn from `rng`."""
+    replicas = _pick(rng, REPLICAS)
+    requirements: dict[str, Any] = {"resourceRequest": _requests(rng)}
+    priority = _pick(rng, PRIORITY)
+    if priority:
+        requirements["priorityClassName"] = priority
+    spec: dict[str, Any] = {
+        "resource": {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "name": name,
+            "namespace": namespace,
+        },
+        "replicas": replicas,
+        "replicaRequirements": requirements,
+    }
+    if rng.random() < 0.2:  # a multi-component workload
+        spec["components"] = [
+            {
+                "name": f"c{i}",
+                "replicas": _pick(rng, REPLICAS[:5]),
+                "replicaRequirements": {"resourceRequest": _requests(rng)},
+            }
+            for i in range(rng.choice((1, 2, 3)))
+        ]
+    placement = rng.random()
+    n = max(0, min(replicas, 10))
+    if placement < 0.3:  # Divided
+        first = rng.randint(0, n)
+        spec["clusters"] = [
+            {"name": members[0], "replicas": first},
+            {"name": members[-1], "replicas": n - first},
+        ]
+    elif placement < 0.45:  # Duplicated
+        spec["clusters"] = [{"name": m, "replicas": n} for m in members]
+    if spec.get("clusters") and rng.random() < 0.3:
+        spec["gracefulEvictionTasks"] = [
+            {
+                "fromCluster": members[0],
+                "replicas": rng.randint(0, 3),
+                "reason": "TaintUntolerated",
+                "producer": "TaintManager",
+            }
+        ]
+    return spec
+
+
+@dataclass
+class Stats:
+    outcomes: Counter[str] = field(default_factory=Counter)
+    messages: Counter[str] = field(default_factory=Counter)
+
+    def record(self, op: str, outcome: str, message: str = "") -> None:
+        self.outcomes[f"{op}:{outcome}"] += 1
+        if message:
+            self.messages[_shape(message)] += 1
+
+    def summary(self) -> str:
+        top = ", ".join(f"{m!r}×{n}" for m, n in self.messages.most_common(8))
+        return f"{dict(sorted(self.outcomes.items()))}; top refusals: {top}"
+
+
+def _shape(message: str) -> str:
+    """A message with its figures removed, to count refusals by kind."""
+    return "".join(c for c in message if not c.isdigit())[:90]
+
+
+async def run(
+    client: KubeClient,
+    namespace: str,
+    members: Sequence[str],
+    seed: int,
+    ops: int,
+    concurrency: int = 16,
+    names: int = 60,
+    deadline: float = 300.0,
+) -> Stats:
+    """`ops` seeded operations over `names` binding names, at most `concurrency` at once.
+
+    Per name, operations run in order (each name is one lane); lanes run concurrently. Errors of
+    single requests (refusals, conflicts, the API server being away) are counted, not raised.
+    """
+    rng = random.Random(seed)
+    path = RB_PATH.format(ns=namespace)
+    lanes: dict[str, list[tuple[str, JSON]]] = {}
+    for _ in range(ops):
+        name = f"rb-{rng.randrange(names):03d}"
+        kind = rng.choices(("create", "update", "delete"), (5, 4, 2))[0]
+        lanes.setdefault(name, []).append((kind, generate_spec(rng, namespace, name, members)))
+    stats = Stats()
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(name: str, kind: str, spec: JSON) -> None:
+        try:
+            if kind == "delete":
+                await client.request("DELETE", f"{path}/{name}")
+            elif kind == "create":
+                body = {
+                    "apiVersion": "work.karmada.io/v1alpha2",
+                    "kind": "ResourceBinding",
+                    "metadata": {"name": name, "namespace": namespace},
+                    "spec": spec,
+                }
+                await client.post(path, body)
+            else:
+                current = await client.get(f"{path}/{name}")
+                current["spec"] = spec
+                await client.put(f"{path}/{name}", current)
+        except NotFound:
+            stats.record(kind, "notfound")
+        except Conflict as e:
+            stats.record(kind, "conflict", e.message)
+        except KubeError as e:
+            stats.record(kind, "refused", e.message)
+        except (aiohttp.ClientError, OSError, TimeoutError) as e:
+            stats.record(kind, "unavailable", type(e).__name__)
+        else:
+            stats.record(kind, "ok")
+
+    async def lane(name: str, steps: list[tuple[str, JSON]]) -> None:
+        for kind, spec in steps:
+            async with gate:
+                await one(name, kind, spec)
+
+    async with asyncio.timeout(deadline):
+        await asyncio.gather(*(lane(n, s) for n, s in lanes.items()))
+    return stats
+
+
+@dataclass
+class Verdict:
+    """The invariant's state at one instant, for one namespace."""
+
+    over: list[str] = field(default_factory=list)  # Σ > hard
+    drift: list[str] = field(default_factory=list)  # used != Σ
+    reservations: list[str] = field(default_factory=list)
+
+    @property
+    def safe(self) -> bool:
+        return not self.over
+
+    @property
+    def converged(self) -> bool:
+        return not self.over and not self.drift and not self.reservations
+
+    def __str__(self) -> str:
+        return json.dumps(
+            {"over_hard": self.over, "used_drift": self.drift, "reservations": self.reservations},
+            indent=1,
+        )
+
+
+async def verdict(client: KubeClient, namespace: str) -> Verdict:
+    """Compare every quota of the namespace with the charges of the live bindings."""
+    bindings = (await client.get(RB_PATH.format(ns=namespace)))["items"]
+    charges = []
+    for b in bindings:
+        try:
+            charges.append(charge(ResourceBinding.model_validate(b)))
+        except QuantityError:
+            continue  # unreadable: charged as zero, as the controller does
+    v = Verdict()
+    for raw in (await client.get(QUOTA_PATH.format(ns=namespace)))["items"]:
+        q = KarmadaQuota.model_validate(raw)
+        name = q.metadata.name
+        exprs = scopes.expressions(q.spec)
+        matching = [c for c in charges if scopes.matches(exprs, c.traits)]
+        for resource, hard_raw in q.spec.hard.items():
+            total = Quantity.zero()
+            for c in matching:
+                total = total + c.total.get(resource, Quantity.zero())
+            hard = Quantity.parse(str(hard_raw))
+            used = Quantity.parse(str(q.status.used.get(resource, "0")))
+            if total > hard:
+                v.over.append(f"{name}/{resource}: Σ charges {total} > hard {hard}")
+            if used != total:
+                v.drift.append(f"{name}/{resource}: used {used} != Σ charges {total}")
+        if q.status.reservations:
+            v.reservations.append(f"{name}: {len(q.status.reservations)} reservations")
+    return v
+
+
+async def converge(client: KubeClient, namespace: str, timeout: float) -> tuple[Verdict, float]:
+    """Poll until the invariant holds fully; (verdict, seconds it took). Σ ≤ hard must hold at
+    every poll; convergence (used == Σ, no reservation) within `timeout`."""
+    started = time.monotonic()
+    while True:
+        try:
+            v = await verdict(client, namespace)
+        except (KubeError, aiohttp.ClientError, OSError, TimeoutError):
+            v = None  # the API server is still coming back
+        if v is not None:
+            if not v.safe:
+                raise AssertionError(f"over-admitted in {namespace}:\n{v}")
+            if v.converged:
+                return v, time.monotonic() - started
+        if time.monotonic() - started > timeout:
+            raise AssertionError(f"not converged within {timeout}s in {namespace}:\n{v}")
+        await asyncio.sleep(0.5)  # polling interval
+
+
+@dataclass
+class Stack:
+    """karmadaquota on a bed as a cluster runs it: controllers sharing one Lease (one leads),
+    two webhook replicas behind one address (a Service), registered in karmada-apiserver."""
+
+    bed: TestBed
+    lease: str
+    ttl: str
+    controllers: list[product.Proc] = field(default_factory=list)
+    webhooks: list[product.WebhookProc] = field(default_factory=list)
+
+    def start_controller(self) -> product.Proc:
+        proc, _ = product.start_controller(
+            self.bed,
+            f"{self.lease}-{len(self.controllers)}",
+            env={"KARMADAQUOTA_LEASE_NAME": self.lease},
+        )
+        self.controllers.append(proc)
+        return proc
+
+    async def restart_webhook(self, i: int) -> product.WebhookProc:
+        """Start replica `i` again on its port (after it was killed)."""
+        old = self.webhooks[i]
+        old.proc.stop()
+        hook = await product.start_webhook(self.bed, old.proc.name, self.ttl, False, port=old.port)
+        self.webhooks[i] = hook
+        return hook
+
+    def leader(self) -> product.Proc | None:
+        """The controller holding the Lease (its identity is host_pid)."""
+        lease = self.bed.get("lease", self.lease, namespace="karmada-system") or {}
+        holder = str(lease.get("spec", {}).get("holderIdentity", ""))
+        for c in self.controllers:
+            if c.popen.poll() is None and holder.endswith(f"_{c.popen.pid}"):
+                return c
+        return None
+
+
+@contextlib.asynccontextmanager
+async def stack(bed: TestBed, controllers: int = 1, ttl: str = "20s") -> AsyncIterator[Stack]:
+    await asyncio.to_thread(product.install_crd, bed)
+    s = Stack(bed, f"kq-campaign-{secrets.token_hex(3)}", ttl)
+    try:
+        for _ in range(controllers):
+            s.start_controller()
+        for name in ("webhook-r0", "webhook-r1"):
+            s.webhooks.append(await product.start_webhook(bed, f"{name}-{s.lease}", ttl))
+        with product.round_robin_proxy(bed, [w.port for w in s.webhooks]) as port:
+            base = f"https://127.0.0.1:{port}"
+            await asyncio.to_thread(product.register, bed, base, s.webhooks[0].ca_bundle)
+            try:
+                yield s
+            finally:
+                await asyncio.to_thread(product.unregister, bed)
+    finally:
+        for w in s.webhooks:
+            w.proc.stop()
+        for c in s.controllers:
+            c.stop()
+
+
+async def create_quotas(client: KubeClient, namespace: str, timeout: float = 60) -> None:
+    """The campaign's quotas, once the controller initialised every one's status.used."""
+    path = QUOTA_PATH.format(ns=namespace)
+    wanted = quotas(namespace)
+    for q in wanted:
+        await client.post(path, q)
+    deadline = time.monotonic() + timeout
+    while True:
+        items = (await client.get(path))["items"]
+        ready = [
+            q for q in items if set(q["spec"]["hard"]) <= set(q.get("status", {}).get("used", {}))
+        ]
+        if len(ready) == len(wanted):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"quotas in {namespace} not initialised: {items}")
+        await asyncio.sleep(0.2)  # polling interval
+
+
+def seed_from_env() -> int:
+    """KARMADAQUOTA_SEED replays a run; otherwise a fresh seed (printed by the tests)."""
+    raw = os.environ.get("KARMADAQUOTA_SEED")
+    return int(raw) if raw else random.SystemRandom().randrange(2**32)
+
+
+def long_run() -> bool:
+    """KARMADAQUOTA_LONG=1: the local, larger campaign sizes."""
+    return os.environ.get("KARMADAQUOTA_LONG", "") not in ("", "0")

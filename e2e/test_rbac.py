@@ -1,0 +1,203 @@
+"""Least privilege, verb by verb, with the identities the manifests create.
+
+The controller's ServiceAccount and RBAC (controller/karmada/) and the webhook's RBAC
+(webhook/karmada/rbac.yaml, bound to the User its client certificate names) are applied to the
+bed's karmada-apiserver. Every call each program makes (docs/security.md lists them with their
+call sites) must succeed under that identity; calls neither needs must be forbidden. The
+controller authenticates with a token from the TokenRequest API, as its kubeconfig Secret does;
+the webhook's User is impersonated (RBAC authorizes an impersonated user exactly as itself).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+from e2e.testbed import TestBed, product
+from e2e.testbed.storm import binding
+from karmadaquota.kube.client import KubeClient, KubeError
+
+pytestmark = pytest.mark.e2e
+
+REPO = product.REPO
+CONTROLLER_SA = ("karmada-system", "karmadaquota-controller")
+WEBHOOK_USER = "system:karmadaquota:webhook"
+LEASES = "/apis/coordination.k8s.io/v1/namespaces/karmada-system/leases"
+RB_ALL = "/apis/work.karmada.io/v1alpha2/resourcebindings"
+QUOTAS_ALL = "/apis/quota.karmada.io/v1alpha1/karmadaquotas"
+CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+
+
+@pytest.fixture(scope="module")
+def manifests(testbed: TestBed) -> Iterator[None]:
+    product.install_crd(testbed)
+    testbed.kubectl("apply", "-k", str(REPO / "controller" / "karmada"))
+    testbed.kubectl("apply", "-f", str(REPO / "webhook" / "karmada" / "rbac.yaml"))
+    try:
+        yield
+    finally:
+        testbed.kubectl("delete", "--ignore-not-found", "-k", str(REPO / "controller" / "karmada"))
+        testbed.kubectl(
+            "delete", "--ignore-not-found", "-f", str(REPO / "webhook" / "karmada" / "rbac.yaml")
+        )
+        lease = ("lease", "-n", "karmada-system", "karmadaquota-controller")
+        testbed.kubectl("delete", *lease, "--ignore-not-found")
+
+
+@pytest.fixture(scope="module")
+async def admin(testbed: TestBed) -> AsyncIterator[KubeClient]:
+    client = await KubeClient.connect(str(testbed.karmada_kubeconfig))
+    yield client
+    await client.close()
+
+
+@pytest.fixture(scope="module")
+async def controller_client(
+    testbed: TestBed, manifests: None, admin: KubeClient
+) -> AsyncIterator[KubeClient]:
+    ns, sa = CONTROLLER_SA
+    review = await admin.post(
+        f"/api/v1/namespaces/{ns}/serviceaccounts/{sa}/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+    )
+    client = KubeClient.from_token(admin.host, review["status"]["token"], insecure=True)
+    yield client
+    await client.close()
+
+
+async def status_of(client: KubeClient, method: str, path: str, body: Any = None) -> int:
+    try:
+        await client.request(method, path, body)
+    except KubeError as e:
+        return e.status
+    return 200
+
+
+def webhook_status(bed: TestBed, verb: str, path: str, body: Any = None) -> int:
+    """A raw call as the webhook's User; 200, or the HTTP status kubectl reports."""
+    args = ["--as", WEBHOOK_USER]
+    if verb == "get":
+        proc = bed.kubectl("get", "--raw", path, *args, check=False)
+    else:
+        proc = bed.kubectl(
+            verb, "--raw", path, "-f", "-", *args, input=json.dumps(body), check=False
+        )
+    if proc.returncode == 0:
+        return 200
+    return 403 if "forbidden" in proc.stderr.lower() else 500
+
+
+@pytest.fixture
+async def objects(admin: KubeClient, testbed: TestBed, manifests: None) -> dict[str, str]:
+    ns = f"e2e-rbac-{secrets.token_hex(3)}"
+    await admin.post("/api/v1/namespaces", {"metadata": {"name": ns}})
+    await admin.post(
+        f"/apis/quota.karmada.io/v1alpha1/namespaces/{ns}/karmadaquotas",
+        product.quota(ns, "q", {"pods": "10"}),
+    )
+    await admin.post(
+        f"/apis/work.karmada.io/v1alpha2/namespaces/{ns}/resourcebindings", binding(ns, "b")
+    )
+    return {"ns": ns, "member": testbed.members[0]}
+
+
+async def test_the_controller_can_make_every_call_it_makes_and_nothing_else(
+    controller_client: KubeClient, admin: KubeClient, objects: dict[str, str]
+) -> None:
+    c, ns = controller_client, objects["ns"]
+    quota = f"/apis/quota.karmada.io/v1alpha1/namespaces/{ns}/karmadaquotas/q"
+    binding_path = f"/apis/work.karmada.io/v1alpha2/namespaces/{ns}/resourcebindings/b"
+    current = await c.get(quota)
+    lease = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": "karmadaquota-controller", "namespace": "karmada-system"},
+        "spec": {"holderIdentity": "rbac-test", "leaseDurationSeconds": 15},
+    }
+    allowed = {
+        "list bindings": ("GET", RB_ALL, None),
+        "watch bindings": ("GET", f"{RB_ALL}?watch=1&timeoutSeconds=1", None),
+        "get a binding (orphan audit)": ("GET", binding_path, None),
+        "list quotas": ("GET", QUOTAS_ALL, None),
+        "watch quotas": ("GET", f"{QUOTAS_ALL}?watch=1&timeoutSeconds=1", None),
+        "update quota status": ("PUT", f"{quota}/status", current),
+        "list clusters": ("GET", "/apis/cluster.karmada.io/v1alpha1/clusters", None),
+        "get a member's secret": (
+            "GET",
+            f"/api/v1/namespaces/karmada-cluster/secrets/{objects['member']}",
+            None,
+        ),
+        "list CRDs (kopf)": ("GET", CRDS, None),
+        "create the Lease": ("POST", LEASES, lease),
+        "get the Lease": ("GET", f"{LEASES}/karmadaquota-controller", None),
+    }
+    got = {what: await status_of(c, *call) for what, call in allowed.items()}
+    assert got == {what: 200 for what in allowed}, got
+    held = await c.get(f"{LEASES}/karmadaquota-controller")
+    assert await status_of(c, "PUT", f"{LEASES}/karmadaquota-controller", held) == 200
+
+    other_lease = {**lease, "metadata": {"name": "someone-else", "namespace": "karmada-system"}}
+    await admin.post(LEASES, other_lease)
+    try:
+        forbidden = {
+            "create a binding": ("POST", binding_path.rsplit("/", 1)[0], binding(ns, "x")),
+            "delete a binding": ("DELETE", binding_path, None),
+            "update a quota's spec": ("PUT", quota, await c.get(quota)),
+            "delete a quota": ("DELETE", quota, None),
+            "list secrets anywhere": ("GET", "/api/v1/secrets", None),
+            "list member secrets": ("GET", "/api/v1/namespaces/karmada-cluster/secrets", None),
+            "get a secret elsewhere": (
+                "GET",
+                "/api/v1/namespaces/karmada-system/secrets/karmadaquota-controller-token",
+                None,
+            ),
+            "update another Lease": (
+                "PUT",
+                f"{LEASES}/someone-else",
+                await admin.get(f"{LEASES}/someone-else"),
+            ),
+            "delete its Lease": ("DELETE", f"{LEASES}/karmadaquota-controller", None),
+            "post an Event": (
+                "POST",
+                f"/api/v1/namespaces/{ns}/events",
+                {"metadata": {"name": "e"}, "involvedObject": {"name": "q"}},
+            ),
+            "delete a cluster": (
+                "DELETE",
+                f"/apis/cluster.karmada.io/v1alpha1/clusters/{objects['member']}",
+                None,
+            ),
+        }
+        got = {what: await status_of(c, *call) for what, call in forbidden.items()}
+        assert got == {what: 403 for what in forbidden}, got
+    finally:
+        await admin.request("DELETE", f"{LEASES}/someone-else")
+
+
+async def test_the_webhook_can_make_every_call_it_makes_and_nothing_else(
+    testbed: TestBed, admin: KubeClient, objects: dict[str, str]
+) -> None:
+    ns = objects["ns"]
+    quota = f"/apis/quota.karmada.io/v1alpha1/namespaces/{ns}/karmadaquotas/q"
+    current = await admin.get(quota)
+    allowed = {
+        "list quotas": ("get", QUOTAS_ALL, None),
+        "watch quotas": ("get", f"{QUOTAS_ALL}?watch=1&timeoutSeconds=1", None),
+        "get a quota (CAS retry)": ("get", quota, None),
+        "update quota status": ("replace", f"{quota}/status", current),
+    }
+    got = {w: webhook_status(testbed, *call) for w, call in allowed.items()}
+    assert got == {w: 200 for w in allowed}, got
+    forbidden = {
+        "list bindings": ("get", RB_ALL, None),
+        "update a quota's spec": ("replace", quota, await admin.get(quota)),
+        "read secrets": ("get", "/api/v1/namespaces/karmada-cluster/secrets", None),
+        "list clusters": ("get", "/apis/cluster.karmada.io/v1alpha1/clusters", None),
+        "create a Lease": ("create", LEASES, {"metadata": {"name": "w"}}),
+    }
+    got = {w: webhook_status(testbed, *call) for w, call in forbidden.items()}
+    assert got == {w: 403 for w in forbidden}, got

@@ -63,3 +63,9 @@ async def test_generated_storm_never_over_admits_and_usage_converges(
     # and never failed inside: a refusal is a decision, not a crash
     assert "quota admission failed" not in messages, stats.summary()
     assert verdict.converged
+
+    # what the programs logged through all of it: decisions, never objects or credentials
+    for proc in [*(w.proc for w in stack.webhooks), *stack.controllers]:
+        text = proc.log.read_text(errors="replace")
+        for leak in ("BEGIN ", "PRIVATE KEY", "Bearer ", "replicaRequirements", "gracefulEviction"):
+            assert leak not in text, f"{proc.log} contains {leak!r}"

@@ -83,9 +83,10 @@ def _pick(rng: random.Random, table: Sequence[tuple[Any, int]]) -> Any:
 
 def _requests(rng: random.Random) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    if rng.random() < 0.85:
+    # a request missing for a tracked resource is refused (as for pods): keep that rare
+    if rng.random() < 0.92:
         out["cpu"] = _pick(rng, CPU)
-    if rng.random() < 0.6:
+    if rng.random() < 0.85:
         out["memory"] = _pick(rng, MEMORY)
     return out
 

@@ -155,8 +155,9 @@ class Stats:
 
 
 def _shape(message: str) -> str:
-    """A message with its figures removed, to count refusals by kind."""
-    return "".join(c for c in message if not c.isdigit())[:90]
+    """A message without the API server's prefix and the figures, to count refusals by kind."""
+    message = message.split(" denied the request: ", 1)[-1]
+    return "".join(c for c in message if not c.isdigit())[:160]
 
 
 async def run(

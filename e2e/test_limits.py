@@ -144,7 +144,8 @@ async def test_oversized_reviews_get_413_and_the_webhook_does_not_grow(
                     f"{hook.base}/validate-resourcebinding",
                     data=body(),
                     ssl=hook.ssl_context(),
-                    headers={"Content-Type": "application/json"},
+                    # declared, as the API server does: refused before a byte of it is read
+                    headers={"Content-Type": "application/json", "Content-Length": str(total)},
                 ) as r:
                     statuses.append(r.status)
             except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError):

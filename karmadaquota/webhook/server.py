@@ -5,8 +5,9 @@ An admission webhook that stops answering makes the API server fail every bindin
 starve it. Bounds, all enforced here rather than left to library defaults that vary by version:
 
 * TLS 1.2 or newer only (`tls_context`).
-* a request body over `MAX_BODY_BYTES` is refused with 413 while it is being read (the
-  AdmissionReview of the largest object etcd stores is ~1.5 MiB, plus its oldObject);
+* a request body over `MAX_BODY_BYTES` is refused with 413: at once when its Content-Length
+  says so (the API server always sends one), else once that much was read (the AdmissionReview
+  of the largest object etcd stores is ~1.5 MiB, plus its oldObject);
 * the TLS handshake, the request line and headers (counted from the connection's opening or
   from its previous response) and the body must each arrive within `read_timeout`; a slow
   connection is closed, a slow body gets 408;
@@ -103,6 +104,8 @@ class ConnectionGuard:
         self._started[proto] = self._started.get(proto, 0) + 1
         self._busy.add(proto)
         try:
+            if (request.content_length or 0) > MAX_BODY_BYTES:  # refused before reading a byte
+                raise web.HTTPRequestEntityTooLarge(MAX_BODY_BYTES, request.content_length or 0)
             try:
                 async with asyncio.timeout(self._limits.read_timeout):
                     await request.read()  # cached: the handler's own read() returns it

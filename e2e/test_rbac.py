@@ -35,6 +35,8 @@ CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 @pytest.fixture(scope="module")
 def manifests(testbed: TestBed) -> Iterator[None]:
     product.install_crd(testbed)
+    lease = ("lease", "-n", "karmada-system", "karmadaquota-controller")
+    testbed.kubectl("delete", *lease, "--ignore-not-found")  # the test creates it afresh
     testbed.kubectl("apply", "-k", str(REPO / "controller" / "karmada"))
     testbed.kubectl("apply", "-f", str(REPO / "webhook" / "karmada" / "rbac.yaml"))
     try:
@@ -44,7 +46,6 @@ def manifests(testbed: TestBed) -> Iterator[None]:
         testbed.kubectl(
             "delete", "--ignore-not-found", "-f", str(REPO / "webhook" / "karmada" / "rbac.yaml")
         )
-        lease = ("lease", "-n", "karmada-system", "karmadaquota-controller")
         testbed.kubectl("delete", *lease, "--ignore-not-found")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator
 from typing import Any, cast
 
@@ -12,8 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from karmadaquota.api import KarmadaQuota
+from karmadaquota.evaluate import Decision
 from karmadaquota.kube.client import KubeClient
-from karmadaquota.webhook.app import Webhook, build_app
+from karmadaquota.webhook import review as review_mod
+from karmadaquota.webhook.app import DecisionLog, KubeQuotaStore, Webhook, build_app
 from karmadaquota.webhook.batcher import Batcher
 from karmadaquota.webhook.cache import QuotaCache
 from karmadaquota.webhook.metrics import WebhookMetrics
@@ -333,3 +336,81 @@ async def test_before_the_cache_synced_every_charge_is_refused_not_allowed(setup
     assert status == 200 and resp["allowed"] is False
     assert resp["status"]["code"] == 503 and "not synced" in resp["status"]["message"]
     assert store.puts == 0
+
+
+def test_a_review_whose_object_is_not_an_object_is_malformed() -> None:
+    body = json.dumps(review(None) | {"request": review(None)["request"] | {"object": [1]}})
+    with pytest.raises(review_mod.MalformedReview, match=r"request\.object: .*dictionary"):
+        review_mod.parse(body.encode())
+    parsed = review_mod.parse(json.dumps(review(binding_doc("web"))).encode())
+    assert parsed.object == binding_doc("web") and parsed.oldObject is None
+
+
+def _sum(text: str, metric: str) -> float:
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(f"{metric}_sum{{")
+    )
+
+
+async def test_own_share_excludes_the_namespaces_api_time() -> None:
+    """The store reports 100 s of API calls for the review's namespace while it waits: its
+    own share is what remains (nothing), while the full latency is still recorded."""
+    api_seconds: dict[str, float] = {}
+    store = FakeStore(quota_doc(hard={"requests.cpu": "10", "pods": "100"}))
+    real_put = store.put_status
+
+    async def put_status(quota: dict[str, Any]) -> dict[str, Any]:
+        api_seconds["ns"] = api_seconds.get("ns", 0.0) + 100.0
+        return await real_put(quota)
+
+    store.put_status = put_status  # type: ignore[method-assign]
+    cache = QuotaCache(cast(KubeClient, None))
+    for q in store.quotas("ns"):
+        cache.update(q)
+    cache.synced.set()
+    webhook = Webhook(cache, Batcher(store), WebhookMetrics(), api_seconds)
+    async with TestClient(TestServer(build_app(webhook))) as client:
+        status, body = await post(client, "/validate-resourcebinding", review(binding_doc("web")))
+        assert status == 200 and body["response"]["allowed"] is True
+        text = await (await client.get("/metrics")).text()
+    assert store.puts == 1
+    assert _sum(text, "karmadaquota_admission_duration_seconds") > 0
+    assert _sum(text, "karmadaquota_admission_own_duration_seconds") == 0
+    assert 'karmadaquota_admission_own_duration_seconds_bucket{le="0.00025"' in text
+
+
+async def test_kube_store_accounts_api_time_per_namespace() -> None:
+    class Client:
+        async def get(self, path: str) -> dict[str, Any]:
+            return {"path": path}
+
+        async def put(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+            return body
+
+    store = KubeQuotaStore(cast(KubeClient, Client()), QuotaCache(cast(KubeClient, None)))
+    await store.put_status({"metadata": {"namespace": "a", "name": "q"}})
+    await store.get("b", "q")
+    assert set(store.api_seconds) == {"a", "b"}
+    assert all(v > 0 for v in store.api_seconds.values())
+
+
+async def test_allowed_reviews_are_summarised_and_denials_logged_one_by_one(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    decisions = DecisionLog(interval=3600)
+    allowed = review_mod.parse(json.dumps(review(binding_doc("web"))).encode())
+    caplog.set_level(logging.INFO, logger="karmadaquota.webhook")
+    for _ in range(3):
+        decisions.record(allowed, "binding", Decision(True), 0.001)
+    decisions.record(allowed, "binding", Decision(False, "exceeded quota: q", "QuotaExceeded"), 0)
+    records = [r for r in caplog.records if r.name == "karmadaquota.webhook"]
+    assert [(r.getMessage(), r.__dict__.get("result")) for r in records] == [
+        ("admission decision", "denied")
+    ]
+    decisions.interval = 0
+    decisions.record(allowed, "binding", Decision(True), 0.001)
+    summary = caplog.records[-1]
+    assert summary.getMessage() == "admission summary"
+    assert (summary.__dict__["allowed"], summary.__dict__["denied"]) == (4, 1)

@@ -148,19 +148,29 @@ class TestBed:
         ephemeral: bool = True,
         quiet: bool = False,
         karmada_apiserver_args: Sequence[str] = (),
+        karmada_feature_gates: Sequence[str] = (),
+        karmada_webhook_args: Sequence[str] = (),
     ) -> TestBed:
         """Start a fresh local test bed in ``home`` (stopping whatever ran there before).
 
         ``ephemeral``: stop it when this process exits (or dies: a reaper process watches
         it). Otherwise it keeps running after this process exits, until `down`.
         ``karmada_apiserver_args``: extra flags for karmada-apiserver (benchmarks: e.g.
-        ``--max-mutating-requests-inflight=1000``)."""
+        ``--max-mutating-requests-inflight=1000``). ``karmada_feature_gates``: extra gates for
+        karmada-webhook and karmada-controller-manager (e.g.
+        ``FederatedQuotaEnforcement=true``); ``karmada_webhook_args``: extra flags for
+        karmada-webhook (e.g. ``--kube-api-qps=2000``)."""
         h = Home(home or default_home())
         down(h)
         _wipe(h)
         bed = cls(h, members)
         bed._start_local(
-            nodes or NodeShape(), ephemeral, Reporter(quiet=quiet), karmada_apiserver_args
+            nodes or NodeShape(),
+            ephemeral,
+            Reporter(quiet=quiet),
+            karmada_apiserver_args,
+            karmada_feature_gates,
+            karmada_webhook_args,
         )
         return bed
 
@@ -228,6 +238,8 @@ class TestBed:
         ephemeral: bool,
         reporter: Reporter,
         karmada_apiserver_args: Sequence[str] = (),
+        karmada_feature_gates: Sequence[str] = (),
+        karmada_webhook_args: Sequence[str] = (),
     ) -> None:
         missing = self.inputs.missing_programs()
         if missing:
@@ -245,7 +257,13 @@ class TestBed:
             if ephemeral:
                 self._start_reaper(sup)
             karmada = KarmadaControlPlane(
-                self.home, self.inputs, sup, reporter, karmada_apiserver_args
+                self.home,
+                self.inputs,
+                sup,
+                reporter,
+                karmada_apiserver_args,
+                karmada_feature_gates,
+                karmada_webhook_args,
             )
             members = [
                 MemberCluster(m, self.home, self.inputs, sup, reporter, nodes) for m in self.members
@@ -324,6 +342,14 @@ class TestBed:
                 "steps": reporter.steps,
             },
         )
+
+    def restart_karmada_webhook(self, args: Sequence[str]) -> None:
+        """Restart karmada-webhook with extra flags ``args`` (replacing earlier extra flags);
+        returns once it serves TLS again. Local beds started by this process only."""
+        karmada: KarmadaControlPlane | None = getattr(self, "_karmada", None)
+        if karmada is None:
+            raise StartupError("restart_karmada_webhook: this handle did not start the bed")
+        karmada.restart_webhook(args)
 
     # ---- lifecycle ---------------------------------------------------------------------
 

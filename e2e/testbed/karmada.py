@@ -40,7 +40,7 @@ from .kube import COMPONENT_TIMEOUT, KubeCore
 from .layout import KARMADA, Home, Inputs
 from .pki import CertificateAuthority, CertKey
 from .ports import free_port
-from .process import Component, StartupError, Supervisor, wait_for
+from .process import Component, StartupError, Supervisor, stop_records, wait_for
 from .report import Reporter
 from .rest import RestClient, condition
 
@@ -82,9 +82,14 @@ class KarmadaControlPlane:
         supervisor: Supervisor,
         reporter: Reporter,
         apiserver_args: Sequence[str] = (),
+        feature_gates: Sequence[str] = (),
+        webhook_args: Sequence[str] = (),
     ) -> None:
         self.home = home
         self.apiserver_args = list(apiserver_args)
+        # gates added to ResourceQuotaEstimate on karmada-webhook and karmada-controller-manager
+        self.feature_gates = ",".join([FEATURE_GATES, *feature_gates])
+        self.webhook_args = list(webhook_args)
         self.inputs = inputs
         self.report = reporter
         self.core = KubeCore(KARMADA, home, inputs, supervisor, reporter, component_prefix=KARMADA)
@@ -286,18 +291,7 @@ class KarmadaControlPlane:
                 "--profiling=false",
             ],
         )
-        webhook = self._start(
-            "karmada-webhook",
-            [
-                f"--kubeconfig={core.component_kubeconfig('karmada-webhook')}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={self.webhook_port}",
-                f"--cert-dir={pki / 'webhook'}",
-                "--metrics-bind-address=0",
-                f"--health-probe-bind-address=127.0.0.1:{self.webhook_health_port}",
-                f"--feature-gates={FEATURE_GATES}",
-            ],
-        )
+        webhook = self._start("karmada-webhook", self._webhook_argv())
         self.bootstrap()
         client = core.client()
         wait_for(
@@ -320,7 +314,7 @@ class KarmadaControlPlane:
                 "--leader-elect=false",
                 "--metrics-bind-address=0",
                 f"--health-probe-bind-address=127.0.0.1:{self.controller_manager_health_port}",
-                f"--feature-gates={FEATURE_GATES}",
+                f"--feature-gates={self.feature_gates}",
                 "--cluster-status-update-frequency=5s",
             ],
         )
@@ -334,21 +328,45 @@ class KarmadaControlPlane:
                 "--enable-scheduler-estimator=false",
             ],
         )
-        webhook_tls = RestClient(f"https://127.0.0.1:{self.webhook_port}", ca_file=core.ca_file)
+        self._wait_webhook_serving(webhook)
+        core.wait_healthz(kcm, core.ports.controller_manager)
+        core.wait_healthz(cm, self.controller_manager_health_port, "/healthz", https=False)
+        core.wait_healthz(scheduler, self.scheduler_health_port, "/healthz", https=False)
 
-        def webhook_serving() -> bool:
+    def _webhook_argv(self) -> list[str]:
+        return [
+            f"--kubeconfig={self.core.component_kubeconfig('karmada-webhook')}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={self.webhook_port}",
+            f"--cert-dir={self.core.pki_dir / 'webhook'}",
+            "--metrics-bind-address=0",
+            f"--health-probe-bind-address=127.0.0.1:{self.webhook_health_port}",
+            f"--feature-gates={self.feature_gates}",
+            *self.webhook_args,
+        ]
+
+    def _wait_webhook_serving(self, webhook: Component) -> None:
+        tls = RestClient(f"https://127.0.0.1:{self.webhook_port}", ca_file=self.core.ca_file)
+
+        def serving() -> bool:
             try:
-                webhook_tls.request("GET", "/", timeout=2)
+                tls.request("GET", "/", timeout=2)
             except OSError:
                 return False
             return True
 
         # karmada-webhook registers no health checks; serving TLS is its readiness.
-        wait_for("karmada-webhook serving TLS", webhook_serving, COMPONENT_TIMEOUT, [webhook])
+        wait_for("karmada-webhook serving TLS", serving, COMPONENT_TIMEOUT, [webhook])
         self.report.step(KARMADA, "karmada-webhook serving")
-        core.wait_healthz(kcm, core.ports.controller_manager)
-        core.wait_healthz(cm, self.controller_manager_health_port, "/healthz", https=False)
-        core.wait_healthz(scheduler, self.scheduler_health_port, "/healthz", https=False)
+
+    def restart_webhook(self, webhook_args: Sequence[str]) -> None:
+        """Restart karmada-webhook with ``webhook_args`` instead of the current extra flags
+        (its flags are read once at start; the benchmark compares client QPS settings)."""
+        old = self.components["karmada-webhook"]
+        if old.record is not None:
+            stop_records([old.record], grace=10, reap=old.reap)
+        self.webhook_args = list(webhook_args)
+        self._wait_webhook_serving(self._start("karmada-webhook", self._webhook_argv()))
 
     # ---- joining members -----------------------------------------------------------------
 

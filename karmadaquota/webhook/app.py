@@ -13,7 +13,7 @@ import logging
 import os
 import ssl
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -66,6 +66,13 @@ class KubeQuotaStore:
     def __init__(self, client: KubeClient, cache: QuotaCache) -> None:
         self._client = client
         self._cache = cache
+        # Cumulative seconds spent in API calls per namespace: a review's own share of its
+        # latency is what remains after the calls its namespace made while it waited.
+        self.api_seconds: dict[str, float] = {}
+
+    def _spent(self, namespace: str, started: float) -> None:
+        elapsed = time.perf_counter() - started
+        self.api_seconds[namespace] = self.api_seconds.get(namespace, 0.0) + elapsed
 
     def quotas(self, namespace: str) -> list[KarmadaQuota]:
         return self._cache.quotas(namespace)
@@ -74,20 +81,38 @@ class KubeQuotaStore:
         self._cache.update(quota)
 
     async def get(self, namespace: str, name: str) -> JSON:
-        return await self._client.get(paths.quota(namespace, name))
+        started = time.perf_counter()
+        try:
+            return await self._client.get(paths.quota(namespace, name))
+        finally:
+            self._spent(namespace, started)
 
     async def put_status(self, quota: JSON) -> JSON:
         meta = quota["metadata"]
-        return await self._client.put(paths.quota_status(meta["namespace"], meta["name"]), quota)
+        started = time.perf_counter()
+        try:
+            return await self._client.put(
+                paths.quota_status(meta["namespace"], meta["name"]), quota
+            )
+        finally:
+            self._spent(meta["namespace"], started)
 
 
 class Webhook:
     """The admission logic behind the HTTP routes; independent of how it is served."""
 
-    def __init__(self, cache: QuotaCache, batcher: Batcher, metrics: WebhookMetrics) -> None:
+    def __init__(
+        self,
+        cache: QuotaCache,
+        batcher: Batcher,
+        metrics: WebhookMetrics,
+        api_seconds: Mapping[str, float] | None = None,
+    ) -> None:
         self.cache = cache
         self.batcher = batcher
         self.metrics = metrics
+        # per namespace, cumulative seconds of quota API calls (KubeQuotaStore.api_seconds)
+        self.api_seconds: Mapping[str, float] = api_seconds if api_seconds is not None else {}
 
     async def admit_binding(self, req: review.Request) -> Decision:
         if req.resource.group != api.BINDING_GROUP or req.resource.resource != api.BINDING_PLURAL:
@@ -177,14 +202,66 @@ def _code(d: Decision) -> int:
     return {REASON_INVALID: 422, REASON_NOT_READY: 503, REASON_TOO_MANY: 429}.get(d.reason, 403)
 
 
-def build_app(webhook: Webhook) -> web.Application:
+class DecisionLog:
+    """Logs admission decisions without costing the hot path a log line per allowed review.
+
+    Denials (what an operator looks for) are logged one by one at info; allowed reviews at
+    debug, plus one info summary of the counts since the previous summary, written by the
+    first decision after `interval` seconds (so an idle webhook writes nothing)."""
+
+    def __init__(self, interval: float = 10.0) -> None:
+        self.interval = interval
+        self._since = time.monotonic()
+        self._allowed = 0
+        self._denied = 0
+
+    def record(self, req: review.Request, kind: str, decision: Decision, elapsed: float) -> None:
+        if decision.allowed:
+            self._allowed += 1
+        else:
+            self._denied += 1
+        level = logging.DEBUG if decision.allowed else logging.INFO
+        if log.isEnabledFor(level):
+            obj_meta = (req.object or {}).get("metadata", {})
+            log.log(
+                level,
+                "admission decision",
+                extra={
+                    "namespace": req.namespace,
+                    kind: obj_meta.get("name", req.name),
+                    "uid": obj_meta.get("uid", ""),
+                    "operation": req.operation,
+                    "dry_run": req.dryRun,
+                    "result": "allowed" if decision.allowed else "denied",
+                    "reason": decision.reason,
+                    "detail": decision.message,
+                    "duration_ms": round(elapsed * 1000, 3),
+                },
+            )
+        now = time.monotonic()
+        if now - self._since >= self.interval:
+            log.info(
+                "admission summary",
+                extra={
+                    "allowed": self._allowed,
+                    "denied": self._denied,
+                    "seconds": round(now - self._since, 1),
+                },
+            )
+            self._since, self._allowed, self._denied = now, 0, 0
+
+
+def build_app(webhook: Webhook, decisions: DecisionLog | None = None) -> web.Application:
     metrics = webhook.metrics
+    decisions = decisions or DecisionLog()
 
     async def handle(request: web.Request, kind: str) -> web.Response:
         started = time.perf_counter()
+        api_before = 0.0
         try:
             req = review.parse(await request.read())
             if kind == "binding":
+                api_before = webhook.api_seconds.get(req.namespace, 0.0)
                 decision = await webhook.admit_binding(req)
             else:
                 decision = webhook.admit_quota(req)
@@ -192,29 +269,16 @@ def build_app(webhook: Webhook) -> web.Application:
             metrics.decisions.labels("malformed", "BadRequest").inc()
             log.warning("malformed admission review", extra={"path": request.path, "error": str(e)})
             return web.Response(status=400, text=f"{e}\n")
-        result = "allowed" if decision.allowed else "denied"
         elapsed = time.perf_counter() - started
-        metrics.admission_duration.labels(req.operation, result).observe(elapsed)
-        metrics.decisions.labels(result, decision.reason or "").inc()
-        obj_meta = (req.object or {}).get("metadata", {})
-        log.info(
-            "admission decision",
-            extra={
-                "namespace": req.namespace,
-                kind: obj_meta.get("name", req.name),
-                "uid": obj_meta.get("uid", ""),
-                "operation": req.operation,
-                "dry_run": req.dryRun,
-                "result": result,
-                "reason": decision.reason,
-                "detail": decision.message,
-                "duration_ms": round(elapsed * 1000, 3),
-            },
+        api = webhook.api_seconds.get(req.namespace, 0.0) - api_before
+        metrics.observe_decision(
+            req.operation, decision.allowed, decision.reason, elapsed, max(0.0, elapsed - api)
         )
+        decisions.record(req, kind, decision, elapsed)
         body = review.response(
             req.uid, decision.allowed, decision.message, decision.reason, _code(decision)
         )
-        return web.json_response(body)
+        return web.Response(body=review.dump(body), content_type="application/json")
 
     async def bindings(request: web.Request) -> web.Response:
         return await handle(request, "binding")
@@ -282,8 +346,9 @@ async def running(settings: WebhookSettings) -> AsyncIterator[tuple[Webhook, int
     metrics = WebhookMetrics()
     client = await KubeClient.connect(settings.kubeconfig)
     cache = QuotaCache(client, on_change=metrics.cache_quotas.set)
+    store = KubeQuotaStore(client, cache)
     batcher = Batcher(
-        KubeQuotaStore(client, cache),
+        store,
         BatcherConfig(
             reservation_ttl=settings.reservation_ttl,
             limited=settings.limited,
@@ -293,7 +358,7 @@ async def running(settings: WebhookSettings) -> AsyncIterator[tuple[Webhook, int
         on_conflict=metrics.conflicts.inc,
         on_write=metrics.observe_write,
     )
-    webhook = Webhook(cache, batcher, metrics)
+    webhook = Webhook(cache, batcher, metrics, store.api_seconds)
     certs = CertReloader(settings.cert_file, settings.key_file)
     tasks: list[asyncio.Task[Any]] = [
         asyncio.create_task(cache.run(), name="quota-cache"),

@@ -4,15 +4,23 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+# Fine at the low end, where a review's own work lies (p50/p99 at 50-200 reviews/s can be read
+# to a quarter millisecond), coarse above 10 ms, where the API server's writes dominate.
 _LATENCY_BUCKETS = (
+    0.00025,
     0.0005,
+    0.00075,
     0.001,
+    0.00125,
+    0.0015,
     0.002,
+    0.0025,
     0.003,
     0.004,
     0.005,
     0.0075,
     0.01,
+    0.015,
     0.025,
     0.05,
     0.1,
@@ -32,6 +40,14 @@ class WebhookMetrics:
         self.admission_duration = Histogram(
             "karmadaquota_admission_duration_seconds",
             "Time from receiving an AdmissionReview to answering it (server side).",
+            ["operation", "result"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.own_duration = Histogram(
+            "karmadaquota_admission_own_duration_seconds",
+            "Review latency minus the time its namespace spent in KarmadaQuota API calls "
+            "(status writes, re-reads) while it was in flight: the webhook's own share.",
             ["operation", "result"],
             buckets=_LATENCY_BUCKETS,
             registry=r,
@@ -70,9 +86,30 @@ class WebhookMetrics:
             "1 once the KarmadaQuota watch cache has listed every quota.",
             registry=r,
         )
+        self._decision_children: dict[
+            tuple[str, str, str], tuple[Histogram, Histogram, Counter]
+        ] = {}
         self.cache_quotas = Gauge(
             "karmadaquota_quota_cache_objects", "KarmadaQuotas in the watch cache.", registry=r
         )
+
+    def observe_decision(
+        self, operation: str, allowed: bool, reason: str, seconds: float, own: float
+    ) -> None:
+        """One answered review (label children cached: `labels()` costs a lock and a lookup)."""
+        result = "allowed" if allowed else "denied"
+        key = (operation, result, reason)
+        children = self._decision_children.get(key)
+        if children is None:
+            children = (
+                self.admission_duration.labels(operation, result),
+                self.own_duration.labels(operation, result),
+                self.decisions.labels(result, reason),
+            )
+            self._decision_children[key] = children
+        children[0].observe(seconds)
+        children[1].observe(own)
+        children[2].inc()
 
     def observe_write(self, result: str, seconds: float) -> None:
         self.status_writes.labels(result).inc()

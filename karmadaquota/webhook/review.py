@@ -7,9 +7,9 @@ gets HTTP 400 with a precise message (`MalformedReview`); a well-formed review a
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from karmadaquota.api import describe
@@ -50,10 +50,13 @@ class AdmissionReview(_Model):
 
 
 def parse(body: bytes) -> Request:
-    """The review's request, or MalformedReview saying exactly what is wrong."""
+    """The review's request, or MalformedReview saying exactly what is wrong.
+
+    `object` and `oldObject` (the bulk of a review) are checked to be JSON objects but not
+    copied through the model: the handler reads only the few fields a charge needs."""
     try:
-        doc = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as e:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError as e:
         raise MalformedReview(f"request body is not JSON: {e}") from None
     if not isinstance(doc, dict):
         raise MalformedReview("request body must be a JSON object (an AdmissionReview)")
@@ -62,10 +65,24 @@ def parse(body: bytes) -> Request:
             f"expected apiVersion {ADMISSION_API_VERSION} kind AdmissionReview, got "
             f"apiVersion {doc.get('apiVersion')!r} kind {doc.get('kind')!r}"
         )
+    raw = doc.get("request")
+    objects: dict[str, dict[str, Any] | None] = {}
+    if isinstance(raw, dict):
+        for key in ("object", "oldObject"):
+            value = raw.get(key)
+            if value is not None and not isinstance(value, dict):
+                raise MalformedReview(
+                    f"invalid AdmissionReview: request.{key}: Input should be a valid dictionary"
+                )
+            objects[key] = value
+        doc["request"] = {k: v for k, v in raw.items() if k not in objects}
     try:
-        return AdmissionReview.model_validate(doc).request
+        request = AdmissionReview.model_validate(doc).request
     except ValidationError as e:
         raise MalformedReview(f"invalid AdmissionReview: {describe(e)}") from None
+    request.object = objects.get("object")
+    request.oldObject = objects.get("oldObject")
+    return request
 
 
 def response(
@@ -83,3 +100,8 @@ def response(
     if warnings:
         resp["warnings"] = warnings
     return {"apiVersion": ADMISSION_API_VERSION, "kind": "AdmissionReview", "response": resp}
+
+
+def dump(review: dict[str, Any]) -> bytes:
+    """The JSON body of a response review."""
+    return orjson.dumps(review)

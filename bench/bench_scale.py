@@ -1,0 +1,206 @@
+"""Scale benchmark on a real API server: many quotas, many bindings, one very large namespace.
+
+Objects are created first (namespaces, a KarmadaQuota each, bindings), with karmadaquota not
+running; then the controller starts cold and the webhook starts and syncs its cache:
+
+* controller cold start: process start until every quota reports `Ready=True` with usage
+  counting all of its namespace's bindings;
+* webhook cache sync: process start until `/readyz` answers 200;
+* RSS (and peak RSS) of both processes once settled;
+* admission latency of sequential binding creates (client side, through the API server) in
+  the big namespace vs a small one, and the webhook's own share (server side histogram).
+
+    python -m bench.bench_scale [--namespaces 50] [--per-namespace 20] [--big 2000] [--probes 50]
+
+The figures the design targets: `--namespaces 1000 --per-namespace 20 --big 10000`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Awaitable, Iterable
+from pathlib import Path
+from typing import Any
+
+from bench.bench_admission import histogram, quantile
+from e2e.testbed import TestBed, product
+from e2e.testbed.aio import eventually
+from e2e.testbed.storm import binding
+from karmadaquota.kube.client import JSON, KubeClient
+
+RB = "/apis/work.karmada.io/v1alpha2/namespaces/{ns}/resourcebindings"
+QUOTAS = "/apis/quota.karmada.io/v1alpha1/namespaces/{ns}/karmadaquotas"
+ALL_QUOTAS = "/apis/quota.karmada.io/v1alpha1/karmadaquotas"
+BIG = "scale-big"
+
+
+def rss_mib(pid: int) -> tuple[float, float]:
+    """(current, peak) resident set size of a process, MiB."""
+    fields = dict(
+        line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+    )
+    return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
+
+
+async def bounded(jobs: Iterable[Awaitable[Any]], limit: int = 64) -> None:
+    gate = asyncio.Semaphore(limit)
+
+    async def one(job: Awaitable[Any]) -> None:
+        async with gate:
+            await job
+
+    await asyncio.gather(*(one(j) for j in jobs))
+
+
+async def populate(api: KubeClient, namespaces: list[str], per_ns: int, big: int) -> None:
+    """Namespaces, one quota each (room for everything), bindings; karmadaquota not running."""
+
+    def ns_obj(ns: str) -> JSON:
+        return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+
+    await bounded(api.post("/api/v1/namespaces", ns_obj(ns)) for ns in [*namespaces, BIG])
+    counts = {ns: per_ns for ns in namespaces} | {BIG: big}
+    await bounded(
+        api.post(
+            QUOTAS.format(ns=ns),
+            product.quota(ns, "q", {"requests.cpu": str(n + 1000), "pods": str(n + 10000)}),
+        )
+        for ns, n in counts.items()
+    )
+    await bounded(
+        api.post(RB.format(ns=ns), binding(ns, f"b-{i:05d}"))
+        for ns, n in counts.items()
+        for i in range(n)
+    )
+
+
+async def all_ready(api: KubeClient, counts: dict[str, int]) -> bool:
+    """Every quota Ready and counting every binding of its namespace (pods = bindings)."""
+    items = (await api.get(ALL_QUOTAS)).get("items", [])
+    ready = 0
+    for q in items:
+        ns = q["metadata"]["namespace"]
+        status = q.get("status", {})
+        cond = {c.get("type"): c.get("status") for c in status.get("conditions", [])}
+        if cond.get("Ready") == "True" and status.get("used", {}).get("pods") == str(
+            counts.get(ns, -1)
+        ):
+            ready += 1
+    return ready == len(counts)
+
+
+async def probe(api: KubeClient, ns: str, count: int, tag: str) -> list[float]:
+    """Sequential creates: client-side latency of each, seconds."""
+    out = []
+    for i in range(count):
+        t0 = time.perf_counter()
+        await api.post(RB.format(ns=ns), binding(ns, f"{tag}-{i:04d}"))
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+async def run(args: argparse.Namespace) -> str:
+    home = Path(tempfile.mkdtemp(prefix="karmadaquota-scale-"))
+    bed = TestBed.start(home, ["member1"], ephemeral=True, quiet=True)
+    procs: list[product.Proc] = []
+    try:
+        await asyncio.to_thread(product.install_crd, bed)
+        api = await KubeClient.connect(str(bed.karmada_kubeconfig))
+        namespaces = [f"scale-{i:04d}" for i in range(args.namespaces)]
+        counts = {ns: args.per_namespace for ns in namespaces} | {BIG: args.big}
+        t0 = time.perf_counter()
+        await populate(api, namespaces, args.per_namespace, args.big)
+        populate_s = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        controller, _ = product.start_controller(bed, "scale-controller")
+        procs.append(controller)
+        await eventually(
+            lambda: all_ready(api, counts), 900, "every quota Ready and counting", interval=0.5
+        )
+        cold_start = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        hook = await product.start_webhook(bed, "scale-webhook")
+        procs.append(hook.proc)
+        sync = time.perf_counter() - t0
+        await asyncio.to_thread(product.register, bed, hook.base, hook.ca_bundle)
+
+        latency: dict[str, list[float]] = {}
+        own: dict[str, tuple[float, float]] = {}
+        name = "karmadaquota_admission_own_duration_seconds"
+        for label, ns in (("small", namespaces[0]), ("big", BIG)):
+            before = histogram(await hook.metrics(), name)
+            latency[label] = await probe(api, ns, args.probes, f"probe-{label}")
+            after = histogram(await hook.metrics(), name)
+            own[label] = (quantile(before, after, 0.5), quantile(before, after, 0.99))
+        rss = {"controller": rss_mib(controller.popen.pid), "webhook": rss_mib(hook.proc.popen.pid)}
+        await api.close()
+        await asyncio.to_thread(product.unregister, bed)
+        return report(args, populate_s, cold_start, sync, rss, latency, own)
+    finally:
+        for p in procs:
+            p.stop()
+        bed.stop()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def report(
+    args: argparse.Namespace,
+    populate_s: float,
+    cold_start: float,
+    sync: float,
+    rss: dict[str, tuple[float, float]],
+    latency: dict[str, list[float]],
+    own: dict[str, tuple[float, float]],
+) -> str:
+    total = args.namespaces * args.per_namespace + args.big
+    quotas = args.namespaces + 1
+
+    def pct(xs: list[float], q: float) -> float:
+        return sorted(xs)[min(len(xs) - 1, int(q * len(xs)))] * 1000
+
+    lines = [
+        f"{args.namespaces} namespaces × (1 KarmadaQuota + {args.per_namespace} bindings) + "
+        f"one namespace with {args.big} bindings: {quotas} quotas, {total} bindings "
+        f"(created in {populate_s:.0f} s before karmadaquota started).",
+        "",
+        "| measure | value |",
+        "|---|---|",
+        f"| controller cold start until every quota Ready and counting | {cold_start:.1f} s |",
+        f"| webhook start until cache synced (/readyz) | {sync:.1f} s |",
+    ]
+    for who, (now, peak) in rss.items():
+        lines.append(f"| {who} RSS (peak) | {now:.0f} MiB ({peak:.0f} MiB) |")
+    lines += [
+        "",
+        f"Admission latency, {args.probes} sequential binding creates per namespace:",
+        "",
+        "| namespace | bindings there | client p50 | client p99 | webhook own p50 | own p99 |",
+        "|---|---|---|---|---|---|",
+    ]
+    for label, n in (("small", args.per_namespace), ("big", args.big)):
+        xs = latency[label]
+        lines.append(
+            f"| {label} | {n} | {statistics.median(xs) * 1000:.1f} ms | {pct(xs, 0.99):.1f} ms | "
+            f"≤ {own[label][0] * 1000:g} ms | ≤ {own[label][1] * 1000:g} ms |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--namespaces", type=int, default=50)
+    p.add_argument("--per-namespace", type=int, default=20)
+    p.add_argument("--big", type=int, default=2000, help="bindings in the one big namespace")
+    p.add_argument("--probes", type=int, default=50, help="sequential creates per namespace")
+    print(asyncio.run(run(p.parse_args())))
+
+
+if __name__ == "__main__":
+    main()

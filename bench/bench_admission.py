@@ -14,6 +14,7 @@ Storms alternate (bindings, pods, bindings, pods, …) so that machine noise hit
 Prints a markdown table; the figures that matter are ratios, not absolute times.
 
     python -m bench.bench_admission [--count 500] [--rounds 3] [--rates 50,100,200] [--seconds 10]
+        [--webhook-arg=--event-loop=uvloop]
 """
 
 from __future__ import annotations
@@ -118,7 +119,7 @@ async def run(args: argparse.Namespace) -> str:
     try:
         await asyncio.to_thread(product.install_crd, bed)
         controller, _ = product.start_controller(bed, "bench-controller")
-        hook = await product.start_webhook(bed, "bench-webhook")
+        hook = await product.start_webhook(bed, "bench-webhook", "60s", False, *args.webhook_arg)
         await asyncio.to_thread(product.register, bed, hook.base, hook.ca_bundle)
         api = await KubeClient.connect(str(bed.karmada_kubeconfig))
         admit = args.count * 3 // 5
@@ -266,6 +267,12 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--rates", type=lambda s: [int(x) for x in s.split(",")], default=[50, 100, 200])
     p.add_argument("--seconds", type=int, default=10)
+    p.add_argument(
+        "--webhook-arg",
+        action="append",
+        default=[],
+        help="extra webhook flag, e.g. --webhook-arg=--event-loop=uvloop",
+    )
     print(asyncio.run(run(p.parse_args())))
 
 

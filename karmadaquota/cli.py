@@ -50,6 +50,12 @@ def _parser() -> argparse.ArgumentParser:
         default=timedelta(seconds=10),
         help="TLS handshake, request headers and body must each arrive within it",
     )
+    w.add_argument(
+        "--event-loop",
+        choices=("asyncio", "uvloop"),
+        default="asyncio",
+        help="uvloop (if installed) spends less CPU per TLS review",
+    )
 
     c = sub.add_parser("controller", help="run the aggregating quota controller")
     c.add_argument("--kubeconfig", help="Karmada API server kubeconfig (default: in-cluster)")
@@ -94,7 +100,19 @@ def main(argv: list[str] | None = None) -> int:
         from karmadaquota.webhook.config import ConfigError
 
         try:
-            asyncio.run(_serve_webhook(args))
+            if args.event_loop == "uvloop":
+                try:
+                    import uvloop
+                except ImportError:
+                    print(
+                        "karmadaquota webhook: --event-loop=uvloop: uvloop is not installed "
+                        "(pip install uvloop)",
+                        file=sys.stderr,
+                    )
+                    return 2
+                uvloop.run(_serve_webhook(args))
+            else:
+                asyncio.run(_serve_webhook(args))
         except ConfigError as e:
             print(f"karmadaquota webhook: {e}", file=sys.stderr)
             return 2

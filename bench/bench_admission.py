@@ -13,8 +13,8 @@ One real test bed, one karmada-apiserver, one run:
 Storms alternate (bindings, pods, bindings, pods, …) so that machine noise hits both alike.
 Prints a markdown table; the figures that matter are ratios, not absolute times.
 
-    python -m bench.bench_admission [--count 500] [--rounds 3] [--rates 50,100,200] [--seconds 10]
-        [--webhook-arg=--event-loop=uvloop]
+    python -m bench.bench_admission [--count 500] [--concurrency 48] [--rounds 3]
+        [--rates 50,100,200] [--seconds 10] [--webhook-arg=--event-loop=uvloop]
 """
 
 from __future__ import annotations
@@ -141,6 +141,7 @@ async def run(args: argparse.Namespace) -> str:
                     path.format(ns=ns),
                     lambda i, ns=ns, m=make: m(ns, f"x-{i:04d}"),
                     args.count,
+                    concurrency=args.concurrency,
                     deadline=300,
                 )
                 if len(res.admitted) != expected:
@@ -225,7 +226,8 @@ def report(
     hook_ms = statistics.median(c[0] for c in cpu) * 1000
     ctl_ms = statistics.median(c[1] for c in cpu) * 1000
     lines = [
-        f"Storm: {args.count} concurrent creates in one namespace, quota admits {admit}; "
+        f"Storm: {args.count} creates, {args.concurrency} in flight, in one namespace, quota "
+        f"admits {admit}; "
         f"median of {args.rounds} alternating rounds; exactly {admit} admitted every round.",
         "",
         "| admission | throughput (req/s) | p50 (ms) | p99 (ms) |",
@@ -265,6 +267,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--count", type=int, default=500)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--concurrency", type=int, default=48, help="requests in flight at once")
     p.add_argument("--rates", type=lambda s: [int(x) for x in s.split(",")], default=[50, 100, 200])
     p.add_argument("--seconds", type=int, default=10)
     p.add_argument(

@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import re
 import shutil
 import tempfile
 import time
@@ -81,18 +82,17 @@ def frq(ns: str, cpu: str) -> JSON:
 
 
 def error_class(message: str) -> str:
-    """A short name for why a create failed (the figures group by it)."""
+    """A short name for why a create failed (the figures group by it); a timeout names the
+    webhook that timed out (karmada-webhook's own or karmadaquota's)."""
     lowered = message.lower()
-    for needle, name in (
-        ("deadline exceeded", "webhook timeout"),
-        ("after multiple retries", "FRQ conflicts"),
-        ("exceeded quota", "quota exceeded"),
-        ("exceeds", "quota exceeded"),
-        ("quota", "quota exceeded"),
-    ):
-        if needle in lowered:
-            return name
-    return message[:60]
+    if "deadline exceeded" in lowered or "timeout" in lowered:
+        hook = re.search(r'(?:failed calling webhook|admission webhook) "([^"]+)"', message)
+        return f"timeout ({hook.group(1) if hook else 'unknown webhook'})"
+    if "after multiple retries" in lowered:
+        return "FRQ conflicts"
+    if "quota" in lowered:
+        return "quota exceeded"
+    return message[:80]
 
 
 async def prepare(bed: TestBed, api: KubeClient, ns: str, column: str, admit: int) -> None:

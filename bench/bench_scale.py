@@ -23,15 +23,14 @@ import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Awaitable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from bench.bench_admission import histogram, quantile
 from e2e.testbed import TestBed, product
 from e2e.testbed.aio import eventually
 from e2e.testbed.storm import binding
-from karmadaquota.kube.client import JSON, KubeClient
+from karmadaquota.kube.client import JSON, KubeClient, KubeError
 
 RB = "/apis/work.karmada.io/v1alpha2/namespaces/{ns}/resourcebindings"
 QUOTAS = "/apis/quota.karmada.io/v1alpha1/namespaces/{ns}/karmadaquotas"
@@ -47,14 +46,26 @@ def rss_mib(pid: int) -> tuple[float, float]:
     return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
 
 
-async def bounded(jobs: Iterable[Awaitable[Any]], limit: int = 64) -> None:
+async def bounded(
+    api: KubeClient, posts: Iterable[tuple[str, JSON]], limit: int = 16, tries: int = 5
+) -> None:
+    """POST each object, `limit` at a time; a server error (a timed-out webhook of Karmada's
+    on a loaded machine) is retried, an object that already exists counts as created."""
     gate = asyncio.Semaphore(limit)
 
-    async def one(job: Awaitable[Any]) -> None:
+    async def one(path: str, body: JSON) -> None:
         async with gate:
-            await job
+            for attempt in range(tries):
+                try:
+                    await api.post(path, body)
+                    return
+                except KubeError as e:
+                    if e.status == 409:
+                        return
+                    if e.status < 500 or attempt == tries - 1:
+                        raise
 
-    await asyncio.gather(*(one(j) for j in jobs))
+    await asyncio.gather(*(one(p, b) for p, b in posts))
 
 
 async def populate(api: KubeClient, namespaces: list[str], per_ns: int, big: int) -> None:
@@ -63,19 +74,25 @@ async def populate(api: KubeClient, namespaces: list[str], per_ns: int, big: int
     def ns_obj(ns: str) -> JSON:
         return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
 
-    await bounded(api.post("/api/v1/namespaces", ns_obj(ns)) for ns in [*namespaces, BIG])
+    await bounded(api, (("/api/v1/namespaces", ns_obj(ns)) for ns in [*namespaces, BIG]))
     counts = {ns: per_ns for ns in namespaces} | {BIG: big}
     await bounded(
-        api.post(
-            QUOTAS.format(ns=ns),
-            product.quota(ns, "q", {"requests.cpu": str(n + 1000), "pods": str(n + 10000)}),
-        )
-        for ns, n in counts.items()
+        api,
+        (
+            (
+                QUOTAS.format(ns=ns),
+                product.quota(ns, "q", {"requests.cpu": str(n + 1000), "pods": str(n + 10000)}),
+            )
+            for ns, n in counts.items()
+        ),
     )
     await bounded(
-        api.post(RB.format(ns=ns), binding(ns, f"b-{i:05d}"))
-        for ns, n in counts.items()
-        for i in range(n)
+        api,
+        (
+            (RB.format(ns=ns), binding(ns, f"b-{i:05d}"))
+            for ns, n in counts.items()
+            for i in range(n)
+        ),
     )
 
 

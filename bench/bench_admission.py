@@ -125,6 +125,7 @@ async def run(args: argparse.Namespace) -> str:
         admit = args.count * 3 // 5
         results: dict[str, list[StormResult]] = {k: [] for k in KINDS}
         cpu: dict[str, list[tuple[float, float]]] = {"bindings": []}
+        shortfalls: list[str] = []
         for r in range(args.rounds):
             for kind in KINDS:
                 ns = f"bench-{kind}-{r}"
@@ -144,12 +145,20 @@ async def run(args: argparse.Namespace) -> str:
                     concurrency=args.concurrency,
                     deadline=300,
                 )
-                if len(res.admitted) != expected:
-                    raise AssertionError(f"{kind}: admitted {len(res.admitted)} != {expected}")
+                if len(res.admitted) > expected:
+                    raise AssertionError(f"{kind}: admitted {len(res.admitted)} > {expected}")
+                if len(res.admitted) < expected:  # reported: timeouts on a loaded machine
+                    shortfalls.append(
+                        f"{kind} round {r}: admitted {len(res.admitted)} of {expected}; refused: "
+                        + ", ".join(f"{n} {k}" for k, n in res.failures().most_common())
+                    )
                 if kind == "bindings":
                     # the controller's share includes observing the admitted bindings afterwards
+                    admitted = len(res.admitted)
                     await eventually(
-                        lambda ns=ns: observed(bed, ns, admit), 120, f"usage observed in {ns}"
+                        lambda ns=ns, n=admitted: observed(bed, ns, n),
+                        120,
+                        f"usage observed in {ns}",
                     )
                     cpu[kind].append(
                         (
@@ -160,7 +169,7 @@ async def run(args: argparse.Namespace) -> str:
                 results[kind].append(res)
         paced = [await paced_load(bed, api, hook, rate, args.seconds) for rate in args.rates]
         await api.close()
-        return report(args, results, paced, admit, cpu["bindings"])
+        return report(args, results, paced, admit, cpu["bindings"], shortfalls)
     finally:
         if hook is not None:
             await asyncio.to_thread(product.unregister, bed)
@@ -216,6 +225,7 @@ def report(
     paced: list[dict[str, Any]],
     admit: int,
     cpu: list[tuple[float, float]],
+    shortfalls: list[str],
 ) -> str:
     def med(kind: str, f: Any) -> float:
         return statistics.median(f(r) for r in results[kind])
@@ -228,7 +238,12 @@ def report(
     lines = [
         f"Storm: {args.count} creates, {args.concurrency} in flight, in one namespace, quota "
         f"admits {admit}; "
-        f"median of {args.rounds} alternating rounds; exactly {admit} admitted every round.",
+        f"median of {args.rounds} alternating rounds; "
+        + (
+            f"exactly {admit} admitted every round."
+            if not shortfalls
+            else "never more than the quota; fewer in: " + "; ".join(shortfalls) + "."
+        ),
         "",
         "| admission | throughput (req/s) | p50 (ms) | p99 (ms) |",
         "|---|---|---|---|",

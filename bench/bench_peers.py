@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import re
 import shutil
 import tempfile
 import time
@@ -37,7 +36,7 @@ from pathlib import Path
 
 from e2e.testbed import TestBed, product
 from e2e.testbed.aio import eventually
-from e2e.testbed.storm import StormResult, binding, storm
+from e2e.testbed.storm import StormResult, binding, failure_class, storm
 from e2e.testbed.workloads import deployment, divided_policy
 from karmadaquota.kube.client import JSON, KubeClient, KubeError
 
@@ -79,20 +78,6 @@ def frq(ns: str, cpu: str) -> JSON:
         "metadata": {"name": "peer", "namespace": ns},
         "spec": {"overall": {"cpu": cpu}},
     }
-
-
-def error_class(message: str) -> str:
-    """A short name for why a create failed (the figures group by it); a timeout names the
-    webhook that timed out (karmada-webhook's own or karmadaquota's)."""
-    lowered = message.lower()
-    if "deadline exceeded" in lowered or "timeout" in lowered:
-        hook = re.search(r'(?:failed calling webhook|admission webhook) "([^"]+)"', message)
-        return f"timeout ({hook.group(1) if hook else 'unknown webhook'})"
-    if "after multiple retries" in lowered:
-        return "FRQ conflicts"
-    if "quota" in lowered:
-        return "quota exceeded"
-    return message[:80]
 
 
 async def prepare(bed: TestBed, api: KubeClient, ns: str, column: str, admit: int) -> None:
@@ -137,7 +122,7 @@ async def binding_storm(api: KubeClient, ns: str, count: int, allowed: int, memb
         admitted=len(res.admitted),
         elapsed=res.elapsed,
         throughput=res.throughput,
-        errors=Counter(error_class(m) for m in res.denied.values()),
+        errors=res.failures(),
     )
 
 
@@ -168,7 +153,7 @@ async def user_path(
         try:
             await api.post(path, body)
         except KubeError as e:
-            errors[error_class(e.message)] += 1
+            errors[failure_class(e.message)] += 1
 
     started = time.perf_counter()
     await asyncio.gather(*(create(p, b) for p, b in objects))

@@ -9,8 +9,10 @@ built-in ResourceQuota admission) on the same API server in the same run.
 from __future__ import annotations
 
 import asyncio
+import re
 import statistics
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +38,10 @@ class StormResult:
         ordered = sorted(self.latencies)
         return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
 
+    def failures(self) -> Counter[str]:
+        """Refused creates grouped by why (`failure_class`)."""
+        return Counter(failure_class(m) for m in self.denied.values())
+
     def summary(self) -> dict[str, Any]:
         return {
             "admitted": len(self.admitted),
@@ -46,6 +52,20 @@ class StormResult:
             "mean_ms": round(statistics.fmean(self.latencies) * 1000, 1) if self.latencies else 0,
             "elapsed_s": round(self.elapsed, 2),
         }
+
+
+def failure_class(message: str) -> str:
+    """A short name for why a create failed; a timeout names the webhook that timed out
+    (on a loaded machine, Karmada's own webhooks time out as well as ours)."""
+    lowered = message.lower()
+    if "deadline exceeded" in lowered or "timeout" in lowered:
+        hook = re.search(r'(?:failed calling webhook|admission webhook) "([^"]+)"', message)
+        return f"timeout ({hook.group(1) if hook else 'unknown webhook'})"
+    if "after multiple retries" in lowered:
+        return "FRQ conflicts"
+    if "quota" in lowered:
+        return "quota exceeded"
+    return message[:80]
 
 
 async def storm(

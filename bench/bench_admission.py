@@ -167,6 +167,8 @@ async def run(args: argparse.Namespace) -> str:
                         )
                     )
                 results[kind].append(res)
+        # the storm table first: the paced load may take long on a loaded machine
+        print(report(args, results, [], admit, cpu["bindings"], shortfalls), flush=True)
         paced = [await paced_load(bed, api, hook, rate, args.seconds) for rate in args.rates]
         await api.close()
         return report(args, results, paced, admit, cpu["bindings"], shortfalls)
@@ -200,11 +202,19 @@ async def paced_load(
         if delay > 0:
             await asyncio.sleep(delay)  # pacing the load generator, not synchronisation
         tasks.append(asyncio.create_task(api.post(RB.format(ns=ns), binding(ns, f"p-{i:05d}"))))
-    async with asyncio.timeout(120):
-        outcomes = await asyncio.gather(*tasks, return_exceptions=True)
-    failed = [o for o in outcomes if isinstance(o, KubeError)]
-    if len(failed) < sum(isinstance(o, BaseException) for o in outcomes):
-        raise next(o for o in outcomes if isinstance(o, BaseException) and o not in failed)
+    _, late = await asyncio.wait(tasks, timeout=120)
+    for t in late:  # unanswered after 2 minutes on an overloaded machine: counted as failed
+        t.cancel()
+    await asyncio.gather(*late, return_exceptions=True)
+    failed = len(late)
+    for t in tasks:
+        if t in late:
+            continue
+        error = t.exception()
+        if isinstance(error, KubeError):
+            failed += 1
+        elif error is not None:
+            raise error
     achieved = total / (time.perf_counter() - started)
     cpu = cpu_seconds(hook.proc.popen.pid) - cpu_before
     scraped = await hook.metrics()
@@ -213,7 +223,7 @@ async def paced_load(
     return {
         "rate": rate,
         "achieved": achieved,
-        "failed": len(failed),
+        "failed": failed,
         "count": total,
         "p50": quantile(before, after, 0.50),
         "p99": quantile(before, after, 0.99),

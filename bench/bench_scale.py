@@ -110,14 +110,18 @@ async def ready_count(api: KubeClient, counts: dict[str, int]) -> int:
     return ready
 
 
-async def probe(api: KubeClient, ns: str, count: int, tag: str) -> list[float]:
-    """Sequential creates: client-side latency of each, seconds."""
-    out = []
+async def probe(api: KubeClient, ns: str, count: int, tag: str) -> tuple[list[float], int]:
+    """Sequential creates: client-side latency of each answer (seconds) and how many were
+    refused (a quota whose status the controller has not written yet refuses)."""
+    out, refused = [], 0
     for i in range(count):
         t0 = time.perf_counter()
-        await api.post(RB.format(ns=ns), binding(ns, f"{tag}-{i:04d}"))
+        try:
+            await api.post(RB.format(ns=ns), binding(ns, f"{tag}-{i:04d}"))
+        except KubeError:
+            refused += 1
         out.append(time.perf_counter() - t0)
-    return out
+    return out, refused
 
 
 async def run(args: argparse.Namespace) -> str:
@@ -148,7 +152,7 @@ async def run(args: argparse.Namespace) -> str:
         sync = time.perf_counter() - t0
         await asyncio.to_thread(product.register, bed, hook.base, hook.ca_bundle)
 
-        latency: dict[str, list[float]] = {}
+        latency: dict[str, tuple[list[float], int]] = {}
         own: dict[str, tuple[float, float]] = {}
         name = "karmadaquota_admission_own_duration_seconds"
         for label, ns in (("small", namespaces[0]), ("big", BIG)):
@@ -173,7 +177,7 @@ def report(
     cold_start: tuple[float, int],
     sync: float,
     rss: dict[str, tuple[float, float]],
-    latency: dict[str, list[float]],
+    latency: dict[str, tuple[list[float], int]],
     own: dict[str, tuple[float, float]],
 ) -> str:
     total = args.namespaces * args.per_namespace + args.big
@@ -203,13 +207,15 @@ def report(
         "",
         f"Admission latency, {args.probes} sequential binding creates per namespace:",
         "",
-        "| namespace | bindings there | client p50 | client p99 | webhook own p50 | own p99 |",
-        "|---|---|---|---|---|---|",
+        "| namespace | bindings there | refused | client p50 | client p99 | webhook own p50 "
+        "| own p99 |",
+        "|---|---|---|---|---|---|---|",
     ]
     for label, n in (("small", args.per_namespace), ("big", args.big)):
-        xs = latency[label]
+        xs, refused = latency[label]
         lines.append(
-            f"| {label} | {n} | {statistics.median(xs) * 1000:.1f} ms | {pct(xs, 0.99):.1f} ms | "
+            f"| {label} | {n} | {refused} | {statistics.median(xs) * 1000:.1f} ms | "
+            f"{pct(xs, 0.99):.1f} ms | "
             f"≤ {own[label][0] * 1000:g} ms | ≤ {own[label][1] * 1000:g} ms |"
         )
     return "\n".join(lines)

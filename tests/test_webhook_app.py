@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -16,7 +17,13 @@ from karmadaquota.api import KarmadaQuota
 from karmadaquota.evaluate import Decision
 from karmadaquota.kube.client import KubeClient
 from karmadaquota.webhook import review as review_mod
-from karmadaquota.webhook.app import DecisionLog, KubeQuotaStore, Webhook, build_app
+from karmadaquota.webhook.app import (
+    DecisionLog,
+    KubeQuotaStore,
+    Webhook,
+    build_app,
+    review_budget,
+)
 from karmadaquota.webhook.batcher import Batcher
 from karmadaquota.webhook.cache import QuotaCache
 from karmadaquota.webhook.metrics import WebhookMetrics
@@ -414,3 +421,46 @@ async def test_allowed_reviews_are_summarised_and_denials_logged_one_by_one(
     summary = caplog.records[-1]
     assert summary.getMessage() == "admission summary"
     assert (summary.__dict__["allowed"], summary.__dict__["denied"]) == (4, 1)
+
+
+@pytest.mark.parametrize(
+    ("timeout", "budget"),
+    [("3s", 2.7), ("500ms", 0.45), ("1.5s", 1.35), ("1m", 54.0), (None, None), ("3", None)],
+)
+def test_review_budget_reads_the_api_servers_timeout(
+    timeout: str | None, budget: float | None
+) -> None:
+    got = review_budget(timeout)
+    assert got == pytest.approx(budget) if budget is not None else got is None
+
+
+async def test_a_review_still_queued_at_its_deadline_times_out_and_reserves_nothing(
+    setup: Any,
+) -> None:
+    """The first review's status write is slow; the second waits behind it past the deadline
+    the API server sent: it is answered 504 Timeout and never written as a reservation."""
+    client, store, _ = setup
+    store.put_delay = 0.5  # models a slow API server, not synchronisation
+    writing = asyncio.Event()
+    real_put = store.put_status
+
+    async def put_status(quota: dict[str, Any]) -> dict[str, Any]:
+        writing.set()
+        return await real_put(quota)
+
+    store.put_status = put_status  # type: ignore[method-assign]
+    path = "/validate-resourcebinding"
+    first = asyncio.create_task(post(client, path, review(binding_doc("first"))))
+    await asyncio.wait_for(writing.wait(), 10)  # the first review's write is in flight
+    status, body = await post(client, f"{path}?timeout=100ms", review(binding_doc("second")))
+    assert status == 200
+    assert body["response"]["allowed"] is False
+    assert body["response"]["status"]["code"] == 504
+    assert body["response"]["status"]["reason"] == "Timeout"
+    first_status, first_body = await first
+    assert first_status == 200 and first_body["response"]["allowed"] is True
+    # a third review queues behind anything still to be written for the second
+    status, body = await post(client, path, review(binding_doc("third")))
+    assert status == 200 and body["response"]["allowed"] is True
+    reserved = [r.reservedBy.name for r in store.stored().status.reservations]
+    assert reserved == ["first", "third"]

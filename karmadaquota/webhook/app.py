@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import ssl
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -44,6 +45,22 @@ log = logging.getLogger("karmadaquota.webhook")
 
 REASON_INVALID = "Invalid"
 REASON_NOT_READY = "ServiceUnavailable"
+REASON_TIMEOUT = "Timeout"
+# Share of the API server's webhook timeout (its `?timeout=` query parameter) a review may
+# wait in its namespace's queue; past it the API server has given up, so reserving for the
+# review would hold quota for a binding that will not be created.
+DEADLINE_SHARE = 0.9
+_GO_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m)$")
+
+
+def review_budget(timeout: str | None) -> float | None:
+    """Seconds a review may take, from the API server's `timeout` query parameter (a Go
+    duration such as `3s` or `500ms`); None when absent or not understood."""
+    m = _GO_DURATION.match(timeout or "")
+    if m is None:
+        return None
+    scale = {"ms": 0.001, "s": 1.0, "m": 60.0}[m.group(2)]
+    return float(m.group(1)) * scale * DEADLINE_SHARE
 
 
 @dataclass
@@ -114,7 +131,9 @@ class Webhook:
         # per namespace, cumulative seconds of quota API calls (KubeQuotaStore.api_seconds)
         self.api_seconds: Mapping[str, float] = api_seconds if api_seconds is not None else {}
 
-    async def admit_binding(self, req: review.Request) -> Decision:
+    async def admit_binding(self, req: review.Request, budget: float | None = None) -> Decision:
+        """Decide a binding review; `budget`: seconds before its caller gives up (a review
+        still queued then is answered with a timeout and reserves nothing)."""
         if req.resource.group != api.BINDING_GROUP or req.resource.resource != api.BINDING_PLURAL:
             raise review.MalformedReview(
                 f"this endpoint admits {api.BINDING_PLURAL}.{api.BINDING_GROUP}, got "
@@ -165,7 +184,18 @@ class Webhook:
             old=old_charge,
             dry_run=req.dryRun,
         )
-        return await self.batcher.submit(pending)
+        if budget is None:
+            return await self.batcher.submit(pending)
+        try:
+            async with asyncio.timeout(budget):
+                return await self.batcher.submit(pending)
+        except TimeoutError:
+            return Decision(
+                False,
+                f"karmadaquota webhook: no decision within {budget:.2f}s (quota status writes "
+                "are slow); nothing was charged; try again",
+                REASON_TIMEOUT,
+            )
 
     def admit_quota(self, req: review.Request) -> Decision:
         if req.resource.group != api.GROUP or req.resource.resource != api.PLURAL:
@@ -199,7 +229,13 @@ def invalid_message(kind: str, name: str, errors: Sequence[str]) -> str:
 
 
 def _code(d: Decision) -> int:
-    return {REASON_INVALID: 422, REASON_NOT_READY: 503, REASON_TOO_MANY: 429}.get(d.reason, 403)
+    codes = {
+        REASON_INVALID: 422,
+        REASON_NOT_READY: 503,
+        REASON_TOO_MANY: 429,
+        REASON_TIMEOUT: 504,
+    }
+    return codes.get(d.reason, 403)
 
 
 class DecisionLog:
@@ -262,7 +298,9 @@ def build_app(webhook: Webhook, decisions: DecisionLog | None = None) -> web.App
             req = review.parse(await request.read())
             if kind == "binding":
                 api_before = webhook.api_seconds.get(req.namespace, 0.0)
-                decision = await webhook.admit_binding(req)
+                decision = await webhook.admit_binding(
+                    req, review_budget(request.query.get("timeout"))
+                )
             else:
                 decision = webhook.admit_quota(req)
         except review.MalformedReview as e:

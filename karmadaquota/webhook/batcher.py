@@ -163,6 +163,10 @@ class Batcher:
                 self._workers[namespace] = asyncio.create_task(self._drain(namespace))
 
     async def _process(self, namespace: str, batch: list[Pending]) -> None:
+        # a review whose caller gave up while it queued (its future cancelled) reserves nothing
+        batch = [p for p in batch if not p.future.done()]
+        if not batch:
+            return
         now = self._clock()
         objects = {q.metadata.name: q for q in self._store.quotas(namespace)}
         try:

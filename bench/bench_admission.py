@@ -32,7 +32,7 @@ from typing import Any
 from e2e.testbed import TestBed, product
 from e2e.testbed.aio import eventually
 from e2e.testbed.storm import StormResult, binding, pod, storm
-from karmadaquota.kube.client import KubeClient, KubeError
+from karmadaquota.kube.client import KubeClient
 
 # bindings with a KarmadaQuota; Pods with a ResourceQuota; and, for scale, bindings in a
 # namespace without any quota (Karmada's own binding path: its webhooks, no charging).
@@ -210,11 +210,8 @@ async def paced_load(
     for t in tasks:
         if t in late:
             continue
-        error = t.exception()
-        if isinstance(error, KubeError):
+        if t.exception() is not None:  # refused, or the client's own timeout
             failed += 1
-        elif error is not None:
-            raise error
     achieved = total / (time.perf_counter() - started)
     cpu = cpu_seconds(hook.proc.popen.pid) - cpu_before
     scraped = await hook.metrics()

@@ -192,8 +192,8 @@ class Webhook:
         except TimeoutError:
             return Decision(
                 False,
-                f"karmadaquota webhook: no decision within {budget:.2f}s (quota status writes "
-                "are slow); nothing was charged; try again",
+                f"karmadaquota webhook: no decision within {budget:.2f}s, before the API "
+                "server's deadline (quota status writes are slow); try again",
                 REASON_TIMEOUT,
             )
 

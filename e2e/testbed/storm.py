@@ -58,6 +58,8 @@ def failure_class(message: str) -> str:
     """A short name for why a create failed; a timeout names the webhook that timed out
     (on a loaded machine, Karmada's own webhooks time out as well as ours)."""
     lowered = message.lower()
+    if "no decision within" in lowered:  # karmadaquota answered before the caller's deadline
+        return "timeout (answered by karmadaquota, not charged)"
     if "deadline exceeded" in lowered or "timeout" in lowered:
         hook = re.search(r'(?:failed calling webhook|admission webhook) "([^"]+)"', message)
         return f"timeout ({hook.group(1) if hook else 'unknown webhook'})"

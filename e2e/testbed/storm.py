@@ -59,7 +59,7 @@ def failure_class(message: str) -> str:
     (on a loaded machine, Karmada's own webhooks time out as well as ours)."""
     lowered = message.lower()
     if "no decision within" in lowered:  # karmadaquota answered before the caller's deadline
-        return "timeout (answered by karmadaquota, not charged)"
+        return "timeout (answered by karmadaquota)"
     if "deadline exceeded" in lowered or "timeout" in lowered:
         hook = re.search(r'(?:failed calling webhook|admission webhook) "([^"]+)"', message)
         return f"timeout ({hook.group(1) if hook else 'unknown webhook'})"

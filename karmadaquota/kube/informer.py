@@ -66,6 +66,9 @@ class Handler(Protocol):
         ...
 
 
+RECONNECT = Backoff(0.5, 15.0)  # between failed list/watch attempts
+
+
 @dataclass(frozen=True, slots=True)
 class Held:
     rv: int
@@ -91,7 +94,7 @@ class Informer:
         page_size: int = 500,
         watch_timeout: int = 300,
         relist_period: float | None = None,
-        backoff: Backoff = Backoff(0.5, 15.0),
+        backoff: Backoff = RECONNECT,
         on_error: Callable[[BaseException], None] | None = None,
         name: str = "",
     ) -> None:
@@ -186,8 +189,7 @@ class Informer:
     async def relist(self, client: Lister | None = None) -> str:
         """List in full and deliver it; returns the list's resourceVersion."""
         client = client or self._client
-        if client is None:
-            raise RuntimeError(f"{self.name}: no client to list with")
+        assert client is not None, "run() connects before relisting"
         for _attempt in range(5):
             try:
                 items, rv = await self.list(client)
@@ -219,6 +221,8 @@ class Informer:
             client: Lister | None = None
             try:
                 client = await self._connect() if self._connect is not None else self._client
+                if client is None:
+                    raise RuntimeError(f"{self.name}: no client to list with")
                 rv = await self.relist(client)
                 attempt = 0
                 await self._follow(client, rv)

@@ -35,7 +35,7 @@ class Backoff:
     rand: Callable[[], float] = random.random
 
     def delay(self, attempt: int) -> float:
-        return self.rand() * min(self.cap, self.base * 2 ** min(attempt, 32))
+        return float(self.rand() * min(self.cap, self.base * 2 ** min(attempt, 32)))
 
 
 class ConflictsExhausted(Exception):

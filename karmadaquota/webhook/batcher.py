@@ -84,6 +84,9 @@ class Pending:
             self.future.set_result(decision)
 
 
+CONFLICT_BACKOFF = Backoff(0.005, 0.08)
+
+
 @dataclass
 class BatcherConfig:
     reservation_ttl: timedelta = timedelta(seconds=60)
@@ -91,7 +94,7 @@ class BatcherConfig:
     max_attempts: int = 10
     # after a lost compare-and-swap, wait a random while before re-reading, so that replicas
     # contending for one quota stop colliding in lockstep
-    conflict_backoff: Backoff = Backoff(0.005, 0.08)
+    conflict_backoff: Backoff = CONFLICT_BACKOFF
     limited: Sequence[LimitedResource] = ()
     # bound on the (estimated) JSON size of one quota's live reservations; admissions that
     # would pass it are refused with a retryable 429 until the controller drains some
@@ -295,7 +298,8 @@ class Batcher:
 
             def without(obj: KarmadaQuota, undo: set[str] = undo) -> JSON:
                 kept = [r for r in obj.status.reservations if r.reservedBy.uid not in undo]
-                return _dump(obj.model_copy(update={"status": obj.status.model_copy(update={"reservations": kept})}))
+                status = obj.status.model_copy(update={"reservations": kept})
+                return _dump(obj.model_copy(update={"status": status}))
 
             try:
                 result = await retry_on_conflict(

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from karmadaquota.controller.core import Controller, Settings
 from karmadaquota.controller.metrics import ControllerMetrics
+from karmadaquota.controller.reconciler import Controller, Tuning
 from karmadaquota.kube import paths
 from karmadaquota.kube.client import JSON, Conflict, NotFound
 from tests.test_controller_index import raw_binding
@@ -149,7 +149,7 @@ async def env() -> AsyncIterator[tuple[FakeKarmada, Controller, Lead]]:
         api,
         ControllerMetrics(),
         lead,
-        Settings(quiet=0.01, max_delay=0.1, page_size=2, member_watch=False),
+        Tuning(quiet=0.01, max_delay=0.1, page_size=2, member_watch=False),
     )
     task = asyncio.create_task(c.dirty.run())
     try:

@@ -30,6 +30,7 @@ from pydantic import ValidationError
 from karmadaquota import scopes
 from karmadaquota.api import ResourceBinding, describe
 from karmadaquota.charge import Charge, charge
+from karmadaquota.kube.versions import parse_rv
 from karmadaquota.quantity import QuantityError
 from karmadaquota.resources import ResourceList
 from karmadaquota.scopes import BindingTraits, Expression
@@ -96,14 +97,6 @@ def compact(c: Charge, intern: Interner) -> CompactUsage:
 
     clusters = tuple((intern(name), nanos(rl)) for name, rl in sorted(c.per_cluster.items()))
     return CompactUsage(names, nanos(c.total), clusters, intern(c.traits))
-
-
-def parse_rv(rv: object) -> int:
-    """A resourceVersion as an integer; 0 when absent or not numeric (then always replaced)."""
-    try:
-        return int(str(rv))
-    except ValueError:
-        return 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,11 +240,15 @@ class BindingIndex:
                 if uid not in present and (list_rv == 0 or entry.rv <= list_rv):
                     self.remove(ns, uid, list_rv)
                     changed.add(ns)
-        # Deletions before the list are in it now; keep the rest (and the list's own) a while.
+        self.forget_deletions_before(list_rv)
+        return changed
+
+    def forget_deletions_before(self, list_rv: int) -> None:
+        """A list taken at `list_rv` reflects earlier deletions: forget their tombstones (the
+        rest, and the list's own, are kept a while)."""
         self._tombstones = {
             uid: t for uid, t in self._tombstones.items() if not list_rv or t[1] >= list_rv
         }
-        return changed
 
     def entries(self) -> Iterator[tuple[str, str, Entry]]:
         for ns, bucket in self._by_ns.items():

@@ -26,18 +26,11 @@ from typing import Any, Protocol
 
 from karmadaquota.kube.client import JSON, Gone
 from karmadaquota.kube.retry import Backoff
+from karmadaquota.kube.versions import parse_rv
 
 log = logging.getLogger("karmadaquota.informer")
 
 ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
-
-
-def parse_rv(rv: object) -> int:
-    """A resourceVersion as an integer; 0 when absent or not numeric (then never ordered)."""
-    try:
-        return int(str(rv))
-    except ValueError:
-        return 0
 
 
 class Lister(Protocol):
@@ -165,8 +158,8 @@ class Informer:
                 del self.held[key]
                 self.handler.deleted(_stub(key, have, list_rv))
         self.relists += 1
-        self.handler.relisted(list_rv)
         self.synced.set()
+        self.handler.relisted(list_rv)
 
     # ---- I/O -------------------------------------------------------------------------------
 

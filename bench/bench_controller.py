@@ -1,0 +1,140 @@
+"""The controller's CPU per create, for two source trees side by side in one bed.
+
+One real test bed, one webhook (this tree), and the controller of each tree in turn — never two
+at once — each through the same storm: N concurrent ResourceBinding creates in a fresh
+namespace whose KarmadaQuota has room for all of them. The controller's CPU time (from /proc)
+is counted from just before the storm until the quota's status settles (`used` = N, no
+reservation left), divided by N. Rounds alternate the trees so that machine noise hits both.
+
+    python -m bench.bench_controller --baseline /path/to/other/checkout [--count 600] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.bench_admission import RB, cpu_seconds
+from e2e.testbed import TestBed, product
+from e2e.testbed.aio import eventually
+from e2e.testbed.storm import binding, storm
+from karmadaquota.kube.client import KubeClient
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def start_controller(bed: TestBed, tree: Path, name: str) -> subprocess.Popen[bytes]:
+    """`karmadaquota controller` imported from `tree` (its working directory comes first)."""
+    log = bed.home.root / "logs" / f"{name}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "karmadaquota.cli",
+                "controller",
+                f"--kubeconfig={bed.karmada_kubeconfig}",
+                "--metrics-bind-address=127.0.0.1",
+                f"--metrics-port={product.free_port()}",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=tree,
+            env={**os.environ, "PYTHONPATH": str(tree)},
+        )
+
+
+async def one(bed: TestBed, api: KubeClient, tree: Path, ns: str, count: int) -> float:
+    """CPU milliseconds per create of `tree`'s controller through one storm."""
+    proc = start_controller(bed, tree, f"bench-{ns}")
+    try:
+        await bed.akubectl("create", "namespace", ns)
+        await bed.aapply(
+            product.quota(ns, "storm", {"requests.cpu": f"{count}", "pods": str(count)})
+        )
+
+        def initialised() -> bool:
+            q = bed.get("karmadaquota", "storm", namespace=ns) or {}
+            return "pods" in q.get("status", {}).get("used", {})
+
+        await eventually(initialised, 120, f"KarmadaQuota in {ns} initialised")
+        before = cpu_seconds(proc.pid)
+        res = await storm(
+            api, RB.format(ns=ns), lambda i: binding(ns, f"x-{i:04d}"), count, deadline=300
+        )
+        if len(res.admitted) != count:
+            raise AssertionError(f"admitted {len(res.admitted)} of {count}")
+
+        def settled() -> bool:
+            st = (bed.get("karmadaquota", "storm", namespace=ns) or {}).get("status", {})
+            return st.get("used", {}).get("pods") == str(count) and not st.get("reservations")
+
+        await eventually(settled, 120, f"usage in {ns} settled", interval=0.1)
+        return (cpu_seconds(proc.pid) - before) * 1000 / count
+    finally:
+        proc.terminate()
+        proc.wait(15)
+
+
+async def run(args: argparse.Namespace) -> str:
+    home = Path(tempfile.mkdtemp(prefix="karmadaquota-bench-"))
+    bed = TestBed.start(home, ["member1"], ephemeral=True, quiet=True)
+    hook = None
+    trees = {"baseline": args.baseline, "this tree": REPO}
+    ms: dict[str, list[float]] = {k: [] for k in trees}
+    try:
+        await asyncio.to_thread(product.install_crd, bed)
+        hook = await product.start_webhook(bed, "bench-webhook")
+        await asyncio.to_thread(product.register, bed, hook.base, hook.ca_bundle)
+        api = await KubeClient.connect(str(bed.karmada_kubeconfig))
+        for r in range(args.rounds):
+            order = list(trees.items()) if r % 2 == 0 else list(trees.items())[::-1]
+            for label, tree in order:
+                started = time.perf_counter()
+                ns = f"cpu-{r}-{'b' if label == 'baseline' else 't'}"
+                ms[label].append(await one(bed, api, tree, ns, args.count))
+                took = time.perf_counter() - started
+                print(f"round {r} {label}: {ms[label][-1]:.3f} ms/create ({took:.0f}s)")
+        await api.close()
+    finally:
+        if hook is not None:
+            await asyncio.to_thread(product.unregister, bed)
+            hook.proc.stop()
+        bed.stop()
+        shutil.rmtree(home, ignore_errors=True)
+    base, this = statistics.median(ms["baseline"]), statistics.median(ms["this tree"])
+    return "\n".join(
+        [
+            f"controller CPU per create, {args.count} creates x {args.rounds} rounds (median)",
+            "| tree | ms per create | runs |",
+            "|---|---|---|",
+            f"| baseline ({trees['baseline']}) | {base:.3f} | "
+            + ", ".join(f"{x:.3f}" for x in ms["baseline"])
+            + " |",
+            f"| this tree | {this:.3f} | " + ", ".join(f"{x:.3f}" for x in ms["this tree"]) + " |",
+            f"ratio this/baseline: {this / base:.2f}",
+        ]
+    )
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument(
+        "--baseline", required=True, type=lambda s: Path(s).resolve(), help="another checkout"
+    )
+    p.add_argument("--count", type=int, default=600)
+    p.add_argument("--rounds", type=int, default=3)
+    print(asyncio.run(run(p.parse_args())))
+
+
+if __name__ == "__main__":
+    main()

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from bench.bench_admission import RB, cpu_seconds
 from e2e.testbed import TestBed, product
+from e2e.testbed.ports import free_port
 from e2e.testbed.aio import eventually
 from e2e.testbed.storm import binding, storm
 from karmadaquota.kube.client import KubeClient
@@ -44,7 +45,7 @@ def start_controller(bed: TestBed, tree: Path, name: str) -> subprocess.Popen[by
                 "controller",
                 f"--kubeconfig={bed.karmada_kubeconfig}",
                 "--metrics-bind-address=127.0.0.1",
-                f"--metrics-port={product.free_port()}",
+                f"--metrics-port={free_port()}",
             ],
             stdout=out,
             stderr=subprocess.STDOUT,

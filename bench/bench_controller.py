@@ -24,8 +24,8 @@ from pathlib import Path
 
 from bench.bench_admission import RB, cpu_seconds
 from e2e.testbed import TestBed, product
-from e2e.testbed.ports import free_port
 from e2e.testbed.aio import eventually
+from e2e.testbed.ports import free_port
 from e2e.testbed.storm import binding, storm
 from karmadaquota.kube.client import KubeClient
 

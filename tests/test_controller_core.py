@@ -50,6 +50,10 @@ class FakeKarmada:
     def add_binding(self, name: str, **kw: Any) -> JSON:
         self.rv += 1
         raw = raw_binding(name, namespace=NS, rv=self.rv, **kw)
+        have = self.bindings.get(raw["metadata"]["uid"])
+        if have is not None and "generation" not in kw and have["spec"] != raw["spec"]:
+            # like the API server: a spec change bumps the generation
+            raw["metadata"]["generation"] = have["metadata"]["generation"] + 1
         self.bindings[raw["metadata"]["uid"]] = raw
         return copy.deepcopy(raw)
 

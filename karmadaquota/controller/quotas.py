@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -18,23 +17,33 @@ from karmadaquota.api import KarmadaQuota
 log = logging.getLogger("karmadaquota.controller.quotas")
 
 
-@dataclass(frozen=True, slots=True)
 class QuotaRecord:
-    raw: dict[str, Any]
-    quota: KarmadaQuota
+    """One quota as last stored: the raw object, parsed on first use.
+
+    Parsing is deferred to the recompute: during a storm the webhook writes the quota (adding
+    reservations) many times between two recomputes, and only the last version is read.
+    """
+
+    __slots__ = ("_quota", "name", "namespace", "raw")
+
+    def __init__(self, raw: Mapping[str, Any]) -> None:
+        self.raw = dict(raw)
+        meta = self.raw.get("metadata") or {}
+        self.namespace = str(meta.get("namespace", ""))
+        self.name = str(meta.get("name", ""))
+        self._quota: KarmadaQuota | bool | None = False  # False: not parsed yet
 
     @property
-    def namespace(self) -> str:
-        return self.quota.metadata.namespace
+    def quota(self) -> KarmadaQuota | None:
+        """The parsed quota; None (logged once) when it cannot be read."""
+        if self._quota is False:
+            self._quota = parse_quota(self.raw)
+        return self._quota if isinstance(self._quota, KarmadaQuota) else None
 
-    @property
-    def name(self) -> str:
-        return self.quota.metadata.name
 
-
-def parse_quota(raw: Mapping[str, Any]) -> QuotaRecord | None:
+def parse_quota(raw: Mapping[str, Any]) -> KarmadaQuota | None:
     try:
-        quota = KarmadaQuota.model_validate(raw)
+        return KarmadaQuota.model_validate(raw)
     except ValidationError as e:
         meta = raw.get("metadata") or {}
         log.warning(
@@ -42,7 +51,6 @@ def parse_quota(raw: Mapping[str, Any]) -> QuotaRecord | None:
             extra={"namespace": meta.get("namespace"), "quota": meta.get("name"), "error": str(e)},
         )
         return None
-    return QuotaRecord(dict(raw), quota)
 
 
 class QuotaTable:
@@ -66,11 +74,9 @@ class QuotaTable:
     def get(self, namespace: str, name: str) -> QuotaRecord | None:
         return self._by_ns.get(namespace, {}).get(name)
 
-    def put(self, raw: Mapping[str, Any]) -> QuotaRecord | None:
-        """Store a quota; the record, or None when it cannot be read (the old one stays)."""
-        record = parse_quota(raw)
-        if record is not None:
-            self._by_ns.setdefault(record.namespace, {})[record.name] = record
+    def put(self, raw: Mapping[str, Any]) -> QuotaRecord:
+        record = QuotaRecord(raw)
+        self._by_ns.setdefault(record.namespace, {})[record.name] = record
         return record
 
     def remove(self, namespace: str, name: str) -> bool:

@@ -213,7 +213,7 @@ class Controller:
         """Release reservations of bindings that do not exist; True when some were found."""
         now = asyncio.get_running_loop().time()
         pending = rc.unobserved_reservations(
-            (r.quota for r in self.quotas.quotas(namespace)),
+            (r.quota for r in self.quotas.quotas(namespace) if r.quota is not None),
             self.index.bindings(namespace),
             self.index.deleted,
         )
@@ -248,6 +248,8 @@ class Controller:
     async def _sync_quota(self, record: QuotaRecord) -> bool:
         """Recompute one quota and write it if needed; False when every CAS attempt lost."""
         ns, name = record.namespace, record.name
+        if record.quota is None:
+            return True  # unreadable (logged): nothing to recompute until it changes
         extra = {"namespace": ns, "quota": name, "uid": record.quota.metadata.uid}
         before = record.quota.status
         outcome: rc.Outcome | None = None
@@ -257,6 +259,8 @@ class Controller:
 
         def mutate(current: QuotaRecord) -> JSON | None:
             nonlocal outcome
+            if current.quota is None:
+                return None
             now = self._clock()
             started = time.perf_counter()
             outcome = rc.recompute(current.quota, self._inputs(ns), now)
@@ -342,7 +346,21 @@ class _BindingFeed:
             self.c._mark(seen.namespace)
         self.c.metrics.bindings_indexed.set(len(self.c.index))
 
-    modified = added
+    def modified(self, obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        have = self.c.index.get(str(meta.get("namespace", "")), str(meta.get("uid", "")))
+        generation = meta.get("generation")
+        if (
+            have is not None
+            and isinstance(generation, int)
+            and generation > 0
+            and have.generation == generation
+            and not meta.get("deletionTimestamp")
+        ):
+            # A status or metadata update: the charge reads only the spec, and every change
+            # of a ResourceBinding's spec bumps its generation (status is a subresource).
+            return
+        self.added(obj)
 
     def deleted(self, obj: Mapping[str, Any]) -> None:
         meta = obj.get("metadata") or {}
@@ -363,9 +381,7 @@ class _QuotaFeed:
         self.c = c
 
     def added(self, obj: Mapping[str, Any]) -> None:
-        record = self.c.quotas.put(obj)
-        if record is not None:
-            self.c.dirty.mark(record.namespace)
+        self.c.dirty.mark(self.c.quotas.put(obj).namespace)
 
     modified = added
 

@@ -375,3 +375,24 @@ async def test_reservation_of_an_existing_but_unindexed_binding_is_kept(env: Any
     c.binding_event("ADDED", late)
     await until(lambda: used(api) == {"pods": "2"})
     assert api.quotas["q"]["status"]["reservations"] == []
+
+
+async def test_a_binding_update_at_the_same_generation_is_not_charged_again(env: Any) -> None:
+    api, c, _ = env
+    api.add_quota("q", {"pods": "10"})
+    await c.resync()
+    await until(lambda: used(api) == {"pods": "0"})
+    b = api.add_binding("web", replicas=2)
+    c.binding_event("ADDED", b)
+    await until(lambda: used(api) == {"pods": "2"})
+    await until(lambda: quiet(c))
+    entry = c.index.get(NS, b["metadata"]["uid"])
+    status_update = copy.deepcopy(b)
+    status_update["metadata"]["resourceVersion"] = str(api.rv + 1)
+    status_update["spec"]["replicas"] = 7  # a marker: the API server bumps generation for this
+    c.binding_event("MODIFIED", status_update)
+    assert c.index.get(NS, b["metadata"]["uid"]) is entry and c.dirty.idle()
+    status_update["metadata"]["generation"] = 2
+    status_update["metadata"]["resourceVersion"] = str(api.rv + 2)
+    c.binding_event("MODIFIED", status_update)
+    await until(lambda: used(api) == {"pods": "7"})

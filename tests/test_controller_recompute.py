@@ -11,6 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 from karmadaquota.api import KarmadaQuota
+from karmadaquota.controller import recompute as rc
 from karmadaquota.controller import status as st
 from karmadaquota.controller.index import BindingIndex, observe
 from karmadaquota.controller.pods import PodTable
@@ -348,3 +349,13 @@ def test_an_unreadable_binding_is_indexed_as_zero_and_named() -> None:
     cond = {c.type: c for c in out.status.conditions}["BindingsCharged"]
     assert cond.message.startswith("1 binding(s) charged as zero where invalid: bad-deployment: ")
     assert "12x" in cond.message
+
+
+def test_orphan_checks_wait_for_the_grace_period_then_look_once() -> None:
+    pending = {"u1": "web", "u2": "db"}
+    first = rc.orphan_checks(pending, {"u1": 7.0, "gone": 1.0, "recent": 95.0}, 10.0, 2.0)
+    assert first.due == {"u1": "web"}  # unobserved since 7.0: due at 9.0
+    assert first.recheck_at == 12.0  # u2 was first seen now
+    assert first.first_seen == {"u1": 7.0, "u2": 10.0, "recent": 95.0}  # "gone" forgotten
+    assert rc.is_orphan("u1", "another-uid") and rc.is_orphan("u1", "")
+    assert not rc.is_orphan("u1", "u1")

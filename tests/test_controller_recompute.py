@@ -353,9 +353,10 @@ def test_an_unreadable_binding_is_indexed_as_zero_and_named() -> None:
 
 def test_orphan_checks_wait_for_the_grace_period_then_look_once() -> None:
     pending = {"u1": "web", "u2": "db"}
-    first = rc.orphan_checks(pending, {"u1": 7.0, "gone": 1.0, "recent": 95.0}, 10.0, 2.0)
-    assert first.due == {"u1": "web"}  # unobserved since 7.0: due at 9.0
-    assert first.recheck_at == 12.0  # u2 was first seen now
-    assert first.first_seen == {"u1": 7.0, "u2": 10.0, "recent": 95.0}  # "gone" forgotten
+    first = rc.orphan_checks(pending, {"u1": 97.0, "gone": 1.0, "recent": 95.0}, 100.0, 2.0)
+    assert first.due == {"u1": "web"}  # unobserved since 97: due at 99
+    assert first.recheck_at == 102.0  # u2 was first seen now
+    # a uid no longer pending is forgotten a minute after it was first seen
+    assert first.first_seen == {"u1": 97.0, "u2": 100.0, "recent": 95.0}
     assert rc.is_orphan("u1", "another-uid") and rc.is_orphan("u1", "")
     assert not rc.is_orphan("u1", "u1")

@@ -18,7 +18,7 @@ from karmadaquota.controller.pods import PodTable
 from karmadaquota.controller.recompute import (
     RELEASED_EXPIRED,
     RELEASED_OBSERVED,
-    Inputs,
+    NamespaceSnapshot,
     prune_reservations,
     recompute,
 )
@@ -49,8 +49,10 @@ def index_of(*raws: dict[str, Any]) -> BindingIndex:
     return index
 
 
-def inputs(index: BindingIndex, *members: FakeMember, **kw: Any) -> Inputs:
-    return Inputs(bindings=index.bindings("team-a"), deleted=index.deleted, members=members, **kw)
+def inputs(index: BindingIndex, *members: FakeMember, **kw: Any) -> NamespaceSnapshot:
+    return NamespaceSnapshot(
+        bindings=index.bindings("team-a"), deleted=index.deleted, members=members, **kw
+    )
 
 
 def res(

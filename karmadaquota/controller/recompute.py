@@ -34,7 +34,7 @@ from karmadaquota.api import (
     parse_time,
 )
 from karmadaquota.controller import status as st
-from karmadaquota.controller.index import Entry, aggregate
+from karmadaquota.controller.index import IndexedBinding, aggregate
 from karmadaquota.quantity import Format, Quantity, QuantityError
 from karmadaquota.resources import ResourceList
 from karmadaquota.scopes import Expression
@@ -74,10 +74,10 @@ class MemberView(Protocol):
 
 
 @dataclass(frozen=True)
-class Inputs:
+class NamespaceSnapshot:
     """Everything a namespace's recompute reads, as one snapshot."""
 
-    bindings: Mapping[str, Entry]
+    bindings: Mapping[str, IndexedBinding]
     deleted: Callable[[str], bool] = lambda uid: False
     members: Sequence[MemberView] = ()
     member_watch: bool = True
@@ -95,7 +95,7 @@ class Outcome:
 
 def prune_reservations(
     reservations: Sequence[Reservation],
-    bindings: Mapping[str, Entry],
+    bindings: Mapping[str, IndexedBinding],
     deleted: Callable[[str], bool],
     now: datetime,
 ) -> tuple[list[Reservation], dict[str, int], datetime | None]:
@@ -129,7 +129,7 @@ def _in_format(rl: Mapping[str, Quantity], hard: Mapping[str, Quantity]) -> Reso
     return {n: Quantity(q.nanos, hard[n].format) if n in hard else q for n, q in rl.items()}
 
 
-def _member_condition(inputs: Inputs) -> Condition:
+def _member_condition(inputs: NamespaceSnapshot) -> Condition:
     if not inputs.member_watch:
         return Condition(
             type=st.COND_MEMBER_OBSERVED,
@@ -165,7 +165,7 @@ def _member_condition(inputs: Inputs) -> Condition:
     )
 
 
-def recompute(quota: KarmadaQuota, inputs: Inputs, now: datetime) -> Outcome:
+def recompute(quota: KarmadaQuota, inputs: NamespaceSnapshot, now: datetime) -> Outcome:
     """The status the quota should have now (see the module docstring)."""
     current = quota.status
     generation = quota.metadata.generation
@@ -242,7 +242,7 @@ def recompute(quota: KarmadaQuota, inputs: Inputs, now: datetime) -> Outcome:
 _SHOWN_INVALID = 5
 
 
-def _invalid_bindings_condition(bindings: Mapping[str, Entry]) -> Condition | None:
+def _invalid_bindings_condition(bindings: Mapping[str, IndexedBinding]) -> Condition | None:
     """BindingsCharged=False naming the bindings charged as zero where invalid (sorted, the
     first few in full), or None when every binding is charged as it asks."""
     bad = sorted((e.name, e.invalid) for e in bindings.values() if e.invalid)
@@ -282,7 +282,9 @@ def status_to_write(current: Mapping[str, Any] | None, outcome: Outcome) -> dict
 
 
 def unobserved_reservations(
-    quotas: Iterable[KarmadaQuota], bindings: Mapping[str, Entry], deleted: Callable[[str], bool]
+    quotas: Iterable[KarmadaQuota],
+    bindings: Mapping[str, IndexedBinding],
+    deleted: Callable[[str], bool],
 ) -> dict[str, str]:
     """uid -> binding name of every reservation whose binding the index has never seen."""
     pending: dict[str, str] = {}

@@ -190,8 +190,8 @@ class Controller:
 
     # ---- flush -----------------------------------------------------------------------------
 
-    def _inputs(self, namespace: str) -> rc.Inputs:
-        return rc.Inputs(
+    def _snapshot(self, namespace: str) -> rc.NamespaceSnapshot:
+        return rc.NamespaceSnapshot(
             bindings=self.index.bindings(namespace),
             deleted=self.index.deleted,
             members=self.members.views() if self.members is not None else (),
@@ -263,7 +263,7 @@ class Controller:
                 return None
             now = self._clock()
             started = time.perf_counter()
-            outcome = rc.recompute(current.quota, self._inputs(ns), now)
+            outcome = rc.recompute(current.quota, self._snapshot(ns), now)
             desired = rc.status_to_write(current.raw.get("status"), outcome)
             self.metrics.recompute_duration.observe(time.perf_counter() - started)
             self.metrics.set_quota(ns, name, outcome.used, outcome.hard, outcome.status)

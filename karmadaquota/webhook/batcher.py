@@ -51,7 +51,7 @@ DEFAULT_RESERVATION_BYTES = 512 * 1024
 _RESERVATION_OVERHEAD = 200
 
 
-class QuotaStore(Protocol):
+class QuotaBackend(Protocol):
     """What the batcher needs of the API: the cache's view, a fresh read, a CAS status write."""
 
     def quotas(self, namespace: str) -> list[KarmadaQuota]: ...
@@ -110,7 +110,7 @@ class _Admitted:
 class Batcher:
     def __init__(
         self,
-        store: QuotaStore,
+        store: QuotaBackend,
         config: BatcherConfig | None = None,
         on_batch: Callable[[int], None] | None = None,
         on_conflict: Callable[[], None] | None = None,

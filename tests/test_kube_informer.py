@@ -106,6 +106,7 @@ def test_a_name_taken_by_another_object_deletes_the_one_held() -> None:
     inf = informer(Server([]), h)
     inf.offer("ADDED", obj("a", 5, uid="old"))
     inf.offer("ADDED", obj("a", 8, uid="new"))
+    assert not inf.offer("MODIFIED", obj("a", 6, uid="old"))  # late: never brought back
     assert h.calls == [("added", "a", "5"), ("deleted", "a", "8"), ("added", "a", "8")]
 
 

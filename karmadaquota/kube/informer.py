@@ -132,14 +132,14 @@ class Informer:
             del self.held[key]
             self.handler.deleted(obj)
             return True
+        if have is not None and rv and have.rv >= rv:
+            return False
         uid = str(meta.get("uid") or "")
         if have is not None and have.uid != uid:
             # the name now belongs to another object: the one held was deleted meanwhile
             del self.held[key]
             self.handler.deleted(_stub(key, have, rv))
             have = None
-        if have is not None and rv and have.rv >= rv:
-            return False
         self.held[key] = Held(rv, uid)
         if have is None:
             self.handler.added(obj)

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from karmadaquota.api import KarmadaQuota
 from karmadaquota.controller.index import BindingIndex, observe
-from karmadaquota.controller.recompute import Inputs, recompute
+from karmadaquota.controller.recompute import NamespaceSnapshot, recompute
 
 NAMESPACE = "bench"
 CLUSTERS = ("member1", "member2", "member3")
@@ -139,7 +139,9 @@ def rss_kib() -> int:
 def bench_recompute(n: int, repeats: int) -> dict[str, float]:
     index, took = index_of(n)
     qs = quotas()
-    inputs = Inputs(bindings=index.bindings(NAMESPACE), deleted=index.deleted, members=())
+    inputs = NamespaceSnapshot(
+        bindings=index.bindings(NAMESPACE), deleted=index.deleted, members=()
+    )
     now = datetime.now(UTC)
     times = []
     used = {}

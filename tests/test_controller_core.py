@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from karmadaquota.controller.core import Controller, Settings
 from karmadaquota.controller.metrics import ControllerMetrics
+from karmadaquota.controller.reconciler import Controller, Tuning
 from karmadaquota.kube import paths
 from karmadaquota.kube.client import JSON, Conflict, NotFound
 from tests.test_controller_index import raw_binding
@@ -50,6 +50,10 @@ class FakeKarmada:
     def add_binding(self, name: str, **kw: Any) -> JSON:
         self.rv += 1
         raw = raw_binding(name, namespace=NS, rv=self.rv, **kw)
+        have = self.bindings.get(raw["metadata"]["uid"])
+        if have is not None and "generation" not in kw and have["spec"] != raw["spec"]:
+            # like the API server: a spec change bumps the generation
+            raw["metadata"]["generation"] = have["metadata"]["generation"] + 1
         self.bindings[raw["metadata"]["uid"]] = raw
         return copy.deepcopy(raw)
 
@@ -149,7 +153,7 @@ async def env() -> AsyncIterator[tuple[FakeKarmada, Controller, Lead]]:
         api,
         ControllerMetrics(),
         lead,
-        Settings(quiet=0.01, max_delay=0.1, page_size=2, member_watch=False),
+        Tuning(quiet=0.01, max_delay=0.1, page_size=2, member_watch=False),
     )
     task = asyncio.create_task(c.dirty.run())
     try:
@@ -371,3 +375,24 @@ async def test_reservation_of_an_existing_but_unindexed_binding_is_kept(env: Any
     c.binding_event("ADDED", late)
     await until(lambda: used(api) == {"pods": "2"})
     assert api.quotas["q"]["status"]["reservations"] == []
+
+
+async def test_a_binding_update_at_the_same_generation_is_not_charged_again(env: Any) -> None:
+    api, c, _ = env
+    api.add_quota("q", {"pods": "10"})
+    await c.resync()
+    await until(lambda: used(api) == {"pods": "0"})
+    b = api.add_binding("web", replicas=2)
+    c.binding_event("ADDED", b)
+    await until(lambda: used(api) == {"pods": "2"})
+    await until(lambda: quiet(c))
+    entry = c.index.get(NS, b["metadata"]["uid"])
+    status_update = copy.deepcopy(b)
+    status_update["metadata"]["resourceVersion"] = str(api.rv + 1)
+    status_update["spec"]["replicas"] = 7  # a marker: the API server bumps generation for this
+    c.binding_event("MODIFIED", status_update)
+    assert c.index.get(NS, b["metadata"]["uid"]) is entry and c.dirty.idle()
+    status_update["metadata"]["generation"] = 2
+    status_update["metadata"]["resourceVersion"] = str(api.rv + 2)
+    c.binding_event("MODIFIED", status_update)
+    await until(lambda: used(api) == {"pods": "7"})

@@ -12,7 +12,7 @@ from karmadaquota import resources
 from karmadaquota.charge import charge
 from karmadaquota.controller.index import (
     BindingIndex,
-    Entry,
+    IndexedBinding,
     Interner,
     aggregate,
     compact,
@@ -53,7 +53,7 @@ def raw_binding(
     return raw
 
 
-def entry(index: BindingIndex, **kw: Any) -> tuple[str, str, Entry]:
+def entry(index: BindingIndex, **kw: Any) -> tuple[str, str, IndexedBinding]:
     seen = observe(raw_binding(**kw), index.intern)
     assert seen.entry is not None
     return seen.namespace, seen.uid, seen.entry

@@ -11,13 +11,14 @@ from datetime import timedelta
 from typing import Any
 
 from karmadaquota.api import KarmadaQuota
+from karmadaquota.controller import recompute as rc
 from karmadaquota.controller import status as st
 from karmadaquota.controller.index import BindingIndex, observe
 from karmadaquota.controller.pods import PodTable
 from karmadaquota.controller.recompute import (
     RELEASED_EXPIRED,
     RELEASED_OBSERVED,
-    Inputs,
+    NamespaceSnapshot,
     prune_reservations,
     recompute,
 )
@@ -48,8 +49,10 @@ def index_of(*raws: dict[str, Any]) -> BindingIndex:
     return index
 
 
-def inputs(index: BindingIndex, *members: FakeMember, **kw: Any) -> Inputs:
-    return Inputs(bindings=index.bindings("team-a"), deleted=index.deleted, members=members, **kw)
+def inputs(index: BindingIndex, *members: FakeMember, **kw: Any) -> NamespaceSnapshot:
+    return NamespaceSnapshot(
+        bindings=index.bindings("team-a"), deleted=index.deleted, members=members, **kw
+    )
 
 
 def res(
@@ -348,3 +351,14 @@ def test_an_unreadable_binding_is_indexed_as_zero_and_named() -> None:
     cond = {c.type: c for c in out.status.conditions}["BindingsCharged"]
     assert cond.message.startswith("1 binding(s) charged as zero where invalid: bad-deployment: ")
     assert "12x" in cond.message
+
+
+def test_orphan_checks_wait_for_the_grace_period_then_look_once() -> None:
+    pending = {"u1": "web", "u2": "db"}
+    first = rc.orphan_checks(pending, {"u1": 97.0, "gone": 1.0, "recent": 95.0}, 100.0, 2.0)
+    assert first.due == {"u1": "web"}  # unobserved since 97: due at 99
+    assert first.recheck_at == 102.0  # u2 was first seen now
+    # a uid no longer pending is forgotten a minute after it was first seen
+    assert first.first_seen == {"u1": 97.0, "u2": 100.0, "recent": 95.0}
+    assert rc.is_orphan("u1", "another-uid") and rc.is_orphan("u1", "")
+    assert not rc.is_orphan("u1", "u1")

@@ -25,7 +25,9 @@ class FakeApi:
     async def get(self, path: str, params: Any = None) -> JSON:
         return {"items": self.items, "metadata": {"resourceVersion": "10"}}
 
-    async def watch(self, path: str, rv: str) -> AsyncIterator[tuple[str, JSON]]:
+    async def watch(
+        self, path: str, rv: str, timeout_seconds: int = 300
+    ) -> AsyncIterator[tuple[str, JSON]]:
         await self.gate.wait()
         for e in self.events:
             yield e

@@ -65,7 +65,7 @@ def binding(name: str, **kw: Any) -> ResourceBinding:
 
 
 class FakeStore:
-    """The batcher's QuotaStore with resourceVersion compare-and-swap, like the API server.
+    """The batcher's QuotaBackend with resourceVersion compare-and-swap, like the API server.
 
     `before_put` runs before each status write and may change the stored object (simulating
     another writer) so that the write loses the compare-and-swap.
@@ -95,7 +95,7 @@ class FakeStore:
         mutate(doc)
         doc["metadata"]["resourceVersion"] = str(int(doc["metadata"]["resourceVersion"]) + 1)
 
-    # QuotaStore
+    # QuotaBackend
     def quotas(self, namespace: str) -> list[KarmadaQuota]:
         return [q for (ns, _), q in sorted(self.cached.items()) if ns == namespace]
 

@@ -30,6 +30,7 @@ from pydantic import ValidationError
 from karmadaquota import scopes
 from karmadaquota.api import ResourceBinding, describe
 from karmadaquota.charge import Charge, charge
+from karmadaquota.kube.versions import parse_rv
 from karmadaquota.quantity import QuantityError
 from karmadaquota.resources import ResourceList
 from karmadaquota.scopes import BindingTraits, Expression
@@ -51,7 +52,7 @@ class CompactUsage:
 
 
 @dataclass(frozen=True, slots=True)
-class Entry:
+class IndexedBinding:
     """One indexed binding."""
 
     name: str
@@ -98,25 +99,17 @@ def compact(c: Charge, intern: Interner) -> CompactUsage:
     return CompactUsage(names, nanos(c.total), clusters, intern(c.traits))
 
 
-def parse_rv(rv: object) -> int:
-    """A resourceVersion as an integer; 0 when absent or not numeric (then always replaced)."""
-    try:
-        return int(str(rv))
-    except ValueError:
-        return 0
-
-
 @dataclass(frozen=True, slots=True)
-class Observed:
+class BindingState:
     """What one binding object tells the index: an entry, or None when it is being deleted."""
 
     namespace: str
     uid: str
     rv: int
-    entry: Entry | None
+    entry: IndexedBinding | None
 
 
-def observe(obj: Mapping[str, Any], intern: Interner) -> Observed:
+def observe(obj: Mapping[str, Any], intern: Interner) -> BindingState:
     """Charge one ResourceBinding object. Raises ValueError (pydantic/quantity) when malformed."""
     meta = obj.get("metadata") or {}
     ns, uid, rv = (
@@ -125,7 +118,7 @@ def observe(obj: Mapping[str, Any], intern: Interner) -> Observed:
         parse_rv(meta.get("resourceVersion")),
     )
     if meta.get("deletionTimestamp"):
-        return Observed(ns, uid, rv, None)
+        return BindingState(ns, uid, rv, None)
     try:
         binding = ResourceBinding.model_validate(obj)
         c = charge(binding)
@@ -133,12 +126,12 @@ def observe(obj: Mapping[str, Any], intern: Interner) -> Observed:
         # Indexed with zero usage rather than skipped, so that the quota can say so and a
         # reservation for it is not held until expiry.
         problem = f"invalid ResourceBinding: {describe(e) if isinstance(e, ValidationError) else e}"
-        return Observed(ns, uid, rv, _uncharged(meta, rv, problem, intern))
+        return BindingState(ns, uid, rv, _uncharged(meta, rv, problem, intern))
     usage = compact(c, intern)
     name, generation = intern(binding.metadata.name), binding.metadata.generation
     if c.invalid:
         _log_invalid(ns, name, uid, c.invalid)
-    return Observed(ns, uid, rv, Entry(name, generation, rv, usage, c.invalid))
+    return BindingState(ns, uid, rv, IndexedBinding(name, generation, rv, usage, c.invalid))
 
 
 _NOTHING = CompactUsage(
@@ -146,11 +139,11 @@ _NOTHING = CompactUsage(
 )
 
 
-def _uncharged(meta: Mapping[str, Any], rv: int, problem: str, intern: Interner) -> Entry:
+def _uncharged(meta: Mapping[str, Any], rv: int, problem: str, intern: Interner) -> IndexedBinding:
     name, uid = str(meta.get("name", "")), str(meta.get("uid", ""))
     generation = meta.get("generation", 0)
     _log_invalid(str(meta.get("namespace", "")), name, uid, (problem,))
-    return Entry(
+    return IndexedBinding(
         intern(name), generation if isinstance(generation, int) else 0, rv, _NOTHING, (problem,)
     )
 
@@ -163,10 +156,10 @@ def _log_invalid(namespace: str, name: str, uid: str, problems: tuple[str, ...])
 
 
 class BindingIndex:
-    """namespace -> uid -> Entry, with the event/relist ordering rules described above."""
+    """namespace -> uid -> IndexedBinding, with the event/relist ordering rules described above."""
 
     def __init__(self) -> None:
-        self._by_ns: dict[str, dict[str, Entry]] = {}
+        self._by_ns: dict[str, dict[str, IndexedBinding]] = {}
         self._tombstones: dict[str, tuple[str, int]] = {}  # uid -> (namespace, rv)
         self.intern = Interner()
         self._count = 0
@@ -177,10 +170,10 @@ class BindingIndex:
     def namespaces(self) -> list[str]:
         return sorted(self._by_ns)
 
-    def bindings(self, namespace: str) -> Mapping[str, Entry]:
+    def bindings(self, namespace: str) -> Mapping[str, IndexedBinding]:
         return self._by_ns.get(namespace, {})
 
-    def get(self, namespace: str, uid: str) -> Entry | None:
+    def get(self, namespace: str, uid: str) -> IndexedBinding | None:
         return self._by_ns.get(namespace, {}).get(uid)
 
     def deleted(self, uid: str) -> bool:
@@ -194,7 +187,7 @@ class BindingIndex:
 
     # ---- mutations -------------------------------------------------------------------------
 
-    def upsert(self, namespace: str, uid: str, entry: Entry) -> bool:
+    def upsert(self, namespace: str, uid: str, entry: IndexedBinding) -> bool:
         """Store `entry` unless a newer version or a later deletion is known; True if changed."""
         tomb = self._tombstones.get(uid)
         if tomb is not None and tomb[1] >= entry.rv > 0:
@@ -225,13 +218,13 @@ class BindingIndex:
             del self._by_ns[namespace]
         return True
 
-    def apply(self, seen: Observed) -> bool:
+    def apply(self, seen: BindingState) -> bool:
         """Fold in one observed object (an event or a listed item); True if the index changed."""
         if seen.entry is None:
             return self.remove(seen.namespace, seen.uid, seen.rv)
         return self.upsert(seen.namespace, seen.uid, seen.entry)
 
-    def replace(self, listed: Iterable[Observed], list_rv: int) -> set[str]:
+    def replace(self, listed: Iterable[BindingState], list_rv: int) -> set[str]:
         """Fold in a full list taken at `list_rv`; returns the namespaces that changed.
 
         Bindings indexed before the list and absent from it were deleted meanwhile.
@@ -247,13 +240,17 @@ class BindingIndex:
                 if uid not in present and (list_rv == 0 or entry.rv <= list_rv):
                     self.remove(ns, uid, list_rv)
                     changed.add(ns)
-        # Deletions before the list are in it now; keep the rest (and the list's own) a while.
+        self.forget_deletions_before(list_rv)
+        return changed
+
+    def forget_deletions_before(self, list_rv: int) -> None:
+        """A list taken at `list_rv` reflects earlier deletions: forget their tombstones (the
+        rest, and the list's own, are kept a while)."""
         self._tombstones = {
             uid: t for uid, t in self._tombstones.items() if not list_rv or t[1] >= list_rv
         }
-        return changed
 
-    def entries(self) -> Iterator[tuple[str, str, Entry]]:
+    def entries(self) -> Iterator[tuple[str, str, IndexedBinding]]:
         for ns, bucket in self._by_ns.items():
             for uid, entry in bucket.items():
                 yield ns, uid, entry
@@ -264,7 +261,7 @@ class BindingIndex:
 
 
 @dataclass(slots=True)
-class Totals:
+class Sums:
     """Sums in nano-units, masked to a quota's names: global and per target cluster."""
 
     used: dict[str, int]
@@ -272,8 +269,8 @@ class Totals:
 
 
 def aggregate(
-    entries: Iterable[Entry], names: Collection[str], exprs: tuple[Expression, ...]
-) -> Totals:
+    entries: Iterable[IndexedBinding], names: Collection[str], exprs: tuple[Expression, ...]
+) -> Sums:
     """Σ usage of the bindings whose traits match `exprs`, masked to `names` (from scratch).
 
     Every name starts at zero, so a quota's status always carries each name it tracks.
@@ -304,10 +301,10 @@ def aggregate(
                 acc = per_cluster[cluster] = dict.fromkeys(used, 0)
             for i, n in plan:
                 acc[n] += values[i]
-    return Totals(used, per_cluster)
+    return Sums(used, per_cluster)
 
 
-def safe_observe(obj: Mapping[str, Any], intern: Interner) -> Observed | None:
+def safe_observe(obj: Mapping[str, Any], intern: Interner) -> BindingState | None:
     """`observe`, logging (and skipping) a binding that cannot be charged."""
     try:
         return observe(obj, intern)

@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,10 +30,10 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from karmadaquota.controller import operator
-from karmadaquota.controller.core import AlwaysLeader, Controller, Leadership, Settings
 from karmadaquota.controller.leader import DEFAULT_LEASE_NAME, LeaderElector
 from karmadaquota.controller.members import Members
 from karmadaquota.controller.metrics import ControllerMetrics
+from karmadaquota.controller.reconciler import AlwaysLeader, Controller, Tuning
 from karmadaquota.kube.client import JSON, KubeClient
 
 log = logging.getLogger("karmadaquota.controller")
@@ -100,14 +100,20 @@ def build_app(controller: Controller, metrics: ControllerMetrics) -> web.Applica
 async def serve(cfg: ControllerConfig) -> int:
     metrics = ControllerMetrics()
     client = await KubeClient.connect(cfg.kubeconfig)
+    controller: Controller | None = None  # the callbacks below run only once it exists
+
+    def leadership_changed(leader: bool) -> None:
+        if controller is not None:
+            controller.leadership_changed(leader)
+
+    def member_changed(namespaces: Collection[str] | None) -> None:
+        if controller is not None:
+            controller.member_changed(namespaces)
+
+    async def read_secret(namespace: str, name: str) -> JSON:
+        return await client.get(f"/api/v1/namespaces/{namespace}/secrets/{name}")
+
     elector: LeaderElector | None = None
-    leadership: Leadership = AlwaysLeader()
-    controller = Controller(
-        client,
-        metrics,
-        leadership,
-        Settings(quiet=cfg.quiet, max_delay=cfg.max_delay, member_watch=cfg.member_watch),
-    )
     if cfg.leader_elect:
         elector = LeaderElector(
             client,
@@ -116,17 +122,23 @@ async def serve(cfg: ControllerConfig) -> int:
             lease_duration=cfg.lease_duration,
             renew_deadline=cfg.lease_duration - 3.0,
             retry_period=min(2.0, cfg.lease_duration / 5),
-            on_change=controller.leadership_changed,
+            on_change=leadership_changed,
         )
-        controller.leadership = elector
-    else:
+    members = Members(read_secret, member_changed, metrics, enabled=cfg.member_watch)
+    controller = Controller(
+        client,
+        metrics,
+        elector or AlwaysLeader(),
+        Tuning(
+            quiet=cfg.quiet,
+            max_delay=cfg.max_delay,
+            member_watch=cfg.member_watch,
+            resync_period=cfg.resync_period,
+        ),
+        members,
+    )
+    if elector is None:
         controller.leadership_changed(True)
-
-    async def read_secret(namespace: str, name: str) -> JSON:
-        return await client.get(f"/api/v1/namespaces/{namespace}/secrets/{name}")
-
-    members = Members(read_secret, controller.member_changed, metrics, enabled=cfg.member_watch)
-    controller.members = members
 
     runner = web.AppRunner(build_app(controller, metrics), access_log=None)
     await runner.setup()
@@ -141,17 +153,14 @@ async def serve(cfg: ControllerConfig) -> int:
             "member_watch": cfg.member_watch,
         },
     )
-    tasks: list[asyncio.Task[Any]] = [
-        asyncio.create_task(controller.dirty.run(), name="recompute-queue"),
-        asyncio.create_task(controller.resync_forever(cfg.resync_period), name="resync"),
-    ]
+    tasks: list[asyncio.Task[Any]] = [asyncio.create_task(controller.run(), name="controller")]
     if elector is not None:
         tasks.append(asyncio.create_task(elector.run(), name="leader-election"))
     logging.getLogger("kopf").setLevel(cfg.kopf_log_level.upper())
     code = 0
     try:
         await kopf.operator(
-            registry=operator.registry(controller, members, cfg.kubeconfig),
+            registry=operator.registry(members, client.credentials),
             settings=operator.settings(),
             standalone=True,
             clusterwide=True,

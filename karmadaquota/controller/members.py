@@ -1,4 +1,4 @@
-"""Member clusters' pods, watched (list + watch, relist on 410) as Karmada reaches them.
+"""Member clusters' pods, watched through the shared informer as Karmada reaches them.
 
 A `Cluster` (cluster.karmada.io/v1alpha1) gives `spec.apiEndpoint` and `spec.secretRef`
 {namespace, name}; that Secret on the Karmada API server holds `token` and `caBundle`
@@ -19,13 +19,13 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
-from typing import Any
-
-import aiohttp
+from typing import Any, cast
 
 from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.controller.pods import NON_TERMINAL_FIELD_SELECTOR, PodTable
-from karmadaquota.kube.client import JSON, Gone, KubeClient, KubeError
+from karmadaquota.kube.client import JSON, KubeClient
+from karmadaquota.kube.informer import Informer, Lister
+from karmadaquota.kube.retry import Backoff
 from karmadaquota.resources import ResourceList
 from karmadaquota.scopes import Expression
 
@@ -111,13 +111,21 @@ class MemberWatch:
         self._on_change = on_change
         self._metrics = metrics
         self._client_factory = client_factory
-        self.page_size = page_size
-        self.watch_timeout = watch_timeout
-        self.min_backoff = min_backoff
-        self.max_backoff = max_backoff
         self.table = PodTable()
         self._synced = False
         self._error = access.problem
+        self.informer = Informer(
+            PODS_PATH,
+            self,
+            connect=self._client,
+            disconnect=self._disconnect,
+            params={"fieldSelector": NON_TERMINAL_FIELD_SELECTOR},
+            page_size=page_size,
+            watch_timeout=watch_timeout,
+            backoff=Backoff(min_backoff, max_backoff),
+            on_error=self._failed,
+            name=f"pods of member {access.name}",
+        )
 
     @property
     def name(self) -> str:
@@ -165,63 +173,37 @@ class MemberWatch:
         ca = _secret_value(secret, "caBundle")
         return self._client_factory(a.endpoint, token.decode(), ca, a.insecure)
 
-    async def _list(self, client: KubeClient) -> str:
-        pods: list[JSON] = []
-        params = {"fieldSelector": NON_TERMINAL_FIELD_SELECTOR, "limit": str(self.page_size)}
-        rv = ""
-        for _page in range(1_000_000):
-            doc = await client.get(PODS_PATH, params)
-            pods.extend(doc.get("items") or [])
-            meta = doc.get("metadata") or {}
-            rv = str(meta.get("resourceVersion", ""))
-            token = meta.get("continue")
-            if not token:
-                break
-            params = {**params, "continue": str(token)}
-            await asyncio.sleep(0)  # let other work run between pages
-        changed = self.table.replace(pods)
-        self._synced = True
-        self._publish(changed)
-        return rv
+    async def _disconnect(self, client: Lister) -> None:
+        await cast(KubeClient, client).close()
 
-    async def _watch(self, client: KubeClient, rv: str) -> str:
-        path = f"{PODS_PATH}?fieldSelector={NON_TERMINAL_FIELD_SELECTOR}"
-        async for kind, obj in client.watch(path, rv, timeout_seconds=self.watch_timeout):
-            rv = str((obj.get("metadata") or {}).get("resourceVersion", rv))
-            if kind == "BOOKMARK":
-                continue
-            ns = self.table.apply(kind, obj)
-            if ns is not None:
-                self._publish((ns,))
-        return rv
+    def _failed(self, e: BaseException) -> None:
+        self._set_error(describe_error(e))
+
+    # ---- informer.Handler ------------------------------------------------------------------
+
+    def added(self, obj: Mapping[str, Any]) -> None:
+        ns = self.table.apply("ADDED", obj)
+        if ns is not None:
+            self._publish((ns,))
+
+    modified = added
+
+    def deleted(self, obj: Mapping[str, Any]) -> None:
+        ns = self.table.apply("DELETED", obj)
+        if ns is not None:
+            self._publish((ns,))
+
+    def relisted(self, resource_version: int) -> None:
+        self._synced = True
+        self._publish(())
+        self._set_error("")
 
     async def run(self) -> None:
         """List and watch until cancelled; errors are reported, never raised."""
         if self.access.problem:
             self._set_error(self.access.problem)
             return
-        backoff = self.min_backoff
-        while True:
-            client: KubeClient | None = None
-            try:
-                client = await self._client()
-                rv = await self._list(client)
-                self._set_error("")
-                backoff = self.min_backoff
-                while True:
-                    rv = await self._watch(client, rv)
-            except asyncio.CancelledError:
-                raise
-            except Gone:
-                log.info("member pod watch expired; listing again", extra={"cluster": self.name})
-                continue
-            except (KubeError, aiohttp.ClientError, OSError, TimeoutError, ValueError) as e:
-                self._set_error(describe_error(e))
-            finally:
-                if client is not None:
-                    await client.close()
-            await asyncio.sleep(backoff)  # reconnect backoff, not synchronisation
-            backoff = min(backoff * 2, self.max_backoff)
+        await self.informer.run()
 
 
 class Members:

@@ -19,10 +19,10 @@ Ready=False, no `used` (so the webhook denies what it would charge: fail closed)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from karmadaquota import resources, scopes, validation
 from karmadaquota.api import (
@@ -34,7 +34,7 @@ from karmadaquota.api import (
     parse_time,
 )
 from karmadaquota.controller import status as st
-from karmadaquota.controller.index import Entry, aggregate
+from karmadaquota.controller.index import IndexedBinding, aggregate
 from karmadaquota.quantity import Format, Quantity, QuantityError
 from karmadaquota.resources import ResourceList
 from karmadaquota.scopes import Expression
@@ -74,10 +74,10 @@ class MemberView(Protocol):
 
 
 @dataclass(frozen=True)
-class Inputs:
+class NamespaceSnapshot:
     """Everything a namespace's recompute reads, as one snapshot."""
 
-    bindings: Mapping[str, Entry]
+    bindings: Mapping[str, IndexedBinding]
     deleted: Callable[[str], bool] = lambda uid: False
     members: Sequence[MemberView] = ()
     member_watch: bool = True
@@ -95,7 +95,7 @@ class Outcome:
 
 def prune_reservations(
     reservations: Sequence[Reservation],
-    bindings: Mapping[str, Entry],
+    bindings: Mapping[str, IndexedBinding],
     deleted: Callable[[str], bool],
     now: datetime,
 ) -> tuple[list[Reservation], dict[str, int], datetime | None]:
@@ -129,7 +129,7 @@ def _in_format(rl: Mapping[str, Quantity], hard: Mapping[str, Quantity]) -> Reso
     return {n: Quantity(q.nanos, hard[n].format) if n in hard else q for n, q in rl.items()}
 
 
-def _member_condition(inputs: Inputs) -> Condition:
+def _member_condition(inputs: NamespaceSnapshot) -> Condition:
     if not inputs.member_watch:
         return Condition(
             type=st.COND_MEMBER_OBSERVED,
@@ -165,7 +165,7 @@ def _member_condition(inputs: Inputs) -> Condition:
     )
 
 
-def recompute(quota: KarmadaQuota, inputs: Inputs, now: datetime) -> Outcome:
+def recompute(quota: KarmadaQuota, inputs: NamespaceSnapshot, now: datetime) -> Outcome:
     """The status the quota should have now (see the module docstring)."""
     current = quota.status
     generation = quota.metadata.generation
@@ -242,7 +242,7 @@ def recompute(quota: KarmadaQuota, inputs: Inputs, now: datetime) -> Outcome:
 _SHOWN_INVALID = 5
 
 
-def _invalid_bindings_condition(bindings: Mapping[str, Entry]) -> Condition | None:
+def _invalid_bindings_condition(bindings: Mapping[str, IndexedBinding]) -> Condition | None:
     """BindingsCharged=False naming the bindings charged as zero where invalid (sorted, the
     first few in full), or None when every binding is charged as it asks."""
     bad = sorted((e.name, e.invalid) for e in bindings.values() if e.invalid)
@@ -269,3 +269,65 @@ def _condition(kind: str, ok: bool, reason: str, message: str) -> Condition:
 def _at(conditions: list[Condition], generation: int) -> list[Condition]:
     """The conditions as computed for this quota generation."""
     return [c.model_copy(update={"observedGeneration": generation}) for c in conditions]
+
+
+# ---------------------------------------------------------------------------------------------
+# what the controller does with an outcome (pure decisions; the I/O is in `controller.reconciler`)
+
+
+def status_to_write(current: Mapping[str, Any] | None, outcome: Outcome) -> dict[str, Any] | None:
+    """The status to PUT, or None when the quota's status already says it."""
+    desired = st.dump(outcome.status)
+    return desired if st.needs_write(current, desired) else None
+
+
+def unobserved_reservations(
+    quotas: Iterable[KarmadaQuota],
+    bindings: Mapping[str, IndexedBinding],
+    deleted: Callable[[str], bool],
+) -> dict[str, str]:
+    """uid -> binding name of every reservation whose binding the index has never seen."""
+    pending: dict[str, str] = {}
+    for quota in quotas:
+        for r in quota.status.reservations:
+            uid = r.reservedBy.uid
+            if uid not in bindings and not deleted(uid):
+                pending[uid] = r.reservedBy.name
+    return pending
+
+
+@dataclass(frozen=True)
+class OrphanChecks:
+    """Which unobserved reservations to look up now, and when to look at the others."""
+
+    due: dict[str, str]  # uid -> binding name: GET the name now
+    first_seen: dict[str, float]  # uid -> when it was first seen unobserved
+    recheck_at: float | None  # when the earliest of the others is due
+
+
+def orphan_checks(
+    pending: Mapping[str, str], first_seen: Mapping[str, float], now: float, grace: float
+) -> OrphanChecks:
+    """A reservation unobserved for `grace` is due for one quorum GET of its binding's name.
+
+    Admission happens before the API server stores the object, so a create can still fail
+    afterwards (the name already taken, another webhook refusing it) and leave a reservation no
+    binding will ever carry. First-seen times are forgotten a minute after the reservation is.
+    """
+    seen = {uid: t for uid, t in first_seen.items() if uid in pending or t > now - 60}
+    due: dict[str, str] = {}
+    recheck: float | None = None
+    for uid, name in pending.items():
+        first = seen.setdefault(uid, now)
+        if now - first >= grace:
+            due[uid] = name
+        else:
+            at = first + grace
+            recheck = at if recheck is None or at < recheck else recheck
+    return OrphanChecks(due, seen, recheck)
+
+
+def is_orphan(uid: str, holder_uid: str) -> bool:
+    """A name is held by one object at a time: another uid (or none) holding the reserved
+    binding's name means the reserved binding does not exist."""
+    return holder_uid != uid

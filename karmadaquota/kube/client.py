@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import ssl
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import aiohttp
@@ -85,10 +86,57 @@ def _bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
+@dataclass(frozen=True)
+class Credentials:
+    """How a kubeconfig (or the in-cluster service account) says to reach the API server,
+    loaded once and shared (the controller hands them to kopf's login as well)."""
+
+    host: str
+    ca_path: str | None = None
+    insecure: bool = False
+    scheme: str | None = None
+    token: str | None = None
+    cert_path: str | None = None
+    key_path: str | None = None
+
+
+async def load_credentials(
+    kubeconfig: str | None = None, context: str | None = None
+) -> Credentials:
+    """From a kubeconfig file, or the in-cluster service account when none is given."""
+    cfg = Configuration()
+    if kubeconfig:
+        await load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)
+    else:
+        load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+    token = cfg.api_key.get("authorization") or cfg.api_key.get("BearerToken") or None
+    scheme = None
+    if token and " " in token:
+        scheme, token = token.split(" ", 1)
+    elif token:
+        scheme = "Bearer"
+    return Credentials(
+        host=str(cfg.host),
+        ca_path=cfg.ssl_ca_cert or None,
+        insecure=not cfg.verify_ssl,
+        scheme=scheme,
+        token=token,
+        cert_path=cfg.cert_file or None,
+        key_path=cfg.key_file or None,
+    )
+
+
 class KubeClient:
     """JSON over HTTPS to one API server; create with `connect`, close with `close`."""
 
-    def __init__(self, host: str, ssl_context: ssl.SSLContext, headers: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        host: str,
+        ssl_context: ssl.SSLContext,
+        headers: Mapping[str, str],
+        credentials: Credentials | None = None,
+    ) -> None:
+        self.credentials = credentials or Credentials(host)
         self.host = host.rstrip("/")
         self._ssl = ssl_context
         self._headers = {"Accept": "application/json", **headers}
@@ -97,18 +145,11 @@ class KubeClient:
     @classmethod
     async def connect(cls, kubeconfig: str | None = None, context: str | None = None) -> KubeClient:
         """From a kubeconfig file, or the in-cluster service account when none is given."""
-        cfg = Configuration()
-        if kubeconfig:
-            await load_kube_config(
-                config_file=kubeconfig, context=context, client_configuration=cfg
-            )
-        else:
-            load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
-        ctx = _tls(cafile=cfg.ssl_ca_cert or None, insecure=not cfg.verify_ssl)
-        if cfg.cert_file:
-            ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
-        token = cfg.api_key.get("authorization") or cfg.api_key.get("BearerToken") or ""
-        return cls(str(cfg.host), ctx, _bearer(token.removeprefix("Bearer ")))
+        creds = await load_credentials(kubeconfig, context)
+        ctx = _tls(cafile=creds.ca_path, insecure=creds.insecure)
+        if creds.cert_path:
+            ctx.load_cert_chain(creds.cert_path, creds.key_path)
+        return cls(creds.host, ctx, _bearer(creds.token or ""), creds)
 
     @classmethod
     def from_token(

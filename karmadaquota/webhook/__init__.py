@@ -1,1 +1,1 @@
-"""The admission webhook: charges ResourceBindings against KarmadaQuotas (DESIGN §5)."""
+"""The admission webhook: charges ResourceBindings against KarmadaQuotas at admission."""

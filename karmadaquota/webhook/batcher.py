@@ -1,9 +1,9 @@
-"""Per-namespace batching with a single writer (DESIGN §5) — the webhook's concurrency core.
+"""Per-namespace batching with a single writer — the webhook's concurrency core.
 
 Reviews for one namespace queue up while the previous batch is being written. A batch is
 evaluated in arrival order against a running copy of the namespace's quotas (each admission
 reserves its delta in the copy before the next is checked), then every changed quota gets ONE
-compare-and-swap status write that records the admitted deltas as reservations (seed 003).
+compare-and-swap status write that records the admitted deltas as reservations.
 
 On a lost compare-and-swap the quota is read again and only the requests that charged it are
 re-checked, in order, against the fresh copy. Requests denied in the first pass are never
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -35,6 +34,7 @@ from karmadaquota.api import (
 from karmadaquota.charge import Charge
 from karmadaquota.evaluate import ALLOW, Decision, LimitedResource, QuotaView, delta, evaluate
 from karmadaquota.kube.client import JSON, Conflict, NotFound
+from karmadaquota.kube.retry import Backoff, ConflictsExhausted, retry_on_conflict
 from karmadaquota.quantity import QuantityError
 from karmadaquota.resources import ResourceList
 
@@ -51,7 +51,7 @@ DEFAULT_RESERVATION_BYTES = 512 * 1024
 _RESERVATION_OVERHEAD = 200
 
 
-class QuotaStore(Protocol):
+class QuotaBackend(Protocol):
     """What the batcher needs of the API: the cache's view, a fresh read, a CAS status write."""
 
     def quotas(self, namespace: str) -> list[KarmadaQuota]: ...
@@ -84,14 +84,17 @@ class Pending:
             self.future.set_result(decision)
 
 
+CONFLICT_BACKOFF = Backoff(0.005, 0.08)
+
+
 @dataclass
 class BatcherConfig:
     reservation_ttl: timedelta = timedelta(seconds=60)
     max_batch: int = 512
     max_attempts: int = 10
-    # after a lost compare-and-swap, wait up to this long (random) before re-reading, so that
-    # replicas contending for one quota stop colliding in lockstep
-    conflict_backoff: float = 0.005
+    # after a lost compare-and-swap, wait a random while before re-reading, so that replicas
+    # contending for one quota stop colliding in lockstep
+    conflict_backoff: Backoff = CONFLICT_BACKOFF
     limited: Sequence[LimitedResource] = ()
     # bound on the (estimated) JSON size of one quota's live reservations; admissions that
     # would pass it are refused with a retryable 429 until the controller drains some
@@ -107,7 +110,7 @@ class _Admitted:
 class Batcher:
     def __init__(
         self,
-        store: QuotaStore,
+        store: QuotaBackend,
         config: BatcherConfig | None = None,
         on_batch: Callable[[int], None] | None = None,
         on_conflict: Callable[[], None] | None = None,
@@ -216,11 +219,20 @@ class Batcher:
     ) -> list[Pending]:
         """Record `entries` in one quota with CAS; re-check on conflict. Returns who was written."""
         entries = [(p, rl) for p, rl in entries if id(p) not in denied]
-        for _attempt in range(self.config.max_attempts):
+
+        async def read() -> KarmadaQuota:
+            nonlocal entries
+            fresh = KarmadaQuota.model_validate(await self._store.get(namespace, name))
+            self._store.update(fresh)
+            entries = _recheck(fresh, entries, denied, now)
+            return fresh
+
+        def mutate(version: KarmadaQuota) -> JSON | None:
+            nonlocal entries
             if not entries:
-                return []
+                return None
             body, overflow = _with_reservations(
-                obj, entries, now + self.config.reservation_ttl, now, self.config
+                version, entries, now + self.config.reservation_ttl, now, self.config
             )
             for p, _ in overflow:
                 denied[id(p)] = Decision(
@@ -229,39 +241,49 @@ class Batcher:
                     REASON_TOO_MANY,
                 )
             entries = [(p, rl) for p, rl in entries if id(p) not in denied]
-            if not entries:
-                return []
+            return body if entries else None
+
+        async def write(body: JSON) -> JSON:
             started = time.perf_counter()
             try:
                 result = await self._store.put_status(body)
             except Conflict:
-                self._on_conflict()
                 self._on_write("conflict", time.perf_counter() - started)
+                raise
             except NotFound:
                 self._on_write("notfound", time.perf_counter() - started)
-                return []  # the quota is gone: nothing left to charge against it
-            else:
-                self._on_write("ok", time.perf_counter() - started)
-                self._store.update(KarmadaQuota.model_validate(result))
-                return [p for p, _ in entries]
-            await asyncio.sleep(random.uniform(0, self.config.conflict_backoff))
-            try:
-                obj = KarmadaQuota.model_validate(await self._store.get(namespace, name))
-            except NotFound:
-                return []
-            except ValidationError as e:
-                for p, _ in entries:
-                    denied[id(p)] = Decision(False, f"KarmadaQuota {name} is unreadable: {e}")
-                return []
-            self._store.update(obj)
-            entries = _recheck(obj, entries, denied, now)
-        for p, _ in entries:
-            denied[id(p)] = Decision(
-                False,
-                f"KarmadaQuota {name} is being updated concurrently; try again",
-                REASON_CONFLICT,
+                raise
+            self._on_write("ok", time.perf_counter() - started)
+            return result
+
+        try:
+            result = await retry_on_conflict(
+                read,
+                mutate,
+                write,
+                first=obj,
+                attempts=self.config.max_attempts,
+                backoff=self.config.conflict_backoff,
+                on_conflict=self._on_conflict,
             )
-        return []
+        except NotFound:
+            return []  # the quota is gone: nothing left to charge against it
+        except ValidationError as e:
+            for p, _ in entries:
+                denied[id(p)] = Decision(False, f"KarmadaQuota {name} is unreadable: {e}")
+            return []
+        except ConflictsExhausted:
+            for p, _ in entries:
+                denied[id(p)] = Decision(
+                    False,
+                    f"KarmadaQuota {name} is being updated concurrently; try again",
+                    REASON_CONFLICT,
+                )
+            return []
+        if result is None:
+            return []
+        self._store.update(KarmadaQuota.model_validate(result))
+        return [p for p, _ in entries]
 
     async def _compensate(
         self, namespace: str, written: dict[str, list[Pending]], denied: dict[int, Decision]
@@ -274,19 +296,28 @@ class Batcher:
             undo = {p.uid for p in pendings if id(p) in denied}
             if not undo:
                 continue
-            for _attempt in range(self.config.max_attempts):
-                try:
-                    obj = KarmadaQuota.model_validate(await self._store.get(namespace, name))
-                    obj.status.reservations = [
-                        r for r in obj.status.reservations if r.reservedBy.uid not in undo
-                    ]
-                    result = await self._store.put_status(_dump(obj))
-                    self._store.update(KarmadaQuota.model_validate(result))
-                    break
-                except Conflict:
-                    self._on_conflict()
-                except NotFound:
-                    break
+
+            async def read(name: str = name) -> KarmadaQuota:
+                return KarmadaQuota.model_validate(await self._store.get(namespace, name))
+
+            def without(obj: KarmadaQuota, undo: set[str] = undo) -> JSON:
+                kept = [r for r in obj.status.reservations if r.reservedBy.uid not in undo]
+                status = obj.status.model_copy(update={"reservations": kept})
+                return _dump(obj.model_copy(update={"status": status}))
+
+            try:
+                result = await retry_on_conflict(
+                    read,
+                    without,
+                    self._store.put_status,
+                    attempts=self.config.max_attempts,
+                    backoff=self.config.conflict_backoff,
+                    on_conflict=self._on_conflict,
+                )
+            except (NotFound, ConflictsExhausted):
+                continue
+            if result is not None:
+                self._store.update(KarmadaQuota.model_validate(result))
 
 
 def _recheck(

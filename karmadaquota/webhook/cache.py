@@ -1,42 +1,35 @@
 """A watch-fed cache of KarmadaQuotas, so that admission never LISTs per request.
 
-LIST once, then WATCH from that resourceVersion; relist when the watch expires (410) or breaks.
-Our own status writes are folded in immediately (`update`) so the next batch starts from what we
-wrote; a late watch event carrying an older resourceVersion never rolls the cache back.
+Fed by the shared informer (`kube.informer`: list, watch, relist on 410, version order). Our
+own status writes are folded in at once (`update`) so the next batch starts from what we wrote;
+the informer then skips the watch's echo of that write, and a late event carrying an older
+resourceVersion never rolls the cache back.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from pydantic import ValidationError
 
 from karmadaquota.api import KarmadaQuota
 from karmadaquota.kube import paths
-from karmadaquota.kube.client import JSON, Gone, KubeClient
+from karmadaquota.kube.informer import Informer, Lister
+from karmadaquota.kube.retry import Backoff
 
 log = logging.getLogger("karmadaquota.cache")
 
 
-def _rv(obj: KarmadaQuota) -> int:
-    return _int_rv(obj.metadata.resourceVersion)
-
-
-def _int_rv(rv: str) -> int:
-    try:
-        return int(rv)
-    except ValueError:
-        return -1
-
-
 class QuotaCache:
-    def __init__(self, client: KubeClient, on_change: Callable[[int], None] | None = None) -> None:
-        self._client = client
+    """namespace -> name -> KarmadaQuota, as the informer delivers them (its `Handler`)."""
+
+    def __init__(self, client: Lister, on_change: Callable[[int], None] | None = None) -> None:
         self._by_ns: dict[str, dict[str, KarmadaQuota]] = {}
         self._on_change = on_change
-        self.synced = asyncio.Event()
+        self.informer = Informer(paths.quotas(), self, client, backoff=Backoff(1.0, 1.0))
+        self.synced = self.informer.synced
 
     def quotas(self, namespace: str) -> list[KarmadaQuota]:
         return list(self._by_ns.get(namespace, {}).values())
@@ -48,76 +41,46 @@ class QuotaCache:
         return sum(len(v) for v in self._by_ns.values())
 
     def update(self, quota: KarmadaQuota) -> None:
-        """Fold in a newer version of a quota (ours or the watch's); never go backwards."""
-        ns = self._by_ns.setdefault(quota.metadata.namespace, {})
-        current = ns.get(quota.metadata.name)
-        if current is None or _rv(quota) >= _rv(current) or _rv(quota) < 0:
-            ns[quota.metadata.name] = quota
-            self._changed()
+        """Fold in the quota a status write returned, unless a newer version is held."""
+        meta = quota.metadata
+        if self.informer.hold(meta.namespace, meta.name, meta.uid, meta.resourceVersion):
+            self._put(quota)
 
-    def _known(self, obj: JSON, rv: str) -> bool:
-        """The cache already holds this version (or a newer one): no need to parse it."""
-        meta = obj.get("metadata", {})
-        current = self._by_ns.get(meta.get("namespace", ""), {}).get(meta.get("name", ""))
-        return current is not None and 0 <= _int_rv(rv) <= _rv(current)
+    async def run(self) -> None:
+        """List and watch forever; the caller cancels the task to stop it."""
+        await self.informer.run()
 
-    def remove(self, namespace: str, name: str) -> None:
-        self._by_ns.get(namespace, {}).pop(name, None)
+    # ---- informer.Handler --------------------------------------------------------------------
+
+    def added(self, obj: Mapping[str, Any]) -> None:
+        q = _parse(obj)
+        if q is not None:
+            self._put(q)
+
+    modified = added
+
+    def deleted(self, obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        self._by_ns.get(str(meta.get("namespace", "")), {}).pop(str(meta.get("name", "")), None)
+        self._changed()
+
+    def relisted(self, resource_version: int) -> None:
+        self._changed()
+
+    def _put(self, quota: KarmadaQuota) -> None:
+        self._by_ns.setdefault(quota.metadata.namespace, {})[quota.metadata.name] = quota
         self._changed()
 
     def _changed(self) -> None:
         if self._on_change is not None:
             self._on_change(len(self))
 
-    async def run(self) -> None:
-        """List and watch forever; the caller cancels the task to stop it."""
-        while True:
-            try:
-                rv = await self._list()
-                self.synced.set()
-                while True:
-                    rv = await self._watch(rv)
-            except asyncio.CancelledError:
-                raise
-            except Gone:
-                log.info("quota watch expired; listing again")
-            except Exception as e:
-                log.warning("quota watch failed; listing again in 1s", extra={"error": str(e)})
-                await asyncio.sleep(1.0)  # back-off before reconnecting, not synchronisation
 
-    async def _list(self) -> str:
-        doc = await self._client.get(paths.quotas())
-        fresh: dict[str, dict[str, KarmadaQuota]] = {}
-        for item in doc.get("items", []):
-            q = _parse(item)
-            if q is not None:
-                fresh.setdefault(q.metadata.namespace, {})[q.metadata.name] = q
-        self._by_ns = fresh
-        self._changed()
-        return str(doc.get("metadata", {}).get("resourceVersion", ""))
-
-    async def _watch(self, rv: str) -> str:
-        async for kind, obj in self._client.watch(paths.quotas(), rv):
-            new_rv = str(obj.get("metadata", {}).get("resourceVersion", rv))
-            if kind == "BOOKMARK" or (kind != "DELETED" and self._known(obj, new_rv)):
-                rv = new_rv  # a bookmark, or a version we hold already (our own PUT)
-                continue
-            q = _parse(obj)
-            if q is None:
-                continue
-            if kind == "DELETED":
-                self.remove(q.metadata.namespace, q.metadata.name)
-            else:
-                self.update(q)
-            rv = new_rv
-        return rv
-
-
-def _parse(obj: JSON) -> KarmadaQuota | None:
+def _parse(obj: Mapping[str, Any]) -> KarmadaQuota | None:
     try:
         return KarmadaQuota.model_validate(obj)
     except ValidationError as e:
-        meta = obj.get("metadata", {})
+        meta = obj.get("metadata") or {}
         log.warning(
             "ignoring unreadable KarmadaQuota",
             extra={"namespace": meta.get("namespace"), "quota": meta.get("name"), "error": str(e)},

@@ -1,0 +1,395 @@
+"""The controller's state and its I/O shell around the pure recompute.
+
+Two informers (`kube.informer`) feed ResourceBindings into the binding index and KarmadaQuotas
+into the quota table, in version order; member pod watches feed the member pod tables. Each
+change marks its namespace dirty; the `DirtyQueue` then flushes each dirty namespace: every
+quota of it is recomputed from scratch (`recompute.recompute`) and, on the leader only, written
+with compare-and-swap (`kube.retry`) when its status differs. A lost CAS re-reads the quota and
+re-applies the recompute to the fresh object, so reservations the webhook added in the meantime
+are kept. Nothing is written before bindings and quotas have been listed in full.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from karmadaquota.api import KarmadaQuotaStatus
+from karmadaquota.controller import recompute as rc
+from karmadaquota.controller.dirty import DirtyQueue
+from karmadaquota.controller.index import BindingIndex, safe_observe
+from karmadaquota.controller.members import Members
+from karmadaquota.controller.metrics import ControllerMetrics
+from karmadaquota.controller.quotas import QuotaRecord, QuotaTable
+from karmadaquota.kube import paths
+from karmadaquota.kube.client import JSON, Api, KubeError, NotFound
+from karmadaquota.kube.informer import Informer, Lister
+from karmadaquota.kube.retry import Backoff, ConflictsExhausted, retry_on_conflict
+from karmadaquota.kube.versions import parse_rv
+
+log = logging.getLogger("karmadaquota.controller")
+
+
+class Leadership(Protocol):
+    def is_leader(self) -> bool: ...
+
+    def remaining(self) -> float: ...
+
+
+class AlwaysLeader:
+    """For a single replica without election (tests, --leader-elect off)."""
+
+    def is_leader(self) -> bool:
+        return True
+
+    def remaining(self) -> float:
+        return float("inf")
+
+
+class ControllerApi(Api, Lister, Protocol):
+    """Requests, lists and watches: `KubeClient`, or a fake in unit tests."""
+
+
+CONFLICT_BACKOFF = Backoff(0.02, 0.64)
+
+
+@dataclass
+class Tuning:
+    quiet: float = 0.03
+    max_delay: float = 0.25
+    write_timeout: float = 2.0
+    max_attempts: int = 6
+    # after a lost compare-and-swap: wait a random while (doubling) before re-reading, so that
+    # a burst of webhook reservation writes is not raced head-on
+    conflict_backoff: Backoff = CONFLICT_BACKOFF
+    page_size: int = 500
+    member_watch: bool = True
+    # a reservation whose binding has not been seen this long is checked against the API
+    # server: a create refused after admission (AlreadyExists, another webhook) holds quota
+    # only until then instead of until its expiration
+    orphan_grace: float = 2.0
+    # bindings and quotas are listed again this often (a safety net under the watches)
+    resync_period: float | None = 300.0
+
+
+class Controller:
+    def __init__(
+        self,
+        api: ControllerApi,
+        metrics: ControllerMetrics,
+        leadership: Leadership,
+        tuning: Tuning | None = None,
+        members: Members | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.api = api
+        self.metrics = metrics
+        self.leadership = leadership
+        self.settings = tuning or Tuning()
+        self.members = members
+        self._clock = clock
+        self.index = BindingIndex()
+        self.quotas = QuotaTable()
+        self.synced = asyncio.Event()
+        self.dirty = DirtyQueue(
+            self.flush, quiet=self.settings.quiet, max_delay=self.settings.max_delay
+        )
+        self.binding_informer = Informer(
+            paths.bindings(),
+            _BindingFeed(self),
+            api,
+            page_size=self.settings.page_size,
+            relist_period=self.settings.resync_period,
+            name="resourcebindings",
+        )
+        self.quota_informer = Informer(
+            paths.quotas(),
+            _QuotaFeed(self),
+            api,
+            page_size=self.settings.page_size,
+            relist_period=self.settings.resync_period,
+            name="karmadaquotas",
+        )
+        self.writes = 0
+        self._unseen: dict[str, float] = {}  # reservation uid -> loop time first seen unobserved
+
+    # ---- inputs ----------------------------------------------------------------------------
+
+    def _mark(self, namespace: str) -> None:
+        if self.quotas.has(namespace):
+            self.dirty.mark(namespace)
+
+    def mark_all(self) -> None:
+        self.dirty.mark_many(self.quotas.namespaces())
+
+    def member_changed(self, namespaces: Collection[str] | None) -> None:
+        if namespaces is None:
+            self.mark_all()
+        else:
+            for ns in namespaces:
+                self._mark(ns)
+
+    def binding_event(self, event_type: str, obj: Mapping[str, Any]) -> None:
+        """One ResourceBinding watch event (ADDED, MODIFIED, DELETED), in version order."""
+        self.binding_informer.offer(event_type, obj)
+
+    def quota_event(self, event_type: str, obj: Mapping[str, Any]) -> None:
+        """One KarmadaQuota watch event, in version order."""
+        self.quota_informer.offer(event_type, obj)
+
+    def _fold_quota(self, raw: JSON) -> QuotaRecord | None:
+        """A quota our write returned (or a fresh read): stored unless a newer one is held."""
+        meta = raw.get("metadata") or {}
+        ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+        if self.quota_informer.hold(
+            ns, name, str(meta.get("uid", "")), meta.get("resourceVersion")
+        ):
+            return self.quotas.put(raw)
+        return self.quotas.get(ns, name)
+
+    # ---- full resync -----------------------------------------------------------------------
+
+    async def resync(self) -> None:
+        """List bindings and quotas in full and fold them in (every quota is recomputed)."""
+        await self.binding_informer.relist()
+        await self.quota_informer.relist()
+
+    def _relisted(self) -> None:
+        if not (self.binding_informer.synced.is_set() and self.quota_informer.synced.is_set()):
+            return
+        self.metrics.bindings_indexed.set(len(self.index))
+        self.metrics.resyncs.inc()
+        first = not self.synced.is_set()
+        self.synced.set()
+        self.metrics.synced.set(1)
+        log.info(
+            "full resync",
+            extra={"bindings": len(self.index), "quotas": len(self.quotas), "first": first},
+        )
+        self.mark_all()
+
+    async def run(self) -> None:
+        """Watch bindings and quotas and flush dirty namespaces until cancelled."""
+        tasks = [
+            asyncio.create_task(self.dirty.run(), name="recompute-queue"),
+            asyncio.create_task(self.binding_informer.run(), name="binding-informer"),
+            asyncio.create_task(self.quota_informer.run(), name="quota-informer"),
+        ]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    # ---- flush -----------------------------------------------------------------------------
+
+    def _snapshot(self, namespace: str) -> rc.NamespaceSnapshot:
+        return rc.NamespaceSnapshot(
+            bindings=self.index.bindings(namespace),
+            deleted=self.index.deleted,
+            members=self.members.views() if self.members is not None else (),
+            member_watch=self.settings.member_watch,
+        )
+
+    async def flush(self, namespace: str) -> None:
+        """Recompute every quota of `namespace`; the leader writes those that differ."""
+        contended = False
+        for record in self.quotas.quotas(namespace):
+            contended = not await self._sync_quota(record) or contended
+        if contended:  # the webhook is busy writing reservations: come back very soon
+            loop = asyncio.get_running_loop()
+            self.dirty.mark_at(namespace, loop.time() + 0.05 + random.random() * 0.1)
+        if self._can_write() and await self._audit_orphans(namespace):
+            self._mark(namespace)
+
+    async def _audit_orphans(self, namespace: str) -> bool:
+        """Release reservations of bindings that do not exist; True when some were found."""
+        now = asyncio.get_running_loop().time()
+        pending = rc.unobserved_reservations(
+            (r.quota for r in self.quotas.quotas(namespace) if r.quota is not None),
+            self.index.bindings(namespace),
+            self.index.deleted,
+        )
+        checks = rc.orphan_checks(pending, self._unseen, now, self.settings.orphan_grace)
+        self._unseen = checks.first_seen
+        if checks.recheck_at is not None:
+            self.dirty.mark_at(namespace, checks.recheck_at + 0.05)
+        found = False
+        for uid, name in checks.due.items():
+            try:
+                current = await self.api.get(f"{paths.bindings(namespace)}/{name}")
+                holder = str(current.get("metadata", {}).get("uid", ""))
+            except NotFound:
+                holder = ""
+            if rc.is_orphan(uid, holder):
+                log.info(
+                    "reservation of a binding that does not exist released",
+                    extra={"namespace": namespace, "binding": name, "uid": uid},
+                )
+                self.index.mark_absent(namespace, uid)
+                self._unseen.pop(uid, None)
+                found = True
+        return found
+
+    def _can_write(self) -> bool:
+        return (
+            self.synced.is_set()
+            and self.leadership.is_leader()
+            and self.leadership.remaining() > self.settings.write_timeout
+        )
+
+    async def _sync_quota(self, record: QuotaRecord) -> bool:
+        """Recompute one quota and write it if needed; False when every CAS attempt lost."""
+        ns, name = record.namespace, record.name
+        if record.quota is None:
+            return True  # unreadable (logged): nothing to recompute until it changes
+        extra = {"namespace": ns, "quota": name, "uid": record.quota.metadata.uid}
+        before = record.quota.status
+        outcome: rc.Outcome | None = None
+
+        async def read() -> QuotaRecord:
+            return self._fold_quota(await self.api.get(paths.quota(ns, name))) or record
+
+        def mutate(current: QuotaRecord) -> JSON | None:
+            nonlocal outcome
+            if current.quota is None:
+                return None
+            now = self._clock()
+            started = time.perf_counter()
+            outcome = rc.recompute(current.quota, self._snapshot(ns), now)
+            desired = rc.status_to_write(current.raw.get("status"), outcome)
+            self.metrics.recompute_duration.observe(time.perf_counter() - started)
+            self.metrics.set_quota(ns, name, outcome.used, outcome.hard, outcome.status)
+            self._schedule_expiry(ns, outcome.next_expiry, now)
+            if desired is None or not self._can_write():
+                return None  # followers keep their figures warm; the leader writes
+            return {**current.raw, "status": desired}
+
+        async def write(body: JSON) -> JSON:
+            path = paths.quota_status(ns, name)
+            return await self.api.request("PUT", path, body, timeout=self.settings.write_timeout)
+
+        try:
+            result = await retry_on_conflict(
+                read,
+                mutate,
+                write,
+                first=record,
+                attempts=self.settings.max_attempts,
+                backoff=self.settings.conflict_backoff,
+                on_conflict=self.metrics.status_writes.labels("conflict").inc,
+            )
+        except ConflictsExhausted:
+            log.info("status write contended; retrying shortly", extra=extra)
+            return False
+        except NotFound:
+            self.metrics.status_writes.labels("notfound").inc()
+            return True
+        except KubeError:
+            self.metrics.status_writes.labels("error").inc()
+            raise
+        if result is None or outcome is None:
+            return True
+        self.metrics.status_writes.labels("ok").inc()
+        self.writes += 1
+        for reason, n in outcome.released.items():
+            self.metrics.released.labels(reason).inc(n)
+        self._fold_quota(result)
+        log.info(
+            "quota status written",
+            extra={
+                **extra,
+                "summary": outcome.status.summary,
+                "reservations": len(outcome.status.reservations),
+                "released": dict(outcome.released),
+            },
+        )
+        self.quota_written(ns, name, before, outcome.status)
+        return True
+
+    def quota_written(
+        self, namespace: str, name: str, before: KarmadaQuotaStatus, after: KarmadaQuotaStatus
+    ) -> None:
+        """The one place that knows a quota's status was recomputed and written, old and new
+        (`used`, `hard`, reservations): where released usage or a raised limit is noticed."""
+
+    def _schedule_expiry(self, namespace: str, expiry: datetime | None, now: datetime) -> None:
+        if expiry is None:
+            return
+        loop = asyncio.get_running_loop()
+        self.dirty.mark_at(namespace, loop.time() + (expiry - now).total_seconds() + 0.05)
+
+    # ---- leadership ------------------------------------------------------------------------
+
+    def leadership_changed(self, leader: bool) -> None:
+        self.metrics.leader.set(1 if leader else 0)
+        if leader:
+            self.mark_all()  # a new leader writes whatever its predecessor left undone
+
+
+class _BindingFeed:
+    """ResourceBinding events into the index (an `informer.Handler`)."""
+
+    def __init__(self, c: Controller) -> None:
+        self.c = c
+
+    def added(self, obj: Mapping[str, Any]) -> None:
+        seen = safe_observe(obj, self.c.index.intern)
+        if seen is not None and self.c.index.apply(seen):
+            self.c._mark(seen.namespace)
+        self.c.metrics.bindings_indexed.set(len(self.c.index))
+
+    def modified(self, obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        have = self.c.index.get(str(meta.get("namespace", "")), str(meta.get("uid", "")))
+        generation = meta.get("generation")
+        if (
+            have is not None
+            and isinstance(generation, int)
+            and generation > 0
+            and have.generation == generation
+            and not meta.get("deletionTimestamp")
+        ):
+            # A status or metadata update: the charge reads only the spec, and every change
+            # of a ResourceBinding's spec bumps its generation (status is a subresource).
+            return
+        self.added(obj)
+
+    def deleted(self, obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        ns, uid = str(meta.get("namespace", "")), str(meta.get("uid", ""))
+        if self.c.index.remove(ns, uid, parse_rv(meta.get("resourceVersion"))):
+            self.c._mark(ns)
+        self.c.metrics.bindings_indexed.set(len(self.c.index))
+
+    def relisted(self, resource_version: int) -> None:
+        self.c.index.forget_deletions_before(resource_version)
+        self.c._relisted()
+
+
+class _QuotaFeed:
+    """KarmadaQuota events into the quota table (an `informer.Handler`)."""
+
+    def __init__(self, c: Controller) -> None:
+        self.c = c
+
+    def added(self, obj: Mapping[str, Any]) -> None:
+        self.c.dirty.mark(self.c.quotas.put(obj).namespace)
+
+    modified = added
+
+    def deleted(self, obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+        if self.c.quotas.remove(ns, name):
+            self.c.metrics.forget_quota(ns, name)
+
+    def relisted(self, resource_version: int) -> None:
+        self.c._relisted()

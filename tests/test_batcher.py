@@ -11,7 +11,8 @@ from karmadaquota.evaluate import REASON_EXCEEDED, Decision
 from karmadaquota.kube.client import JSON
 from karmadaquota.quantity import Quantity
 from karmadaquota.webhook.batcher import REASON_CONFLICT, Batcher, BatcherConfig, Pending
-from tests.webhook_fakes import FakeStore, binding, quota_doc
+from tests.fake_api import FakeStore, quota_doc
+from tests.webhook_fakes import binding
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 

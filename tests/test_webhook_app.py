@@ -27,7 +27,8 @@ from karmadaquota.webhook.app import (
 from karmadaquota.webhook.batcher import Batcher
 from karmadaquota.webhook.cache import QuotaCache
 from karmadaquota.webhook.metrics import WebhookMetrics
-from tests.webhook_fakes import FakeStore, binding_doc, quota_doc
+from tests.fake_api import FakeStore, quota_doc
+from tests.webhook_fakes import binding_doc
 
 BINDINGS = {"group": "work.karmada.io", "version": "v1alpha2", "resource": "resourcebindings"}
 QUOTAS = {"group": "quota.karmada.io", "version": "v1alpha1", "resource": "karmadaquotas"}

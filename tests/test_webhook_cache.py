@@ -9,7 +9,7 @@ from typing import Any, cast
 from karmadaquota.api import KarmadaQuota
 from karmadaquota.kube.client import JSON, KubeClient
 from karmadaquota.webhook.cache import QuotaCache
-from tests.webhook_fakes import quota_doc
+from tests.fake_api import quota_doc
 
 
 class FakeApi:

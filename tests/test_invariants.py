@@ -1,0 +1,460 @@
+"""The hard guarantee as invariants over generated histories (hypothesis).
+
+A history is a sequence of steps against one namespace with three quotas (unscoped, a
+PriorityClass scope, BestEffort). In each step two webhook replicas (each its own batcher and
+cache over one fake API server with real resourceVersion compare-and-swap) admit concurrent
+creates, updates (scale up/down, placement changes, components) and dry-runs through the real
+admission path, bindings are deleted, another writer may win the next status writes, and the
+controller may recompute every quota at the same time (fed by watch events or by a relist).
+Bindings that existed before the webhook was installed, with hostile values (negative requests
+and replica counts, huge ones), are there from the start.
+
+After every step:
+- Σ charges of the live bindings ≤ hard, for every quota and resource (or no more than the
+  pre-existing bindings alone held, which the webhook never admitted);
+- a request the batcher denied at any point (first pass or re-check after a conflict) was
+  finally denied: a retry never admits what was denied;
+- what the controller wrote as `used` equals Σ charges of the bindings that existed in its
+  snapshot, and no `used` (global or per cluster) is ever negative.
+
+`KARMADAQUOTA_LONG=1` runs many more, longer histories; the default is sized for CI.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, cast
+from unittest import mock
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from karmadaquota import resources, scopes
+from karmadaquota.api import KarmadaQuota, ResourceBinding
+from karmadaquota.charge import Charge, charge
+from karmadaquota.controller import recompute as rc
+from karmadaquota.controller import status as st_
+from karmadaquota.controller.index import BindingIndex, parse_rv, safe_observe
+from karmadaquota.evaluate import Decision
+from karmadaquota.evaluate import evaluate as real_evaluate
+from karmadaquota.kube.client import JSON, Conflict, KubeClient
+from karmadaquota.quantity import Quantity, QuantityError
+from karmadaquota.resources import ResourceList
+from karmadaquota.webhook import review
+from karmadaquota.webhook.batcher import Batcher, BatcherConfig, Pending
+from karmadaquota.webhook.cache import QuotaCache
+from karmadaquota.webhook.metrics import WebhookMetrics
+from tests.fake_api import FakeApiServer, FakeStore, quota_doc
+
+LONG = os.environ.get("KARMADAQUOTA_LONG") == "1"
+NS = "ns"
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+MEMBERS = ("m1", "m2", "m3")
+INVARIANT_SETTINGS = settings(
+    max_examples=1000 if LONG else 40,
+    deadline=None,
+    derandomize=not LONG,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+# ---------------------------------------------------------------------------------------------
+# generated input: every quantity form, zero, negative and huge values
+
+# Ordinary values most of the time (so that histories admit, update and conflict), hostile ones
+# (negative, huge, beyond what a quantity holds) often enough that every history may meet them.
+NORMAL_CPU = ["100m", "250m", "1", "2", "1.5", "5e-3", "0"]
+NORMAL_MEMORY = ["128Mi", "256M", "1Gi", "0"]
+CPU = st.sampled_from([*NORMAL_CPU * 5, "-4", "-100m", "1E"])
+MEMORY = st.sampled_from([*NORMAL_MEMORY * 6, "-1Gi", "8Ei"])
+REPLICAS = st.sampled_from([0, 1, 1, 1, 2, 2, 3] * 6 + [-1, -7, 2**31 - 1])
+# Bindings that exist before the webhook is installed are never refused, so their sum lands in
+# status.used: kept within what a quantity can hold (2^63-1 of its unit) — a larger sum is
+# written but cannot be read back.
+BOUNDED_CPU = st.sampled_from([*NORMAL_CPU, "-4", "-100m", "64k"])
+BOUNDED_MEMORY = st.sampled_from([*NORMAL_MEMORY, "-1Gi"])
+BOUNDED_REPLICAS = st.sampled_from([0, 1, 2, 3, 4, -1, -7])
+PRIORITY = st.sampled_from(["", "high", "low"])
+
+
+@st.composite
+def requirements(draw: st.DrawFn, huge: bool) -> dict[str, Any] | None:
+    if draw(st.integers(0, 11)) == 0:
+        return None  # no replicaRequirements at all
+    req: dict[str, str] = {}
+    if draw(st.integers(0, 19)):
+        req["cpu"] = draw(CPU if huge else BOUNDED_CPU)
+    if draw(st.integers(0, 19)):
+        req["memory"] = draw(MEMORY if huge else BOUNDED_MEMORY)
+    return {"resourceRequest": req, "priorityClassName": draw(PRIORITY)}
+
+
+@st.composite
+def specs(draw: st.DrawFn, huge: bool = True) -> dict[str, Any]:
+    """A ResourceBinding spec as karmada-controller-manager (or a hostile interpreter) writes."""
+    if draw(st.integers(0, 7)) == 0:
+        return {"resource": {"apiVersion": "v1", "kind": "Service", "name": "svc"}}
+    spec: dict[str, Any] = {
+        "resource": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+        "replicas": draw(REPLICAS if huge else BOUNDED_REPLICAS),
+    }
+    reqs = draw(requirements(huge))
+    if reqs is not None:
+        spec["replicaRequirements"] = reqs
+    if draw(st.integers(0, 3)) == 0:
+        spec["components"] = [
+            {
+                "name": f"c{i}",
+                "replicas": draw(REPLICAS if huge else BOUNDED_REPLICAS),
+                "replicaRequirements": draw(requirements(huge)),
+            }
+            for i in range(draw(st.integers(1, 3)))
+        ]
+    placed = draw(st.lists(st.sampled_from(MEMBERS), unique=True, max_size=3))
+    spec["clusters"] = [
+        {"name": m, "replicas": draw(REPLICAS if huge else BOUNDED_REPLICAS)} for m in placed
+    ]
+    return spec
+
+
+@dataclass(frozen=True)
+class Create:
+    spec: dict[str, Any]
+    dry_run: bool
+    replica: int
+
+
+@dataclass(frozen=True)
+class Update:
+    target: int  # index into the admitted live bindings (modulo their number)
+    spec: dict[str, Any]
+    dry_run: bool
+    replica: int
+
+
+@dataclass(frozen=True)
+class Delete:
+    target: int
+
+
+Op = Create | Update | Delete
+
+
+@dataclass(frozen=True)
+class Step:
+    ops: list[Op]
+    sync: bool  # the controller recomputes every quota concurrently with the admissions
+    relist: bool  # ... after a relist instead of from watch events
+    interfere: int  # another writer wins the next n status writes
+    refresh: bool  # the replicas' caches catch up with the server afterwards
+
+
+def ops() -> st.SearchStrategy[Op]:
+    replica = st.sampled_from([0, 0, 0, 1])  # mostly one replica: contended batches
+    dry_run = st.sampled_from([False, False, False, True])
+    create = st.builds(Create, specs(), dry_run, replica)
+    update = st.builds(Update, st.integers(0, 50), specs(), dry_run, replica)
+    delete = st.builds(Delete, st.integers(0, 50))
+    kind = st.sampled_from(["create"] * 3 + ["update"] * 4 + ["delete"])
+    return kind.flatmap(lambda k: {"create": create, "update": update, "delete": delete}[k])
+
+
+STEPS = st.builds(
+    Step,
+    st.lists(ops(), min_size=2, max_size=10 if LONG else 6),
+    st.booleans(),
+    st.booleans(),
+    st.integers(0, 3),
+    st.booleans(),
+)
+
+
+@dataclass(frozen=True)
+class History:
+    hard: dict[str, dict[str, str]]
+    preexisting: list[dict[str, Any]]
+    steps: list[Step]
+
+
+HISTORIES = st.builds(
+    History,
+    st.fixed_dictionaries(
+        {
+            "all": st.fixed_dictionaries(
+                {
+                    "requests.cpu": st.sampled_from(["2500m", "4", "50"]),
+                    "pods": st.sampled_from(["3", "6", "100"]),
+                    "requests.memory": st.sampled_from(["1Gi", "16Gi", "64Gi"]),
+                    "count/deployments.apps": st.sampled_from(["2", "100"]),
+                }
+            ),
+            "high": st.fixed_dictionaries(
+                {"requests.cpu": st.sampled_from(["1", "5"]), "pods": st.sampled_from(["1", "8"])}
+            ),
+            "besteffort": st.fixed_dictionaries({"pods": st.sampled_from(["0", "3", "10"])}),
+        }
+    ),
+    st.lists(specs(huge=False), max_size=3),
+    st.lists(STEPS, min_size=2, max_size=12 if LONG else 6),
+)
+
+SCOPES: dict[str, dict[str, Any]] = {
+    "high": {
+        "matchExpressions": [{"scopeName": "PriorityClass", "operator": "In", "values": ["high"]}]
+    },
+    "besteffort": {"matchExpressions": [{"scopeName": "BestEffort", "operator": "Exists"}]},
+}
+
+# ---------------------------------------------------------------------------------------------
+# the system under test
+
+
+def binding_doc(uid: str, spec: Mapping[str, Any], generation: int) -> JSON:
+    return {
+        "apiVersion": "work.karmada.io/v1alpha2",
+        "kind": "ResourceBinding",
+        "metadata": {"name": uid, "namespace": NS, "uid": uid, "generation": generation},
+        "spec": dict(spec),
+    }
+
+
+@dataclass
+class Replica:
+    """One webhook replica: its cache, its batcher, and what its batcher decided."""
+
+    store: FakeStore
+    batcher: Batcher
+    admit: Any
+    finals: list[tuple[Charge, Decision]] = field(default_factory=list)
+
+
+def replica(api: FakeApiServer) -> Replica:
+    store = FakeStore(api=api)
+    store.refresh()
+    cache = QuotaCache(cast(KubeClient, None))
+    for q in store.quotas(NS):
+        cache.update(q)
+    cache.synced.set()
+    # no real waiting between conflicting writes: the interleaving stays deterministic
+    batcher = Batcher(store, BatcherConfig(conflict_backoff=0.0), clock=lambda: NOW)
+    from karmadaquota.webhook.app import Webhook
+
+    webhook = Webhook(cache, batcher, WebhookMetrics())
+    r = Replica(store, batcher, webhook.admit_binding)
+    submit = batcher.submit
+
+    async def recording_submit(p: Pending) -> Decision:
+        d = await submit(p)
+        r.finals.append((p.new, d))
+        return d
+
+    batcher.submit = recording_submit  # type: ignore[method-assign]
+    return r
+
+
+def request(op: str, new: JSON, old: JSON | None, dry_run: bool) -> review.Request:
+    return review.Request.model_validate(
+        {
+            "uid": f"review-{new['metadata']['uid']}-{new['metadata']['generation']}",
+            "resource": {
+                "group": "work.karmada.io",
+                "version": "v1alpha2",
+                "resource": "resourcebindings",
+            },
+            "namespace": NS,
+            "name": new["metadata"]["name"],
+            "operation": op,
+            "object": new,
+            "oldObject": old,
+            "dryRun": dry_run,
+        }
+    )
+
+
+@dataclass
+class Controller:
+    """The controller's pure core, fed like the real one: watch events or a relist."""
+
+    api: FakeApiServer
+    index: BindingIndex = field(default_factory=BindingIndex)
+    events: list[tuple[str, JSON]] = field(default_factory=list)
+
+    async def sync(self, relist: bool) -> None:
+        if relist:
+            listed = [safe_observe(d, self.index.intern) for d in self.api.bindings.values()]
+            self.index.replace([s for s in listed if s is not None], self.api.rv)
+        for kind, obj in self.events:
+            meta = obj["metadata"]
+            if kind == "DELETED":
+                self.index.remove(NS, meta["uid"], parse_rv(meta["resourceVersion"]))
+            elif (seen := safe_observe(obj, self.index.intern)) is not None:
+                self.index.apply(seen)
+        self.events.clear()
+        snapshot = {uid: ResourceBinding.model_validate(d) for uid, d in self.api.bindings.items()}
+        for name in sorted(n for ns, n in self.api.quotas if ns == NS):
+            await self._write(name, snapshot)
+
+    async def _write(self, name: str, snapshot: Mapping[str, ResourceBinding]) -> None:
+        for _ in range(20):
+            raw = await self.api.get_quota(NS, name)
+            quota = KarmadaQuota.model_validate(raw)
+            inputs = rc.Inputs(self.index.bindings(NS), self.index.deleted, member_watch=False)
+            outcome = rc.recompute(quota, inputs, NOW)
+            expected = expected_used(quota, snapshot.values())
+            got = {n: q.nanos for n, q in outcome.used.items()}
+            assert got == {n: q.nanos for n, q in expected.items()}, (
+                f"recompute of {name} is not the sum of the charges of the live bindings"
+            )
+            try:
+                await self.api.put_quota_status({**raw, "status": st_.dump(outcome.status)})
+                return
+            except Conflict:
+                await asyncio.sleep(0)
+        raise AssertionError(f"the controller never got its write of {name} through")
+
+
+def expected_used(quota: KarmadaQuota, bindings: Any) -> ResourceList:
+    """Σ non-negative charge of the bindings matching the quota's scopes, per hard name."""
+    hard = resources.parse_resource_list(quota.spec.hard, "spec.hard")
+    exprs = scopes.expressions(quota.spec)
+    total: ResourceList = dict.fromkeys(hard, Quantity.zero())
+    for b in bindings:
+        try:
+            c = charge(b)
+        except QuantityError:
+            continue  # unreadable: the controller logs it and counts nothing (index.safe_observe)
+        if scopes.matches(exprs, c.traits):
+            # a negative value never lowers usage: the charge that counts is its positive part
+            own = resources.positive_part(resources.mask(c.total, hard.keys()))
+            total = resources.add(total, own)
+    return total
+
+
+# ---------------------------------------------------------------------------------------------
+# the run
+
+
+@contextmanager
+def recorded_denials() -> Iterator[set[int]]:
+    """ids of the charges any evaluation in the batcher denied (first pass or re-check)."""
+    denied: set[int] = set()
+    keep: list[Charge] = []
+
+    def evaluate(quotas: Any, new: Charge, old: Charge | None = None, *a: Any) -> Decision:
+        d = real_evaluate(quotas, new, old, *a)
+        if not d.allowed:
+            denied.add(id(new))
+            keep.append(new)  # ids stay unique while recorded
+        return d
+
+    with mock.patch("karmadaquota.webhook.batcher.evaluate", evaluate):
+        yield denied
+
+
+async def run(history: History) -> None:
+    api = FakeApiServer()
+    for name, hard in history.hard.items():
+        api.add_quota(quota_doc(name, NS, hard=hard, scope_selector=SCOPES.get(name)))
+    controller = Controller(api)
+    uids = (f"rb-{i}" for i in itertools.count())
+    preexisting: set[str] = set()
+    for spec in history.preexisting:  # created before the webhook was installed
+        doc = api.put_binding(binding_doc(next(uids), spec, 1))
+        preexisting.add(doc["metadata"]["uid"])
+        controller.events.append(("ADDED", doc))
+    await controller.sync(relist=False)
+    replicas = [replica(api), replica(api)]
+    with recorded_denials() as denied:
+        for step in history.steps:
+            await run_step(api, controller, replicas, step, uids, preexisting)
+            check(api, preexisting, replicas, denied)
+    await controller.sync(relist=True)
+    check(api, preexisting, replicas, set())
+
+
+async def run_step(
+    api: FakeApiServer,
+    controller: Controller,
+    replicas: list[Replica],
+    step: Step,
+    uids: Iterator[str],
+    preexisting: set[str],
+) -> None:
+    api.interfere(step.interfere)
+    touched: set[str] = set()
+    for op in step.ops:
+        if isinstance(op, Delete) and api.bindings:
+            uid = sorted(api.bindings)[op.target % len(api.bindings)]
+            doc = api.bindings[uid]
+            api.delete_binding(uid)
+            controller.events.append(
+                (
+                    "DELETED",
+                    {**doc, "metadata": {**doc["metadata"], "resourceVersion": str(api.rv)}},
+                )
+            )
+            touched.add(uid)
+    admissions: list[tuple[JSON, Any]] = []
+    for op in step.ops:
+        if isinstance(op, Create):
+            new = binding_doc(next(uids), op.spec, 1)
+            admit = replicas[op.replica].admit(request("CREATE", new, None, op.dry_run))
+            admissions.append((new if not op.dry_run else {}, admit))
+        elif isinstance(op, Update):
+            # bindings created before the webhook are only ever deleted (see `check`)
+            live = sorted(u for u in api.bindings if u not in preexisting and u not in touched)
+            if not live:
+                continue
+            uid = live[op.target % len(live)]
+            touched.add(uid)
+            old = api.bindings[uid]
+            new = binding_doc(uid, op.spec, old["metadata"]["generation"] + 1)
+            admit = replicas[op.replica].admit(request("UPDATE", new, old, op.dry_run))
+            admissions.append((new if not op.dry_run else {}, admit))
+    work = [a for _, a in admissions]
+    if step.sync:
+        work.append(controller.sync(step.relist))
+    results = await asyncio.gather(*work)
+    for (new, _), decision in zip(admissions, results, strict=False):
+        if new and decision.allowed:  # the API server stores what admission allowed
+            controller.events.append(("MODIFIED", api.put_binding(new)))
+    if step.refresh:
+        for r in replicas:
+            r.store.refresh()
+
+
+def check(
+    api: FakeApiServer, preexisting: set[str], replicas: list[Replica], denied: set[int]
+) -> None:
+    live = [ResourceBinding.model_validate(d) for d in api.bindings.values()]
+    before = [b for b in live if b.metadata.uid in preexisting]
+    for (ns, name), raw in api.quotas.items():
+        quota = KarmadaQuota.model_validate(raw)
+        hard = resources.parse_resource_list(quota.spec.hard, "spec.hard")
+        total = expected_used(quota, live)
+        grandfathered = expected_used(quota, before)
+        for r, cap in hard.items():
+            assert total[r] <= max(cap, grandfathered[r]), (
+                f"{ns}/{name}: live bindings charge {r}={total[r]} over hard {cap}"
+            )
+        used = resources.parse_resource_list(quota.status.used, "status.used")
+        assert all(q.sign >= 0 for q in used.values()), f"{name}: negative used {used}"
+        for cluster in quota.status.aggregatedStatus:
+            rl = resources.parse_resource_list(cluster.used, "aggregatedStatus.used")
+            assert all(q.sign >= 0 for q in rl.values()), f"{name}: negative used {cluster}"
+    for r in replicas:
+        for new, decision in r.finals:
+            if id(new) in denied:
+                assert not decision.allowed, "a retry admitted what a check had denied"
+
+
+@INVARIANT_SETTINGS
+@given(HISTORIES)
+def test_nothing_over_admits_and_the_controller_agrees(history: History) -> None:
+    asyncio.run(run(history))

@@ -15,14 +15,11 @@ from datetime import datetime
 from karmadaquota import resources, scopes
 from karmadaquota.api import KarmadaQuota
 from karmadaquota.charge import Charge
-from karmadaquota.quantity import Quantity
 from karmadaquota.resources import ResourceList
 from karmadaquota.scopes import Expression
 
 REASON_EXCEEDED = "QuotaExceeded"
 REASON_FORBIDDEN = "Forbidden"
-
-_ZERO = Quantity.zero()
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,10 +90,6 @@ def _bare(name: str) -> str:
     return resources.canonical_name(name).removeprefix("requests.")
 
 
-def _pretty(rl: Mapping[str, Quantity], names: Sequence[str]) -> str:
-    return ",".join(f"{n}={rl.get(n, _ZERO)}" for n in names)
-
-
 def evaluate(
     quotas: Sequence[QuotaView],
     new: Charge,
@@ -139,10 +132,11 @@ def evaluate(
         )
         ok, exceeded = resources.less_or_equal(resources.add(in_use, tracked), q.hard)
         if not ok:
+            fmt = resources.format_pairs
             return Decision(
                 False,
-                f"exceeded quota: {q.name}, requested: {_pretty(tracked, exceeded)}, "
-                f"used: {_pretty(in_use, exceeded)}, limited: {_pretty(q.hard, exceeded)}",
+                f"exceeded quota: {q.name}, requested: {fmt(tracked, exceeded)}, "
+                f"used: {fmt(in_use, exceeded)}, limited: {fmt(q.hard, exceeded)}",
                 REASON_EXCEEDED,
             )
         charges[q.name] = tracked

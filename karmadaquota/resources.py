@@ -7,30 +7,31 @@ lists can be cached and shared between the webhook's batches and the controller.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import TypeAlias
 
 from karmadaquota.quantity import Quantity, QuantityError
 
 __all__ = [
+    "HUGEPAGES_PREFIX",
     "REQUESTS_PREFIX",
     "REQUEST_ALIASES",
     "ResourceList",
     "add",
     "canonical_name",
-    "equals",
     "format_pairs",
     "format_resource_list",
+    "is_extended",
     "is_zero",
     "less_or_equal",
     "mask",
+    "maximum",
     "multiply",
     "parse_resource_list",
     "positive_part",
     "remove_zeros",
     "subtract",
-    "subtract_non_negative",
     "to_quota_names",
 ]
 
@@ -44,7 +45,7 @@ REQUEST_ALIASES: dict[str, str] = {
     "ephemeral-storage": "requests.ephemeral-storage",
 }
 # Native resources Kubernetes charges under both the bare and the requests.* name.
-_BOTH_FORMS_PREFIXES = ("hugepages-",)
+HUGEPAGES_PREFIX = "hugepages-"
 _ZERO = Quantity.zero()
 
 
@@ -107,25 +108,6 @@ def subtract(a: Mapping[str, Quantity], b: Mapping[str, Quantity]) -> dict[str, 
     return out
 
 
-def subtract_non_negative(
-    a: Mapping[str, Quantity], b: Mapping[str, Quantity]
-) -> dict[str, Quantity]:
-    """max(a - b, 0) per name over the union, missing counting as zero.
-
-    Kubernetes' SubtractWithNonNegativeResult, except that a name only in `b` with a negative
-    value yields its negation instead of zero (so that this is exactly positive_part(a - b)).
-    """
-    out: dict[str, Quantity] = {}
-    for name, q in a.items():
-        other = b.get(name)
-        diff = q if other is None else q - other
-        out[name] = diff if diff.nanos > 0 else _ZERO
-    for name, q in b.items():
-        if name not in out:
-            out[name] = -q if q.nanos < 0 else _ZERO
-    return out
-
-
 def positive_part(a: Mapping[str, Quantity]) -> dict[str, Quantity]:
     """Negative values become zero (names are kept): an UPDATE never releases quota."""
     return {name: q if q.nanos >= 0 else _ZERO for name, q in a.items()}
@@ -155,13 +137,14 @@ def is_zero(a: Mapping[str, Quantity]) -> bool:
     return all(q.nanos == 0 for q in a.values())
 
 
-def equals(a: Mapping[str, Quantity], b: Mapping[str, Quantity]) -> bool:
-    """Equal values per name, a missing name counting as zero (so status writes are skipped)."""
-    for name, q in a.items():
-        other = b.get(name)
-        if q.nanos != (0 if other is None else other.nanos):
-            return False
-    return all(q.nanos == 0 for name, q in b.items() if name not in a)
+def maximum(a: Mapping[str, Quantity], b: Mapping[str, Quantity]) -> dict[str, Quantity]:
+    """The larger value per name over the union (a missing name is not compared)."""
+    out = dict(a)
+    for name, q in b.items():
+        have = out.get(name)
+        if have is None or q > have:
+            out[name] = q
+    return out
 
 
 def multiply(a: Mapping[str, Quantity], n: int) -> dict[str, Quantity]:
@@ -179,9 +162,9 @@ def canonical_name(name: str) -> str:
     return REQUEST_ALIASES.get(name, name)
 
 
-def _is_extended(name: str) -> bool:
+def is_extended(name: str) -> bool:
     """Kubernetes' IsExtendedResourceName: a domain-qualified name outside kubernetes.io."""
-    return "/" in name and "kubernetes.io/" not in name and not name.startswith(REQUESTS_PREFIX)
+    return "/" in name and "kubernetes.io/" not in name
 
 
 def to_quota_names(
@@ -201,9 +184,9 @@ def to_quota_names(
     out: dict[str, Quantity] = {}
     for raw_name, q in requests.items():
         name = raw_name.removeprefix(REQUESTS_PREFIX)
-        if name in REQUEST_ALIASES or name.startswith(_BOTH_FORMS_PREFIXES):
+        if name in REQUEST_ALIASES or name.startswith(HUGEPAGES_PREFIX):
             forms: tuple[str, ...] = (name, REQUESTS_PREFIX + name)
-        elif _is_extended(name):
+        elif is_extended(name) and not name.startswith(REQUESTS_PREFIX):
             forms = (REQUESTS_PREFIX + name,)
         else:
             continue
@@ -213,10 +196,9 @@ def to_quota_names(
     return out
 
 
-def format_pairs(rl: Mapping[str, Quantity], names: Collection[str] | None = None) -> str:
-    """Sorted `name=value` pairs, comma-joined, as Kubernetes' quota denials print them.
+def format_pairs(rl: Mapping[str, Quantity], names: Sequence[str]) -> str:
+    """`name=value` pairs for `names` in their order, comma-joined, a missing name as zero.
 
-    E.g. "requests.cpu=2,requests.memory=1Gi"; `names` restricts which entries are shown.
+    As Kubernetes' quota denials print them, e.g. "requests.cpu=2,requests.memory=1Gi".
     """
-    selected = sorted(rl if names is None else (n for n in rl if n in names))
-    return ",".join(f"{name}={rl[name]}" for name in selected)
+    return ",".join(f"{n}={rl.get(n, _ZERO)}" for n in names)

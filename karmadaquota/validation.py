@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+from karmadaquota import resources
 from karmadaquota.api import KarmadaQuotaSpec
 from karmadaquota.quantity import QuantityError
 from karmadaquota.resources import parse_resource_list
@@ -32,17 +33,16 @@ _QUALIFIED = re.compile(
     r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 )
 _COUNTED = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
-# requests.<r>: the requests a binding can be charged for (resources.to_quota_names).
-_REQUESTABLE = frozenset({"cpu", "memory", "ephemeral-storage"})
-_HUGEPAGES_PREFIX = "hugepages-"
 
 
 def _chargeable_request(resource: str) -> bool:
-    """cpu, memory, ephemeral-storage, hugepages-<size>, or an extended resource."""
-    if resource in _REQUESTABLE or resource.startswith(_HUGEPAGES_PREFIX):
-        return True
-    # Kubernetes' IsExtendedResourceName: domain-qualified, outside the kubernetes.io domain.
-    return "/" in resource and "kubernetes.io/" not in resource
+    """What a binding can be charged as requests.<resource> (resources.to_quota_names): cpu,
+    memory, ephemeral-storage, hugepages-<size>, or an extended resource."""
+    return (
+        resource in resources.REQUEST_ALIASES
+        or resource.startswith(resources.HUGEPAGES_PREFIX)
+        or resources.is_extended(resource)
+    )
 
 
 def validate_resource_name(name: str) -> str | None:
@@ -53,8 +53,8 @@ def validate_resource_name(name: str) -> str | None:
             f'{path}: Invalid value: "{name}": limits are not chargeable: '
             "ResourceBindings carry resource requests only"
         )
-    if name.startswith("requests."):
-        rest = name.removeprefix("requests.")
+    if name.startswith(resources.REQUESTS_PREFIX):
+        rest = name.removeprefix(resources.REQUESTS_PREFIX)
         if not (rest and _QUALIFIED.match(rest)):
             return f'{path}: Invalid value: "{name}": must be requests.<resource name>'
         if _chargeable_request(rest):

@@ -21,7 +21,7 @@ would hold quota for workloads that are going away.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -249,11 +249,6 @@ class BindingIndex:
         self._tombstones = {
             uid: t for uid, t in self._tombstones.items() if not list_rv or t[1] >= list_rv
         }
-
-    def entries(self) -> Iterator[tuple[str, str, IndexedBinding]]:
-        for ns, bucket in self._by_ns.items():
-            for uid, entry in bucket.items():
-                yield ns, uid, entry
 
 
 # ---------------------------------------------------------------------------------------------

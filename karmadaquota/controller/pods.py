@@ -37,12 +37,15 @@ _ONE = Quantity.from_int(1)
 _QOS_RESOURCES = ("cpu", "memory")
 # Quota names a pod can say something about (others, e.g. count/deployments.apps, cannot).
 _POD_COUNTS = frozenset({"pods", "count/pods"})
-_BARE = frozenset({"cpu", "memory", "ephemeral-storage"})
 
 
 def is_pod_observable(name: str) -> bool:
     """Whether member pods can show usage of quota resource `name`."""
-    return name in _POD_COUNTS or name in _BARE or name.startswith(("requests.", "hugepages-"))
+    return (
+        name in _POD_COUNTS
+        or name in resources.REQUEST_ALIASES
+        or name.startswith((resources.REQUESTS_PREFIX, resources.HUGEPAGES_PREFIX))
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,15 +68,6 @@ def _container_requests(container: Mapping[str, Any], where: str) -> ResourceLis
     return resources.parse_resource_list(raw, where)
 
 
-def _max(a: Mapping[str, Quantity], b: Mapping[str, Quantity]) -> ResourceList:
-    out = dict(a)
-    for name, q in b.items():
-        have = out.get(name)
-        if have is None or q > have:
-            out[name] = q
-    return out
-
-
 def pod_requests(spec: Mapping[str, Any]) -> ResourceList:
     """Effective pod requests (bare resource names), as Kubernetes' PodRequests computes them."""
     reqs: ResourceList = {}
@@ -89,8 +83,8 @@ def pod_requests(spec: Mapping[str, Any]) -> ResourceList:
             need = sidecars
         else:
             need = resources.add(own, sidecars)
-        init_max = _max(init_max, need)
-    reqs = _max(reqs, init_max)
+        init_max = resources.maximum(init_max, need)
+    reqs = resources.maximum(reqs, init_max)
     overhead = resources.parse_resource_list(spec.get("overhead") or {}, "spec.overhead")
     return resources.add(reqs, overhead)
 

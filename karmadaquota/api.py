@@ -50,6 +50,13 @@ def parse_time(value: str) -> datetime | None:
     return when.replace(tzinfo=UTC) if when.tzinfo is None else when
 
 
+def format_time(when: datetime, micro: bool = False) -> str:
+    """RFC 3339 in UTC as the API server prints it: metav1.Time (seconds) or, with `micro`,
+    metav1.MicroTime (microseconds). Naive means UTC."""
+    utc = when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+    return utc.strftime("%Y-%m-%dT%H:%M:%S.%fZ" if micro else "%Y-%m-%dT%H:%M:%SZ")
+
+
 def describe(e: ValidationError) -> str:
     """A pydantic error as one line of `field.path: problem` clauses, for error messages."""
     return "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors())
@@ -150,9 +157,13 @@ class Reservation(_Lenient):
         "reservation once it observes the binding at this generation or later.",
     )
 
+    def expires(self) -> datetime | None:
+        """When the reservation lapses; None when unreadable (then it holds nothing)."""
+        return parse_time(self.expirationTime)
+
     def lapsed(self, now: datetime) -> bool:
         """Expired at `now` (naive means UTC); an unreadable expiration holds nothing."""
-        when = parse_time(self.expirationTime)
+        when = self.expires()
         return when is None or when <= (now.replace(tzinfo=UTC) if now.tzinfo is None else now)
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from karmadaquota import resources
 from karmadaquota.api import ResourceBinding, ResourceBindingSpec
 from karmadaquota.quantity import Quantity
-from karmadaquota.resources import ResourceList
+from karmadaquota.resources import ResourceList, count_name
 from karmadaquota.scopes import BindingTraits
 
 # Bare resource names whose request a quota tracking them requires (seed 001).
@@ -53,29 +53,15 @@ class Charge:
     invalid: tuple[str, ...] = ()
 
 
-def count_name(api_version: str, kind: str) -> str:
-    """`count/<resource>.<group>` for a kind, guessing the plural as Kubernetes' RESTMapper does."""
-    group = api_version.rpartition("/")[0] if "/" in api_version else ""
-    singular = kind.lower()
-    if singular.endswith("s"):
-        plural = singular + "es"
-    elif singular.endswith("y"):
-        plural = singular[:-1] + "ies"
-    else:
-        plural = singular + "s"
-    return f"count/{plural}.{group}" if group else f"count/{plural}"
-
-
 def _per_replica(requests: Mapping[str, Quantity], replicas: int) -> ResourceList:
     """requests × replicas under every quota name they can be charged as, plus pods."""
     out: ResourceList = {}
     if replicas <= 0:
         return out
+    # a "pods" request is no chargeable request (to_quota_names drops it): pods counts replicas
     for name, q in resources.to_quota_names(requests, None).items():
-        if name in ("pods", "requests.pods"):
-            continue  # pods is charged as the replica count, never as a request
         out[name] = q * replicas
-    out["pods"] = Quantity.from_int(replicas)
+    out[resources.PODS] = Quantity.from_int(replicas)
     return out
 
 

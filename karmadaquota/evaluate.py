@@ -87,7 +87,7 @@ def delta(new: Charge, old: Charge | None) -> ResourceList:
 
 def _bare(name: str) -> str:
     """`requests.cpu` and `cpu` both name the cpu request."""
-    return resources.canonical_name(name).removeprefix("requests.")
+    return resources.canonical_name(name).removeprefix(resources.REQUESTS_PREFIX)
 
 
 def evaluate(

@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from karmadaquota import api, frq, usage_view
+from karmadaquota.scopes import describe as describe_scopes
 
 _NONE = "-"
 
@@ -53,15 +54,6 @@ def _relative(when: datetime | None, now: datetime) -> str:
     return f"in {seconds // 3600}h"
 
 
-def _scopes(spec: Mapping[str, Any]) -> list[str]:
-    out = [str(s) for s in spec.get("scopes") or []]
-    for e in (spec.get("scopeSelector") or {}).get("matchExpressions") or []:
-        values = e.get("values") or []
-        text = f"{e.get('scopeName', '')} {e.get('operator', '')}"
-        out.append(f"{text} [{', '.join(values)}]" if values else text)
-    return out
-
-
 def render(quota: Mapping[str, Any], now: datetime) -> str:
     """The describe output for one KarmadaQuota object (as JSON from the API server)."""
     meta = quota.get("metadata") or {}
@@ -74,7 +66,7 @@ def render(quota: Mapping[str, Any], now: datetime) -> str:
         key=lambda c: str(c["clusterName"]),
     )
     lines = [f"Name:         {meta.get('name', '')}", f"Namespace:    {meta.get('namespace', '')}"]
-    scopes = _scopes(spec)
+    scopes = describe_scopes(api.KarmadaQuotaSpec.model_validate(spec))
     if scopes:
         lines.append(f"Scopes:       {'; '.join(scopes)}")
     header = ["Resource", "Used", "Hard", *(f"{c['clusterName']} used/observed" for c in clusters)]
@@ -143,7 +135,7 @@ def describe_data(quota: Mapping[str, Any], now: datetime) -> dict[str, Any]:
         )
     return {
         **usage_view.summarize(quota, now),
-        "scopes": _scopes(quota.get("spec") or {}),
+        "scopes": describe_scopes(api.KarmadaQuotaSpec.model_validate(quota.get("spec") or {})),
         "reservations": reservations,
         "waiting": status.get("waiting") or [],
         "conditions": status.get("conditions") or [],

@@ -14,12 +14,15 @@ from typing import TypeAlias
 from karmadaquota.quantity import Quantity, QuantityError
 
 __all__ = [
+    "COUNT_PREFIX",
     "HUGEPAGES_PREFIX",
+    "PODS",
     "REQUESTS_PREFIX",
     "REQUEST_ALIASES",
     "ResourceList",
     "add",
     "canonical_name",
+    "count_name",
     "format_pairs",
     "format_resource_list",
     "is_extended",
@@ -37,7 +40,9 @@ __all__ = [
 
 ResourceList: TypeAlias = dict[str, Quantity]
 
+PODS = "pods"
 REQUESTS_PREFIX = "requests."
+COUNT_PREFIX = "count/"
 # Bare standard names a quota may also track under their requests.* name (same usage).
 REQUEST_ALIASES: dict[str, str] = {
     "cpu": "requests.cpu",
@@ -165,6 +170,19 @@ def canonical_name(name: str) -> str:
 def is_extended(name: str) -> bool:
     """Kubernetes' IsExtendedResourceName: a domain-qualified name outside kubernetes.io."""
     return "/" in name and "kubernetes.io/" not in name
+
+
+def count_name(api_version: str, kind: str) -> str:
+    """`count/<resource>.<group>` for a kind, guessing the plural as Kubernetes' RESTMapper does."""
+    group = api_version.rpartition("/")[0] if "/" in api_version else ""
+    singular = kind.lower()
+    if singular.endswith("s"):
+        plural = singular + "es"
+    elif singular.endswith("y"):
+        plural = singular[:-1] + "ies"
+    else:
+        plural = singular + "s"
+    return f"{COUNT_PREFIX}{plural}.{group}" if group else f"{COUNT_PREFIX}{plural}"
 
 
 def to_quota_names(

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from karmadaquota import resources
 from karmadaquota.api import KarmadaQuotaSpec, ScopedResourceSelectorRequirement
 
 PRIORITY_CLASS = "PriorityClass"
@@ -53,6 +54,16 @@ def expressions(spec: KarmadaQuotaSpec) -> tuple[Expression, ...]:
     return tuple(out)
 
 
+def describe(spec: KarmadaQuotaSpec) -> list[str]:
+    """The quota's scopes for people, in spec order: `BestEffort`, `PriorityClass In [a, b]`."""
+    out = list(spec.scopes)
+    if spec.scopeSelector is not None:
+        for e in spec.scopeSelector.matchExpressions:
+            text = f"{e.scopeName} {e.operator}"
+            out.append(f"{text} [{', '.join(e.values)}]" if e.values else text)
+    return out
+
+
 def matches(exprs: Sequence[Expression], traits: BindingTraits) -> bool:
     """True when every expression matches the binding (scopes intersect)."""
     if not exprs:
@@ -89,7 +100,7 @@ def resource_allowed(exprs: Iterable[Expression], resource: str) -> bool:
 
 
 def _is_extended_request(resource: str) -> bool:
-    return resource.startswith("requests.") and "/" in resource
+    return resource.startswith(resources.REQUESTS_PREFIX) and "/" in resource
 
 
 def validate_expression(e: ScopedResourceSelectorRequirement, path: str) -> list[str]:

@@ -61,8 +61,8 @@ def validate_resource_name(name: str) -> str | None:
             return None
         # e.g. requests.storage, requests.pods: valid-looking, but no binding is ever charged it
         return f'{path}: Invalid value: "{name}": must be a standard resource for quota'
-    if name.startswith("count/"):
-        rest = name.removeprefix("count/")
+    if name.startswith(resources.COUNT_PREFIX):
+        rest = name.removeprefix(resources.COUNT_PREFIX)
         if _COUNTED.match(rest):
             return None
         return f'{path}: Invalid value: "{name}": must be count/<resource>.<group>'

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from karmadaquota.api import KarmadaQuota
+from karmadaquota.api import KarmadaQuota, format_time
 from karmadaquota.controller import recompute as rc
 from karmadaquota.controller import status as st
 from karmadaquota.controller.index import BindingIndex, observe
@@ -291,8 +291,8 @@ def test_condition_transition_time_moves_only_on_change() -> None:
     later = NOW + timedelta(minutes=5)
     second = recompute(KarmadaQuota.model_validate(raw), inputs(index_of(), m), later)
     stamps = {c.type: c.lastTransitionTime for c in second.status.conditions}
-    assert stamps["Ready"] == st.timestamp(NOW)
-    assert stamps["MemberObserved"] == st.timestamp(later)
+    assert stamps["Ready"] == format_time(NOW)
+    assert stamps["MemberObserved"] == format_time(later)
 
 
 def test_observed_generation_is_the_quota_generation() -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from karmadaquota.api import Condition
-from karmadaquota.controller.status import merge_conditions, needs_write, summary, timestamp
+from karmadaquota.api import Condition, format_time
+from karmadaquota.controller.status import merge_conditions, needs_write, summary
 from tests.conftest import NOW, rl
 
 
@@ -36,5 +36,5 @@ def test_merge_conditions_keeps_times_and_foreign_types() -> None:
     got = merge_conditions(old, wanted, later)
     assert [c.type for c in got] == ["Ready", "MemberObserved", "Custom"]
     assert got[0].lastTransitionTime == "t0" and got[0].reason == "Calculated"
-    assert got[1].lastTransitionTime == timestamp(later)
+    assert got[1].lastTransitionTime == format_time(later)
     assert got[2].lastTransitionTime == "tc"

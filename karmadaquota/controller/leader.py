@@ -21,6 +21,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from karmadaquota.api import format_time
 from karmadaquota.kube.client import JSON, Api, Conflict, KubeError, NotFound
 
 log = logging.getLogger("karmadaquota.controller.leader")
@@ -39,8 +40,8 @@ def lease_path(namespace: str, name: str | None = None) -> str:
 
 
 def micro_time(now: datetime) -> str:
-    """metav1.MicroTime."""
-    return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """metav1.MicroTime, as Lease times are written."""
+    return format_time(now, micro=True)
 
 
 class LeaderElector:

@@ -36,7 +36,7 @@ NON_TERMINAL_FIELD_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed"
 _ONE = Quantity.from_int(1)
 _QOS_RESOURCES = ("cpu", "memory")
 # Quota names a pod can say something about (others, e.g. count/deployments.apps, cannot).
-_POD_COUNTS = frozenset({"pods", "count/pods"})
+_POD_COUNTS = frozenset({resources.PODS, resources.count_name("v1", "Pod")})
 
 
 def is_pod_observable(name: str) -> bool:
@@ -113,11 +113,8 @@ def pod_usage(pod: Mapping[str, Any]) -> PodUsage | None:
             extra={"namespace": meta.get("namespace"), "pod": meta.get("name"), "error": str(e)},
         )
         requests = {}
-    usage = resources.to_quota_names(requests, None)
-    usage.pop("requests.pods", None)
-    usage.pop("pods", None)
-    usage["pods"] = _ONE
-    usage["count/pods"] = _ONE
+    usage = resources.to_quota_names(requests, None)  # never "pods": a pod counts once
+    usage.update(dict.fromkeys(_POD_COUNTS, _ONE))
     traits = BindingTraits(
         has_replicas=True,
         best_effort=_best_effort(spec),

@@ -31,7 +31,6 @@ from karmadaquota.api import (
     KarmadaQuota,
     KarmadaQuotaStatus,
     Reservation,
-    parse_time,
 )
 from karmadaquota.controller import status as st
 from karmadaquota.controller.index import IndexedBinding, aggregate
@@ -109,8 +108,8 @@ def prune_reservations(
         if (entry is not None and entry.generation >= r.generation) or deleted(uid):
             released[RELEASED_OBSERVED] = released.get(RELEASED_OBSERVED, 0) + 1
             continue
-        expires = parse_time(r.expirationTime)
-        if expires is None or expires <= now:
+        expires = r.expires()
+        if expires is None or r.lapsed(now):
             released[RELEASED_EXPIRED] = released.get(RELEASED_EXPIRED, 0) + 1
             continue
         kept.append(r)

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from karmadaquota.api import Condition, KarmadaQuotaStatus
+from karmadaquota.api import Condition, KarmadaQuotaStatus, format_time
 from karmadaquota.quantity import Quantity
 
 COND_READY = "Ready"
@@ -17,11 +17,6 @@ COND_BINDINGS_CHARGED = "BindingsCharged"
 CONDITION_ORDER = (COND_READY, COND_VALID, COND_MEMBER_OBSERVED, COND_BINDINGS_CHARGED)
 
 _ZERO = Quantity.zero()
-
-
-def timestamp(now: datetime) -> str:
-    """RFC 3339, second precision, UTC — as metav1.Time prints."""
-    return now.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def summary(used: Mapping[str, Quantity], hard: Mapping[str, Quantity]) -> str:
@@ -44,7 +39,7 @@ def merge_conditions(
         stamp = (
             old.lastTransitionTime
             if old is not None and old.status == w.status and old.lastTransitionTime
-            else timestamp(now)
+            else format_time(now)
         )
         out.append(w.model_copy(update={"lastTransitionTime": stamp}))
     out.extend(c for c in current if c.type not in ours)

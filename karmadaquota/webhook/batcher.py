@@ -30,6 +30,7 @@ from karmadaquota.api import (
     KarmadaQuota,
     ObjectReference,
     Reservation,
+    format_time,
 )
 from karmadaquota.charge import Charge
 from karmadaquota.evaluate import ALLOW, Decision, LimitedResource, QuotaView, delta, evaluate
@@ -374,7 +375,7 @@ def _with_reservations(
     keep = [r for r in obj.status.reservations if not r.lapsed(now)]
     budget = config.max_reservation_bytes - sum(reservation_size(r) for r in keep)
     overflow: list[tuple[Pending, ResourceList]] = []
-    stamp = expires.strftime("%Y-%m-%dT%H:%M:%SZ")
+    stamp = format_time(expires)
     for p, rl in entries:
         r = Reservation(
             reservedBy=ObjectReference(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -15,6 +14,7 @@ from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.controller.reconciler import Controller, Tuning
 from karmadaquota.kube import paths
 from karmadaquota.kube.client import JSON, Conflict, NotFound
+from tests.polling import until
 from tests.test_controller_index import raw_binding
 
 NS = "team-a"
@@ -30,6 +30,7 @@ class FakeKarmada:
         self.puts = 0
         self.before_put: Callable[[JSON], Awaitable[None]] | None = None
         self.keep_hook = 1  # how many PUTs the hook runs before
+        self.binding_gets = 0  # GETs of one binding by name (the orphan audit)
 
     def _bump(self, obj: JSON) -> JSON:
         self.rv += 1
@@ -100,6 +101,7 @@ class FakeKarmada:
                 meta["continue"] = str(start + limit)
             return {"items": copy.deepcopy(page), "metadata": meta}
         if method == "GET" and "/resourcebindings/" in path:
+            self.binding_gets += 1
             wanted = path.rsplit("/", 1)[1]
             for b in self.bindings.values():
                 if b["metadata"]["name"] == wanted:
@@ -138,13 +140,6 @@ class Lead:
         return 100.0 if self.leader else -1.0
 
 
-async def until(pred: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, "condition not reached before the deadline"
-        await asyncio.sleep(0.005)
-
-
 @pytest.fixture
 async def env() -> AsyncIterator[tuple[FakeKarmada, Controller, Lead]]:
     api = FakeKarmada()
@@ -165,6 +160,11 @@ async def env() -> AsyncIterator[tuple[FakeKarmada, Controller, Lead]]:
 
 def used(api: FakeKarmada, name: str = "q") -> dict[str, str]:
     return dict(api.quotas[name].get("status", {}).get("used", {}))
+
+
+def sample(c: Controller, name: str, **labels: str) -> float | None:
+    """A metric as a scrape reads it."""
+    return c.metrics.registry.get_sample_value(name, labels)
 
 
 def quiet(c: Controller) -> bool:
@@ -232,7 +232,7 @@ async def test_conflict_rereads_and_keeps_the_webhooks_reservation(env: Any) -> 
     await until(lambda: used(api) == {"pods": "2"})
     reservations = api.quotas["q"]["status"]["reservations"]
     assert [r["reservedBy"]["uid"] for r in reservations] == ["uid-late"]
-    assert c.metrics.status_writes.labels("conflict")._value.get() == 1
+    assert sample(c, "karmadaquota_status_writes_total", result="conflict") == 1
 
 
 async def test_observed_reservation_is_dropped_in_the_write_that_counts_it(env: Any) -> None:
@@ -247,7 +247,7 @@ async def test_observed_reservation_is_dropped_in_the_write_that_counts_it(env: 
     c.binding_event("ADDED", api.add_binding("web", replicas=2))
     await until(lambda: used(api) == {"pods": "2"})
     assert api.quotas["q"]["status"]["reservations"] == []
-    assert c.metrics.released.labels("observed")._value.get() == 1
+    assert sample(c, "karmadaquota_reservations_released_total", reason="observed") == 1
 
 
 async def test_reservation_expires_without_any_event(env: Any) -> None:
@@ -258,7 +258,7 @@ async def test_reservation_expires_without_any_event(env: Any) -> None:
     api.add_reservation("q", "uid-never", {"pods": "2"}, ttl=0.3)
     c.quota_event("MODIFIED", api.quotas["q"])
     await until(lambda: api.quotas["q"]["status"].get("reservations") == [], timeout=3)
-    assert c.metrics.released.labels("expired")._value.get() == 1
+    assert sample(c, "karmadaquota_reservations_released_total", reason="expired") == 1
 
 
 async def test_follower_never_writes_and_a_new_leader_catches_up(env: Any) -> None:
@@ -269,11 +269,13 @@ async def test_follower_never_writes_and_a_new_leader_catches_up(env: Any) -> No
     await c.resync()
     await until(lambda: quiet(c))
     assert api.puts == 0
-    assert c.metrics.quota_used.labels(NS, "q", "pods")._value.get() == 3  # warm figures
+    assert (
+        sample(c, "karmadaquota_quota_used", namespace=NS, quota="q", resource="pods") == 3
+    )  # warm figures
     lead.leader = True
     c.leadership_changed(True)
     await until(lambda: used(api) == {"pods": "3"})
-    assert c.metrics.leader._value.get() == 1
+    assert sample(c, "karmadaquota_leader") == 1
 
 
 async def test_resync_forgets_bindings_deleted_while_not_watching(env: Any) -> None:
@@ -317,7 +319,7 @@ async def test_quota_deleted_during_write_is_not_an_error(env: Any) -> None:
 
     api.before_put = delete_it
     c.binding_event("ADDED", api.add_binding("web", replicas=2))
-    await until(lambda: c.metrics.status_writes.labels("notfound")._value.get() == 1)
+    await until(lambda: sample(c, "karmadaquota_status_writes_total", result="notfound") == 1)
 
 
 async def test_sustained_contention_backs_off_and_gets_through(env: Any) -> None:
@@ -339,7 +341,7 @@ async def test_sustained_contention_backs_off_and_gets_through(env: Any) -> None
     await until(lambda: used(api) == {"pods": "2"})
     kept = {r["reservedBy"]["uid"] for r in api.quotas["q"]["status"]["reservations"]}
     assert kept == {f"uid-{i}" for i in range(1, n + 1)}  # every webhook reservation survived
-    assert c.metrics.status_writes.labels("conflict")._value.get() == n
+    assert sample(c, "karmadaquota_status_writes_total", result="conflict") == n
 
 
 async def test_reservation_of_a_create_that_failed_after_admission_is_released_early(
@@ -370,7 +372,7 @@ async def test_reservation_of_an_existing_but_unindexed_binding_is_kept(env: Any
     api.add_reservation("q", late["metadata"]["uid"], {"pods": "2"}, ttl=600)
     api.quotas["q"]["status"]["reservations"][0]["reservedBy"]["name"] = late["metadata"]["name"]
     c.quota_event("MODIFIED", api.quotas["q"])
-    await asyncio.sleep(0.3)  # several grace periods pass; nothing may be released
+    await until(lambda: api.binding_gets >= 1 and quiet(c), what="the orphan audit")
     assert len(api.quotas["q"]["status"]["reservations"]) == 1
     c.binding_event("ADDED", late)
     await until(lambda: used(api) == {"pods": "2"})

@@ -4,18 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 
 from karmadaquota.controller.dirty import DirtyQueue
-
-
-async def until(pred: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, "condition not reached before the deadline"
-        await asyncio.sleep(0.005)
+from tests.polling import until
 
 
 class Recorder:

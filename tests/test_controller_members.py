@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import time
-from collections.abc import AsyncIterator, Callable, Collection, Mapping
+from collections.abc import AsyncIterator, Collection, Mapping
 from typing import Any
 
 import pytest
@@ -13,14 +12,8 @@ import pytest
 from karmadaquota.controller.members import Members, MemberWatch, cluster_access
 from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.kube.client import JSON, Gone, NotFound
+from tests.polling import until
 from tests.test_controller_pods import pod
-
-
-async def until(pred: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, "condition not reached before the deadline"
-        await asyncio.sleep(0.005)
 
 
 def cluster(name: str = "member1", **spec: Any) -> JSON:

@@ -246,14 +246,10 @@ def pods_usage(pods: list[JSON]) -> dict[str, str]:
     return {"pods": str(len(live)), "requests.cpu": str(cpu), "requests.memory": str(mem)}
 
 
-async def poll(pred: Callable[[], Awaitable[bool]], timeout: float, what: str) -> float:
-    """Poll `pred` every 10 ms; return the seconds it took to turn true."""
+async def timed(check: Callable[[], Awaitable[bool]], timeout: float, what: str) -> float:
+    """Seconds until `check` turns true (polled every 10 ms): a figure to print, not assert."""
     started = time.monotonic()
-    deadline = started + timeout
-    while not await pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.01)
+    await eventually(check, timeout, what, interval=0.01)
     return time.monotonic() - started
 
 
@@ -394,7 +390,7 @@ async def test_per_cluster_used_follows_placement_and_observed_follows_member_po
     assert f"{placement[direct]}/{placement[direct] + 1}" in pods_row
 
 
-async def test_delete_and_scale_down_release_usage_within_a_second(
+async def test_delete_and_scale_down_release_usage(
     testbed: TestBed, crd: None, namespace: str, karmada: KubeClient, start_controller: Starter
 ) -> None:
     await setup_workloads(testbed, namespace, {})
@@ -417,10 +413,10 @@ async def test_delete_and_scale_down_release_usage_within_a_second(
         await scheduled(karmada, namespace, name, 4)
         await wait_used(karmada, namespace, usage(4, 1))
         await scale(karmada, namespace, name, 2)
-        scale_downs.append(await poll(lambda: used_is(usage(2, 1)), 15, "scale-down released"))
+        scale_downs.append(await timed(lambda: used_is(usage(2, 1)), 15, "scale-down released"))
         await scheduled(karmada, namespace, name, 2)
         await delete_deployment(karmada, namespace, name)
-        deletes.append(await poll(lambda: used_is(usage(0, 0)), 15, "delete released"))
+        deletes.append(await timed(lambda: used_is(usage(0, 0)), 15, "delete released"))
 
     def line(what: str, xs: list[float]) -> str:
         return (
@@ -430,10 +426,7 @@ async def test_delete_and_scale_down_release_usage_within_a_second(
 
     print("\nrelease latency (API call -> status.used), through Karmada's own controllers:")
     print(line("scale-down", scale_downs))
-    print(line("delete", deletes))
-    everything = scale_downs + deletes
-    assert statistics.median(everything) < 1.0
-    assert max(everything) < 5.0  # generous: a loaded CI machine, not the target
+    print(line("delete", deletes))  # figures only: timing is not asserted in tests
 
 
 async def test_sigkill_and_restart_converge_to_the_exact_usage(

@@ -50,7 +50,7 @@ def component(
     return comp
 
 
-def binding(
+def binding_doc(
     replicas: int = 0,
     requests: Raw | None = None,
     *,
@@ -62,12 +62,18 @@ def binding(
     clusters: Mapping[str, int] | None = None,
     components: Sequence[Mapping[str, Any]] = (),
     evictions: Mapping[str, int | None] | None = None,
-) -> ResourceBinding:
-    """A ResourceBinding as karmada-controller-manager writes it.
+    object_name: str | None = None,
+    uid: str | None = None,
+    rv: int | None = None,
+    generation: int = 1,
+    deleting: bool = False,
+) -> dict[str, Any]:
+    """A ResourceBinding on the wire, as karmada-controller-manager writes it.
 
     `requests` is the per-replica `replicaRequirements.resourceRequest`; with neither requests
     nor a priority class the binding carries no `replicaRequirements` at all (a Service, or a
     workload without requests). `clusters` maps a member cluster to its scheduled replicas.
+    The object is named `<name>-<kind>` (as Karmada names bindings) unless `object_name` says.
     """
     spec: dict[str, Any] = {
         "resource": {
@@ -93,18 +99,47 @@ def binding(
             {"fromCluster": c, "replicas": r, "reason": "TaintUntolerated", "producer": "x"}
             for c, r in evictions.items()
         ]
-    raw = {
+    metadata: dict[str, Any] = {
+        "name": object_name or f"{name}-{kind.lower()}",
+        "namespace": namespace,
+        "uid": uid or f"rb-uid-{name}",
+        "generation": generation,
+    }
+    if rv is not None:
+        metadata["resourceVersion"] = str(rv)
+    if deleting:
+        metadata["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return {
         "apiVersion": "work.karmada.io/v1alpha2",
         "kind": "ResourceBinding",
-        "metadata": {
-            "name": f"{name}-{kind.lower()}",
-            "namespace": namespace,
-            "uid": f"rb-uid-{name}",
-            "generation": 1,
-        },
+        "metadata": metadata,
         "spec": spec,
     }
-    return ResourceBinding.model_validate(raw)
+
+
+def binding(replicas: int = 0, requests: Raw | None = None, **kw: Any) -> ResourceBinding:
+    """binding_doc(...) as the model the webhook and the controller parse it into."""
+    return ResourceBinding.model_validate(binding_doc(replicas, requests, **kw))
+
+
+def raw_binding(
+    name: str = "web",
+    *,
+    replicas: int = 2,
+    requests: Mapping[str, str] | None = None,
+    uid: str | None = None,
+    rv: int = 1,
+    **kw: Any,
+) -> dict[str, Any]:
+    """A binding as a watch event carries it: 2 replicas of {cpu: 1, memory: 1Gi} by default."""
+    return binding_doc(
+        replicas,
+        dict(requests) if requests is not None else {"cpu": "1", "memory": "1Gi"},
+        name=name,
+        uid=uid or f"uid-{name}",
+        rv=rv,
+        **kw,
+    )
 
 
 def charge_of(replicas: int = 0, requests: Raw | None = None, **kw: Any) -> Charge:

@@ -14,8 +14,8 @@ from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.controller.reconciler import Controller, Tuning
 from karmadaquota.kube import paths
 from karmadaquota.kube.client import JSON, Conflict, NotFound
+from tests.conftest import raw_binding
 from tests.polling import until
-from tests.test_controller_index import raw_binding
 
 NS = "team-a"
 

@@ -20,37 +20,7 @@ from karmadaquota.controller.index import (
     safe_observe,
 )
 from karmadaquota.scopes import BindingTraits, Expression
-from tests.conftest import binding
-
-
-def raw_binding(
-    name: str = "web",
-    *,
-    namespace: str = "team-a",
-    uid: str | None = None,
-    rv: int = 1,
-    generation: int = 1,
-    replicas: int = 2,
-    requests: Mapping[str, str] | None = None,
-    clusters: Mapping[str, int] | None = None,
-    priority_class: str = "",
-    deleting: bool = False,
-) -> dict[str, Any]:
-    b = binding(
-        replicas,
-        dict(requests) if requests is not None else {"cpu": "1", "memory": "1Gi"},
-        name=name,
-        namespace=namespace,
-        clusters=clusters,
-        priority_class=priority_class,
-    )
-    raw: dict[str, Any] = b.model_dump(mode="json")
-    raw["metadata"].update(
-        {"uid": uid or f"uid-{name}", "resourceVersion": str(rv), "generation": generation}
-    )
-    if deleting:
-        raw["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    return raw
+from tests.conftest import binding, raw_binding
 
 
 def entry(index: BindingIndex, **kw: Any) -> tuple[str, str, IndexedBinding]:

@@ -24,8 +24,7 @@ from karmadaquota.controller.recompute import (
 )
 from karmadaquota.resources import ResourceList
 from karmadaquota.scopes import Expression
-from tests.conftest import NOW, quota, reservation
-from tests.test_controller_index import raw_binding
+from tests.conftest import NOW, quota, raw_binding, reservation
 from tests.test_controller_pods import container, pod
 
 

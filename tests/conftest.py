@@ -165,17 +165,22 @@ def reservation(
     }
 
 
-def quota(
+def quota_doc(
     name: str = "team-a",
     hard: Raw | None = None,
     used: Raw | None = None,
     *,
     scopes: Sequence[str] = (),
     expressions: Sequence[ExprSpec] = (),
+    scope_selector: Mapping[str, Any] | None = None,
     reservations: Sequence[Mapping[str, Any]] = (),
     namespace: str = "team-a",
-) -> KarmadaQuota:
-    """A KarmadaQuota. `used` defaults to zero for every hard name (a synced controller)."""
+    rv: int = 1,
+    uid: str | None = None,
+) -> dict[str, Any]:
+    """A KarmadaQuota on the wire. `used` defaults to zero for every hard name (a synced
+    controller); scopes come as `scopes`, as (scope, operator, values) `expressions`, or as a
+    raw `scope_selector`."""
     hard = dict(hard or {})
     spec: dict[str, Any] = {"hard": hard}
     if scopes:
@@ -187,19 +192,30 @@ def quota(
                 for s, op, vals in expressions
             ]
         }
+    if scope_selector:
+        spec["scopeSelector"] = dict(scope_selector)
     status: dict[str, Any] = {
         "hard": hard,
         "used": dict(used) if used is not None else dict.fromkeys(hard, "0"),
         "reservations": [dict(r) for r in reservations],
     }
-    raw = {
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace, "resourceVersion": str(rv)}
+    if uid is not None:
+        metadata["uid"] = uid
+    return {
         "apiVersion": "quota.karmada.io/v1alpha1",
         "kind": "KarmadaQuota",
-        "metadata": {"name": name, "namespace": namespace, "resourceVersion": "1"},
+        "metadata": metadata,
         "spec": spec,
         "status": status,
     }
-    return KarmadaQuota.model_validate(raw)
+
+
+def quota(
+    name: str = "team-a", hard: Raw | None = None, used: Raw | None = None, **kw: Any
+) -> KarmadaQuota:
+    """quota_doc(...) as the model."""
+    return KarmadaQuota.model_validate(quota_doc(name, hard, used, **kw))
 
 
 def view(

@@ -19,6 +19,7 @@ from typing import Any
 
 from karmadaquota.api import KarmadaQuota
 from karmadaquota.kube.client import JSON, Conflict, NotFound
+from tests import conftest
 
 Key = tuple[str, str]  # (namespace, name)
 
@@ -172,15 +173,13 @@ def quota_doc(
     scope_selector: dict[str, Any] | None = None,
     rv: int = 1,
 ) -> JSON:
-    """A KarmadaQuota whose status knows every hard name (a synced controller)."""
-    hard = hard if hard is not None else {"requests.cpu": "10", "pods": "100"}
-    spec: dict[str, Any] = {"hard": hard}
-    if scope_selector:
-        spec["scopeSelector"] = scope_selector
-    return {
-        "apiVersion": "quota.karmada.io/v1alpha1",
-        "kind": "KarmadaQuota",
-        "metadata": {"name": name, "namespace": namespace, "resourceVersion": str(rv), "uid": name},
-        "spec": spec,
-        "status": {"used": used if used is not None else {k: "0" for k in hard}},
-    }
+    """conftest.quota_doc with the webhook tests' defaults (namespace ns, 10 cpu, 100 pods)."""
+    return conftest.quota_doc(
+        name,
+        hard if hard is not None else {"requests.cpu": "10", "pods": "100"},
+        used,
+        scope_selector=scope_selector,
+        namespace=namespace,
+        rv=rv,
+        uid=name,
+    )

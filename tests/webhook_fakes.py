@@ -1,4 +1,4 @@
-"""Wire-shaped ResourceBindings for the webhook unit tests."""
+"""The webhook tests' view of the shared builder: bindings named as given, one cpu each."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from typing import Any
 
 from karmadaquota.api import ResourceBinding
 from karmadaquota.kube.client import JSON
+from tests import conftest
 
 
 def binding_doc(
@@ -17,23 +18,17 @@ def binding_doc(
     generation: int = 1,
     clusters: list[tuple[str, int]] | None = None,
 ) -> JSON:
-    req = {"cpu": cpu} if cpu is not None else {}
-    return {
-        "apiVersion": "work.karmada.io/v1alpha2",
-        "kind": "ResourceBinding",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "uid": uid or f"uid-{name}",
-            "generation": generation,
-        },
-        "spec": {
-            "resource": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
-            "replicas": replicas,
-            "replicaRequirements": {"resourceRequest": req},
-            "clusters": [{"name": c, "replicas": r} for c, r in (clusters or [])],
-        },
-    }
+    """conftest.binding_doc: the object named `name` (uid-<name>), requesting `cpu` per replica."""
+    return conftest.binding_doc(
+        replicas,
+        {"cpu": cpu} if cpu is not None else {},
+        name=name,
+        object_name=name,
+        namespace=namespace,
+        uid=uid or f"uid-{name}",
+        generation=generation,
+        clusters=dict(clusters or []),
+    )
 
 
 def binding(name: str, **kw: Any) -> ResourceBinding:

@@ -71,55 +71,72 @@ INVARIANT_SETTINGS = settings(
 # (negative, huge, beyond what a quantity holds) often enough that every history may meet them.
 NORMAL_CPU = ["100m", "250m", "1", "2", "1.5", "5e-3", "0"]
 NORMAL_MEMORY = ["128Mi", "256M", "1Gi", "0"]
-CPU = st.sampled_from([*NORMAL_CPU * 5, "-4", "-100m", "1E"])
-MEMORY = st.sampled_from([*NORMAL_MEMORY * 6, "-1Gi", "8Ei"])
-REPLICAS = st.sampled_from([0, 1, 1, 1, 2, 2, 3] * 6 + [-1, -7, 2**31 - 1])
+NORMAL_REPLICAS = [0, 1, 1, 1, 2, 2, 3]
+
+
+@dataclass(frozen=True)
+class Values:
+    """Where quantities and replica counts are drawn from."""
+
+    cpu: st.SearchStrategy[str]
+    memory: st.SearchStrategy[str]
+    replicas: st.SearchStrategy[int]
+
+
+HOSTILE = Values(
+    st.sampled_from([*NORMAL_CPU * 5, "-4", "-100m", "1E"]),
+    st.sampled_from([*NORMAL_MEMORY * 6, "-1Gi", "8Ei"]),
+    st.sampled_from(NORMAL_REPLICAS * 6 + [-1, -7, 2**31 - 1]),
+)
 # Bindings that exist before the webhook is installed are never refused, so their sum lands in
 # status.used: kept within what a quantity can hold (2^63-1 of its unit) — a larger sum is
 # written but cannot be read back.
-BOUNDED_CPU = st.sampled_from([*NORMAL_CPU, "-4", "-100m", "64k"])
-BOUNDED_MEMORY = st.sampled_from([*NORMAL_MEMORY, "-1Gi"])
-BOUNDED_REPLICAS = st.sampled_from([0, 1, 2, 3, 4, -1, -7])
+BOUNDED = Values(
+    st.sampled_from([*NORMAL_CPU, "-4", "-100m", "64k"]),
+    st.sampled_from([*NORMAL_MEMORY, "-1Gi"]),
+    st.sampled_from([0, 1, 2, 3, 4, -1, -7]),
+)
+NORMAL = Values(
+    st.sampled_from(NORMAL_CPU), st.sampled_from(NORMAL_MEMORY), st.sampled_from(NORMAL_REPLICAS)
+)
 PRIORITY = st.sampled_from(["", "high", "low"])
 
 
 @st.composite
-def requirements(draw: st.DrawFn, huge: bool) -> dict[str, Any] | None:
+def requirements(draw: st.DrawFn, values: Values) -> dict[str, Any] | None:
     if draw(st.integers(0, 11)) == 0:
         return None  # no replicaRequirements at all
     req: dict[str, str] = {}
     if draw(st.integers(0, 19)):
-        req["cpu"] = draw(CPU if huge else BOUNDED_CPU)
+        req["cpu"] = draw(values.cpu)
     if draw(st.integers(0, 19)):
-        req["memory"] = draw(MEMORY if huge else BOUNDED_MEMORY)
+        req["memory"] = draw(values.memory)
     return {"resourceRequest": req, "priorityClassName": draw(PRIORITY)}
 
 
 @st.composite
-def specs(draw: st.DrawFn, huge: bool = True) -> dict[str, Any]:
+def specs(draw: st.DrawFn, values: Values = HOSTILE) -> dict[str, Any]:
     """A ResourceBinding spec as karmada-controller-manager (or a hostile interpreter) writes."""
     if draw(st.integers(0, 7)) == 0:
         return {"resource": {"apiVersion": "v1", "kind": "Service", "name": "svc"}}
     spec: dict[str, Any] = {
         "resource": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
-        "replicas": draw(REPLICAS if huge else BOUNDED_REPLICAS),
+        "replicas": draw(values.replicas),
     }
-    reqs = draw(requirements(huge))
+    reqs = draw(requirements(values))
     if reqs is not None:
         spec["replicaRequirements"] = reqs
     if draw(st.integers(0, 3)) == 0:
         spec["components"] = [
             {
                 "name": f"c{i}",
-                "replicas": draw(REPLICAS if huge else BOUNDED_REPLICAS),
-                "replicaRequirements": draw(requirements(huge)),
+                "replicas": draw(values.replicas),
+                "replicaRequirements": draw(requirements(values)),
             }
             for i in range(draw(st.integers(1, 3)))
         ]
     placed = draw(st.lists(st.sampled_from(MEMBERS), unique=True, max_size=3))
-    spec["clusters"] = [
-        {"name": m, "replicas": draw(REPLICAS if huge else BOUNDED_REPLICAS)} for m in placed
-    ]
+    spec["clusters"] = [{"name": m, "replicas": draw(values.replicas)} for m in placed]
     return spec
 
 
@@ -175,6 +192,18 @@ STEPS = st.builds(
 )
 
 
+# Every history starts with creates of ordinary workloads, so that later steps have bindings
+# to scale, re-place and delete.
+SEED_STEP = st.builds(
+    Step,
+    st.lists(st.builds(Create, specs(NORMAL), st.just(False), st.just(0)), min_size=2, max_size=4),
+    st.just(False),
+    st.just(False),
+    st.just(0),
+    st.just(True),
+)
+
+
 @dataclass(frozen=True)
 class History:
     hard: dict[str, dict[str, str]]
@@ -200,8 +229,12 @@ HISTORIES = st.builds(
             "besteffort": st.fixed_dictionaries({"pods": st.sampled_from(["0", "3", "10"])}),
         }
     ),
-    st.lists(specs(huge=False), max_size=3),
-    st.lists(STEPS, min_size=2, max_size=12 if LONG else 6),
+    st.lists(specs(BOUNDED), max_size=3),
+    st.builds(
+        lambda first, rest: [first, *rest],
+        SEED_STEP,
+        st.lists(STEPS, min_size=1, max_size=12 if LONG else 6),
+    ),
 )
 
 SCOPES: dict[str, dict[str, Any]] = {

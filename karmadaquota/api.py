@@ -50,6 +50,13 @@ def parse_time(value: str) -> datetime | None:
     return when.replace(tzinfo=UTC) if when.tzinfo is None else when
 
 
+def expired(expiration_time: str, now: datetime) -> bool:
+    """Whether a reservation expiring at `expiration_time` has lapsed at `now` (naive means
+    UTC); an unreadable time has lapsed, so that it holds nothing."""
+    when = parse_time(expiration_time)
+    return when is None or when <= (now.replace(tzinfo=UTC) if now.tzinfo is None else now)
+
+
 def format_time(when: datetime, micro: bool = False) -> str:
     """RFC 3339 in UTC as the API server prints it: metav1.Time (seconds) or, with `micro`,
     metav1.MicroTime (microseconds). Naive means UTC."""
@@ -163,8 +170,7 @@ class Reservation(_Lenient):
 
     def lapsed(self, now: datetime) -> bool:
         """Expired at `now` (naive means UTC); an unreadable expiration holds nothing."""
-        when = self.expires()
-        return when is None or when <= (now.replace(tzinfo=UTC) if now.tzinfo is None else now)
+        return expired(self.expirationTime, now)
 
 
 class ClusterUsage(_Lenient):

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from karmadaquota import api
+from karmadaquota import api, resources
 from karmadaquota.quantity import QuantityError
 from karmadaquota.resources import REQUEST_ALIASES, REQUESTS_PREFIX, parse_resource_list
 from karmadaquota.validation import validate_resource_name
@@ -52,10 +52,10 @@ def quota_name(frq_name: str) -> str:
     """The KarmadaQuota name for an FRQ `spec.overall` key (resourceRequest's bare names)."""
     if frq_name in REQUEST_ALIASES:
         return REQUEST_ALIASES[frq_name]
-    if frq_name.startswith("hugepages-"):
+    if frq_name.startswith(resources.HUGEPAGES_PREFIX):
         return REQUESTS_PREFIX + frq_name
-    domain_qualified = "/" in frq_name and "kubernetes.io/" not in frq_name
-    if domain_qualified and not frq_name.startswith(("requests.", "limits.", "count/")):
+    prefixed = frq_name.startswith((REQUESTS_PREFIX, "limits.", resources.COUNT_PREFIX))
+    if resources.is_extended(frq_name) and not prefixed:
         return REQUESTS_PREFIX + frq_name
     return frq_name
 

@@ -43,14 +43,16 @@ class BindingTraits:
     priority_class: str
 
 
+def expression(e: ScopedResourceSelectorRequirement) -> Expression:
+    """One scopeSelector requirement (of a quota or of a limitedResources entry)."""
+    return Expression(e.scopeName, e.operator, frozenset(e.values))
+
+
 def expressions(spec: KarmadaQuotaSpec) -> tuple[Expression, ...]:
     """The quota's scopes as expressions: `scopes` entries become `<scope> Exists`."""
     out = [Expression(s, "Exists") for s in spec.scopes]
     if spec.scopeSelector is not None:
-        out.extend(
-            Expression(e.scopeName, e.operator, frozenset(e.values))
-            for e in spec.scopeSelector.matchExpressions
-        )
+        out.extend(expression(e) for e in spec.scopeSelector.matchExpressions)
     return tuple(out)
 
 

@@ -35,8 +35,7 @@ def _live_reserved(status: Mapping[str, Any], now: datetime) -> dict[str, Quanti
     """Σ reserved per resource over reservations that have not expired (what admission adds)."""
     out: dict[str, Quantity] = {}
     for r in status.get("reservations") or []:
-        expires = api.parse_time(str(r.get("expirationTime", "")))
-        if expires is None or expires <= now:
+        if api.expired(str(r.get("expirationTime", "")), now):
             continue
         for name, value in (r.get("reserved") or {}).items():
             q = _q(value)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from karmadaquota.api import ResourceBinding
-from karmadaquota.charge import charge, count_name
+from karmadaquota.charge import charge
 from karmadaquota.quantity import QuantityError
+from karmadaquota.resources import count_name
 from tests.conftest import as_strings, binding, charge_of, component
 
 CPU_MEM = {"cpu": "500m", "memory": "1Gi"}

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from karmadaquota.api import BINDING_PLURAL, ScopedResourceSelectorRequirement, describe
 from karmadaquota.evaluate import LimitedResource
-from karmadaquota.scopes import Expression, validate_expression
+from karmadaquota.scopes import expression, validate_expression
 
 
 class ConfigError(ValueError):
@@ -66,10 +66,7 @@ def load_limited(path: str | Path) -> list[LimitedResource]:
         out.append(
             LimitedResource(
                 match_contains=tuple(entry.matchContains),
-                match_scopes=tuple(
-                    Expression(x.scopeName, x.operator, frozenset(x.values))
-                    for x in entry.matchScopes
-                ),
+                match_scopes=tuple(expression(x) for x in entry.matchScopes),
             )
         )
     return out

@@ -85,6 +85,17 @@ def delta(new: Charge, old: Charge | None) -> ResourceList:
     return resources.remove_zeros(resources.positive_part(resources.subtract(new.total, old.total)))
 
 
+def charges_nothing(new: Charge, old: Charge | None) -> bool:
+    """An UPDATE that grows nothing and stays in the same scopes: admission has nothing to do.
+
+    A binding whose scope traits change (its priority class, or requests added or removed so
+    that BestEffort flips) enters quotas it was not charged in before; there it costs all it
+    uses, not the difference (Kubernetes can subtract the old usage everywhere only because a
+    pod's priority class and QoS class cannot change).
+    """
+    return old is not None and new.traits == old.traits and not delta(new, old)
+
+
 def _bare(name: str) -> str:
     """`requests.cpu` and `cpu` both name the cpu request."""
     return resources.canonical_name(name).removeprefix(resources.REQUESTS_PREFIX)
@@ -97,9 +108,9 @@ def evaluate(
     limited: Sequence[LimitedResource] = (),
 ) -> Decision:
     """Admit or deny `new` (with `old` on UPDATE) against every quota of its namespace."""
+    if charges_nothing(new, old):
+        return ALLOW  # admission never releases, never blocks a change that grows nothing
     change = delta(new, old)
-    if old is not None and not change:
-        return ALLOW  # an UPDATE that charges nothing: admission never releases, never blocks
     matching = sorted(
         (q for q in quotas if scopes.matches(q.scopes, new.traits)), key=lambda q: q.name
     )
@@ -108,7 +119,8 @@ def evaluate(
         return denial
     charges: dict[str, ResourceList] = {}
     for q in matching:
-        tracked = resources.mask(change, q.hard.keys())
+        entering = old is not None and not scopes.matches(q.scopes, old.traits)
+        tracked = resources.mask(delta(new, None) if entering else change, q.hard.keys())
         missing = sorted(n for n in q.hard if _bare(n) in new.missing_requests)
         if missing:
             return Decision(

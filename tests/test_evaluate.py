@@ -254,6 +254,27 @@ def test_unchanged_update_is_admitted_even_over_quota() -> None:
     assert d.charges == {}
 
 
+def test_an_update_entering_a_scope_is_charged_in_full_there() -> None:
+    """Dropping every request makes a binding BestEffort: that quota never charged it before,
+    so the update costs it all the binding uses, though its total usage did not grow."""
+    best_effort = view("be", {"pods": "0"}, scopes=["BestEffort"])
+    before = charge_of(1, {"cpu": "100m", "memory": "128Mi"})
+    after = charge_of(1, {})
+    d = evaluate([best_effort], after, before)
+    assert not d.allowed
+    assert d.message == "exceeded quota: be, requested: pods=1, used: pods=0, limited: pods=0"
+    d = evaluate([view("be", {"pods": "1"}, scopes=["BestEffort"])], after, before)
+    assert d.allowed and as_strings(d.charges["be"]) == {"pods": "1"}
+
+
+def test_an_update_changing_priority_class_is_charged_in_the_new_scope() -> None:
+    high = view(
+        "high", {"pods": "2"}, {"pods": "2"}, expressions=[("PriorityClass", "In", ["high"])]
+    )
+    d = evaluate([high], charge_of(1, CPU1, priority_class="high"), charge_of(1, CPU1))
+    assert not d.allowed and d.reason == "QuotaExceeded"
+
+
 def test_scheduling_a_duplicated_binding_charges_the_extra_copies() -> None:
     before = charge_of(2, CPU1)
     after = charge_of(2, CPU1, clusters={"member1": 2, "member2": 2})

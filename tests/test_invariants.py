@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -47,6 +47,7 @@ from karmadaquota.kube.client import JSON, Conflict, KubeClient
 from karmadaquota.quantity import Quantity, QuantityError
 from karmadaquota.resources import ResourceList
 from karmadaquota.webhook import review
+from karmadaquota.webhook.app import Webhook
 from karmadaquota.webhook.batcher import Batcher, BatcherConfig, Pending
 from karmadaquota.webhook.cache import QuotaCache
 from karmadaquota.webhook.metrics import WebhookMetrics
@@ -249,6 +250,7 @@ SCOPES: dict[str, dict[str, Any]] = {
 
 
 def binding_doc(uid: str, spec: Mapping[str, Any], generation: int) -> JSON:
+    """A binding around a generated spec (the shared builders build specs from parameters)."""
     return {
         "apiVersion": "work.karmada.io/v1alpha2",
         "kind": "ResourceBinding",
@@ -263,7 +265,7 @@ class Replica:
 
     store: FakeStore
     batcher: Batcher
-    admit: Any
+    admit: Callable[[review.Request], Awaitable[Decision]]
     finals: list[tuple[Charge, Decision]] = field(default_factory=list)
 
 
@@ -276,8 +278,6 @@ def replica(api: FakeApiServer) -> Replica:
     cache.synced.set()
     # no real waiting between conflicting writes: the interleaving stays deterministic
     batcher = Batcher(store, BatcherConfig(conflict_backoff=0.0), clock=lambda: NOW)
-    from karmadaquota.webhook.app import Webhook
-
     webhook = Webhook(cache, batcher, WebhookMetrics())
     r = Replica(store, batcher, webhook.admit_binding)
     submit = batcher.submit

@@ -33,7 +33,14 @@ from karmadaquota.api import (
     format_time,
 )
 from karmadaquota.charge import Charge
-from karmadaquota.evaluate import ALLOW, Decision, LimitedResource, QuotaView, delta, evaluate
+from karmadaquota.evaluate import (
+    ALLOW,
+    Decision,
+    LimitedResource,
+    QuotaView,
+    charges_nothing,
+    evaluate,
+)
 from karmadaquota.kube.client import JSON, Conflict, NotFound
 from karmadaquota.kube.retry import Backoff, ConflictsExhausted, retry_on_conflict
 from karmadaquota.quantity import QuantityError
@@ -133,7 +140,7 @@ class Batcher:
         An UPDATE whose footprint does not grow (the scheduler placing replicas, a label
         change) has nothing to reserve: it is answered at once instead of waiting for a write.
         """
-        if pending.old is not None and not delta(pending.new, pending.old):
+        if charges_nothing(pending.new, pending.old):
             return ALLOW
         self._queues.setdefault(pending.namespace, deque()).append(pending)
         if pending.namespace not in self._workers:

@@ -19,7 +19,8 @@ from karmadaquota.webhook.batcher import (
     Pending,
     reservation_size,
 )
-from tests.webhook_fakes import FakeStore, binding, quota_doc
+from tests.fake_api import FakeStore, quota_doc
+from tests.webhook_fakes import binding
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 ETCD_REQUEST_LIMIT = 1536 * 1024  # etcd's --max-request-bytes default

@@ -337,7 +337,9 @@ class Controller:
         for _ in range(20):
             raw = await self.api.get_quota(NS, name)
             quota = KarmadaQuota.model_validate(raw)
-            inputs = rc.Inputs(self.index.bindings(NS), self.index.deleted, member_watch=False)
+            inputs = rc.NamespaceSnapshot(
+                self.index.bindings(NS), self.index.deleted, member_watch=False
+            )
             outcome = rc.recompute(quota, inputs, NOW)
             expected = expected_used(quota, snapshot.values())
             got = {n: q.nanos for n, q in outcome.used.items()}

@@ -18,8 +18,9 @@ from karmadaquota.webhook.app import Webhook, build_app
 from karmadaquota.webhook.batcher import Batcher
 from karmadaquota.webhook.cache import QuotaCache
 from karmadaquota.webhook.metrics import WebhookMetrics
+from tests.fake_api import FakeStore, quota_doc
 from tests.test_webhook_app import review
-from tests.webhook_fakes import FakeStore, binding_doc, quota_doc
+from tests.webhook_fakes import binding_doc
 
 REPO = Path(__file__).resolve().parents[1]
 SECRET = "s3cr3t-SENTINEL-value"

@@ -30,8 +30,9 @@ from karmadaquota.webhook.batcher import Batcher
 from karmadaquota.webhook.cache import QuotaCache
 from karmadaquota.webhook.metrics import WebhookMetrics
 from karmadaquota.webhook.server import MAX_BODY_BYTES, Listener, ServerLimits, serve, tls_context
+from tests.fake_api import FakeStore, quota_doc
 from tests.test_webhook_app import review
-from tests.webhook_fakes import FakeStore, binding_doc, quota_doc
+from tests.webhook_fakes import binding_doc
 
 PATH = "/validate-resourcebinding"
 

@@ -22,6 +22,7 @@ from karmadaquota.controller.recompute import (
     prune_reservations,
     recompute,
 )
+from karmadaquota.quantity import MAX_BASE_UNITS, NANO, Quantity
 from karmadaquota.resources import ResourceList
 from karmadaquota.scopes import Expression
 from tests.conftest import NOW, quota, raw_binding, reservation
@@ -361,3 +362,13 @@ def test_orphan_checks_wait_for_the_grace_period_then_look_once() -> None:
     assert first.first_seen == {"u1": 97.0, "u2": 100.0, "recent": 95.0}
     assert rc.is_orphan("u1", "another-uid") and rc.is_orphan("u1", "")
     assert not rc.is_orphan("u1", "u1")
+
+
+def test_a_sum_beyond_the_largest_quantity_saturates_and_stays_readable() -> None:
+    """Bindings that never passed admission can sum past 2^63-1; `used` must stay parseable
+    (the webhook reads it) and at least hard, so new charges are denied in plain words."""
+    huge = raw_binding("huge", replicas=2**31 - 1, requests={"cpu": "1E", "memory": "1Gi"})
+    out = recompute(quota(hard=HARD), inputs(index_of(huge)), NOW)
+    cpu = Quantity.parse(out.status.used["requests.cpu"])
+    assert cpu.nanos == MAX_BASE_UNITS * NANO
+    assert cpu >= Quantity.parse(HARD["requests.cpu"])

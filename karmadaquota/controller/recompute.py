@@ -34,7 +34,7 @@ from karmadaquota.api import (
 )
 from karmadaquota.controller import status as st
 from karmadaquota.controller.index import IndexedBinding, aggregate
-from karmadaquota.quantity import Format, Quantity, QuantityError
+from karmadaquota.quantity import MAX_BASE_UNITS, NANO, Format, Quantity, QuantityError
 from karmadaquota.resources import ResourceList
 from karmadaquota.scopes import Expression
 
@@ -117,10 +117,19 @@ def prune_reservations(
     return kept, released, earliest
 
 
+_MAX_NANOS = MAX_BASE_UNITS * NANO
+
+
 def _quantities(nanos: Mapping[str, int], hard: Mapping[str, Quantity]) -> ResourceList:
-    """Sums in the format of the hard limit they are compared with (2Gi stays binary)."""
+    """Sums in the format of the hard limit they are compared with (2Gi stays binary).
+
+    A sum beyond the largest quantity the API (and our parser) accepts — only bindings that
+    never passed admission can reach it — saturates there: still at least any `hard`, so the
+    webhook keeps denying new charges in plain words instead of failing to read `used`.
+    """
     return {
-        n: Quantity(v, hard[n].format if n in hard else Format.DECIMAL_SI) for n, v in nanos.items()
+        n: Quantity(min(v, _MAX_NANOS), hard[n].format if n in hard else Format.DECIMAL_SI)
+        for n, v in nanos.items()
     }
 
 

@@ -150,6 +150,22 @@ async def test_a_body_over_the_limit_gets_413(served: Served) -> None:
     assert await served.admit() == 200  # and it keeps serving
 
 
+async def test_a_chunked_body_gets_411_before_it_is_read(served: Served) -> None:
+    """A body of undeclared length is refused at its headers: nothing of it is buffered."""
+
+    async def endless() -> AsyncIterator[bytes]:
+        for _ in range(64):  # bounded: 64 MiB if the server kept reading
+            yield b"x" * (1024 * 1024)
+
+    async with (
+        aiohttp.ClientSession() as s,
+        s.post(served.url, data=endless(), ssl=served.client_ctx) as r,
+    ):
+        assert r.status == 411
+        assert r.request_info.headers.get("Transfer-Encoding") == "chunked"
+    assert await served.admit() == 200  # and it keeps serving
+
+
 async def test_many_slow_connections_do_not_keep_an_ordinary_review_waiting(
     served: Served,
 ) -> None:

@@ -5,9 +5,11 @@ An admission webhook that stops answering makes the API server fail every bindin
 starve it. Bounds, all enforced here rather than left to library defaults that vary by version:
 
 * TLS 1.2 or newer only (`tls_context`).
-* a request body over `MAX_BODY_BYTES` is refused with 413: at once when its Content-Length
-  says so (the API server always sends one), else once that much was read (the AdmissionReview
-  of the largest object etcd stores is ~1.5 MiB, plus its oldObject);
+* a POST without Content-Length (a chunked body) is refused with 411 before a byte of it is
+  read: the API server always declares the length, and a body of unknown size would have to be
+  buffered to find out;
+* a request body over `MAX_BODY_BYTES` is refused with 413 before a byte of it is read (the
+  AdmissionReview of the largest object etcd stores is ~1.5 MiB, plus its oldObject);
 * the TLS handshake, the request line and headers (counted from the connection's opening or
   from its previous response) and the body must each arrive within `read_timeout`; a slow
   connection is closed, a slow body gets 408;
@@ -104,6 +106,10 @@ class ConnectionGuard:
         self._started[proto] = self._started.get(proto, 0) + 1
         self._busy.add(proto)
         try:
+            if request.method == "POST" and request.content_length is None:
+                # A body of unknown length (chunked) would be buffered before its size is known;
+                # the API server always declares it, so only a hostile client lands here.
+                raise web.HTTPLengthRequired(text="Content-Length required\n")
             if (request.content_length or 0) > MAX_BODY_BYTES:  # refused before reading a byte
                 raise web.HTTPRequestEntityTooLarge(MAX_BODY_BYTES, request.content_length or 0)
             try:

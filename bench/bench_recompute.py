@@ -1,4 +1,4 @@
-"""Controller benchmark: from-scratch recompute time and index memory (DESIGN §8).
+"""Controller benchmark: from-scratch recompute time and index memory.
 
 1. 10,000 synthetic ResourceBindings, each placed on 3 member clusters, go through the real
    charge path (pydantic model -> `charge.charge` -> compact index entry) into one namespace;

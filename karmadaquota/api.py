@@ -151,7 +151,7 @@ class ObjectReference(_Lenient):
 
 
 class Reservation(_Lenient):
-    """Usage admitted by the webhook that the controller has not yet observed (seed 003)."""
+    """Usage admitted by the webhook that the controller has not yet observed."""
 
     reservedBy: ObjectReference = Field(
         description="The binding that took the reservation (apiVersion, kind, name, uid)."

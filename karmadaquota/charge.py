@@ -1,4 +1,4 @@
-"""What one ResourceBinding costs, per DESIGN §3 — the contract shared by webhook and controller.
+"""What one ResourceBinding costs (docs/charging.md): the contract of webhook and controller.
 
 R = max(spec.replicas, Σ spec.clusters[].replicas): the intent before scheduling and the real
 footprint after it (Duplicated placement lists `replicas` in every cluster). A binding with more
@@ -24,7 +24,7 @@ from karmadaquota.quantity import Quantity
 from karmadaquota.resources import ResourceList, count_name
 from karmadaquota.scopes import BindingTraits
 
-# Bare resource names whose request a quota tracking them requires (seed 001).
+# Bare resource names whose request a quota tracking them requires (as Kubernetes for pods).
 REQUIRED_REQUESTS = ("cpu", "memory")
 
 # Core kinds that Kubernetes also counts under a legacy quota name.

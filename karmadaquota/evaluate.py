@@ -1,6 +1,6 @@
 """Admit or deny a binding's charge against a namespace's quotas — pure, shared, deterministic.
 
-This is Kubernetes' quota admission check (seed 001) with reservations (seed 003): a request is
+This is Kubernetes' quota admission check with reservations: a request is
 admitted only if, for every quota whose scopes match the binding, used + reserved + delta ≤ hard
 for each resource that quota tracks. The batcher calls it against a running copy of the quotas;
 the controller uses the same `QuotaView` arithmetic when it recomputes usage.

@@ -1,6 +1,6 @@
 """Quota scopes: which bindings a quota tracks, and which resources a scope may track.
 
-Semantics follow Kubernetes' ResourceQuota scopes (seed 002) restricted to what a Karmada
+Semantics follow Kubernetes' ResourceQuota scopes (scopeSelector) restricted to what a Karmada
 ResourceBinding carries: `PriorityClass` reads `replicaRequirements.priorityClassName` (filled by
 karmada-controller-manager only with the `ResourceQuotaEstimate` feature gate), `BestEffort`
 means replicas without any resource request. A binding without replicas (a Service, a Secret)

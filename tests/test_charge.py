@@ -1,4 +1,4 @@
-"""charge(): what one ResourceBinding costs — every row of DESIGN §3."""
+"""charge(): what one ResourceBinding costs — every row of docs/charging.md."""
 
 from __future__ import annotations
 

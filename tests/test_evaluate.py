@@ -1,4 +1,4 @@
-"""evaluate(): admit or deny a binding's delta against a namespace's quotas (DESIGN §3–§5)."""
+"""evaluate(): admit or deny a binding's delta against a namespace's quotas (docs/charging.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Quota scopes (DESIGN §4): matching a binding, and Kubernetes' scopeSelector validation."""
+"""Quota scopes (docs/scopes.md): matching a binding, and Kubernetes' scopeSelector validation."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""validate_spec / validate_resource_name: the complete KarmadaQuota check (DESIGN §3, §4)."""
+"""validate_spec / validate_resource_name: the complete KarmadaQuota check."""
 
 from __future__ import annotations
 

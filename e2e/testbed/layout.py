@@ -5,7 +5,7 @@ Inputs (built once, shared): ``${KARMADAQUOTA_CACHE:-~/.cache/karmadaquota}`` ho
 manifests are read from there at run time, never copied into the repository).
 
 State (one per test bed): ``${KARMADAQUOTA_HOME:-~/.karmadaquota}`` holds ``state.json``,
-``kubeconfig/`` (the DESIGN §7 convention), ``logs/<component>.log`` and one directory per
+``kubeconfig/`` (the convention `make up` documents), ``logs/<component>.log`` and one directory per
 cluster with its PKI, etcd data and component configs.
 """
 

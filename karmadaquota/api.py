@@ -8,10 +8,14 @@ here; `resources.parse_resource_list` turns them into exact values where a decis
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
+
+log = logging.getLogger("karmadaquota.api")
 
 GROUP = "quota.karmada.io"
 VERSION = "v1alpha1"
@@ -226,6 +230,20 @@ class KarmadaQuota(_Lenient):
         description="Enforced limits and usage, written by the controller (used, per-cluster "
         "breakdown) and the webhook (reservations).",
     )
+
+
+def read_quota(raw: Mapping[str, Any]) -> KarmadaQuota | None:
+    """A quota from the wire, or None (logged) when unreadable: webhook and controller both
+    skip such an object rather than fail on it; the API server's schema makes it rare."""
+    try:
+        return KarmadaQuota.model_validate(raw)
+    except ValidationError as e:
+        meta = raw.get("metadata") or {}
+        log.warning(
+            "ignoring unreadable KarmadaQuota",
+            extra={"namespace": meta.get("namespace"), "quota": meta.get("name"), "error": str(e)},
+        )
+        return None
 
 
 # ---------------------------------------------------------------------------------------------

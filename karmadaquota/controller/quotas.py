@@ -10,9 +10,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import ValidationError
-
-from karmadaquota.api import KarmadaQuota
+from karmadaquota.api import KarmadaQuota, read_quota
 
 log = logging.getLogger("karmadaquota.controller.quotas")
 
@@ -37,20 +35,8 @@ class QuotaRecord:
     def quota(self) -> KarmadaQuota | None:
         """The parsed quota; None (logged once) when it cannot be read."""
         if self._quota is False:
-            self._quota = parse_quota(self.raw)
+            self._quota = read_quota(self.raw)
         return self._quota if isinstance(self._quota, KarmadaQuota) else None
-
-
-def parse_quota(raw: Mapping[str, Any]) -> KarmadaQuota | None:
-    try:
-        return KarmadaQuota.model_validate(raw)
-    except ValidationError as e:
-        meta = raw.get("metadata") or {}
-        log.warning(
-            "ignoring unreadable KarmadaQuota",
-            extra={"namespace": meta.get("namespace"), "quota": meta.get("name"), "error": str(e)},
-        )
-        return None
 
 
 class QuotaTable:

@@ -12,9 +12,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pydantic import ValidationError
-
-from karmadaquota.api import KarmadaQuota
+from karmadaquota.api import KarmadaQuota, read_quota
 from karmadaquota.kube import paths
 from karmadaquota.kube.informer import Informer, Lister
 from karmadaquota.kube.retry import Backoff
@@ -53,7 +51,7 @@ class QuotaCache:
     # ---- informer.Handler --------------------------------------------------------------------
 
     def added(self, obj: Mapping[str, Any]) -> None:
-        q = _parse(obj)
+        q = read_quota(obj)
         if q is not None:
             self._put(q)
 
@@ -74,15 +72,3 @@ class QuotaCache:
     def _changed(self) -> None:
         if self._on_change is not None:
             self._on_change(len(self))
-
-
-def _parse(obj: Mapping[str, Any]) -> KarmadaQuota | None:
-    try:
-        return KarmadaQuota.model_validate(obj)
-    except ValidationError as e:
-        meta = obj.get("metadata") or {}
-        log.warning(
-            "ignoring unreadable KarmadaQuota",
-            extra={"namespace": meta.get("namespace"), "quota": meta.get("name"), "error": str(e)},
-        )
-        return None

@@ -6,13 +6,10 @@ the newest (`kube.informer`), this table only holds what it is given.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from typing import Any
 
 from karmadaquota.api import KarmadaQuota, read_quota
-
-log = logging.getLogger("karmadaquota.controller.quotas")
 
 
 class QuotaRecord:

@@ -8,7 +8,6 @@ resourceVersion never rolls the cache back.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -16,8 +15,6 @@ from karmadaquota.api import KarmadaQuota, read_quota
 from karmadaquota.kube import paths
 from karmadaquota.kube.informer import Informer, Lister
 from karmadaquota.kube.retry import Backoff
-
-log = logging.getLogger("karmadaquota.cache")
 
 
 class QuotaCache:

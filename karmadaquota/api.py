@@ -145,13 +145,13 @@ class KarmadaQuotaSpec(_Lenient):
 
 
 class ObjectReference(_Lenient):
-    """The object that took a reservation (a ResourceBinding)."""
+    """A namespaced object: the binding that took a reservation, the template that waits."""
 
     apiVersion: str
     kind: str
     name: str
     namespace: str = ""
-    uid: str = Field(description="Identifies the exact binding; a re-created one is another.")
+    uid: str = Field(description="Identifies the exact object; a re-created one is another.")
 
 
 class Reservation(_Lenient):
@@ -175,6 +175,37 @@ class Reservation(_Lenient):
     def lapsed(self, now: datetime) -> bool:
         """Expired at `now` (naive means UTC); an unreadable expiration holds nothing."""
         return expired(self.expirationTime, now)
+
+
+class WaitingWorkload(_Lenient):
+    """A workload whose binding this quota refused, waiting for room.
+
+    Written by the webhook on refusal (coalesced, at most once a second per namespace); the
+    controller's leader makes Karmada retry it when it fits, and it leaves the list once its
+    binding is admitted or its resource template is deleted.
+    """
+
+    template: ObjectReference = Field(
+        description="The resource template (apiVersion, kind, name, uid) Karmada propagates."
+    )
+    binding: str = Field(description="The ResourceBinding whose create or update was refused.")
+    bindingUID: str = Field(
+        default="",
+        description="The refused binding's uid: another binding of that name means the refused "
+        "create lost to one that was admitted.",
+    )
+    requested: RawResourceList = _resource_list(
+        "What the refused binding asked for on top of the usage it already holds."
+    )
+    priorityClassName: str = Field(
+        default="", description="The binding's priority class, for scoped quotas."
+    )
+    bestEffort: bool = Field(
+        default=False, description="The binding requests no resources (BestEffort scope)."
+    )
+    firstRefused: str = Field(description="RFC 3339 time of the first refusal: the queue order.")
+    lastRefused: str = Field(default="", description="RFC 3339 time of the latest refusal.")
+    refusals: int = Field(default=1, description="How many refusals were recorded.")
 
 
 class ClusterUsage(_Lenient):
@@ -207,6 +238,10 @@ class KarmadaQuotaStatus(_Lenient):
     reservations: list[Reservation] = Field(
         default_factory=list, description="Admitted usage not yet observed by the controller."
     )
+    waiting: list[WaitingWorkload] = Field(
+        default_factory=list,
+        description="Workloads this quota refused, oldest first; requeued when they fit.",
+    )
     summary: str = Field(default="", description="used/hard per resource, for kubectl get.")
     conditions: list[Condition] = Field(
         default_factory=list, description="Ready, Valid and MemberObserved conditions."
@@ -228,7 +263,7 @@ class KarmadaQuota(_Lenient):
     status: KarmadaQuotaStatus = Field(
         default_factory=KarmadaQuotaStatus,
         description="Enforced limits and usage, written by the controller (used, per-cluster "
-        "breakdown) and the webhook (reservations).",
+        "breakdown) and the webhook (reservations, waiting workloads).",
     )
 
 
@@ -258,6 +293,9 @@ class BindingResource(_Lenient):
     name: str = ""
     namespace: str = ""
     uid: str = ""
+    # the template's resourceVersion the binding was built from: it moves with every change of
+    # the template (Karmada's detector rebuilds the binding from the template each time)
+    resourceVersion: str = ""
 
 
 class ReplicaRequirements(_Lenient):

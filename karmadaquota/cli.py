@@ -23,6 +23,17 @@ def duration(text: str) -> timedelta:
     return timedelta(hours=h, minutes=mi, seconds=s)
 
 
+def requeue_kind(text: str) -> str:
+    """A `--requeue-kind` value, checked when the flags are parsed."""
+    from karmadaquota.controller.wake import Kind
+
+    try:
+        Kind.parse(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="karmadaquota", description=__doc__)
     p.add_argument("--log-format", choices=("text", "json"), default="text")
@@ -37,6 +48,11 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--port", type=int, default=8443)
     w.add_argument("--reservation-ttl", type=duration, default=timedelta(seconds=60))
     w.add_argument("--limited-resources", help="ResourceQuotaConfiguration YAML file")
+    w.add_argument(
+        "--no-waiting-list",
+        action="store_true",
+        help="do not record workloads refused for quota in status.waiting (nothing to requeue)",
+    )
     w.add_argument(
         "--max-reservation-bytes",
         type=int,
@@ -64,6 +80,20 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--metrics-port", type=int, default=8080)
     c.add_argument("--namespace", default="karmada-system", help="namespace of the leader Lease")
     c.add_argument("--no-member-watch", action="store_true", help="skip member-cluster pods")
+    c.add_argument(
+        "--no-requeue",
+        action="store_true",
+        help="never patch resource templates: refused workloads wait on Karmada's own backoff",
+    )
+    c.add_argument(
+        "--requeue-kind",
+        action="append",
+        default=[],
+        type=requeue_kind,
+        metavar="GROUP/KIND[=RESOURCE]",
+        help="also requeue templates of this kind (besides apps/Deployment and "
+        "apps/StatefulSet); grant the controller get and patch on it",
+    )
     return p
 
 
@@ -81,6 +111,7 @@ async def _serve_webhook(args: argparse.Namespace) -> None:
         reservation_ttl=args.reservation_ttl,
         limited=load_limited(args.limited_resources) if args.limited_resources else [],
         max_reservation_bytes=args.max_reservation_bytes,
+        record_waiting=not args.no_waiting_list,
         limits=ServerLimits(
             read_timeout=args.read_timeout.total_seconds(), max_connections=args.max_connections
         ),

@@ -73,6 +73,8 @@ class Decision:
     reason: str = ""
     # quota name -> the delta to reserve in it (only quotas that the delta actually touches)
     charges: Mapping[str, ResourceList] = field(default_factory=dict)
+    # the quota that refused (QuotaExceeded): where the refused workload waits for room
+    quota: str = ""
 
 
 ALLOW = Decision(True)
@@ -150,6 +152,7 @@ def evaluate(
                 f"exceeded quota: {q.name}, requested: {fmt(tracked, exceeded)}, "
                 f"used: {fmt(in_use, exceeded)}, limited: {fmt(q.hard, exceeded)}",
                 REASON_EXCEEDED,
+                quota=q.name,
             )
         charges[q.name] = tracked
     return Decision(True, charges=charges)

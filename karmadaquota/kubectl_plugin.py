@@ -1,8 +1,9 @@
 """`kubectl karmadaquota describe NAME -n NS` — a KarmadaQuota as `kubectl describe quota` shows
 a ResourceQuota, plus one `used/observed` column per member cluster, usage bars per resource
-and member (`karmadaquota.usage_view`), the pending reservations and the conditions;
-`--output json|yaml` gives the same for scripts. `kubectl karmadaquota import-frq [-n NS | -A]`
-prints a KarmadaQuota for each FederatedResourceQuota (`karmadaquota.frq`).
+and member (`karmadaquota.usage_view`), the pending reservations, the workloads waiting for
+room and the conditions; `--output json|yaml` gives the same for scripts.
+`kubectl karmadaquota import-frq [-n NS | -A]` prints a KarmadaQuota for each
+FederatedResourceQuota (`karmadaquota.frq`).
 
 Rendering is the pure `render(quota, now)`; objects are fetched with the user's own kubectl
 (`kubectl get karmadaquota NAME -n NS -o json`, honouring --kubeconfig and --context), so the
@@ -99,6 +100,7 @@ def render(quota: Mapping[str, Any], now: datetime) -> str:
         lines.extend(_table(r_rows, "  "))
     else:
         lines.append("Reservations: <none>")
+    lines.extend(_waiting(status.get("waiting") or [], now))
     conditions = status.get("conditions") or []
     if conditions:
         lines.append("Conditions:")
@@ -148,6 +150,41 @@ def _output(quota: Mapping[str, Any], now: datetime, fmt: str) -> str:
     if fmt == "yaml":
         return yaml.safe_dump(describe_data(quota, now), sort_keys=False)
     return render(quota, now)
+
+
+def _age(when: datetime | None, now: datetime) -> str:
+    """How long ago, as kubectl prints ages (45s, 12m, 3h, 2d)."""
+    if when is None:
+        return "unreadable"
+    seconds = max(0, int((now - when).total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def _waiting(entries: Sequence[Mapping[str, Any]], now: datetime) -> list[str]:
+    """Workloads this quota refused, oldest first: they are requeued in this order."""
+    if not entries:
+        return ["Waiting:      <none>"]
+    rows = [
+        ["Workload", "Requested", "Waiting since", "Refusals"],
+        ["--------", "---------", "-------------", "--------"],
+    ]
+    for w in sorted(entries, key=lambda w: str(w.get("firstRefused", ""))):
+        ref = w.get("template") or {}
+        requested = w.get("requested") or {}
+        since = str(w.get("firstRefused", ""))
+        rows.append(
+            [
+                f"{ref.get('kind', '')}/{ref.get('name', '')}",
+                ",".join(f"{k}={requested[k]}" for k in sorted(requested)) or _NONE,
+                f"{since[:19]}Z ({_age(api.parse_time(since), now)} ago)",
+                str(w.get("refusals", 1)),
+            ]
+        )
+    title = "Waiting (refused by this quota; requeued in this order when they fit):"
+    return [title, *_table(rows, "  ")]
 
 
 def _kubectl() -> str:

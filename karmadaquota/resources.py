@@ -172,17 +172,20 @@ def is_extended(name: str) -> bool:
     return "/" in name and "kubernetes.io/" not in name
 
 
-def count_name(api_version: str, kind: str) -> str:
-    """`count/<resource>.<group>` for a kind, guessing the plural as Kubernetes' RESTMapper does."""
-    group = api_version.rpartition("/")[0] if "/" in api_version else ""
+def plural(kind: str) -> str:
+    """A kind's resource name, guessed as Kubernetes' RESTMapper does (Deployment: deployments)."""
     singular = kind.lower()
     if singular.endswith("s"):
-        plural = singular + "es"
-    elif singular.endswith("y"):
-        plural = singular[:-1] + "ies"
-    else:
-        plural = singular + "s"
-    return f"{COUNT_PREFIX}{plural}.{group}" if group else f"{COUNT_PREFIX}{plural}"
+        return singular + "es"
+    if singular.endswith("y"):
+        return singular[:-1] + "ies"
+    return singular + "s"
+
+
+def count_name(api_version: str, kind: str) -> str:
+    """`count/<resource>.<group>` for a kind."""
+    group = api_version.rpartition("/")[0] if "/" in api_version else ""
+    return f"{COUNT_PREFIX}{plural(kind)}.{group}" if group else f"{COUNT_PREFIX}{plural(kind)}"
 
 
 def to_quota_names(

@@ -398,3 +398,44 @@ async def test_a_binding_update_at_the_same_generation_is_not_charged_again(env:
     status_update["metadata"]["resourceVersion"] = str(api.rv + 2)
     c.binding_event("MODIFIED", status_update)
     await until(lambda: used(api) == {"pods": "7"})
+
+
+async def test_room_freed_wakes_the_waiting_workload_and_the_list_survives_status_writes(
+    env: Any,
+) -> None:
+    from karmadaquota.controller.wake import Waker, WakeSettings
+    from tests.test_wake import FakeTemplates
+
+    api, c, _ = env
+    templates = FakeTemplates("b", namespace=NS)
+    settings = WakeSettings(audit_period=0.0)
+    c.waker = Waker(templates, c.metrics, settings)  # type: ignore[arg-type]
+    entry = {
+        "template": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "b", "uid": "uid-b"},
+        "binding": "b-deployment",
+        "requested": {"pods": "2"},
+        "firstRefused": "2026-01-01T00:00:00.000000Z",
+    }
+    gone = {**entry, "template": {**entry["template"], "name": "gone", "uid": "uid-gone"}}
+    # Karmada's detector raced itself: a's second create was refused after the first was admitted
+    lost = {
+        **entry,
+        "template": {**entry["template"], "name": "a", "uid": "uid-a"},
+        "binding": "a-deployment",
+        "bindingUID": "uid-of-the-refused-duplicate",
+    }
+    api.add_quota("q", {"pods": "2"}, waiting=[entry, gone, lost])
+    a = api.add_binding("a", replicas=2)
+    await c.resync()
+    await until(lambda: used(api) == {"pods": "2"})
+    assert templates.patches == []  # no room: nobody woken
+    # a deleted template is found by the audit and written away, so is the lost duplicate
+    # create; the controller's status writes keep the rest of the list (the webhook owns it)
+    await until(
+        lambda: [w["template"]["name"] for w in api.quotas["q"]["status"]["waiting"]] == ["b"]
+    )
+
+    c.binding_event("DELETED", a)
+    await until(lambda: templates.patched() == ["b"])
+    assert used(api) == {"pods": "0"}
+    assert [w["template"]["name"] for w in api.quotas["q"]["status"]["waiting"]] == ["b"]

@@ -154,8 +154,9 @@ def test_any_of_only_in_the_int_or_string_quantity_form() -> None:
             assert node["pattern"] == crdgen.QUANTITY_PATTERN, path
         if node.get("x-kubernetes-int-or-string"):
             assert "anyOf" in node, path
-    # spec.hard, status.hard, status.used, aggregatedStatus[].used/observed, reservations[].reserved
-    assert quantities == 6
+    # spec.hard, status.hard, status.used, aggregatedStatus[].used/observed,
+    # reservations[].reserved, waiting[].requested
+    assert quantities == 7
 
 
 def test_properties_and_additional_properties_never_together() -> None:

@@ -143,3 +143,31 @@ def test_main_reports_kubectl_errors(
 def test_console_script_is_declared() -> None:
     text = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
     assert 'kubectl-karmadaquota = "karmadaquota.kubectl_plugin:main"' in text
+
+
+def test_waiting_workloads_listed_oldest_first_with_request_and_age() -> None:
+    def entry(name: str, minutes: int, pods: str) -> dict[str, Any]:
+        since = (NOW - timedelta(minutes=minutes)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        return {
+            "template": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name, "uid": name},
+            "binding": f"{name}-deployment",
+            "requested": {"pods": pods, "requests.cpu": "200m"},
+            "firstRefused": since,
+            "refusals": 3,
+        }
+
+    out = render(kq(waiting=[entry("late", 2, "1"), entry("early", 90, "2")]), NOW)
+    lines = out.splitlines()
+    start = lines.index("Waiting (refused by this quota; requeued in this order when they fit):")
+    assert lines[start + 1].split() == ["Workload", "Requested", "Waiting", "since", "Refusals"]
+    assert lines[start + 3].split() == [
+        "Deployment/early",
+        "pods=2,requests.cpu=200m",
+        "2026-01-01T10:30:00Z",
+        "(90m",
+        "ago)",
+        "3",
+    ]
+    assert lines[start + 4].split()[0] == "Deployment/late"
+    assert "(2m ago)" in lines[start + 4]
+    assert "Waiting:      <none>" in render(kq(), NOW)

@@ -28,6 +28,7 @@ from karmadaquota.webhook.batcher import Batcher
 from karmadaquota.webhook.cache import QuotaCache
 from karmadaquota.webhook.metrics import WebhookMetrics
 from tests.fake_api import FakeStore, quota_doc
+from tests.polling import until
 from tests.webhook_fakes import binding_doc
 
 BINDINGS = {"group": "work.karmada.io", "version": "v1alpha2", "resource": "resourcebindings"}
@@ -465,3 +466,19 @@ async def test_a_review_still_queued_at_its_deadline_times_out_and_reserves_noth
     assert status == 200 and body["response"]["allowed"] is True
     reserved = [r.reservedBy.name for r in store.stored().status.reservations]
     assert reserved == ["first", "third"]
+
+
+async def test_refusals_for_quota_are_recorded_dry_runs_are_not(setup: Any) -> None:
+    from karmadaquota.webhook.refusals import RefusalRecorder
+
+    client, store, webhook = setup
+    webhook.refusals = RefusalRecorder(store, interval=0.05)
+    big = binding_doc("big", replicas=11)
+    status, body = await post(client, "/validate-resourcebinding", review(big, dry_run=True))
+    assert status == 200 and body["response"]["allowed"] is False
+    status, body = await post(client, "/validate-resourcebinding", review(big))
+    assert status == 200 and body["response"]["status"]["reason"] == "QuotaExceeded"
+    await until(lambda: bool(store.stored().status.waiting), what="refusal recorded")
+    [entry] = store.stored().status.waiting
+    assert (entry.binding, entry.refusals, entry.requested["requests.cpu"]) == ("big", 1, "11")
+    await webhook.refusals.close()

@@ -1,8 +1,8 @@
 """`karmadaquota controller`: wire the pieces together and run until SIGTERM/SIGINT.
 
 Flags come from cli.py (--kubeconfig, --resync-period, --metrics-bind-address, --metrics-port,
---namespace for the Lease, --no-member-watch). Tuning that rarely changes is read from the
-environment:
+--namespace for the Lease, --no-member-watch, --no-requeue, --requeue-kind). Tuning that rarely
+changes is read from the environment:
 
 | variable | default | meaning |
 |---|---|---|
@@ -22,7 +22,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
@@ -34,6 +34,7 @@ from karmadaquota.controller.leader import DEFAULT_LEASE_NAME, LeaderElector
 from karmadaquota.controller.members import Members
 from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.controller.reconciler import AlwaysLeader, Controller, Tuning
+from karmadaquota.controller.wake import DEFAULT_KINDS, Waker, WakeSettings, kinds
 from karmadaquota.kube.client import JSON, KubeClient
 
 log = logging.getLogger("karmadaquota.controller")
@@ -53,6 +54,8 @@ class ControllerConfig:
     lease_name: str = DEFAULT_LEASE_NAME
     lease_duration: float = 10.0
     kopf_log_level: str = "warning"
+    # None: waking is off (refused workloads wait on Karmada's own backoff)
+    requeue: WakeSettings | None = field(default_factory=WakeSettings)
 
 
 def _bool(text: str) -> bool:
@@ -73,6 +76,9 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> ControllerC
         lease_name=env.get("KARMADAQUOTA_LEASE_NAME", DEFAULT_LEASE_NAME),
         lease_duration=float(env.get("KARMADAQUOTA_LEASE_DURATION", "10")),
         kopf_log_level=env.get("KARMADAQUOTA_KOPF_LOG_LEVEL", "warning"),
+        requeue=None
+        if args.no_requeue
+        else WakeSettings(kinds=kinds([*DEFAULT_KINDS, *args.requeue_kind])),
     )
 
 
@@ -136,6 +142,7 @@ async def serve(cfg: ControllerConfig) -> int:
             resync_period=cfg.resync_period,
         ),
         members,
+        waker=Waker(client, metrics, cfg.requeue) if cfg.requeue is not None else None,
     )
     if elector is None:
         controller.leadership_changed(True)
@@ -151,6 +158,7 @@ async def serve(cfg: ControllerConfig) -> int:
             "lease": f"{cfg.lease_namespace}/{cfg.lease_name}" if cfg.leader_elect else "off",
             "holder": elector.holder if elector else "",
             "member_watch": cfg.member_watch,
+            "requeue": [f"{k.group}/{k.kind}" for k in cfg.requeue.kinds] if cfg.requeue else "off",
         },
     )
     tasks: list[asyncio.Task[Any]] = [asyncio.create_task(controller.run(), name="controller")]

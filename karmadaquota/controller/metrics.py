@@ -120,12 +120,20 @@ class ControllerMetrics:
             "Workloads refused for quota and waiting for room (leader; all namespaces).",
             registry=r,
         )
+        self.wakeups = Counter(
+            "karmadaquota_wakeups_total",
+            "Waiting workloads requeued (woken), found deleted (gone), or not patched (error).",
+            ["result"],
+            registry=r,
+        )
         # every labelled series published per quota, to drop the stale ones
         self._quota_series: dict[tuple[str, str], set[tuple[Gauge, tuple[str, ...]]]] = {}
         for reason in ("observed", "expired"):
             self.released.labels(reason)
         for result in ("ok", "conflict", "notfound", "error"):
             self.status_writes.labels(result)
+        for result in ("woken", "gone", "error"):
+            self.wakeups.labels(result)
 
     def set_quota(
         self,

@@ -11,6 +11,8 @@ From the binding index, the member pod tables and the quota as last read:
   binding is indexed at the reservation's generation or later, or was seen deleted) and the
   expired ones. Both come out of the same snapshot as `used`, so the write that drops a
   reservation also carries the binding's usage: used + reserved never dips below the truth.
+- `waiting`: as read (the webhook keeps it), minus workloads whose template is gone and
+  refused creates whose binding exists as another object (`waiting.settled`).
 - `hard`, `summary`, `conditions` (Ready, Valid, MemberObserved), `observedGeneration`.
 
 A quota failing `validation.validate_spec` is not charged: Valid=False with the messages,
@@ -24,13 +26,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
-from karmadaquota import resources, scopes, validation
+from karmadaquota import resources, scopes, validation, waiting
 from karmadaquota.api import (
     ClusterUsage,
     Condition,
     KarmadaQuota,
     KarmadaQuotaStatus,
     Reservation,
+    WaitingWorkload,
 )
 from karmadaquota.controller import status as st
 from karmadaquota.controller.index import IndexedBinding, aggregate
@@ -80,6 +83,8 @@ class NamespaceSnapshot:
     deleted: Callable[[str], bool] = lambda uid: False
     members: Sequence[MemberView] = ()
     member_watch: bool = True
+    # a waiting workload (by `waiting.key`) whose resource template no longer exists
+    gone: Callable[[str], bool] = lambda key: False
 
 
 @dataclass(frozen=True)
@@ -118,6 +123,22 @@ def prune_reservations(
 
 
 _MAX_NANOS = MAX_BASE_UNITS * NANO
+
+
+def _still_waiting(
+    entries: Sequence[WaitingWorkload], inputs: NamespaceSnapshot
+) -> list[WaitingWorkload]:
+    """The waiting list as read, minus deleted templates and creates that lost to another."""
+    if not entries:
+        return []
+    holders: dict[str, set[str]] = {}
+    for uid, entry in inputs.bindings.items():
+        holders.setdefault(entry.name, set()).add(uid)
+    return [
+        w
+        for w in entries
+        if not inputs.gone(waiting.key(w.template)) and not waiting.settled(w, holders)
+    ]
 
 
 def _quantities(nanos: Mapping[str, int], hard: Mapping[str, Quantity]) -> ResourceList:
@@ -180,6 +201,7 @@ def recompute(quota: KarmadaQuota, inputs: NamespaceSnapshot, now: datetime) -> 
     kept, released, next_expiry = prune_reservations(
         current.reservations, inputs.bindings, inputs.deleted, now
     )
+    still_waiting = _still_waiting(current.waiting, inputs)
     errors = validation.validate_spec(quota.spec)
     hard: ResourceList = {}
     if not errors:
@@ -197,6 +219,7 @@ def recompute(quota: KarmadaQuota, inputs: NamespaceSnapshot, now: datetime) -> 
             used={},
             aggregatedStatus=[],
             reservations=kept,
+            waiting=still_waiting,
             summary="invalid spec: see the Valid condition",
             conditions=st.merge_conditions(current.conditions, _at(wanted, generation), now),
             observedGeneration=generation,
@@ -240,6 +263,7 @@ def recompute(quota: KarmadaQuota, inputs: NamespaceSnapshot, now: datetime) -> 
         used=resources.format_resource_list(used),
         aggregatedStatus=aggregated,
         reservations=kept,
+        waiting=still_waiting,
         summary=st.summary(used, hard),
         conditions=st.merge_conditions(conditions, _at(wanted, generation), now),
         observedGeneration=generation,

@@ -12,11 +12,12 @@ are kept. Nothing is written before bindings and quotas have been listed in full
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 import time
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -27,6 +28,7 @@ from karmadaquota.controller.index import BindingIndex, safe_observe
 from karmadaquota.controller.members import Members
 from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.controller.quotas import QuotaRecord, QuotaTable
+from karmadaquota.controller.wake import Waker
 from karmadaquota.kube import paths
 from karmadaquota.kube.client import JSON, Api, KubeError, NotFound
 from karmadaquota.kube.informer import Informer, Lister
@@ -87,12 +89,14 @@ class Controller:
         tuning: Tuning | None = None,
         members: Members | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        waker: Waker | None = None,
     ) -> None:
         self.api = api
         self.metrics = metrics
         self.leadership = leadership
         self.settings = tuning or Tuning()
         self.members = members
+        self.waker = waker  # None: refused workloads wait on Karmada's own retry backoff
         self._clock = clock
         self.index = BindingIndex()
         self.quotas = QuotaTable()
@@ -191,12 +195,15 @@ class Controller:
     # ---- flush -----------------------------------------------------------------------------
 
     def _snapshot(self, namespace: str) -> rc.NamespaceSnapshot:
-        return rc.NamespaceSnapshot(
+        snapshot = rc.NamespaceSnapshot(
             bindings=self.index.bindings(namespace),
             deleted=self.index.deleted,
             members=self.members.views() if self.members is not None else (),
             member_watch=self.settings.member_watch,
         )
+        if self.waker is not None:
+            snapshot = replace(snapshot, gone=functools.partial(self.waker.gone, namespace))
+        return snapshot
 
     async def flush(self, namespace: str) -> None:
         """Recompute every quota of `namespace`; the leader writes those that differ."""
@@ -208,6 +215,16 @@ class Controller:
             self.dirty.mark_at(namespace, loop.time() + 0.05 + random.random() * 0.1)
         if self._can_write() and await self._audit_orphans(namespace):
             self._mark(namespace)
+        if self.waker is not None and self._can_write():
+            await self._wake(namespace)
+
+    async def _wake(self, namespace: str) -> None:
+        """Requeue the namespace's waiting workloads that now fit (leader only)."""
+        assert self.waker is not None
+        quotas = [r.quota for r in self.quotas.quotas(namespace) if r.quota is not None]
+        again = await self.waker.wake(namespace, quotas, self._clock())
+        if again is not None:
+            self.dirty.mark_at(namespace, again)
 
     async def _audit_orphans(self, namespace: str) -> bool:
         """Release reservations of bindings that do not exist; True when some were found."""
@@ -388,8 +405,13 @@ class _QuotaFeed:
     def deleted(self, obj: Mapping[str, Any]) -> None:
         meta = obj.get("metadata") or {}
         ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+        have = self.c.quotas.get(ns, name)
         if self.c.quotas.remove(ns, name):
             self.c.metrics.forget_quota(ns, name)
+            if self.c.waker is not None and have is not None and have.quota is not None:
+                # its waiting workloads may fit now; the namespace may have no quota left
+                self.c.waker.quota_deleted(have.quota)
+                self.c.dirty.mark(ns)
 
     def relisted(self, resource_version: int) -> None:
         self.c._relisted()

@@ -203,6 +203,20 @@ class KubeClient:
     async def post(self, path: str, body: JSON) -> JSON:
         return await self.request("POST", path, body)
 
+    async def merge_patch(self, path: str, body: JSON, timeout: float = 10.0) -> JSON:
+        """PATCH with a JSON merge patch (RFC 7386), e.g. one metadata annotation."""
+        async with self.session.patch(
+            self.host + path,
+            data=json.dumps(body),
+            headers={"Content-Type": "application/merge-patch+json"},
+            timeout=aiohttp.ClientTimeout(total=timeout),
+        ) as resp:
+            text = await resp.text()
+            if resp.status >= 400:
+                raise _error(resp.status, text)
+            result: JSON = json.loads(text) if text else {}
+            return result
+
     async def watch(
         self, path: str, resource_version: str, timeout_seconds: int = 300
     ) -> AsyncIterator[tuple[str, JSON]]:

@@ -39,6 +39,7 @@ from karmadaquota.webhook.batcher import (
 )
 from karmadaquota.webhook.cache import QuotaCache
 from karmadaquota.webhook.metrics import WebhookMetrics
+from karmadaquota.webhook.refusals import RefusalRecorder
 from karmadaquota.webhook.server import MAX_BODY_BYTES, ServerLimits, serve, tls_context
 
 log = logging.getLogger("karmadaquota.webhook")
@@ -75,6 +76,8 @@ class WebhookSettings:
     cert_check_interval: float = 10.0
     max_reservation_bytes: int = DEFAULT_RESERVATION_BYTES
     limits: ServerLimits = field(default_factory=ServerLimits)
+    # remember refusals for quota in status.waiting[] (the controller requeues them)
+    record_waiting: bool = True
 
 
 class KubeQuotaStore:
@@ -124,10 +127,12 @@ class Webhook:
         batcher: Batcher,
         metrics: WebhookMetrics,
         api_seconds: Mapping[str, float] | None = None,
+        refusals: RefusalRecorder | None = None,
     ) -> None:
         self.cache = cache
         self.batcher = batcher
         self.metrics = metrics
+        self.refusals = refusals
         # per namespace, cumulative seconds of quota API calls (KubeQuotaStore.api_seconds)
         self.api_seconds: Mapping[str, float] = api_seconds if api_seconds is not None else {}
 
@@ -184,6 +189,12 @@ class Webhook:
             old=old_charge,
             dry_run=req.dryRun,
         )
+        decision = await self._submit(pending, budget)
+        if self.refusals is not None and not req.dryRun:
+            self.refusals.observe(req.namespace, new, old, new_charge, old_charge, decision)
+        return decision
+
+    async def _submit(self, pending: Pending, budget: float | None) -> Decision:
         if budget is None:
             return await self.batcher.submit(pending)
         try:
@@ -396,7 +407,8 @@ async def running(settings: WebhookSettings) -> AsyncIterator[tuple[Webhook, int
         on_conflict=metrics.conflicts.inc,
         on_write=metrics.observe_write,
     )
-    webhook = Webhook(cache, batcher, metrics, store.api_seconds)
+    refusals = RefusalRecorder(store, busy=batcher.busy) if settings.record_waiting else None
+    webhook = Webhook(cache, batcher, metrics, store.api_seconds, refusals)
     certs = CertReloader(settings.cert_file, settings.key_file)
     tasks: list[asyncio.Task[Any]] = [
         asyncio.create_task(cache.run(), name="quota-cache"),
@@ -421,4 +433,6 @@ async def running(settings: WebhookSettings) -> AsyncIterator[tuple[Webhook, int
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await batcher.close()
+        if refusals is not None:
+            await refusals.close()
         await client.close()

@@ -149,6 +149,10 @@ class Batcher:
             )
         return await pending.future
 
+    def busy(self, namespace: str) -> bool:
+        """Reviews of this namespace are being evaluated or written right now."""
+        return namespace in self._workers
+
     async def close(self) -> None:
         for task in list(self._workers.values()):
             task.cancel()

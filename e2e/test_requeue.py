@@ -1,0 +1,323 @@
+"""Refused workloads go through when room appears, on the real bed: Karmada's detector, our
+webhook recording the refusal in `status.waiting`, our controller requeueing by annotation.
+
+Karmada retries a refused binding with exponential backoff, so a workload refused for a while
+is retried only every so often by Karmada itself; these tests let refusals age before freeing
+room so that what makes the workload go is the requeue, which they also check directly (the
+`quota.karmada.io/requeued-at` annotation on the template, the controller's wake-up counter).
+Timing figures belong in `bench/bench_requeue.py`; deadlines here are generous.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import urllib.request
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+
+import pytest
+
+from e2e.testbed import TestBed, product
+from e2e.testbed.aio import eventually
+from e2e.testbed.workloads import deployment, divided_policy
+from karmadaquota.kube.client import JSON, KubeClient, NotFound
+from karmadaquota.waiting import ANNOTATION
+
+pytestmark = pytest.mark.e2e
+
+CPU = {"cpu": "100m"}
+QUOTAS = "/apis/quota.karmada.io/v1alpha1/namespaces/{ns}/karmadaquotas"
+DEPLOYMENTS = "/apis/apps/v1/namespaces/{ns}/deployments"
+BINDINGS = "/apis/work.karmada.io/v1alpha2/namespaces/{ns}/resourcebindings"
+# long enough that Karmada's own retry of a refused workload is tens of seconds away
+AGED = 45.0
+
+
+@dataclass
+class Stack:
+    """Controller + webhook as the module runs them; the controller can be restarted."""
+
+    bed: TestBed
+    api: KubeClient
+    controller: product.Proc
+    metrics_port: int
+
+    def restart_controller(self, *extra: str) -> None:
+        self.controller.stop()
+        self.controller, self.metrics_port = product.start_controller(
+            self.bed, "controller-requeue", *extra
+        )
+
+    def wakeups(self) -> float:
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=2) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith('karmadaquota_wakeups_total{result="woken"}'):
+                    return float(line.rsplit(" ", 1)[1])
+        return 0.0
+
+
+@pytest.fixture(scope="module")
+async def stack(testbed: TestBed) -> AsyncIterator[Stack]:
+    await asyncio.to_thread(product.install_crd, testbed)
+    controller, port = product.start_controller(testbed, "controller-requeue")
+    hook = await product.start_webhook(testbed, "webhook-requeue")
+    api = await KubeClient.connect(str(testbed.karmada_kubeconfig))
+    s = Stack(testbed, api, controller, port)
+    try:
+        await asyncio.to_thread(product.register, testbed, hook.base, hook.ca_bundle)
+        yield s
+    finally:
+        await asyncio.to_thread(product.unregister, testbed)
+        hook.proc.stop()
+        s.controller.stop()
+        await api.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+
+async def quota_status(s: Stack, ns: str) -> JSON:
+    q = await s.api.get(QUOTAS.format(ns=ns) + "/team")
+    status: JSON = q.get("status") or {}
+    return status
+
+
+async def waiting_names(s: Stack, ns: str) -> list[str]:
+    return [w["template"]["name"] for w in (await quota_status(s, ns)).get("waiting") or []]
+
+
+async def setup(s: Stack, ns: str, pods: int) -> None:
+    await s.bed.aapply(divided_policy(ns, "all", list(s.bed.members)))
+    await s.bed.aapply(product.quota(ns, "team", {"pods": str(pods)}))
+
+    async def initialised() -> bool:
+        return "pods" in (await quota_status(s, ns)).get("used", {})
+
+    await eventually(initialised, 30, "controller initialises status.used")
+
+
+async def create(s: Stack, ns: str, name: str, replicas: int) -> None:
+    await s.bed.aapply(deployment(ns, name, replicas, CPU))
+
+
+async def placed(s: Stack, ns: str, name: str) -> int:
+    """Replicas the binding of `name` places in member clusters (0 without a binding)."""
+    try:
+        rb = await s.api.get(BINDINGS.format(ns=ns) + f"/{name}-deployment")
+    except NotFound:
+        return 0
+    return sum(int(c.get("replicas", 0)) for c in rb["spec"].get("clusters") or [])
+
+
+async def has_binding(s: Stack, ns: str, name: str) -> bool:
+    try:
+        await s.api.get(BINDINGS.format(ns=ns) + f"/{name}-deployment")
+    except NotFound:
+        return False
+    return True
+
+
+async def annotated(s: Stack, ns: str, name: str) -> bool:
+    d = await s.api.get(DEPLOYMENTS.format(ns=ns) + f"/{name}")
+    return ANNOTATION in ((d.get("metadata") or {}).get("annotations") or {})
+
+
+async def refused_and_listed(s: Stack, ns: str, name: str, replicas: int) -> None:
+    await create(s, ns, name, replicas)
+
+    async def listed() -> bool:
+        return name in await waiting_names(s, ns)
+
+    await eventually(listed, 60, f"{name} refused and listed in status.waiting")
+    assert not await has_binding(s, ns, name)
+
+
+async def admitted(s: Stack, ns: str, name: str, replicas: int) -> None:
+    await create(s, ns, name, replicas)
+
+    async def done() -> bool:
+        return await placed(s, ns, name) == replicas
+
+    await eventually(done, 90, f"{name} admitted and scheduled")
+
+
+def used_pods(s: Stack, ns: str, want: str) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return bool((await quota_status(s, ns)).get("used", {}).get("pods") == want)
+
+    return check
+
+
+async def set_hard(s: Stack, ns: str, pods: int) -> None:
+    await s.bed.aapply(product.quota(ns, "team", {"pods": str(pods)}))
+
+
+# ---------------------------------------------------------------------------------------------
+# tests
+
+
+async def test_refused_workload_is_requeued_when_its_room_is_freed(
+    stack: Stack, namespace: str
+) -> None:
+    s, ns = stack, namespace
+    await setup(s, ns, pods=2)
+    await admitted(s, ns, "a", 2)
+    await refused_and_listed(s, ns, "b", 2)
+    entry = (await quota_status(s, ns))["waiting"][0]
+    assert entry["binding"] == "b-deployment"
+    assert entry["requested"]["pods"] == "2"
+    assert entry["template"]["kind"] == "Deployment" and entry["template"]["uid"]
+    await asyncio.sleep(AGED)  # let Karmada's own retries of b back off (not synchronisation)
+    woken = s.wakeups()
+
+    await s.bed.akubectl("delete", "deployment", "a", "-n", ns, "--wait=false")
+
+    async def b_placed() -> bool:
+        return await placed(s, ns, "b") == 2
+
+    await eventually(b_placed, 60, "b's binding created and its 2 replicas placed")
+    assert await annotated(s, ns, "b"), "b went through by the requeue, not Karmada's backoff"
+    assert s.wakeups() >= woken + 1
+
+    async def left() -> bool:
+        return await waiting_names(s, ns) == []
+
+    await eventually(left, 30, "b left the waiting list once admitted")
+
+
+async def test_fifo_wakes_only_what_fits_in_order_of_first_refusal(
+    stack: Stack, namespace: str
+) -> None:
+    s, ns = stack, namespace
+    await setup(s, ns, pods=2)
+    await admitted(s, ns, "a", 2)
+    for name in ("first", "second", "third"):
+        await refused_and_listed(s, ns, name, 2)
+
+    async def in_order() -> bool:
+        return await waiting_names(s, ns) == ["first", "second", "third"]
+
+    await eventually(in_order, 30, "the three listed in the order they were refused")
+    await asyncio.sleep(AGED)  # let Karmada's own retries back off (not synchronisation)
+
+    # room for exactly one: the first goes, the others keep waiting (never woken)
+    await s.bed.akubectl("delete", "deployment", "a", "-n", ns, "--wait=false")
+
+    async def first_placed() -> bool:
+        return await placed(s, ns, "first") == 2
+
+    await eventually(first_placed, 60, "the first refused admitted and placed")
+
+    async def first_left() -> bool:
+        return await waiting_names(s, ns) == ["second", "third"]
+
+    await eventually(first_left, 30, "the first off the list, the others still waiting")
+    for name in ("second", "third"):
+        assert not await has_binding(s, ns, name)
+        assert not await annotated(s, ns, name), f"{name} woken though nothing fits"
+
+    # room for one more: the second (refused before the third) goes, the third keeps waiting
+    await set_hard(s, ns, 4)
+
+    async def second_placed() -> bool:
+        return await placed(s, ns, "second") == 2
+
+    await eventually(second_placed, 60, "the second admitted when hard is raised")
+    assert not await has_binding(s, ns, "third")
+    assert not await annotated(s, ns, "third")
+
+    await set_hard(s, ns, 6)
+
+    async def third_placed() -> bool:
+        return await placed(s, ns, "third") == 2
+
+    await eventually(third_placed, 60, "the third admitted last")
+
+    async def empty() -> bool:
+        return await waiting_names(s, ns) == []
+
+    await eventually(empty, 30, "nobody left waiting")
+
+
+async def test_deleted_or_scaled_down_waiting_workloads_leave_the_list(
+    stack: Stack, namespace: str
+) -> None:
+    s, ns = stack, namespace
+    await setup(s, ns, pods=3)
+    await admitted(s, ns, "a", 2)
+    await refused_and_listed(s, ns, "gone", 2)
+    await refused_and_listed(s, ns, "smaller", 2)
+
+    await s.bed.akubectl("delete", "deployment", "gone", "-n", ns, "--wait=false")
+
+    async def gone_left() -> bool:
+        return "gone" not in await waiting_names(s, ns)
+
+    await eventually(gone_left, 60, "a deleted template leaves the waiting list")
+
+    # scaled down to fit: Karmada reconciles the spec change itself; no requeue needed
+    await s.bed.akubectl("scale", "deployment/smaller", "--replicas=1", "-n", ns)
+
+    async def smaller_placed() -> bool:
+        return await placed(s, ns, "smaller") == 1
+
+    await eventually(smaller_placed, 60, "the scaled-down workload admitted")
+
+    async def empty() -> bool:
+        return await waiting_names(s, ns) == []
+
+    await eventually(empty, 30, "the scaled-down workload left the waiting list")
+    assert not await annotated(s, ns, "smaller")
+
+
+async def test_refused_scale_up_is_requeued_when_hard_is_raised(
+    stack: Stack, namespace: str
+) -> None:
+    s, ns = stack, namespace
+    await setup(s, ns, pods=2)
+    await admitted(s, ns, "web", 2)
+    await s.bed.akubectl("scale", "deployment/web", "--replicas=4", "-n", ns)
+
+    async def listed() -> bool:
+        return "web" in await waiting_names(s, ns)
+
+    await eventually(listed, 60, "the refused scale-up listed")
+    entry = (await quota_status(s, ns))["waiting"][0]
+    # only the increase waits (2 more replicas), not what the Deployment already holds
+    assert entry["requested"]["pods"] == "2"
+    assert entry["requested"]["requests.cpu"] == "200m"
+    assert "count/deployments.apps" not in entry["requested"]
+    await asyncio.sleep(AGED)  # let Karmada's own retries back off (not synchronisation)
+
+    await set_hard(s, ns, 4)
+
+    async def scaled() -> bool:
+        return await placed(s, ns, "web") == 4
+
+    await eventually(scaled, 60, "the scale-up admitted and placed after hard was raised")
+    assert await annotated(s, ns, "web")
+
+
+async def test_with_waking_off_nothing_is_patched_and_karmada_retries_as_before(
+    stack: Stack, namespace: str
+) -> None:
+    s, ns = stack, namespace
+    s.restart_controller("--no-requeue")
+    try:
+        await setup(s, ns, pods=2)
+        await admitted(s, ns, "a", 2)
+        await refused_and_listed(s, ns, "b", 2)
+        await s.bed.akubectl("delete", "deployment", "a", "-n", ns, "--wait=false")
+        await eventually(used_pods(s, ns, "0"), 60, "a's usage released")
+
+        async def b_placed() -> bool:
+            return await placed(s, ns, "b") == 2
+
+        # Karmada's own backoff (short: b was refused only briefly) lets b through
+        await eventually(b_placed, 120, "b admitted by Karmada's own retry")
+        assert not await annotated(s, ns, "b")
+        assert s.wakeups() == 0
+    finally:
+        s.restart_controller()

@@ -1,0 +1,256 @@
+"""Make Karmada retry refused workloads that now fit: the controller's side of requeueing.
+
+Karmada's resource detector reconciles a resource template at once when anything outside
+`status`, `managedFields` and `resourceVersion` changes, and its binding then goes through
+admission again. So, on the leader, after a namespace's quotas were recomputed, the waiting
+workloads that fit (`waiting.select`) get the annotation `quota.karmada.io/requeued-at`
+patched onto their template. A template that no longer exists leaves the list: the patch (or a
+periodic GET of the templates still waiting) answers 404, or the name now holds another uid.
+
+Only the kinds configured (default apps Deployments and StatefulSets) are touched; the
+controller's RBAC grants `get` and `patch` on those alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+from karmadaquota import waiting
+from karmadaquota.api import KarmadaQuota, WaitingWorkload, parse_time
+from karmadaquota.controller.metrics import ControllerMetrics
+from karmadaquota.evaluate import QuotaView
+from karmadaquota.kube.client import JSON, Conflict, KubeError, NotFound
+from karmadaquota.quantity import QuantityError
+from karmadaquota.resources import plural
+
+log = logging.getLogger("karmadaquota.wake")
+
+DEFAULT_KINDS = ("apps/Deployment", "apps/StatefulSet")
+
+
+class Templates(Protocol):
+    """What waking needs of the API: read a template, merge-patch its metadata."""
+
+    async def get(self, path: str) -> JSON: ...
+
+    async def merge_patch(self, path: str, body: JSON, timeout: float = 10.0) -> JSON: ...
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A template kind the controller may requeue: `<group>/<Kind>[=<plural>]` on the flag."""
+
+    group: str
+    kind: str
+    resource: str
+
+    @classmethod
+    def parse(cls, text: str) -> Kind:
+        spec, _, resource = text.strip().partition("=")
+        group, slash, kind = spec.rpartition("/")
+        if not slash or not kind or not kind[0].isupper() or "/" in group:
+            raise ValueError(
+                f"invalid kind {text!r}: use <group>/<Kind>, e.g. apps/Deployment "
+                "(core kinds as /Kind), optionally =<resource> for an irregular plural"
+            )
+        return cls(group, kind, resource or plural(kind))
+
+
+def kinds(values: Iterable[str]) -> tuple[Kind, ...]:
+    return tuple(Kind.parse(v) for v in values)
+
+
+@dataclass
+class WakeSettings:
+    kinds: Sequence[Kind] = field(default_factory=lambda: kinds(DEFAULT_KINDS))
+    # how often a template still waiting is checked to exist (deleted ones leave the list)
+    audit_period: float = 15.0
+    # a woken workload neither admitted nor refused again within this long may be woken again
+    woken_grace: float = 60.0
+    patch_timeout: float = 5.0
+
+
+def template_path(namespace: str, w: WaitingWorkload, kind: Kind) -> str:
+    """The template's REST path: in the quota's namespace, as bindings are with templates."""
+    ref = w.template
+    base = f"/apis/{ref.apiVersion}" if "/" in ref.apiVersion else f"/api/{ref.apiVersion}"
+    return f"{base}/namespaces/{namespace}/{kind.resource}/{ref.name}"
+
+
+class Waker:
+    def __init__(
+        self, api: Templates, metrics: ControllerMetrics, settings: WakeSettings | None = None
+    ) -> None:
+        self.api = api
+        self.metrics = metrics
+        self.settings = settings or WakeSettings()
+        self._woken: dict[str, tuple[int, float]] = {}  # key -> (refusals seen, loop time)
+        self._checked: dict[str, float] = {}  # key -> loop time its template was last seen
+        self._gone: dict[str, set[str]] = {}  # namespace -> keys whose template is gone
+        self._orphans: dict[str, list[WaitingWorkload]] = {}  # entries of deleted quotas
+        self._counts: dict[str, int] = {}
+
+    def gone(self, namespace: str, key: str) -> bool:
+        """The template of this waiting workload no longer exists (recompute drops it)."""
+        return key in self._gone.get(namespace, ())
+
+    def quota_deleted(self, quota: KarmadaQuota) -> None:
+        """A deleted quota's waiting workloads may fit now: keep them to be woken."""
+        if quota.status.waiting:
+            ns = quota.metadata.namespace
+            self._orphans[ns] = waiting.fifo([*self._orphans.get(ns, []), *quota.status.waiting])
+
+    def _kind(self, w: WaitingWorkload) -> Kind | None:
+        group = w.template.apiVersion.rpartition("/")[0]
+        for k in self.settings.kinds:
+            if k.group == group and k.kind == w.template.kind:
+                return k
+        return None
+
+    async def wake(
+        self, namespace: str, quotas: Sequence[KarmadaQuota], now: datetime
+    ) -> float | None:
+        """Wake what fits in `namespace`; the loop time to come back (audits), if any."""
+        listed = waiting.of_namespace(quotas)
+        keys = {waiting.key(w.template) for w in listed}
+        gone = self._gone.pop(namespace, set()) & keys  # the rest were written away
+        if gone:
+            self._gone[namespace] = gone
+        orphans = [
+            w
+            for w in self._orphans.pop(namespace, [])
+            if waiting.key(w.template) not in keys | gone
+        ]
+        entries = [
+            w for w in waiting.fifo([*listed, *orphans]) if waiting.key(w.template) not in gone
+        ]
+        self._count(namespace, len(entries))
+        if not entries:
+            return None
+        loop_now = asyncio.get_running_loop().time()
+        self._forget(loop_now, [waiting.key(w.template) for w in entries])
+        try:
+            views = [QuotaView.of(q, now) for q in quotas]
+        except QuantityError:
+            return None  # an invalid quota refuses everything: nothing can fit
+        flying = waiting.in_flight(entries, {k: n for k, (n, _) in self._woken.items()})
+        picked = waiting.select([w for w in entries if self._kind(w) is not None], views, flying)
+        picked_keys = {waiting.key(w.template) for w in picked}
+        for w in picked:
+            await self._wake_one(namespace, w, now, loop_now)
+        orphans = [w for w in orphans if not self.gone(namespace, waiting.key(w.template))]
+        # orphans not woken have no quota listing them any more: keep them for the next round
+        left = [w for w in orphans if waiting.key(w.template) not in picked_keys]
+        if left:
+            self._orphans[namespace] = left
+        still = [w for w in entries if waiting.key(w.template) in keys]
+        return await self._audit(namespace, still, flying | picked_keys, loop_now)
+
+    def _count(self, namespace: str, n: int) -> None:
+        if n:
+            self._counts[namespace] = n
+        else:
+            self._counts.pop(namespace, None)
+        self.metrics.waiting.set(sum(self._counts.values()))
+
+    def _forget(self, loop_now: float, live: Collection[str]) -> None:
+        grace = self.settings.woken_grace
+        for k, (_, at) in list(self._woken.items()):
+            if at < loop_now - grace:
+                del self._woken[k]
+        for k in list(self._checked):
+            if k not in live and self._checked[k] < loop_now - 10 * self.settings.audit_period:
+                del self._checked[k]
+
+    async def _wake_one(
+        self, namespace: str, w: WaitingWorkload, now: datetime, loop_now: float
+    ) -> None:
+        kind = self._kind(w)
+        if kind is None:
+            return
+        k = waiting.key(w.template)
+        meta: JSON = {"annotations": {waiting.ANNOTATION: waiting.stamp(now)}}
+        if w.template.uid:
+            meta["uid"] = w.template.uid  # precondition: never touch a re-created template
+        extra = _fields(namespace, w)
+        try:
+            await self.api.merge_patch(
+                template_path(namespace, w, kind),
+                {"metadata": meta},
+                timeout=self.settings.patch_timeout,
+            )
+        except (NotFound, Conflict) as e:
+            self._template_gone(namespace, k, extra, str(e))
+            return
+        except (TimeoutError, KubeError, OSError) as e:
+            self.metrics.wakeups.labels("error").inc()
+            log.warning("waiting workload not woken", extra={**extra, "error": str(e)})
+            return
+        self._woken[k] = (w.refusals, loop_now)
+        self._checked[k] = loop_now
+        self.metrics.wakeups.labels("woken").inc()
+        since = parse_time(w.firstRefused)
+        log.info(
+            "waiting workload woken: quota has room",
+            extra={
+                **extra,
+                "requested": ",".join(f"{n}={q}" for n, q in sorted(w.requested.items())),
+                "waited_seconds": round((now - since).total_seconds(), 3) if since else None,
+                "refusals": w.refusals,
+            },
+        )
+
+    def _template_gone(self, namespace: str, k: str, extra: dict[str, str], why: str) -> None:
+        self._gone.setdefault(namespace, set()).add(k)
+        self._woken.pop(k, None)
+        self.metrics.wakeups.labels("gone").inc()
+        log.info("waiting workload left the list: template gone", extra={**extra, "detail": why})
+
+    async def _audit(
+        self,
+        namespace: str,
+        entries: Sequence[WaitingWorkload],
+        skip: Collection[str],
+        loop_now: float,
+    ) -> float | None:
+        """GET templates not seen for `audit_period`; the loop time of the next audit."""
+        period = self.settings.audit_period
+        due: float | None = None
+        for w in entries:
+            k = waiting.key(w.template)
+            kind = self._kind(w)
+            if k in skip or kind is None or self.gone(namespace, k):
+                continue
+            seen = self._checked.setdefault(k, loop_now)
+            if seen + period > loop_now:
+                due = min(due or seen + period, seen + period)
+                continue
+            extra = _fields(namespace, w)
+            try:
+                obj = await self.api.get(template_path(namespace, w, kind))
+            except NotFound as e:
+                self._template_gone(namespace, k, extra, str(e))
+                continue
+            except (TimeoutError, KubeError, OSError):
+                self._checked[k] = loop_now
+                due = min(due or loop_now + period, loop_now + period)
+                continue
+            uid = str((obj.get("metadata") or {}).get("uid", ""))
+            if w.template.uid and uid != w.template.uid:
+                self._template_gone(namespace, k, extra, f"{w.template.name} is now uid {uid}")
+                continue
+            self._checked[k] = loop_now
+            due = min(due or loop_now + period, loop_now + period)
+        if self._gone.get(namespace):
+            return loop_now + 0.05  # write the list without them at once
+        return due
+
+
+def _fields(namespace: str, w: WaitingWorkload) -> dict[str, str]:
+    ref = w.template
+    return {"namespace": namespace, "kind": ref.kind, "workload": ref.name, "uid": ref.uid}

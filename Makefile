@@ -60,3 +60,4 @@ down: install
 bench: binaries
 	$(PYTHON) -m bench.bench_recompute
 	$(PYTHON) -m bench.bench_admission --rounds 3 --seconds 8
+	$(PYTHON) -m bench.bench_requeue --trials 10 --refused-for 60

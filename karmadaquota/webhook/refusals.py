@@ -19,11 +19,12 @@ from datetime import UTC, datetime
 from pydantic import ValidationError
 
 from karmadaquota import waiting
-from karmadaquota.api import KarmadaQuota, ObjectReference, ResourceBinding
+from karmadaquota.api import KarmadaQuota, ObjectReference, ResourceBinding, WaitingWorkload
 from karmadaquota.charge import Charge
 from karmadaquota.evaluate import REASON_EXCEEDED, Decision, delta
-from karmadaquota.kube.client import Conflict, KubeError, NotFound
-from karmadaquota.webhook.batcher import QuotaBackend
+from karmadaquota.kube.client import JSON, KubeError, NotFound
+from karmadaquota.kube.retry import ConflictsExhausted, retry_on_conflict
+from karmadaquota.webhook.batcher import CONFLICT_BACKOFF, QuotaBackend
 
 log = logging.getLogger("karmadaquota.waiting")
 
@@ -190,45 +191,55 @@ class RefusalRecorder:
     async def _write_quota(
         self, namespace: str, name: str, refusals: list[waiting.Refusal], admitted: set[str]
     ) -> None:
-        cached = {q.metadata.name: q for q in self._store.quotas(namespace)}.get(name)
-        for attempt in range(self.max_attempts):
-            try:
-                if cached is None or attempt > 0:
-                    cached = KarmadaQuota.model_validate(await self._store.get(namespace, name))
-                    self._store.update(cached)
-            except (NotFound, ValidationError):
-                return
+        wanted: list[WaitingWorkload] = []
+
+        async def read() -> KarmadaQuota:
+            fresh = KarmadaQuota.model_validate(await self._store.get(namespace, name))
+            self._store.update(fresh)
+            return fresh
+
+        def mutate(quota: KarmadaQuota) -> JSON | None:
+            nonlocal wanted
             elsewhere = {
                 waiting.key(w.template)
                 for q in self._store.quotas(namespace)
                 if q.metadata.name != name
                 for w in q.status.waiting
             }
-            current = cached.status.waiting
+            current = quota.status.waiting
             wanted = waiting.remove(
                 waiting.record(current, refusals, self.per_namespace, elsewhere), admitted
             )
             if wanted == current:
-                return
-            status = cached.status.model_copy(update={"waiting": wanted})
-            body = cached.model_copy(update={"status": status}).model_dump(
+                return None
+            status = quota.status.model_copy(update={"waiting": wanted})
+            return quota.model_copy(update={"status": status}).model_dump(
                 mode="json", exclude_none=True
             )
-            try:
-                result = await self._store.put_status(body)
-            except Conflict:
-                continue
-            except NotFound:
-                return
-            self._store.update(KarmadaQuota.model_validate(result))
-            log.info(
-                "waiting list written",
-                extra={"namespace": namespace, "quota": name, "waiting": len(wanted)},
+
+        try:
+            result = await retry_on_conflict(
+                read,
+                mutate,
+                self._store.put_status,
+                first={q.metadata.name: q for q in self._store.quotas(namespace)}.get(name),
+                attempts=self.max_attempts,
+                backoff=CONFLICT_BACKOFF,
+            )
+        except (NotFound, ValidationError):
+            return  # the quota is gone (or unreadable): nothing to keep a list on
+        except ConflictsExhausted:
+            log.warning(
+                "waiting list not written: quota updated concurrently",
+                extra={"namespace": namespace, "quota": name},
             )
             return
-        log.warning(
-            "waiting list not written: quota updated concurrently",
-            extra={"namespace": namespace, "quota": name},
+        if result is None:
+            return
+        self._store.update(KarmadaQuota.model_validate(result))
+        log.info(
+            "waiting list written",
+            extra={"namespace": namespace, "quota": name, "waiting": len(wanted)},
         )
 
     async def close(self) -> None:

@@ -3,8 +3,9 @@
 The shape of client-go's `retry.RetryOnConflict`: build the object to write from a version,
 write it with that version's resourceVersion, and on Conflict read the object again and build
 anew from the fresh version. Every writer of karmadaquota (the webhook's reservations and their
-compensation, its waiting list, the controller's recomputed status) goes through `retry_on_conflict`; the pause
-before each re-read comes from `Backoff`, also used between reconnections of a watch.
+compensation, its waiting list, the controller's recomputed status) goes through
+`retry_on_conflict`; the pause before each re-read comes from `Backoff`, also used between
+reconnections of a watch.
 """
 
 from __future__ import annotations

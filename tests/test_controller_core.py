@@ -439,3 +439,26 @@ async def test_room_freed_wakes_the_waiting_workload_and_the_list_survives_statu
     await until(lambda: templates.patched() == ["b"])
     assert used(api) == {"pods": "0"}
     assert [w["template"]["name"] for w in api.quotas["q"]["status"]["waiting"]] == ["b"]
+
+
+async def test_deleting_the_refusing_quota_wakes_its_waiting_workload(env: Any) -> None:
+    from karmadaquota.controller.wake import Waker, WakeSettings
+    from tests.test_wake import FakeTemplates
+
+    api, c, _ = env
+    templates = FakeTemplates("b", namespace=NS)
+    c.waker = Waker(templates, c.metrics, WakeSettings())  # type: ignore[arg-type]
+    entry = {
+        "template": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "b", "uid": "uid-b"},
+        "binding": "b-deployment",
+        "requested": {"pods": "2"},
+        "firstRefused": "2026-01-01T00:00:00.000000Z",
+    }
+    api.add_quota("q", {"pods": "0"}, waiting=[entry])
+    await c.resync()
+    await until(lambda: used(api) == {"pods": "0"})
+    assert templates.patches == []  # hard 0: it does not fit
+    # the namespace has no quota left: nothing limits b, and only the deleted quota knew of it
+    c.quota_event("DELETED", api.quotas.pop("q"))
+    await until(lambda: templates.patched() == ["b"])
+    assert sample(c, "karmadaquota_wakeups_total", result="woken") == 1

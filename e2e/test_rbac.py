@@ -17,6 +17,7 @@ import pytest
 
 from e2e.testbed import TestBed, product
 from e2e.testbed.storm import binding
+from e2e.testbed.workloads import deployment
 from karmadaquota.kube.client import KubeClient, KubeError
 
 pytestmark = pytest.mark.e2e
@@ -100,6 +101,10 @@ async def objects(admin: KubeClient, testbed: TestBed, manifests: None) -> dict[
     await admin.post(
         f"/apis/work.karmada.io/v1alpha2/namespaces/{ns}/resourcebindings", binding(ns, "b")
     )
+    # a resource template (no PropagationPolicy: Karmada leaves it alone) for the requeue calls
+    await admin.post(
+        f"/apis/apps/v1/namespaces/{ns}/deployments", deployment(ns, "d", 0, {"cpu": "1m"})
+    )
     return {"ns": ns, "member": testbed.members[0]}
 
 
@@ -109,6 +114,7 @@ async def test_the_controller_can_make_every_call_it_makes_and_nothing_else(
     c, ns = controller_client, objects["ns"]
     quota = f"/apis/quota.karmada.io/v1alpha1/namespaces/{ns}/karmadaquotas/q"
     binding_path = f"/apis/work.karmada.io/v1alpha2/namespaces/{ns}/resourcebindings/b"
+    template = f"/apis/apps/v1/namespaces/{ns}/deployments/d"
     current = await c.get(quota)
     lease = {
         "apiVersion": "coordination.k8s.io/v1",
@@ -132,9 +138,15 @@ async def test_the_controller_can_make_every_call_it_makes_and_nothing_else(
         "list CRDs (kopf)": ("GET", CRDS, None),
         "create the Lease": ("POST", LEASES, lease),
         "get the Lease": ("GET", f"{LEASES}/karmadaquota-controller", None),
+        "get a Deployment (requeue audit)": ("GET", template, None),
     }
     got = {what: await status_of(c, *call) for what, call in allowed.items()}
     assert got == {what: 200 for what in allowed}, got
+    # requeue: the merge patch of one annotation the waker sends (controller/wake.py)
+    patched = await c.merge_patch(
+        template, {"metadata": {"annotations": {"quota.karmada.io/requeued-at": "rbac-test"}}}
+    )
+    assert patched["metadata"]["annotations"]["quota.karmada.io/requeued-at"] == "rbac-test"
     held = await c.get(f"{LEASES}/karmadaquota-controller")
     assert await status_of(c, "PUT", f"{LEASES}/karmadaquota-controller", held) == 200
 
@@ -164,6 +176,9 @@ async def test_the_controller_can_make_every_call_it_makes_and_nothing_else(
                 f"/api/v1/namespaces/{ns}/events",
                 {"metadata": {"name": "e"}, "involvedObject": {"name": "q"}},
             ),
+            "replace a Deployment": ("PUT", template, await admin.get(template)),
+            "delete a Deployment": ("DELETE", template, None),
+            "get a DaemonSet": ("GET", f"/apis/apps/v1/namespaces/{ns}/daemonsets/d", None),
             "delete a cluster": (
                 "DELETE",
                 f"/apis/cluster.karmada.io/v1alpha1/clusters/{objects['member']}",

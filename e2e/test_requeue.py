@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import urllib.request
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import pytest
@@ -141,13 +141,6 @@ async def admitted(s: Stack, ns: str, name: str, replicas: int) -> None:
         return await placed(s, ns, name) == replicas
 
     await eventually(done, 90, f"{name} admitted and scheduled")
-
-
-def used_pods(s: Stack, ns: str, want: str) -> Callable[[], Awaitable[bool]]:
-    async def check() -> bool:
-        return bool((await quota_status(s, ns)).get("used", {}).get("pods") == want)
-
-    return check
 
 
 async def set_hard(s: Stack, ns: str, pods: int) -> None:
@@ -310,12 +303,13 @@ async def test_with_waking_off_nothing_is_patched_and_karmada_retries_as_before(
         await admitted(s, ns, "a", 2)
         await refused_and_listed(s, ns, "b", 2)
         await s.bed.akubectl("delete", "deployment", "a", "-n", ns, "--wait=false")
-        await eventually(used_pods(s, ns, "0"), 60, "a's usage released")
 
         async def b_placed() -> bool:
             return await placed(s, ns, "b") == 2
 
-        # Karmada's own backoff (short: b was refused only briefly) lets b through
+        # Karmada's own backoff (short: b was refused only briefly) lets b through, often so
+        # soon after a's binding is gone that `used` is pods=0 for less than a poll: b placed
+        # with pods: 2 is itself the proof that a's usage was released
         await eventually(b_placed, 120, "b admitted by Karmada's own retry")
         assert not await annotated(s, ns, "b")
         assert s.wakeups() == 0

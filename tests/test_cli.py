@@ -18,3 +18,25 @@ def test_uvloop_event_loop_without_uvloop_is_a_clear_error(
     )
     assert code == 2
     assert "--event-loop=uvloop: uvloop is not installed" in capsys.readouterr().err
+
+
+def test_requeue_flags_reach_the_controller_config() -> None:
+    from karmadaquota.controller.main import config_from
+
+    parse = cli._parser().parse_args
+    on = config_from(parse(["controller", "--requeue-kind", "batch/Job"]), {})
+    assert on.requeue is not None
+    assert [(k.group, k.kind, k.resource) for k in on.requeue.kinds] == [
+        ("apps", "Deployment", "deployments"),
+        ("apps", "StatefulSet", "statefulsets"),
+        ("batch", "Job", "jobs"),
+    ]
+    assert config_from(parse(["controller", "--no-requeue"]), {}).requeue is None
+
+
+def test_a_malformed_requeue_kind_is_refused_when_parsing(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):
+        cli._parser().parse_args(["controller", "--requeue-kind", "Deployment"])
+    assert "invalid kind 'Deployment': use <group>/<Kind>" in capsys.readouterr().err

@@ -21,7 +21,6 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from karmadaquota.api import KarmadaQuotaStatus
 from karmadaquota.controller import recompute as rc
 from karmadaquota.controller.dirty import DirtyQueue
 from karmadaquota.controller.index import BindingIndex, safe_observe
@@ -268,7 +267,6 @@ class Controller:
         if record.quota is None:
             return True  # unreadable (logged): nothing to recompute until it changes
         extra = {"namespace": ns, "quota": name, "uid": record.quota.metadata.uid}
-        before = record.quota.status
         outcome: rc.Outcome | None = None
 
         async def read() -> QuotaRecord:
@@ -328,14 +326,7 @@ class Controller:
                 "released": dict(outcome.released),
             },
         )
-        self.quota_written(ns, name, before, outcome.status)
         return True
-
-    def quota_written(
-        self, namespace: str, name: str, before: KarmadaQuotaStatus, after: KarmadaQuotaStatus
-    ) -> None:
-        """The one place that knows a quota's status was recomputed and written, old and new
-        (`used`, `hard`, reservations): where released usage or a raised limit is noticed."""
 
     def _schedule_expiry(self, namespace: str, expiry: datetime | None, now: datetime) -> None:
         if expiry is None:

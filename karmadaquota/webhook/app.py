@@ -170,19 +170,18 @@ class Webhook:
             return Decision(False, f"invalid ResourceBinding: {api.describe(e)}", REASON_INVALID)
         except QuantityError as e:
             return Decision(False, f"invalid ResourceBinding: {e}", REASON_INVALID)
+        name = new.metadata.name or req.name
         if new_charge.invalid:
             return Decision(
                 False,
                 invalid_message(
-                    f"{api.BINDING_KIND}.{api.BINDING_GROUP}",
-                    new.metadata.name or req.name,
-                    new_charge.invalid,
+                    f"{api.BINDING_KIND}.{api.BINDING_GROUP}", name, new_charge.invalid
                 ),
                 REASON_INVALID,
             )
         pending = Pending(
             namespace=req.namespace,
-            name=new.metadata.name or req.name,
+            name=name,
             uid=new.metadata.uid,
             generation=new.metadata.generation,
             new=new_charge,

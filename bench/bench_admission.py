@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench import profiles
 from e2e.testbed import TestBed, product
 from e2e.testbed.aio import eventually
 from e2e.testbed.storm import StormResult, binding, pod, storm
@@ -45,6 +46,25 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU time a process has used so far (from /proc)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def processes(bed: TestBed, named: dict[str, int]) -> dict[str, int]:
+    """Every process of the bed (etcd, API servers, Karmada's components) and ours, by name."""
+    assert bed.supervisor is not None
+    out = {c.name: c.pid for c in bed.supervisor.components if c.exit_code() is None}
+    return out | named
+
+
+def cpu_by_process(pids: dict[str, int]) -> dict[str, float]:
+    return {name: cpu_seconds(pid) for name, pid in pids.items()}
+
+
+def opened(metrics: str) -> float:
+    """Connections the webhook has accepted so far (`karmadaquota_webhook_connections_total`)."""
+    for line in metrics.splitlines():
+        if line.startswith('karmadaquota_webhook_connections_total{event="opened"}'):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
 
 
 def histogram(metrics: str, name: str) -> dict[float, float]:
@@ -113,7 +133,14 @@ def observed(bed: TestBed, ns: str, admit: int) -> bool:
 
 async def run(args: argparse.Namespace) -> str:
     home = Path(tempfile.mkdtemp(prefix="karmadaquota-bench-"))
-    bed = TestBed.start(home, ["member1"], ephemeral=True, quiet=True)
+    skip = profiles.available() if args.profile else "profiling off (--profile)"
+    bed = TestBed.start(
+        home,
+        ["member1"],
+        ephemeral=True,
+        quiet=True,
+        karmada_apiserver_args=["--profiling=true"] if skip is None else [],
+    )
     controller = None
     hook = None
     try:
@@ -125,6 +152,17 @@ async def run(args: argparse.Namespace) -> str:
         admit = args.count * 3 // 5
         results: dict[str, list[StormResult]] = {k: [] for k in KINDS}
         cpu: dict[str, list[tuple[float, float]]] = {"bindings": []}
+        pids = processes(
+            bed,
+            {
+                "karmadaquota webhook": hook.proc.popen.pid,
+                "karmadaquota controller": controller.popen.pid,
+            },
+        )
+        # CPU per create of every process, per kind: where the cost of a quota goes
+        spent: dict[str, list[dict[str, float]]] = {k: [] for k in KINDS}
+        samples: dict[str, list[Path]] = {}  # profiles of round 0's binding storms
+        handshakes: dict[str, list[float]] = {k: [] for k in KINDS}  # webhook connections
         shortfalls: list[str] = []
         for r in range(args.rounds):
             for kind in KINDS:
@@ -137,6 +175,13 @@ async def run(args: argparse.Namespace) -> str:
                     await namespace_with_quota(bed, ns, kind, admit)
                 path, make = (PODS, pod) if kind == "pods" else (RB, binding)
                 cpu_before = (cpu_seconds(hook.proc.popen.pid), cpu_seconds(controller.popen.pid))
+                all_before = cpu_by_process(pids)
+                conn_before = opened(await hook.metrics())
+                profiling = (
+                    asyncio.gather(*profile(bed, pids, kind, home, args.profile_seconds))
+                    if skip is None and r == 0 and kind != "pods"
+                    else None
+                )
                 res = await storm(
                     api,
                     path.format(ns=ns),
@@ -145,6 +190,8 @@ async def run(args: argparse.Namespace) -> str:
                     concurrency=args.concurrency,
                     deadline=300,
                 )
+                if profiling is not None:
+                    samples[kind] = await profiling
                 if len(res.admitted) > expected:
                     raise AssertionError(f"{kind}: admitted {len(res.admitted)} > {expected}")
                 if len(res.admitted) < expected:  # reported: timeouts on a loaded machine
@@ -166,12 +213,28 @@ async def run(args: argparse.Namespace) -> str:
                             (cpu_seconds(controller.popen.pid) - cpu_before[1]) / args.count,
                         )
                     )
+                all_after = cpu_by_process(pids)
+                handshakes[kind].append((opened(await hook.metrics()) - conn_before) / args.count)
+                spent[kind].append(
+                    {n: (all_after[n] - all_before[n]) * 1000 / args.count for n in pids}
+                )
                 results[kind].append(res)
-        # the storm table first: the paced load may take long on a loaded machine
-        print(report(args, results, [], admit, cpu["bindings"], shortfalls), flush=True)
+        profiled = [
+            *where(spent, samples, skip),
+            "",
+            "Connections the API server opened to the webhook (each a TLS handshake) per create, "
+            "median: "
+            + ", ".join(
+                f"{k} {statistics.median(handshakes[k]):.2f}" for k in KINDS if k != "pods"
+            ),
+        ]
+        # the storm tables first: the paced load may take long on a loaded machine
+        storms = report(args, results, [], admit, cpu["bindings"], shortfalls, spent)
+        print("\n".join([storms, *profiled]), flush=True)
         paced = [await paced_load(bed, api, hook, rate, args.seconds) for rate in args.rates]
         await api.close()
-        return report(args, results, paced, admit, cpu["bindings"], shortfalls)
+        final = report(args, results, paced, admit, cpu["bindings"], shortfalls, spent)
+        return "\n".join([final, *profiled])
     finally:
         if hook is not None:
             await asyncio.to_thread(product.unregister, bed)
@@ -237,6 +300,7 @@ def report(
     admit: int,
     cpu: list[tuple[float, float]],
     shortfalls: list[str],
+    spent: dict[str, list[dict[str, float]]],
 ) -> str:
     def med(kind: str, f: Any) -> float:
         return statistics.median(f(r) for r in results[kind])
@@ -272,6 +336,11 @@ def report(
         f"has observed every admitted binding, ÷ {args.count} creates): webhook "
         f"{hook_ms:.2f} ms, controller {ctl_ms:.2f} ms, together {hook_ms + ctl_ms:.2f} ms.",
         "",
+        "CPU per create of every process on the bed (ms, median over rounds), in the binding "
+        "storm with the quota and without; the difference is what the quota costs the machine:",
+        "",
+        *breakdown(spent),
+        "",
         f"Paced binding creates for {args.seconds} s each; server-side latency from the "
         "webhook's own histograms (upper bucket bounds); own share = review latency minus the "
         "time its namespace spent in quota API calls (status writes) meanwhile:",
@@ -289,6 +358,79 @@ def report(
     return "\n".join(lines)
 
 
+PROFILED = (
+    ("karmada-apiserver", profiles.APISERVER_SHARES),
+    ("karmadaquota webhook", profiles.WEBHOOK_SHARES),
+    ("karmadaquota controller", profiles.CONTROLLER_SHARES),
+)
+
+
+def profile(bed: TestBed, pids: dict[str, int], kind: str, home: Path, seconds: int) -> list[Any]:
+    """The three profilers over the next `seconds` (started with the storm, so inside it)."""
+    out = home / "profiles"
+    out.mkdir(exist_ok=True)
+    return [
+        profiles.apiserver(bed, seconds, out / f"apiserver-{kind}.pb.gz"),
+        profiles.python(pids["karmadaquota webhook"], seconds, out / f"webhook-{kind}.txt"),
+        profiles.python(pids["karmadaquota controller"], seconds, out / f"controller-{kind}.txt"),
+    ]
+
+
+def where(
+    spent: dict[str, list[dict[str, float]]], samples: dict[str, list[Path]], skip: str | None
+) -> list[str]:
+    """Each profiled process's CPU per create split into its shares, with quota and without."""
+    if skip is not None:
+        return ["", f"({skip})"]
+    lines = [
+        "",
+        "Where the CPU of a create goes (profiles inside round 0's two binding storms; a share "
+        "× the process's CPU per create of that storm; indented rows are part of the row above, "
+        "webhook calls are part of creates):",
+    ]
+    for i, (process, shares) in enumerate(PROFILED):
+        lines += ["", f"| {process} | with quota (ms) | without (ms) | difference |"]
+        lines.append("|---|---|---|---|")
+        split = {}
+        for kind in ("bindings", "bindings-no-quota"):
+            path = samples[kind][i]
+            frac = (
+                profiles.pprof_shares(path, shares)
+                if path.suffix == ".gz"
+                else profiles.spy_shares(path, shares)
+            )
+            split[kind] = {n: f * spent[kind][0][process] for n, f in frac.items()}
+        for name in split["bindings"]:
+            w, wo = split["bindings"][name], split["bindings-no-quota"][name]
+            label = name.replace("  ", "↳ ", 1) if name.startswith("  ") else name
+            lines.append(f"| {label} | {w:.2f} | {wo:.2f} | {w - wo:+.2f} |")
+        w, wo = spent["bindings"][0][process], spent["bindings-no-quota"][0][process]
+        lines.append(f"| **whole process** | **{w:.2f}** | **{wo:.2f}** | **{w - wo:+.2f}** |")
+    return lines
+
+
+def breakdown(spent: dict[str, list[dict[str, float]]]) -> list[str]:
+    names = sorted(
+        spent["bindings"][0],
+        key=lambda n: -statistics.median(r[n] for r in spent["bindings"]),
+    )
+
+    def med(kind: str, name: str) -> float:
+        return statistics.median(r[name] for r in spent[kind])
+
+    rows = ["| process | with quota | without | difference |", "|---|---|---|---|"]
+    total = {"bindings": 0.0, "bindings-no-quota": 0.0}
+    for n in names:
+        w, wo = med("bindings", n), med("bindings-no-quota", n)
+        total["bindings"] += w
+        total["bindings-no-quota"] += wo
+        if w >= 0.01 or wo >= 0.01:
+            rows.append(f"| {n} | {w:.2f} | {wo:.2f} | {w - wo:+.2f} |")
+    w, wo = total["bindings"], total["bindings-no-quota"]
+    rows.append(f"| **all** | **{w:.2f}** | **{wo:.2f}** | **{w - wo:+.2f}** |")
+    return rows
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--count", type=int, default=500)
@@ -302,6 +444,13 @@ def main() -> None:
         default=[],
         help="extra webhook flag, e.g. --webhook-arg=--event-loop=uvloop",
     )
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="profile karmada-apiserver (pprof), the webhook and the controller (py-spy) in "
+        "round 0's binding storms and print where each one's CPU per create goes",
+    )
+    p.add_argument("--profile-seconds", type=int, default=3, help="profile window, inside a storm")
     print(asyncio.run(run(p.parse_args())))
 
 

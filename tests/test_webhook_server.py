@@ -13,6 +13,7 @@ import json
 import ssl
 import time
 import warnings
+from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import cast
@@ -68,8 +69,9 @@ def self_signed(directory: Path) -> tuple[str, str]:
 
 
 class Served:
-    def __init__(self, listener: Listener, cert_file: str) -> None:
+    def __init__(self, listener: Listener, cert_file: str, events: Counter[str]) -> None:
         self.listener = listener
+        self.events = events  # what the listener reported to its on_connection callback
         self.client_ctx = ssl.create_default_context(cafile=cert_file)
         self.url = f"https://127.0.0.1:{listener.port}{PATH}"
 
@@ -89,7 +91,9 @@ class Served:
         )
 
 
-async def start(tmp_path: Path, limits: ServerLimits) -> tuple[Listener, str]:
+async def start(
+    tmp_path: Path, limits: ServerLimits, events: Counter[str] | None = None
+) -> tuple[Listener, str]:
     cert_file, key_file = self_signed(tmp_path)
     store = FakeStore(quota_doc(hard={"requests.cpu": "1000", "pods": "1000"}))
     cache = QuotaCache(cast(KubeClient, None))
@@ -97,16 +101,24 @@ async def start(tmp_path: Path, limits: ServerLimits) -> tuple[Listener, str]:
         cache.update(q)
     cache.synced.set()
     app = build_app(Webhook(cache, Batcher(store), WebhookMetrics()))
-    listener = await serve(app, "127.0.0.1", 0, tls_context(cert_file, key_file), limits)
+    listener = await serve(
+        app,
+        "127.0.0.1",
+        0,
+        tls_context(cert_file, key_file),
+        limits,
+        None if events is None else lambda event: events.update([event]),
+    )
     return listener, cert_file
 
 
 @pytest.fixture
 async def served(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Served]:
     limits = getattr(request, "param", ServerLimits(read_timeout=1.0, max_connections=400))
-    listener, cert_file = await start(tmp_path, limits)
+    events: Counter[str] = Counter()
+    listener, cert_file = await start(tmp_path, limits, events)
     try:
-        yield Served(listener, cert_file)
+        yield Served(listener, cert_file, events)
     finally:
         await listener.close()
 
@@ -185,6 +197,8 @@ async def test_many_slow_connections_do_not_keep_an_ordinary_review_waiting(
     closed = await asyncio.gather(*(closed_by_server(r, within=10) for r, _ in slow))
     assert all(closed), f"{closed.count(False)} slow connections still open"
     assert served.listener.guard.timed_out >= 200
+    assert served.events["timed_out"] == served.listener.guard.timed_out
+    assert served.events["opened"] >= 201
     for _, writer in slow:
         writer.close()
     print(f"ordinary review answered in {answered_in:.3f}s beside 200 slow connections")
@@ -215,6 +229,8 @@ async def test_connections_over_the_limit_are_closed_at_once_not_queued(served: 
     reader, writer = await served.open_raw()
     assert await closed_by_server(reader, within=5)  # long before the 30 s read deadline
     assert served.listener.guard.refused >= 1
+    assert served.events["refused"] == served.listener.guard.refused
+    assert served.events["opened"] == 5  # the refused one is not counted as opened
     writer.close()
     held[0][1].close()
 
@@ -231,3 +247,18 @@ async def test_connections_over_the_limit_are_closed_at_once_not_queued(served: 
     assert await room_again() == 200
     for _, w in held[1:]:
         w.close()
+
+
+async def test_connections_are_counted_once_each_not_per_review(served: Served) -> None:
+    """`opened` counts TLS connections (handshakes): five reviews over one kept-alive
+    connection are one; five clients are five."""
+    body = json.dumps(review(binding_doc("ok", cpu="1"))).encode()
+    async with aiohttp.ClientSession() as s:
+        for _ in range(5):
+            async with s.post(served.url, data=body, ssl=served.client_ctx) as r:
+                assert r.status == 200
+                await r.read()
+    assert served.events["opened"] == 1
+    for _ in range(4):
+        assert await served.admit() == 200
+    assert served.events["opened"] == 5

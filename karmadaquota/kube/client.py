@@ -3,18 +3,20 @@
 kubernetes_asyncio loads the credentials (kubeconfig or in-cluster service account) — that is
 the part worth a library. The requests themselves go through one pooled aiohttp session as
 plain JSON: the quota hot path (GET, PUT status, WATCH) needs no generated models, and raw
-dicts keep a status write to one serialisation.
+dicts keep a status write to one serialisation. Bodies and watch events are encoded and decoded
+with orjson, several times faster than the standard library on quota and binding objects (the
+controller decodes every binding event; the webhook encodes every status write).
 """
 
 from __future__ import annotations
 
-import json
 import ssl
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import aiohttp
+import orjson
 from kubernetes_asyncio.client import Configuration
 from kubernetes_asyncio.config import load_incluster_config, load_kube_config
 
@@ -61,9 +63,21 @@ class Api(Protocol):
     async def get(self, path: str, params: Mapping[str, str] | None = None) -> JSON: ...
 
 
+_JSON_BODY = {"Content-Type": "application/json"}
+
+
+async def _answer(resp: aiohttp.ClientResponse) -> JSON:
+    """The decoded body of a success; the server's own error otherwise."""
+    data = await resp.read()
+    if resp.status >= 400:
+        raise _error(resp.status, data.decode(errors="replace"))
+    result: JSON = orjson.loads(data) if data else {}
+    return result
+
+
 def _error(status: int, body: str) -> KubeError:
     try:
-        doc = json.loads(body)
+        doc = orjson.loads(body)
         reason, message = str(doc.get("reason", "")), str(doc.get("message", body))
     except (ValueError, AttributeError):
         reason, message = "", body
@@ -165,7 +179,6 @@ class KubeClient:
             self._session = aiohttp.ClientSession(
                 headers=self._headers,
                 connector=aiohttp.TCPConnector(ssl=self._ssl, limit=64),
-                json_serialize=json.dumps,
             )
         return self._session
 
@@ -184,15 +197,12 @@ class KubeClient:
         async with self.session.request(
             method,
             self.host + path,
-            json=body,
+            data=None if body is None else orjson.dumps(body),
+            headers=None if body is None else _JSON_BODY,
             params=params,
             timeout=aiohttp.ClientTimeout(total=timeout),
         ) as resp:
-            text = await resp.text()
-            if resp.status >= 400:
-                raise _error(resp.status, text)
-            result: JSON = json.loads(text) if text else {}
-            return result
+            return await _answer(resp)
 
     async def get(self, path: str, params: Mapping[str, str] | None = None) -> JSON:
         return await self.request("GET", path, params=params)
@@ -207,15 +217,11 @@ class KubeClient:
         """PATCH with a JSON merge patch (RFC 7386), e.g. one metadata annotation."""
         async with self.session.patch(
             self.host + path,
-            data=json.dumps(body),
+            data=orjson.dumps(body),
             headers={"Content-Type": "application/merge-patch+json"},
             timeout=aiohttp.ClientTimeout(total=timeout),
         ) as resp:
-            text = await resp.text()
-            if resp.status >= 400:
-                raise _error(resp.status, text)
-            result: JSON = json.loads(text) if text else {}
-            return result
+            return await _answer(resp)
 
     async def watch(
         self, path: str, resource_version: str, timeout_seconds: int = 300
@@ -237,8 +243,8 @@ class KubeClient:
             async for line in resp.content:
                 if not line.strip():
                     continue
-                event = json.loads(line)
+                event = orjson.loads(line)
                 kind, obj = event.get("type", ""), event.get("object", {})
                 if kind == "ERROR":
-                    raise _error(int(obj.get("code", 500)), json.dumps(obj))
+                    raise _error(int(obj.get("code", 500)), orjson.dumps(obj).decode())
                 yield kind, obj

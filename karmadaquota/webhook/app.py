@@ -420,7 +420,12 @@ async def running(settings: WebhookSettings) -> AsyncIterator[tuple[Webhook, int
 
     tasks.append(asyncio.create_task(mark_synced()))
     listener = await serve(
-        build_app(webhook), settings.bind_address, settings.port, certs.context, settings.limits
+        build_app(webhook),
+        settings.bind_address,
+        settings.port,
+        certs.context,
+        settings.limits,
+        metrics.connection,
     )
     port = listener.port
     log.info("webhook serving", extra={"address": settings.bind_address, "port": port})

@@ -81,6 +81,13 @@ class WebhookMetrics:
             buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
             registry=r,
         )
+        self.connections = Counter(
+            "karmadaquota_webhook_connections_total",
+            "Client connections by event: opened (each one a TLS handshake), refused over the "
+            "connection limit, timed_out waiting for a request.",
+            ["event"],
+            registry=r,
+        )
         self.cache_synced = Gauge(
             "karmadaquota_quota_cache_synced",
             "1 once the KarmadaQuota watch cache has listed every quota.",
@@ -110,6 +117,9 @@ class WebhookMetrics:
         children[0].observe(seconds)
         children[1].observe(own)
         children[2].inc()
+
+    def connection(self, event: str) -> None:
+        self.connections.labels(event).inc()
 
     def observe_write(self, result: str, seconds: float) -> None:
         self.status_writes.labels(result).inc()

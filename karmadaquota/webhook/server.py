@@ -67,9 +67,14 @@ class ConnectionGuard:
     being handled is never cut: its body has its own deadline (`middleware`).
     """
 
-    def __init__(self, limits: ServerLimits) -> None:
+    def __init__(
+        self, limits: ServerLimits, on_connection: Callable[[str], None] | None = None
+    ) -> None:
         self.server: web.Server | None = None  # aiohttp's factory, once the runner is set up
         self._limits = limits
+        # "opened", "refused", "timed_out": the API server opens a TLS connection (a handshake,
+        # our costliest step) for each review it sends beyond the idle connections it keeps
+        self._on_connection = on_connection or (lambda _event: None)
         # handler -> requests it has started; dropped at its first deadline after it closed
         self._started: dict[RequestHandler, int] = {}
         self._busy: set[RequestHandler] = set()
@@ -80,7 +85,9 @@ class ConnectionGuard:
         assert self.server is not None, "ConnectionGuard.server is set before serving"
         if len(self.server.connections) >= self._limits.max_connections:
             self.refused += 1
+            self._on_connection("refused")
             return _Refused()
+        self._on_connection("opened")
         handler = self.server()
         self._started[handler] = 0
         self._arm(handler)
@@ -96,6 +103,7 @@ class ConnectionGuard:
             return  # working, or it started a request since (re-armed when that is done)
         if handler.transport is not None:
             self.timed_out += 1
+            self._on_connection("timed_out")
         # also when not connected yet (TLS handshake pending): it then closes at once
         handler.force_close()
         self._started.pop(handler, None)
@@ -144,10 +152,11 @@ async def serve(
     port: int,
     ctx: ssl.SSLContext,
     limits: ServerLimits | None = None,
+    on_connection: Callable[[str], None] | None = None,
 ) -> Listener:
     """Serve `app` over HTTPS on host:port (0 picks a free port) within `limits`."""
     limits = limits or ServerLimits()
-    guard = ConnectionGuard(limits)
+    guard = ConnectionGuard(limits, on_connection)
     app.middlewares.append(guard.middleware)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()

@@ -30,6 +30,7 @@ from bench.bench_admission import histogram, quantile
 from e2e.testbed import TestBed, product
 from e2e.testbed.storm import binding
 from karmadaquota.kube.client import JSON, KubeClient, KubeError
+from karmadaquota.quantity import Quantity
 
 RB = "/apis/work.karmada.io/v1alpha2/namespaces/{ns}/resourcebindings"
 QUOTAS = "/apis/quota.karmada.io/v1alpha1/namespaces/{ns}/karmadaquotas"
@@ -103,9 +104,12 @@ async def ready_count(api: KubeClient, counts: dict[str, int]) -> int:
         ns = q["metadata"]["namespace"]
         status = q.get("status", {})
         cond = {c.get("type"): c.get("status") for c in status.get("conditions", [])}
-        if cond.get("Ready") == "True" and status.get("used", {}).get("pods") == str(
-            counts.get(ns, -1)
-        ):
+        pods = status.get("used", {}).get("pods")
+        if (
+            cond.get("Ready") == "True"
+            and pods is not None
+            and Quantity.parse(pods) == Quantity.from_int(counts.get(ns, -1))
+        ):  # a quantity compared as one: 10000 is written in canonical form, "10k"
             ready += 1
     return ready
 

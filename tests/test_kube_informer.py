@@ -127,6 +127,46 @@ async def test_relist_delivers_the_difference_in_pages() -> None:
     assert h.relisted_at == [10] and inf.synced.is_set()
 
 
+async def test_each_page_is_delivered_before_the_next_is_fetched() -> None:
+    """A list is folded in page by page (the controller never holds 30,000 raw objects)."""
+    h = Record()
+    server = Server([obj("a", 3), obj("b", 4), obj("c", 5)], rv=10)
+    seen_at_fetch: list[int] = []
+    fetch = server.get
+
+    async def get(path: str, params: Mapping[str, str] | None = None) -> JSON:
+        seen_at_fetch.append(len(h.calls))
+        return await fetch(path, params)
+
+    server.get = get  # type: ignore[method-assign]
+    await informer(server, h).relist()
+    assert seen_at_fetch == [0, 2]  # a and b delivered before the second page was asked for
+
+
+async def test_a_list_cut_short_deletes_nothing_and_is_started_again() -> None:
+    """An expired continue token mid-list: the pages already delivered stand, nothing held is
+    deleted on the strength of the partial list, and the list starts over."""
+    h = Record()
+    server = Server([obj("a", 3), obj("b", 4), obj("c", 5)], rv=10)
+    inf = informer(server, h)
+    inf.offer("ADDED", obj("c", 5))
+    fetch = server.get
+    expired = [True]
+
+    async def get(path: str, params: Mapping[str, str] | None = None) -> JSON:
+        if (params or {}).get("continue") and expired:
+            expired.clear()
+            raise Gone(410, "Expired", "continue token expired")
+        return await fetch(path, params)
+
+    server.get = get  # type: ignore[method-assign]
+    await inf.relist()
+    assert [p.get("continue") for p in server.lists] == [None, None, "2"]
+    assert not [c for c in h.calls if c[0] == "deleted"]
+    assert sorted(h.calls) == [("added", "a", "3"), ("added", "b", "4"), ("added", "c", "5")]
+    assert h.relisted_at == [10]
+
+
 async def test_watch_resumes_from_the_last_version_and_relists_on_410() -> None:
     h = Record()
     server = Server([obj("a", 3)], rv=10)

@@ -205,7 +205,12 @@ class Controller:
         return snapshot
 
     async def flush(self, namespace: str) -> None:
-        """Recompute every quota of `namespace`; the leader writes those that differ."""
+        """Recompute every quota of `namespace`; the leader writes those that differ.
+
+        Nothing is computed before bindings and quotas are listed in full (the first list
+        arrives page by page; every namespace is marked again once it is complete)."""
+        if not self.synced.is_set():
+            return
         contended = False
         for record in self.quotas.quotas(namespace):
             contended = not await self._sync_quota(record) or contended

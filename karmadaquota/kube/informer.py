@@ -149,10 +149,19 @@ class Informer:
 
     def replace(self, items: list[JSON], list_rv: int) -> None:
         """Deliver a full list taken at `list_rv` as the difference to what is held."""
-        listed: set[tuple[str, str]] = set()
+        self._finish_list(self._deliver_page(items, set()), list_rv)
+
+    def _deliver_page(
+        self, items: list[JSON], listed: set[tuple[str, str]]
+    ) -> set[tuple[str, str]]:
+        """Deliver one page of a list; `listed` collects the keys seen so far."""
         for obj in items:
             listed.add(_key(obj.get("metadata") or {}))
             self.offer(MODIFIED, obj)
+        return listed
+
+    def _finish_list(self, listed: set[tuple[str, str]], list_rv: int) -> None:
+        """The list is complete: what is held but was not listed has been deleted meanwhile."""
         for key, have in list(self.held.items()):
             if key not in listed and (not list_rv or not have.rv or have.rv <= list_rv):
                 del self.held[key]
@@ -163,35 +172,44 @@ class Informer:
 
     # ---- I/O -------------------------------------------------------------------------------
 
-    async def list(self, client: Lister) -> tuple[list[JSON], str]:
-        """Every object, page by page (`limit`/`continue`), and the list's resourceVersion."""
-        items: list[JSON] = []
+    async def list(self, client: Lister) -> tuple[set[tuple[str, str]], str]:
+        """List every object page by page (`limit`/`continue`), delivering each page as it
+        arrives; the keys listed and the list's resourceVersion.
+
+        A page is folded in and dropped before the next is fetched: holding a whole list of
+        raw objects (30,000 bindings) would cost the controller more memory than everything
+        it keeps of them, and Python keeps a process's peak heap for good.
+        """
+        listed: set[tuple[str, str]] = set()
         params = {**self.params, "limit": str(self.page_size)}
-        rv = ""
         while True:
             doc = await client.get(self.path, params)
-            items.extend(doc.get("items") or [])
+            self._deliver_page(doc.get("items") or [], listed)
             meta = doc.get("metadata") or {}
-            rv = str(meta.get("resourceVersion") or "")
             token = meta.get("continue")
             if not token:
-                return items, rv
+                return listed, str(meta.get("resourceVersion") or "")
             params = {**params, "continue": str(token)}
             await asyncio.sleep(0)  # yield between pages: never hog the loop
 
     async def relist(self, client: Lister | None = None) -> str:
-        """List in full and deliver it; returns the list's resourceVersion."""
+        """List in full and deliver it; returns the list's resourceVersion.
+
+        A list cut short (an expired continue token) is started again; what its pages
+        delivered stands (each object only ever moves to a newer version), and deletions are
+        only inferred from a complete list.
+        """
         client = client or self._client
         assert client is not None, "run() connects before relisting"
         for _attempt in range(5):
             try:
-                items, rv = await self.list(client)
+                listed, rv = await self.list(client)
                 break
             except Gone:  # a continue token expired mid-list
                 log.info("list expired while paging; listing again", extra={"path": self.name})
         else:
             raise RuntimeError(f"could not list {self.name} (continue tokens kept expiring)")
-        self.replace(items, parse_rv(rv))
+        self._finish_list(listed, parse_rv(rv))
         return rv
 
     async def _watch(self, client: Lister, rv: str) -> str:

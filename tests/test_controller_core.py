@@ -462,3 +462,26 @@ async def test_deleting_the_refusing_quota_wakes_its_waiting_workload(env: Any) 
     c.quota_event("DELETED", api.quotas.pop("q"))
     await until(lambda: templates.patched() == ["b"])
     assert sample(c, "karmadaquota_wakeups_total", result="woken") == 1
+
+
+async def test_managed_fields_are_neither_kept_nor_written(env: Any) -> None:
+    """The server's field-ownership bookkeeping is dropped from the quota table (memory) and
+    omitted from status writes (the server then keeps its own)."""
+    api, c, _ = env
+    q = api.add_quota("q", {"pods": "10"})
+    api.quotas["q"]["metadata"]["managedFields"] = [
+        {"manager": "kubectl", "operation": "Update", "fieldsV1": {"f:spec": {"f:hard": {}}}}
+    ]
+    bodies: list[JSON] = []
+
+    async def record(body: JSON) -> None:
+        bodies.append(body)
+
+    api.before_put, api.keep_hook = record, 10
+    await c.resync()
+    await until(lambda: used(api) == {"pods": "0"})
+    assert bodies and all("managedFields" not in b["metadata"] for b in bodies)
+    record_ = c.quotas.get(NS, "q")
+    assert record_ is not None and "managedFields" not in record_.raw["metadata"]
+    assert record_.raw["metadata"]["uid"] == q["metadata"]["uid"]
+    assert "managedFields" in api.quotas["q"]["metadata"]  # the server's own stays

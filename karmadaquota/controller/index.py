@@ -96,7 +96,9 @@ def compact(c: Charge, intern: Interner) -> CompactUsage:
         return intern(tuple(intern(rl[n].nanos) if n in rl else 0 for n in names))  # type: ignore[no-any-return]
 
     clusters = tuple((intern(name), nanos(rl)) for name, rl in sorted(c.per_cluster.items()))
-    return CompactUsage(names, nanos(c.total), clusters, intern(c.traits))
+    # bindings of one workload shape share one usage object (30,000 bindings, a few shapes)
+    usage: CompactUsage = intern(CompactUsage(names, nanos(c.total), clusters, intern(c.traits)))
+    return usage
 
 
 @dataclass(frozen=True, slots=True)

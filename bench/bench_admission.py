@@ -151,7 +151,6 @@ async def run(args: argparse.Namespace) -> str:
         api = await KubeClient.connect(str(bed.karmada_kubeconfig))
         admit = args.count * 3 // 5
         results: dict[str, list[StormResult]] = {k: [] for k in KINDS}
-        cpu: dict[str, list[tuple[float, float]]] = {"bindings": []}
         pids = processes(
             bed,
             {
@@ -161,11 +160,16 @@ async def run(args: argparse.Namespace) -> str:
         )
         # CPU per create of every process, per kind: where the cost of a quota goes
         spent: dict[str, list[dict[str, float]]] = {k: [] for k in KINDS}
-        samples: dict[str, list[Path]] = {}  # profiles of round 0's binding storms
         handshakes: dict[str, list[float]] = {k: [] for k in KINDS}  # webhook connections
         shortfalls: list[str] = []
-        for r in range(args.rounds):
-            for kind in KINDS:
+        # with --profile, one more round of the two binding storms, profiled and not counted
+        # in the medians (the profilers take CPU of their own)
+        samples: dict[str, list[Path]] = {}
+        profiled_spent: dict[str, dict[str, float]] = {}
+        rounds = [str(r) for r in range(args.rounds)] + (["profiled"] if skip is None else [])
+        for r in rounds:
+            measured = r != "profiled"
+            for kind in KINDS if measured else ("bindings", "bindings-no-quota"):
                 ns = f"bench-{kind}-{r}"
                 expected = admit
                 if kind == "bindings-no-quota":
@@ -174,13 +178,12 @@ async def run(args: argparse.Namespace) -> str:
                 else:
                     await namespace_with_quota(bed, ns, kind, admit)
                 path, make = (PODS, pod) if kind == "pods" else (RB, binding)
-                cpu_before = (cpu_seconds(hook.proc.popen.pid), cpu_seconds(controller.popen.pid))
                 all_before = cpu_by_process(pids)
                 conn_before = opened(await hook.metrics())
                 profiling = (
-                    asyncio.gather(*profile(bed, pids, kind, home, args.profile_seconds))
-                    if skip is None and r == 0 and kind != "pods"
-                    else None
+                    None
+                    if measured
+                    else asyncio.gather(*profile(bed, pids, kind, home, args.profile_seconds))
                 )
                 res = await storm(
                     api,
@@ -207,20 +210,16 @@ async def run(args: argparse.Namespace) -> str:
                         120,
                         f"usage observed in {ns}",
                     )
-                    cpu[kind].append(
-                        (
-                            (cpu_seconds(hook.proc.popen.pid) - cpu_before[0]) / args.count,
-                            (cpu_seconds(controller.popen.pid) - cpu_before[1]) / args.count,
-                        )
-                    )
                 all_after = cpu_by_process(pids)
+                per_create = {n: (all_after[n] - all_before[n]) * 1000 / args.count for n in pids}
+                if not measured:
+                    profiled_spent[kind] = per_create
+                    continue
                 handshakes[kind].append((opened(await hook.metrics()) - conn_before) / args.count)
-                spent[kind].append(
-                    {n: (all_after[n] - all_before[n]) * 1000 / args.count for n in pids}
-                )
+                spent[kind].append(per_create)
                 results[kind].append(res)
         profiled = [
-            *where(spent, samples, skip),
+            *where(profiled_spent, samples, skip),
             "",
             "Connections the API server opened to the webhook (each a TLS handshake) per create, "
             "median: "
@@ -229,11 +228,11 @@ async def run(args: argparse.Namespace) -> str:
             ),
         ]
         # the storm tables first: the paced load may take long on a loaded machine
-        storms = report(args, results, [], admit, cpu["bindings"], shortfalls, spent)
+        storms = report(args, results, [], admit, shortfalls, spent)
         print("\n".join([storms, *profiled]), flush=True)
         paced = [await paced_load(bed, api, hook, rate, args.seconds) for rate in args.rates]
         await api.close()
-        final = report(args, results, paced, admit, cpu["bindings"], shortfalls, spent)
+        final = report(args, results, paced, admit, shortfalls, spent)
         return "\n".join([final, *profiled])
     finally:
         if hook is not None:
@@ -298,7 +297,6 @@ def report(
     results: dict[str, list[StormResult]],
     paced: list[dict[str, Any]],
     admit: int,
-    cpu: list[tuple[float, float]],
     shortfalls: list[str],
     spent: dict[str, list[dict[str, float]]],
 ) -> str:
@@ -308,8 +306,8 @@ def report(
     tput = {k: med(k, lambda r: r.throughput) for k in results}
     p50 = {k: med(k, lambda r: r.percentile(50) * 1000) for k in results}
     p99 = {k: med(k, lambda r: r.percentile(99) * 1000) for k in results}
-    hook_ms = statistics.median(c[0] for c in cpu) * 1000
-    ctl_ms = statistics.median(c[1] for c in cpu) * 1000
+    hook_ms = statistics.median(r["karmadaquota webhook"] for r in spent["bindings"])
+    ctl_ms = statistics.median(r["karmadaquota controller"] for r in spent["bindings"])
     lines = [
         f"Storm: {args.count} creates, {args.concurrency} in flight, in one namespace, quota "
         f"admits {admit}; "
@@ -377,16 +375,16 @@ def profile(bed: TestBed, pids: dict[str, int], kind: str, home: Path, seconds: 
 
 
 def where(
-    spent: dict[str, list[dict[str, float]]], samples: dict[str, list[Path]], skip: str | None
+    spent: dict[str, dict[str, float]], samples: dict[str, list[Path]], skip: str | None
 ) -> list[str]:
     """Each profiled process's CPU per create split into its shares, with quota and without."""
     if skip is not None:
         return ["", f"({skip})"]
     lines = [
         "",
-        "Where the CPU of a create goes (profiles inside round 0's two binding storms; a share "
-        "× the process's CPU per create of that storm; indented rows are part of the row above, "
-        "webhook calls are part of creates):",
+        "Where the CPU of a create goes (profiled in an extra round of the two binding storms, "
+        "not counted above: a share of the samples × the process's CPU per create in that "
+        "storm; indented rows are part of the row above, webhook calls part of creates):",
     ]
     for i, (process, shares) in enumerate(PROFILED):
         lines += ["", f"| {process} | with quota (ms) | without (ms) | difference |"]
@@ -399,12 +397,12 @@ def where(
                 if path.suffix == ".gz"
                 else profiles.spy_shares(path, shares)
             )
-            split[kind] = {n: f * spent[kind][0][process] for n, f in frac.items()}
+            split[kind] = {n: f * spent[kind][process] for n, f in frac.items()}
         for name in split["bindings"]:
             w, wo = split["bindings"][name], split["bindings-no-quota"][name]
             label = name.replace("  ", "↳ ", 1) if name.startswith("  ") else name
             lines.append(f"| {label} | {w:.2f} | {wo:.2f} | {w - wo:+.2f} |")
-        w, wo = spent["bindings"][0][process], spent["bindings-no-quota"][0][process]
+        w, wo = spent["bindings"][process], spent["bindings-no-quota"][process]
         lines.append(f"| **whole process** | **{w:.2f}** | **{wo:.2f}** | **{w - wo:+.2f}** |")
     return lines
 

@@ -98,6 +98,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 async def _serve_webhook(args: argparse.Namespace) -> None:
+    from karmadaquota.heap import freeze_startup_heap
     from karmadaquota.webhook.app import WebhookSettings, running
     from karmadaquota.webhook.config import load_limited
     from karmadaquota.webhook.server import ServerLimits
@@ -121,6 +122,7 @@ async def _serve_webhook(args: argparse.Namespace) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     async with running(settings):
+        freeze_startup_heap()
         await stop.wait()
 
 

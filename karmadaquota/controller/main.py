@@ -35,6 +35,7 @@ from karmadaquota.controller.members import Members
 from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.controller.reconciler import AlwaysLeader, Controller, Tuning
 from karmadaquota.controller.wake import DEFAULT_KINDS, Waker, WakeSettings, kinds
+from karmadaquota.heap import freeze_startup_heap
 from karmadaquota.kube.client import JSON, KubeClient
 
 log = logging.getLogger("karmadaquota.controller")
@@ -149,6 +150,7 @@ async def serve(cfg: ControllerConfig) -> int:
 
     runner = web.AppRunner(build_app(controller, metrics), access_log=None)
     await runner.setup()
+    freeze_startup_heap()
     site = web.TCPSite(runner, cfg.metrics_bind_address, cfg.metrics_port)
     await site.start()
     log.info(

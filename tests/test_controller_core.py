@@ -31,6 +31,7 @@ class FakeKarmada:
         self.before_put: Callable[[JSON], Awaitable[None]] | None = None
         self.keep_hook = 1  # how many PUTs the hook runs before
         self.binding_gets = 0  # GETs of one binding by name (the orphan audit)
+        self.quota_gets = 0  # GETs of one quota by name (re-reads after a lost CAS)
 
     def _bump(self, obj: JSON) -> JSON:
         self.rv += 1
@@ -109,6 +110,7 @@ class FakeKarmada:
             raise NotFound(404, "NotFound", wanted)
         name = path.split("/karmadaquotas/")[1].split("/")[0]
         if method == "GET":
+            self.quota_gets += 1
             if name not in self.quotas:
                 raise NotFound(404, "NotFound", name)
             return copy.deepcopy(self.quotas[name])
@@ -233,6 +235,28 @@ async def test_conflict_rereads_and_keeps_the_webhooks_reservation(env: Any) -> 
     reservations = api.quotas["q"]["status"]["reservations"]
     assert [r["reservedBy"]["uid"] for r in reservations] == ["uid-late"]
     assert sample(c, "karmadaquota_status_writes_total", result="conflict") == 1
+    assert api.quota_gets >= 1  # nothing newer was watched: the quota was read back
+
+
+async def test_after_a_lost_cas_the_watched_version_is_used_without_a_read(env: Any) -> None:
+    """The webhook's winning write reaches the controller by watch before its retry: the
+    retry is computed from that version, the quota is not read back from the server."""
+    api, c, _ = env
+    api.add_quota("q", {"pods": "10"})
+    await c.resync()
+    await until(lambda: used(api) == {"pods": "0"})
+
+    async def webhook_writes_first(_: JSON) -> None:
+        c.quota_event("MODIFIED", api.add_reservation("q", "uid-late", {"pods": "3"}))
+
+    api.before_put = webhook_writes_first
+    gets = api.quota_gets
+    c.binding_event("ADDED", api.add_binding("web", replicas=2))
+    await until(lambda: used(api) == {"pods": "2"})
+    reservations = api.quotas["q"]["status"]["reservations"]
+    assert [r["reservedBy"]["uid"] for r in reservations] == ["uid-late"]
+    assert sample(c, "karmadaquota_status_writes_total", result="conflict") == 1
+    assert api.quota_gets == gets
 
 
 async def test_observed_reservation_is_dropped_in_the_write_that_counts_it(env: Any) -> None:

@@ -273,12 +273,20 @@ class Controller:
             return True  # unreadable (logged): nothing to recompute until it changes
         extra = {"namespace": ns, "quota": name, "uid": record.quota.metadata.uid}
         outcome: rc.Outcome | None = None
+        tried = 0  # resourceVersion of the last version a write was computed from
 
         async def read() -> QuotaRecord:
+            # After a lost CAS (and its backoff) the quota watch has usually delivered the
+            # version that won: use it instead of reading the whole object back. The server
+            # still decides: a version that is stale again just loses the next CAS.
+            held = self.quotas.get(ns, name)
+            if held is not None and _rv(held) > tried:
+                return held
             return self._fold_quota(await self.api.get(paths.quota(ns, name))) or record
 
         def mutate(current: QuotaRecord) -> JSON | None:
-            nonlocal outcome
+            nonlocal outcome, tried
+            tried = _rv(current)
             if current.quota is None:
                 return None
             now = self._clock()
@@ -345,6 +353,10 @@ class Controller:
         self.metrics.leader.set(1 if leader else 0)
         if leader:
             self.mark_all()  # a new leader writes whatever its predecessor left undone
+
+
+def _rv(record: QuotaRecord) -> int:
+    return parse_rv((record.raw.get("metadata") or {}).get("resourceVersion"))
 
 
 class _BindingFeed:

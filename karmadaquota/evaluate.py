@@ -35,14 +35,11 @@ class QuotaView:
     @classmethod
     def of(cls, quota: KarmadaQuota, now: datetime) -> QuotaView:
         """Parse a quota; reservations that expired before `now` no longer hold anything."""
-        reserved: ResourceList = {}
-        for i, r in enumerate(quota.status.reservations):
-            if r.lapsed(now):
-                continue
-            reserved = resources.add(
-                reserved,
-                resources.parse_resource_list(r.reserved, f"status.reservations[{i}].reserved"),
-            )
+        reserved = resources.total(
+            resources.parse_resource_list(r.reserved, f"status.reservations[{i}].reserved")
+            for i, r in enumerate(quota.status.reservations)
+            if not r.lapsed(now)
+        )
         return cls(
             name=quota.metadata.name,
             hard=resources.parse_resource_list(quota.spec.hard, "spec.hard"),

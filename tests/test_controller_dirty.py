@@ -112,3 +112,23 @@ async def test_failed_flush_is_retried(queue: tuple[DirtyQueue, Recorder]) -> No
     rec.fail_first = True
     q.mark("f")
     await until(lambda: rec.count("f") == 2)
+
+
+async def test_cancel_as_a_mark_wakes_the_queue_always_stops_it() -> None:
+    """Cancelling the queue in the same loop turn as a mark wakes it must stop it (asyncio's
+    wait_for could swallow that cancellation on Python 3.11: a shutdown that never ends)."""
+
+    async def flush(_: str) -> None:
+        return None
+
+    for _ in range(300):
+        q = DirtyQueue(flush, quiet=10.0, max_delay=10.0)
+        task = asyncio.create_task(q.run())
+        q.mark("a")
+        for _ in range(3):
+            await asyncio.sleep(0)  # the queue waits, with a deadline, for "a" to fall due
+        q.mark("b")
+        task.cancel()
+        async with asyncio.timeout(2):
+            await asyncio.gather(task, return_exceptions=True)
+        assert task.cancelled()

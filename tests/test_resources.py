@@ -285,3 +285,14 @@ def test_multiply_is_repeated_add(a: dict[str, Quantity], n: int) -> None:
 def test_format_then_parse_round_trip(a: dict[str, Quantity]) -> None:
     bounded = {k: v for k, v in a.items() if abs(v.nanos) <= (2**63 - 1) * 10**9}
     assert r.parse_resource_list(r.format_resource_list(bounded), "status.used") == bounded
+
+
+@given(st.lists(LISTS, max_size=8))
+def test_total_is_add_folded_value_and_format(lists: list[dict[str, Quantity]]) -> None:
+    """`total` (one pass over integers) equals folding `add`, printed forms included."""
+    folded: dict[str, Quantity] = {}
+    for rl in lists:
+        folded = r.add(folded, rl)
+    summed = r.total(lists)
+    assert summed == folded
+    assert {n: q.format for n, q in summed.items()} == {n: q.format for n, q in folded.items()}

@@ -103,8 +103,11 @@ class DirtyQueue:
                     next_due = timer if next_due is None else min(next_due, timer)
                 self._wake.clear()
                 timeout = None if next_due is None else max(0.0, next_due - self._now())
+                # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a
+                # cancellation that lands as the wake-up fires, and the queue never stops
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), timeout)
+                    async with asyncio.timeout(timeout):
+                        await self._wake.wait()
         finally:
             tasks = list(self._running.values())
             for t in tasks:

@@ -22,14 +22,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shutil
 import statistics
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from bench import profiles
+from bench import harness, profiles
 from e2e.testbed import TestBed, product
 from e2e.testbed.aio import eventually
 from e2e.testbed.storm import StormResult, binding, pod, storm
@@ -132,30 +130,17 @@ def observed(bed: TestBed, ns: str, admit: int) -> bool:
 
 
 async def run(args: argparse.Namespace) -> str:
-    home = Path(tempfile.mkdtemp(prefix="karmadaquota-bench-"))
     skip = profiles.available() if args.profile else "profiling off (--profile)"
-    bed = TestBed.start(
-        home,
-        ["member1"],
-        ephemeral=True,
-        quiet=True,
-        karmada_apiserver_args=["--profiling=true"] if skip is None else [],
-    )
-    controller = None
-    hook = None
-    try:
-        await asyncio.to_thread(product.install_crd, bed)
-        controller, _ = product.start_controller(bed, "bench-controller")
-        hook = await product.start_webhook(bed, "bench-webhook", "60s", False, *args.webhook_arg)
-        await asyncio.to_thread(product.register, bed, hook.base, hook.ca_bundle)
-        api = await KubeClient.connect(str(bed.karmada_kubeconfig))
+    apiserver_args = ["--profiling=true"] if skip is None else []
+    async with harness.installed(args.webhook_arg, apiserver_args) as it:
+        bed, hook, api, home = it.bed, it.hook, it.api, it.home
         admit = args.count * 3 // 5
         results: dict[str, list[StormResult]] = {k: [] for k in KINDS}
         pids = processes(
             bed,
             {
                 "karmadaquota webhook": hook.proc.popen.pid,
-                "karmadaquota controller": controller.popen.pid,
+                "karmadaquota controller": it.controller.popen.pid,
             },
         )
         # CPU per create of every process, per kind: where the cost of a quota goes
@@ -231,17 +216,8 @@ async def run(args: argparse.Namespace) -> str:
         storms = report(args, results, [], admit, shortfalls, spent)
         print("\n".join([storms, *profiled]), flush=True)
         paced = [await paced_load(bed, api, hook, rate, args.seconds) for rate in args.rates]
-        await api.close()
         final = report(args, results, paced, admit, shortfalls, spent)
         return "\n".join([final, *profiled])
-    finally:
-        if hook is not None:
-            await asyncio.to_thread(product.unregister, bed)
-            hook.proc.stop()
-        if controller is not None:
-            controller.stop()
-        bed.stop()
-        shutil.rmtree(home, ignore_errors=True)
 
 
 async def paced_load(

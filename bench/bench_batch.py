@@ -30,12 +30,12 @@ from typing import Any
 
 import orjson
 
-import karmadaquota.controller.main  # noqa: F401  (a full process's start-up objects)
+import karmadaquota.controller.main
+import karmadaquota.webhook.app  # noqa: F401
 from karmadaquota import resources
 from karmadaquota.api import KarmadaQuota, format_time
 from karmadaquota.evaluate import QuotaView
 from karmadaquota.heap import freeze_startup_heap
-from karmadaquota.webhook.app import running  # noqa: F401
 from karmadaquota.webhook.batcher import _dump, _stored
 
 

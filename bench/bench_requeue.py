@@ -20,13 +20,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import shutil
 import statistics
-import tempfile
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 
+from bench import harness
 from e2e.testbed import TestBed, product
 from e2e.testbed.aio import eventually
 from e2e.testbed.workloads import deployment, divided_policy
@@ -144,30 +142,13 @@ def row(label: str, kind: str, xs: list[tuple[float, float]]) -> str:
 
 
 async def run(args: argparse.Namespace) -> str:
-    home = Path(tempfile.mkdtemp(prefix="karmadaquota-bench-"))
-    bed = TestBed.start(home, ["member1"], ephemeral=True, quiet=True)
-    controller: product.Proc | None = None
-    hook = None
-    try:
-        await asyncio.to_thread(product.install_crd, bed)
-        controller, _ = product.start_controller(bed, "bench-controller")
-        hook = await product.start_webhook(bed, "bench-webhook")
-        await asyncio.to_thread(product.register, bed, hook.base, hook.ca_bundle)
-        api = await KubeClient.connect(str(bed.karmada_kubeconfig))
-        results = {"requeue": await phase(bed, api, "on", args.trials, args.refused_for)}
+    async with harness.installed() as it:
+        results = {"requeue": await phase(it.bed, it.api, "on", args.trials, args.refused_for)}
         if args.baseline:
-            controller.stop()
-            controller, _ = product.start_controller(bed, "bench-controller-off", "--no-requeue")
-            results["no requeue"] = await phase(bed, api, "off", args.trials, args.refused_for)
-        await api.close()
-    finally:
-        if hook is not None:
-            await asyncio.to_thread(product.unregister, bed)
-            hook.proc.stop()
-        if controller is not None:
-            controller.stop()
-        bed.stop()
-        shutil.rmtree(home, ignore_errors=True)
+            it.restart_controller("bench-controller-off", "--no-requeue")
+            results["no requeue"] = await phase(
+                it.bed, it.api, "off", args.trials, args.refused_for
+            )
     lines = [
         f"Refused for ≥ {args.refused_for:.0f} s, then room made; seconds, median / max.",
         "",

@@ -58,11 +58,9 @@ CONTROLLER_SHARES: dict[str, str] = {
 
 
 def _tool(name: str) -> str | None:
-    return shutil.which(name) or (
-        str(Path(sys.executable).parent / name)
-        if (Path(sys.executable).parent / name).exists()
-        else None
-    )
+    """`name` on PATH, or next to this interpreter (py-spy installed in the venv)."""
+    beside = Path(sys.executable).parent / name
+    return shutil.which(name) or (str(beside) if beside.exists() else None)
 
 
 def available() -> str | None:

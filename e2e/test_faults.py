@@ -85,12 +85,14 @@ async def storm_with_fault(
     api: KubeClient,
     bed: TestBed,
     ns: str,
-    probe_ns: str,
     fault: Callable[[], Awaitable[None]],
     record_property: Callable[[str, Any], None],
     converge_timeout: float = TTL_S + 90,
 ) -> campaign.Stats:
-    """Run a seeded storm in `ns`, inject `fault` once the storm is under way, measure."""
+    """Run a seeded storm in `ns`, inject `fault` once the storm is under way, measure; a
+    second namespace, `<ns>-probe`, must admit before and after the fault."""
+    probe_ns = f"{ns}-probe"
+    await api.post("/api/v1/namespaces", {"metadata": {"name": probe_ns}})
     seed = campaign.seed_from_env()
     print(f"seed={seed} (replay: KARMADAQUOTA_SEED={seed})")
     record_property("seed", seed)
@@ -131,13 +133,11 @@ async def test_one_webhook_replica_sigkilled_mid_storm(
     ns: str,
     record_property: Callable[[str, Any], None],
 ) -> None:
-    probe_ns = f"{ns}-probe"
-    await api.post("/api/v1/namespaces", {"metadata": {"name": probe_ns}})
 
     async def kill_replica() -> None:
         stack.webhooks[1].proc.stop(signal.SIGKILL)
 
-    await storm_with_fault(api, fault_bed, ns, probe_ns, kill_replica, record_property)
+    await storm_with_fault(api, fault_bed, ns, kill_replica, record_property)
     await stack.restart_webhook(1)
 
 
@@ -148,8 +148,6 @@ async def test_controller_leader_sigkilled_with_a_standby_running(
     ns: str,
     record_property: Callable[[str, Any], None],
 ) -> None:
-    probe_ns = f"{ns}-probe"
-    await api.post("/api/v1/namespaces", {"metadata": {"name": probe_ns}})
     leader = await eventually(lambda: stack.leader(), 60, "a controller leads")
     takeover: list[float] = []
 
@@ -165,7 +163,7 @@ async def test_controller_leader_sigkilled_with_a_standby_running(
 
         asyncio.get_running_loop().create_task(new_leader())
 
-    await storm_with_fault(api, fault_bed, ns, probe_ns, kill_leader, record_property)
+    await storm_with_fault(api, fault_bed, ns, kill_leader, record_property)
     await eventually(lambda: bool(takeover), 60, "takeover measured")
     print(f"standby took the Lease {takeover[0]:.1f}s after the leader was killed")
     record_property("takeover_s", round(takeover[0], 1))
@@ -181,14 +179,12 @@ async def test_control_plane_process_sigkilled_and_restarted_mid_storm(
     component: str,
     record_property: Callable[[str, Any], None],
 ) -> None:
-    probe_ns = f"{ns}-probe"
-    await api.post("/api/v1/namespaces", {"metadata": {"name": probe_ns}})
     healthy: list[float] = []
 
     async def restart() -> None:
         healthy.append(await asyncio.to_thread(fault_bed.restart, component, signal.SIGKILL, 120))
 
-    await storm_with_fault(api, fault_bed, ns, probe_ns, restart, record_property)
+    await storm_with_fault(api, fault_bed, ns, restart, record_property)
     print(f"{component}: bed healthy {healthy[0]:.1f}s after SIGKILL")
     record_property("healthy_s", round(healthy[0], 1))
     assert fault_bed.healthy()

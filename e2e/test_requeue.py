@@ -136,11 +136,27 @@ async def refused_and_listed(s: Stack, ns: str, name: str, replicas: int) -> Non
 
 async def admitted(s: Stack, ns: str, name: str, replicas: int) -> None:
     await create(s, ns, name, replicas)
+    await until_placed(s, ns, name, replicas, 90, f"{name} admitted and scheduled")
+
+
+async def until_placed(
+    s: Stack, ns: str, name: str, replicas: int, timeout: float, what: str
+) -> None:
+    """Wait until the binding of `name` places exactly `replicas`."""
 
     async def done() -> bool:
         return await placed(s, ns, name) == replicas
 
-    await eventually(done, 90, f"{name} admitted and scheduled")
+    await eventually(done, timeout, what)
+
+
+async def until_waiting(s: Stack, ns: str, names: list[str], timeout: float, what: str) -> None:
+    """Wait until `status.waiting` lists exactly `names`, in this order."""
+
+    async def done() -> bool:
+        return await waiting_names(s, ns) == names
+
+    await eventually(done, timeout, what)
 
 
 async def set_hard(s: Stack, ns: str, pods: int) -> None:
@@ -167,17 +183,11 @@ async def test_refused_workload_is_requeued_when_its_room_is_freed(
 
     await s.bed.akubectl("delete", "deployment", "a", "-n", ns, "--wait=false")
 
-    async def b_placed() -> bool:
-        return await placed(s, ns, "b") == 2
-
-    await eventually(b_placed, 60, "b's binding created and its 2 replicas placed")
+    await until_placed(s, ns, "b", 2, 60, "b's binding created and its 2 replicas placed")
     assert await annotated(s, ns, "b"), "b went through by the requeue, not Karmada's backoff"
     assert s.wakeups() >= woken + 1
 
-    async def left() -> bool:
-        return await waiting_names(s, ns) == []
-
-    await eventually(left, 30, "b left the waiting list once admitted")
+    await until_waiting(s, ns, [], 30, "b left the waiting list once admitted")
 
 
 async def test_fifo_wakes_only_what_fits_in_order_of_first_refusal(
@@ -189,24 +199,19 @@ async def test_fifo_wakes_only_what_fits_in_order_of_first_refusal(
     for name in ("first", "second", "third"):
         await refused_and_listed(s, ns, name, 2)
 
-    async def in_order() -> bool:
-        return await waiting_names(s, ns) == ["first", "second", "third"]
-
-    await eventually(in_order, 30, "the three listed in the order they were refused")
+    await until_waiting(
+        s, ns, ["first", "second", "third"], 30, "the three listed in the order they were refused"
+    )
     await asyncio.sleep(AGED)  # let Karmada's own retries back off (not synchronisation)
 
     # room for exactly one: the first goes, the others keep waiting (never woken)
     await s.bed.akubectl("delete", "deployment", "a", "-n", ns, "--wait=false")
 
-    async def first_placed() -> bool:
-        return await placed(s, ns, "first") == 2
+    await until_placed(s, ns, "first", 2, 60, "the first refused admitted and placed")
 
-    await eventually(first_placed, 60, "the first refused admitted and placed")
-
-    async def first_left() -> bool:
-        return await waiting_names(s, ns) == ["second", "third"]
-
-    await eventually(first_left, 30, "the first off the list, the others still waiting")
+    await until_waiting(
+        s, ns, ["second", "third"], 30, "the first off the list, the others still waiting"
+    )
     for name in ("second", "third"):
         assert not await has_binding(s, ns, name)
         assert not await annotated(s, ns, name), f"{name} woken though nothing fits"
@@ -214,24 +219,15 @@ async def test_fifo_wakes_only_what_fits_in_order_of_first_refusal(
     # room for one more: the second (refused before the third) goes, the third keeps waiting
     await set_hard(s, ns, 4)
 
-    async def second_placed() -> bool:
-        return await placed(s, ns, "second") == 2
-
-    await eventually(second_placed, 60, "the second admitted when hard is raised")
+    await until_placed(s, ns, "second", 2, 60, "the second admitted when hard is raised")
     assert not await has_binding(s, ns, "third")
     assert not await annotated(s, ns, "third")
 
     await set_hard(s, ns, 6)
 
-    async def third_placed() -> bool:
-        return await placed(s, ns, "third") == 2
+    await until_placed(s, ns, "third", 2, 60, "the third admitted last")
 
-    await eventually(third_placed, 60, "the third admitted last")
-
-    async def empty() -> bool:
-        return await waiting_names(s, ns) == []
-
-    await eventually(empty, 30, "nobody left waiting")
+    await until_waiting(s, ns, [], 30, "nobody left waiting")
 
 
 async def test_deleted_or_scaled_down_waiting_workloads_leave_the_list(
@@ -253,15 +249,9 @@ async def test_deleted_or_scaled_down_waiting_workloads_leave_the_list(
     # scaled down to fit: Karmada reconciles the spec change itself; no requeue needed
     await s.bed.akubectl("scale", "deployment/smaller", "--replicas=1", "-n", ns)
 
-    async def smaller_placed() -> bool:
-        return await placed(s, ns, "smaller") == 1
+    await until_placed(s, ns, "smaller", 1, 60, "the scaled-down workload admitted")
 
-    await eventually(smaller_placed, 60, "the scaled-down workload admitted")
-
-    async def empty() -> bool:
-        return await waiting_names(s, ns) == []
-
-    await eventually(empty, 30, "the scaled-down workload left the waiting list")
+    await until_waiting(s, ns, [], 30, "the scaled-down workload left the waiting list")
     assert not await annotated(s, ns, "smaller")
 
 
@@ -286,10 +276,9 @@ async def test_refused_scale_up_is_requeued_when_hard_is_raised(
 
     await set_hard(s, ns, 4)
 
-    async def scaled() -> bool:
-        return await placed(s, ns, "web") == 4
-
-    await eventually(scaled, 60, "the scale-up admitted and placed after hard was raised")
+    await until_placed(
+        s, ns, "web", 4, 60, "the scale-up admitted and placed after hard was raised"
+    )
     assert await annotated(s, ns, "web")
 
 
@@ -304,13 +293,10 @@ async def test_with_waking_off_nothing_is_patched_and_karmada_retries_as_before(
         await refused_and_listed(s, ns, "b", 2)
         await s.bed.akubectl("delete", "deployment", "a", "-n", ns, "--wait=false")
 
-        async def b_placed() -> bool:
-            return await placed(s, ns, "b") == 2
-
         # Karmada's own backoff (short: b was refused only briefly) lets b through, often so
         # soon after a's binding is gone that `used` is pods=0 for less than a poll: b placed
         # with pods: 2 is itself the proof that a's usage was released
-        await eventually(b_placed, 120, "b admitted by Karmada's own retry")
+        await until_placed(s, ns, "b", 2, 120, "b admitted by Karmada's own retry")
         assert not await annotated(s, ns, "b")
         assert s.wakeups() == 0
     finally:

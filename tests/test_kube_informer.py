@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from karmadaquota.kube.client import JSON, Gone
@@ -50,9 +50,12 @@ class Server:
         self.lists: list[Mapping[str, str]] = []
         self.watches: list[tuple[str, str]] = []
         self.idle = asyncio.Event()
+        # called with each list request's params before it is answered (may raise)
+        self.before_page: Callable[[Mapping[str, str]], None] = lambda params: None
 
     async def get(self, path: str, params: Mapping[str, str] | None = None) -> JSON:
         params = dict(params or {})
+        self.before_page(params)
         self.lists.append(params)
         start, limit = int(params.get("continue", "0")), int(params["limit"])
         meta: JSON = {"resourceVersion": str(self.rv)}
@@ -132,13 +135,7 @@ async def test_each_page_is_delivered_before_the_next_is_fetched() -> None:
     h = Record()
     server = Server([obj("a", 3), obj("b", 4), obj("c", 5)], rv=10)
     seen_at_fetch: list[int] = []
-    fetch = server.get
-
-    async def get(path: str, params: Mapping[str, str] | None = None) -> JSON:
-        seen_at_fetch.append(len(h.calls))
-        return await fetch(path, params)
-
-    server.get = get  # type: ignore[method-assign]
+    server.before_page = lambda params: seen_at_fetch.append(len(h.calls))
     await informer(server, h).relist()
     assert seen_at_fetch == [0, 2]  # a and b delivered before the second page was asked for
 
@@ -150,16 +147,14 @@ async def test_a_list_cut_short_deletes_nothing_and_is_started_again() -> None:
     server = Server([obj("a", 3), obj("b", 4), obj("c", 5)], rv=10)
     inf = informer(server, h)
     inf.offer("ADDED", obj("c", 5))
-    fetch = server.get
     expired = [True]
 
-    async def get(path: str, params: Mapping[str, str] | None = None) -> JSON:
-        if (params or {}).get("continue") and expired:
+    def expire_once(params: Mapping[str, str]) -> None:
+        if params.get("continue") and expired:
             expired.clear()
             raise Gone(410, "Expired", "continue token expired")
-        return await fetch(path, params)
 
-    server.get = get  # type: ignore[method-assign]
+    server.before_page = expire_once
     await inf.relist()
     assert [p.get("continue") for p in server.lists] == [None, None, "2"]
     assert not [c for c in h.calls if c[0] == "deleted"]

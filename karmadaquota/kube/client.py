@@ -63,18 +63,6 @@ class Api(Protocol):
     async def get(self, path: str, params: Mapping[str, str] | None = None) -> JSON: ...
 
 
-_JSON_BODY = {"Content-Type": "application/json"}
-
-
-async def _answer(resp: aiohttp.ClientResponse) -> JSON:
-    """The decoded body of a success; the server's own error otherwise."""
-    data = await resp.read()
-    if resp.status >= 400:
-        raise _error(resp.status, data.decode(errors="replace"))
-    result: JSON = orjson.loads(data) if data else {}
-    return result
-
-
 def _error(status: int, body: str) -> KubeError:
     try:
         doc = orjson.loads(body)
@@ -193,16 +181,21 @@ class KubeClient:
         body: JSON | None = None,
         params: Mapping[str, str] | None = None,
         timeout: float = 10.0,
+        content_type: str = "application/json",
     ) -> JSON:
         async with self.session.request(
             method,
             self.host + path,
             data=None if body is None else orjson.dumps(body),
-            headers=None if body is None else _JSON_BODY,
+            headers=None if body is None else {"Content-Type": content_type},
             params=params,
             timeout=aiohttp.ClientTimeout(total=timeout),
         ) as resp:
-            return await _answer(resp)
+            data = await resp.read()
+            if resp.status >= 400:
+                raise _error(resp.status, data.decode(errors="replace"))
+            result: JSON = orjson.loads(data) if data else {}
+            return result
 
     async def get(self, path: str, params: Mapping[str, str] | None = None) -> JSON:
         return await self.request("GET", path, params=params)
@@ -215,13 +208,9 @@ class KubeClient:
 
     async def merge_patch(self, path: str, body: JSON, timeout: float = 10.0) -> JSON:
         """PATCH with a JSON merge patch (RFC 7386), e.g. one metadata annotation."""
-        async with self.session.patch(
-            self.host + path,
-            data=orjson.dumps(body),
-            headers={"Content-Type": "application/merge-patch+json"},
-            timeout=aiohttp.ClientTimeout(total=timeout),
-        ) as resp:
-            return await _answer(resp)
+        return await self.request(
+            "PATCH", path, body, timeout=timeout, content_type="application/merge-patch+json"
+        )
 
     async def watch(
         self, path: str, resource_version: str, timeout_seconds: int = 300

@@ -147,10 +147,6 @@ class Informer:
             self.handler.modified(obj)
         return True
 
-    def replace(self, items: list[JSON], list_rv: int) -> None:
-        """Deliver a full list taken at `list_rv` as the difference to what is held."""
-        self._finish_list(self._deliver_page(items, set()), list_rv)
-
     def _deliver_page(
         self, items: list[JSON], listed: set[tuple[str, str]]
     ) -> set[tuple[str, str]]:

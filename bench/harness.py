@@ -1,0 +1,65 @@
+"""A benchmark's bed with karmadaquota installed: started, and always stopped, in one place."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from e2e.testbed import TestBed, product
+from karmadaquota.kube.client import KubeClient
+
+
+@dataclass
+class Installed:
+    """The bed, our two processes on it (the webhook registered) and a client."""
+
+    home: Path
+    bed: TestBed
+    controller: product.Proc
+    hook: product.WebhookProc
+    api: KubeClient
+
+    def restart_controller(self, name: str, *args: str) -> None:
+        """Replace the controller, e.g. with other flags (stopped at the end like the first)."""
+        self.controller.stop()
+        self.controller, _ = product.start_controller(self.bed, name, *args)
+
+
+@contextlib.asynccontextmanager
+async def installed(
+    webhook_args: Sequence[str] = (), karmada_apiserver_args: Sequence[str] = ()
+) -> AsyncIterator[Installed]:
+    """One member cluster, the CRD, a controller and a registered webhook; torn down on exit."""
+    home = Path(tempfile.mkdtemp(prefix="karmadaquota-bench-"))
+    bed = TestBed.start(
+        home, ["member1"], ephemeral=True, quiet=True, karmada_apiserver_args=karmada_apiserver_args
+    )
+    controller: product.Proc | None = None
+    hook: product.WebhookProc | None = None
+    run: Installed | None = None
+    try:
+        await asyncio.to_thread(product.install_crd, bed)
+        controller, _ = product.start_controller(bed, "bench-controller")
+        hook = await product.start_webhook(bed, "bench-webhook", "60s", False, *webhook_args)
+        await asyncio.to_thread(product.register, bed, hook.base, hook.ca_bundle)
+        api = await KubeClient.connect(str(bed.karmada_kubeconfig))
+        run = Installed(home, bed, controller, hook, api)
+        try:
+            yield run
+        finally:
+            await api.close()
+    finally:
+        if hook is not None:
+            await asyncio.to_thread(product.unregister, bed)
+            hook.proc.stop()
+        if run is not None:
+            run.controller.stop()
+        elif controller is not None:
+            controller.stop()
+        bed.stop()
+        shutil.rmtree(home, ignore_errors=True)

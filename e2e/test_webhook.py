@@ -4,10 +4,11 @@ real HTTPS, Karmada's own controllers creating the bindings, our controller keep
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import ssl
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -256,21 +257,27 @@ async def test_invalid_quota_is_rejected_with_kubernetes_wording(
     assert proc.returncode != 0 and "limits are not chargeable" in proc.stderr  # CEL
 
 
-@pytest.fixture
-async def refusing_webhook(testbed: TestBed) -> AsyncIterator[None]:
-    """Another validating webhook that refuses bindings labelled refuse=yes (after ours admits)."""
+@contextlib.asynccontextmanager
+async def another_webhook(
+    bed: TestBed,
+    name: str,
+    decide: Callable[[dict[str, Any]], Awaitable[str | None]],
+    timeout_seconds: int = 3,
+) -> AsyncIterator[None]:
+    """Another validating webhook on bindings, next to ours: `decide(labels)` returns a refusal
+    message, or None to allow."""
 
     async def review(request: web.Request) -> web.Response:
         body = await request.json()
         req = body["request"]
         labels = (req.get("object") or {}).get("metadata", {}).get("labels", {})
-        allowed = labels.get("refuse") != "yes"
-        resp: dict[str, Any] = {"uid": req["uid"], "allowed": allowed}
-        if not allowed:
-            resp["status"] = {"code": 403, "message": "refused by another webhook"}
+        refusal = await decide(labels)
+        resp: dict[str, Any] = {"uid": req["uid"], "allowed": refusal is None}
+        if refusal is not None:
+            resp["status"] = {"code": 403, "message": refusal}
         return web.json_response({**body, "response": resp})
 
-    cert = testbed.serving_cert("refuser")
+    cert = bed.serving_cert(name)
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.load_cert_chain(cert.cert, cert.key)
     app = web.Application()
@@ -281,17 +288,86 @@ async def refusing_webhook(testbed: TestBed) -> AsyncIterator[None]:
     await site.start()
     port = runner.addresses[0][1]
     await asyncio.to_thread(
-        testbed.register_validating_webhook,
-        "refuser",
+        bed.register_validating_webhook,
+        name,
         f"https://127.0.0.1:{port}/",
         cert.ca_bundle,
         product.BINDING_RULES,
+        timeout_seconds=timeout_seconds,
     )
     try:
         yield
     finally:
-        await asyncio.to_thread(testbed.unregister_validating_webhook, "refuser")
+        await asyncio.to_thread(bed.unregister_validating_webhook, name)
         await runner.cleanup()
+
+
+@pytest.fixture
+async def refusing_webhook(testbed: TestBed) -> AsyncIterator[None]:
+    """Refuses bindings labelled refuse=yes (after ours admits)."""
+
+    async def decide(labels: dict[str, Any]) -> str | None:
+        return "refused by another webhook" if labels.get("refuse") == "yes" else None
+
+    async with another_webhook(testbed, "refuser", decide):
+        yield
+
+
+SLOW_S = 6.0  # longer than the orphan audit's 2 s grace, shorter than the admission window
+
+
+@pytest.fixture
+async def slow_webhook(testbed: TestBed) -> AsyncIterator[None]:
+    """Takes SLOW_S to allow bindings labelled slow=yes (timeoutSeconds 10)."""
+
+    async def decide(labels: dict[str, Any]) -> str | None:
+        if labels.get("slow") == "yes":
+            await asyncio.sleep(SLOW_S)  # models a slow webhook, not synchronisation
+        return None
+
+    async with another_webhook(testbed, "slow", decide, timeout_seconds=10):
+        yield
+
+
+async def test_a_create_still_waiting_on_another_webhook_keeps_its_reservation(
+    testbed: TestBed,
+    webhook: product.WebhookProc,
+    api: KubeClient,
+    namespace: str,
+    slow_webhook: None,
+) -> None:
+    """Ours admits at once; another validating webhook holds the create for 6 s. The orphan
+    audit finds the binding's name free after 2 s, but the create is still in flight: its
+    reservation must hold until it is stored, or another create takes the same quota and the
+    live bindings pass `hard`."""
+    ns, path = namespace, RB_PATH.format(ns=namespace)
+    await create_quota(testbed, ns, "q", {"requests.cpu": "1"})
+    slow = binding(ns, "slow", cpu="1")
+    slow["metadata"]["labels"] = {"slow": "yes"}
+    in_flight = asyncio.create_task(api.post(path, slow))
+    await eventually(
+        lambda: [r["reservedBy"]["name"] for r in reservations(testbed, ns, "q")] == ["slow"],
+        10,
+        "the slow create's reservation",
+    )
+    reserved_at, attempts = time.monotonic(), 0
+    while not in_flight.done():
+        attempts += 1
+        with pytest.raises(KubeError, match="exceeded quota: q"):
+            await api.post(path, binding(ns, f"other-{attempts}", cpu="1"))
+        await asyncio.wait({in_flight}, timeout=0.25)  # paces the attempts
+    await in_flight
+    assert time.monotonic() - reserved_at > 3.0, "attempts covered the audit's 2 s grace"
+    live = await api.get(path)
+    assert [b["metadata"]["name"] for b in live["items"]] == ["slow"]
+    await eventually(
+        lambda: (
+            used(testbed, ns, "q", "requests.cpu") == Quantity.parse("1")
+            and not reservations(testbed, ns, "q")
+        ),
+        30,
+        "the slow binding counted in used, its reservation gone",
+    )
 
 
 async def test_admitted_then_refused_elsewhere_is_released_long_before_the_ttl(

@@ -76,6 +76,14 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("controller", help="run the aggregating quota controller")
     c.add_argument("--kubeconfig", help="Karmada API server kubeconfig (default: in-cluster)")
     c.add_argument("--resync-period", type=duration, default=timedelta(minutes=5))
+    c.add_argument(
+        "--admission-window",
+        type=duration,
+        help="how long a binding create may still be stored after karmadaquota admitted it "
+        "(default 15s): at least the longest timeoutSeconds of any other validating webhook on "
+        "resourcebindings, plus the write; a reservation whose binding's name is free is "
+        "released only after it",
+    )
     c.add_argument("--metrics-bind-address", default="127.0.0.1")
     c.add_argument("--metrics-port", type=int, default=8080)
     c.add_argument("--namespace", default="karmada-system", help="namespace of the leader Lease")

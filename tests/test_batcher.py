@@ -186,6 +186,43 @@ async def test_a_request_refused_by_a_later_quota_gives_back_its_earlier_reserva
     assert store.stored(name="b").status.reservations == []
 
 
+async def test_a_caller_that_gives_up_while_its_write_retries_is_not_written() -> None:
+    """Its deadline passes during a lost compare-and-swap: the retry writes only the others."""
+    store = FakeStore(quota_doc(hard={"requests.cpu": "10"}))
+    callers: dict[str, asyncio.Task[Decision]] = {}
+
+    def lose_once_and_give_up(s: FakeStore, _: JSON) -> None:
+        if s.conflicts == 0:
+            s.bump("ns", "team-a", lambda d: None)  # another replica wrote meanwhile
+            callers["gone"].cancel()
+
+    store.before_put = lose_once_and_give_up
+    batcher = Batcher(store, clock=lambda: NOW)
+    callers["gone"] = asyncio.create_task(batcher.submit(pending("gone", replicas=4)))
+    stays = asyncio.create_task(batcher.submit(pending("stays", replicas=6)))
+    assert (await stays).allowed
+    assert callers["gone"].cancelled()
+    assert [r.reservedBy.name for r in store.stored().status.reservations] == ["stays"]
+    assert store.puts == 1  # the lost write, then one that carries only `stays`
+
+
+async def test_a_caller_that_gives_up_while_its_write_is_in_flight_is_taken_back() -> None:
+    store = FakeStore(quota_doc(hard={"requests.cpu": "10"}))
+    callers: dict[str, asyncio.Task[Decision]] = {}
+
+    def give_up_once(s: FakeStore, _: JSON) -> None:
+        if "gone" in callers and not callers["gone"].done():
+            callers["gone"].cancel()  # the write below still goes through
+
+    store.before_put = give_up_once
+    batcher = Batcher(store, clock=lambda: NOW)
+    callers["gone"] = asyncio.create_task(batcher.submit(pending("gone", replicas=10)))
+    await asyncio.gather(callers["gone"], return_exceptions=True)
+    # the next batch queues behind the take-back: the whole quota is free for it
+    assert (await batcher.submit(pending("next", replicas=10))).allowed
+    assert [r.reservedBy.name for r in store.stored().status.reservations] == ["next"]
+
+
 async def test_a_failing_store_denies_with_the_reason_never_allows() -> None:
     store = FakeStore(quota_doc(hard={"requests.cpu": "10"}))
 

@@ -34,6 +34,15 @@ def test_requeue_flags_reach_the_controller_config() -> None:
     assert config_from(parse(["controller", "--no-requeue"]), {}).requeue is None
 
 
+def test_admission_window_reaches_the_controller_config() -> None:
+    from karmadaquota.controller.main import config_from
+    from karmadaquota.controller.reconciler import DEFAULT_ADMISSION_WINDOW
+
+    parse = cli._parser().parse_args
+    assert config_from(parse(["controller"]), {}).admission_window == DEFAULT_ADMISSION_WINDOW
+    assert config_from(parse(["controller", "--admission-window=40s"]), {}).admission_window == 40
+
+
 def test_a_malformed_requeue_kind_is_refused_when_parsing(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

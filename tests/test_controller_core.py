@@ -386,6 +386,27 @@ async def test_reservation_of_a_create_that_failed_after_admission_is_released_e
     assert used(api) == {"pods": "2"}
 
 
+async def test_reservation_whose_name_is_free_is_kept_for_the_admission_window(
+    env: Any,
+) -> None:
+    """No binding holds the name: the create may still be waiting on another webhook, so the
+    reservation is kept until no create admitted then can be in flight, then released."""
+    api, c, _ = env
+    c.settings.orphan_grace = 0.05
+    c.settings.admission_window = 1.0
+    api.add_quota("q", {"pods": "10"})
+    await c.resync()
+    await until(lambda: used(api) == {"pods": "0"})
+    api.add_reservation("q", "uid-in-flight", {"pods": "2"}, ttl=600)
+    c.quota_event("MODIFIED", api.quotas["q"])
+    seen = asyncio.get_running_loop().time()
+    await until(lambda: api.binding_gets >= 1 and quiet(c), what="the first look")
+    assert len(api.quotas["q"]["status"]["reservations"]) == 1  # not yet: it may be in flight
+    await until(lambda: api.quotas["q"]["status"]["reservations"] == [], timeout=5)
+    assert asyncio.get_running_loop().time() - seen >= 1.0
+    assert api.binding_gets == 2  # one look after the grace, one after the window
+
+
 async def test_reservation_of_an_existing_but_unindexed_binding_is_kept(env: Any) -> None:
     api, c, _ = env
     c.settings.orphan_grace = 0.05

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+import pytest
+
 from karmadaquota.api import KarmadaQuota, format_time
 from karmadaquota.controller import recompute as rc
 from karmadaquota.controller import status as st
@@ -355,13 +357,35 @@ def test_an_unreadable_binding_is_indexed_as_zero_and_named() -> None:
 
 def test_orphan_checks_wait_for_the_grace_period_then_look_once() -> None:
     pending = {"u1": "web", "u2": "db"}
-    first = rc.orphan_checks(pending, {"u1": 97.0, "gone": 1.0, "recent": 95.0}, 100.0, 2.0)
+    seen = {"u1": 97.0, "gone": 1.0, "recent": 95.0}
+    first = rc.orphan_checks(pending, seen, set(), 100.0, 2.0, 15.0)
     assert first.due == {"u1": "web"}  # unobserved since 97: due at 99
     assert first.recheck_at == 102.0  # u2 was first seen now
     # a uid no longer pending is forgotten a minute after it was first seen
     assert first.first_seen == {"u1": 97.0, "u2": 100.0, "recent": 95.0}
-    assert rc.is_orphan("u1", "another-uid") and rc.is_orphan("u1", "")
-    assert not rc.is_orphan("u1", "u1")
+
+
+def test_a_free_name_is_looked_at_again_only_after_the_admission_window() -> None:
+    pending = {"u1": "web"}
+    at = rc.orphan_checks(pending, {"u1": 97.0}, {"u1"}, 100.0, 2.0, 15.0)
+    assert at.due == {} and at.recheck_at == 112.0
+    assert rc.orphan_checks(pending, {"u1": 97.0}, {"u1"}, 112.0, 2.0, 15.0).due == pending
+
+
+@pytest.mark.parametrize(
+    ("holder", "unobserved_for", "orphan"),
+    [
+        ("another-uid", 2.0, True),  # AlreadyExists: the reserved create cannot be stored
+        ("u1", 60.0, False),  # it exists (the index has not seen it yet)
+        ("", 2.0, False),  # free name: the create may still be waiting on another webhook
+        ("", 14.9, False),
+        ("", 15.0, True),  # no create admitted that long ago can still be in flight
+    ],
+)
+def test_is_orphan_trusts_a_free_name_only_after_the_admission_window(
+    holder: str, unobserved_for: float, orphan: bool
+) -> None:
+    assert rc.is_orphan("u1", holder, unobserved_for, 15.0) is orphan
 
 
 def test_a_sum_beyond_the_largest_quantity_saturates_and_stays_readable() -> None:

@@ -468,6 +468,25 @@ async def test_a_review_still_queued_at_its_deadline_times_out_and_reserves_noth
     assert reserved == ["first", "third"]
 
 
+async def test_a_review_whose_deadline_passes_during_its_own_write_gives_its_reservation_back(
+    setup: Any,
+) -> None:
+    """The review's batch is already writing when its deadline passes: it is answered 504 (the
+    API server will not create the binding), so the reservation that write recorded is taken
+    back at once — left in place it would refuse others until the controller's orphan audit."""
+    client, store, _ = setup
+    store.put_delay = 0.3  # models a slow API server, not synchronisation
+    path = "/validate-resourcebinding"
+    whole = binding_doc("whole", replicas=10)  # all 10 cpu of the quota
+    status, body = await post(client, f"{path}?timeout=100ms", review(whole))
+    assert status == 200 and body["response"]["status"]["reason"] == "Timeout"
+    # the next review queues behind the write and its take-back: the quota is free for it
+    status, body = await post(client, path, review(binding_doc("next", replicas=10)))
+    assert status == 200 and body["response"]["allowed"] is True, body
+    reserved = [r.reservedBy.name for r in store.stored().status.reservations]
+    assert reserved == ["next"]
+
+
 async def test_refusals_for_quota_are_recorded_dry_runs_are_not(setup: Any) -> None:
     from karmadaquota.webhook.refusals import RefusalRecorder
 

@@ -1,8 +1,8 @@
 """`karmadaquota controller`: wire the pieces together and run until SIGTERM/SIGINT.
 
-Flags come from cli.py (--kubeconfig, --resync-period, --metrics-bind-address, --metrics-port,
---namespace for the Lease, --no-member-watch, --no-requeue, --requeue-kind). Tuning that rarely
-changes is read from the environment:
+Flags come from cli.py (--kubeconfig, --resync-period, --admission-window,
+--metrics-bind-address, --metrics-port, --namespace for the Lease, --no-member-watch,
+--no-requeue, --requeue-kind). Tuning that rarely changes is read from the environment:
 
 | variable | default | meaning |
 |---|---|---|
@@ -33,7 +33,12 @@ from karmadaquota.controller import operator
 from karmadaquota.controller.leader import DEFAULT_LEASE_NAME, LeaderElector
 from karmadaquota.controller.members import Members
 from karmadaquota.controller.metrics import ControllerMetrics
-from karmadaquota.controller.reconciler import AlwaysLeader, Controller, Tuning
+from karmadaquota.controller.reconciler import (
+    DEFAULT_ADMISSION_WINDOW,
+    AlwaysLeader,
+    Controller,
+    Tuning,
+)
 from karmadaquota.controller.wake import DEFAULT_KINDS, Waker, WakeSettings, kinds
 from karmadaquota.heap import freeze_startup_heap
 from karmadaquota.kube.client import JSON, KubeClient
@@ -45,6 +50,7 @@ log = logging.getLogger("karmadaquota.controller")
 class ControllerConfig:
     kubeconfig: str | None = None
     resync_period: float = 300.0
+    admission_window: float = DEFAULT_ADMISSION_WINDOW
     metrics_bind_address: str = "127.0.0.1"
     metrics_port: int = 8080
     lease_namespace: str = "karmada-system"
@@ -67,6 +73,11 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> ControllerC
     return ControllerConfig(
         kubeconfig=args.kubeconfig,
         resync_period=args.resync_period.total_seconds() or 300.0,
+        admission_window=(
+            args.admission_window.total_seconds()
+            if args.admission_window is not None
+            else DEFAULT_ADMISSION_WINDOW
+        ),
         metrics_bind_address=args.metrics_bind_address,
         metrics_port=args.metrics_port,
         lease_namespace=args.namespace,
@@ -141,6 +152,7 @@ async def serve(cfg: ControllerConfig) -> int:
             max_delay=cfg.max_delay,
             member_watch=cfg.member_watch,
             resync_period=cfg.resync_period,
+            admission_window=cfg.admission_window,
         ),
         members,
         waker=Waker(client, metrics, cfg.requeue) if cfg.requeue is not None else None,

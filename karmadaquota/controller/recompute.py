@@ -338,28 +338,49 @@ class OrphanChecks:
 
 
 def orphan_checks(
-    pending: Mapping[str, str], first_seen: Mapping[str, float], now: float, grace: float
+    pending: Mapping[str, str],
+    first_seen: Mapping[str, float],
+    absent: Collection[str],
+    now: float,
+    grace: float,
+    admission_window: float,
 ) -> OrphanChecks:
-    """A reservation unobserved for `grace` is due for one quorum GET of its binding's name.
+    """A reservation unobserved for `grace` is due for one quorum GET of its binding's name;
+    one whose name an earlier GET found free (`absent`) is due again once `admission_window`
+    has passed since it was first seen (see `is_orphan`).
 
     Admission happens before the API server stores the object, so a create can still fail
     afterwards (the name already taken, another webhook refusing it) and leave a reservation no
     binding will ever carry. First-seen times are forgotten a minute after the reservation is.
     """
-    seen = {uid: t for uid, t in first_seen.items() if uid in pending or t > now - 60}
+    seen = {
+        uid: t
+        for uid, t in first_seen.items()
+        if uid in pending or t > now - max(60.0, 2 * admission_window)
+    }
     due: dict[str, str] = {}
     recheck: float | None = None
     for uid, name in pending.items():
         first = seen.setdefault(uid, now)
-        if now - first >= grace:
+        at = first + (admission_window if uid in absent else grace)
+        if now >= at:
             due[uid] = name
         else:
-            at = first + grace
             recheck = at if recheck is None or at < recheck else recheck
     return OrphanChecks(due, seen, recheck)
 
 
-def is_orphan(uid: str, holder_uid: str) -> bool:
-    """A name is held by one object at a time: another uid (or none) holding the reserved
-    binding's name means the reserved binding does not exist."""
-    return holder_uid != uid
+def is_orphan(uid: str, holder_uid: str, unobserved_for: float, admission_window: float) -> bool:
+    """Whether the reserved binding can no longer come to exist, given who holds its name now.
+
+    Another uid holding the name: a name is held by one object at a time, so the reserved create
+    was refused AlreadyExists (Karmada's detector racing itself). No holder is not proof: the
+    create may still be waiting on another validating webhook or on storage after ours
+    admitted it — released then, its usage would be missing from the quota until the binding
+    appears, and another admission could take it. So a free name counts only once the create
+    cannot be in flight any more: `admission_window` (the longest timeoutSeconds of the other
+    validating webhooks on resourcebindings, plus the write) after the reservation appeared.
+    """
+    if holder_uid:
+        return holder_uid != uid
+    return unobserved_for >= admission_window

@@ -58,6 +58,9 @@ class ControllerApi(Api, Lister, Protocol):
 
 
 CONFLICT_BACKOFF = Backoff(0.02, 0.64)
+# Karmada registers its webhooks with timeoutSeconds 3, the API's default is 10 s: 15 s covers
+# either and the write after it. Raise it (--admission-window) for a slower webhook.
+DEFAULT_ADMISSION_WINDOW = 15.0
 
 
 @dataclass
@@ -75,6 +78,9 @@ class Tuning:
     # server: a create refused after admission (AlreadyExists, another webhook) holds quota
     # only until then instead of until its expiration
     orphan_grace: float = 2.0
+    # how long after our admission a create may still be stored (recompute.is_orphan): a
+    # reservation whose binding's name is free is released only after this
+    admission_window: float = DEFAULT_ADMISSION_WINDOW
     # bindings and quotas are listed again this often (a safety net under the watches)
     resync_period: float | None = 300.0
 
@@ -121,6 +127,7 @@ class Controller:
         )
         self.writes = 0
         self._unseen: dict[str, float] = {}  # reservation uid -> loop time first seen unobserved
+        self._absent: set[str] = set()  # of those, the ones whose binding's name a GET found free
 
     # ---- inputs ----------------------------------------------------------------------------
 
@@ -238,8 +245,12 @@ class Controller:
             self.index.bindings(namespace),
             self.index.deleted,
         )
-        checks = rc.orphan_checks(pending, self._unseen, now, self.settings.orphan_grace)
+        window = self.settings.admission_window
+        checks = rc.orphan_checks(
+            pending, self._unseen, self._absent, now, self.settings.orphan_grace, window
+        )
         self._unseen = checks.first_seen
+        self._absent &= checks.first_seen.keys()
         if checks.recheck_at is not None:
             self.dirty.mark_at(namespace, checks.recheck_at + 0.05)
         found = False
@@ -249,14 +260,18 @@ class Controller:
                 holder = str(current.get("metadata", {}).get("uid", ""))
             except NotFound:
                 holder = ""
-            if rc.is_orphan(uid, holder):
+            if rc.is_orphan(uid, holder, now - checks.first_seen[uid], window):
                 log.info(
                     "reservation of a binding that does not exist released",
                     extra={"namespace": namespace, "binding": name, "uid": uid},
                 )
                 self.index.mark_absent(namespace, uid)
                 self._unseen.pop(uid, None)
+                self._absent.discard(uid)
                 found = True
+            elif not holder:  # its create may still be in flight: look again after the window
+                self._absent.add(uid)
+                self.dirty.mark_at(namespace, checks.first_seen[uid] + window + 0.05)
         return found
 
     def _can_write(self) -> bool:

@@ -93,6 +93,9 @@ class Pending:
 
 
 CONFLICT_BACKOFF = Backoff(0.005, 0.08)
+# What a review whose caller gave up mid-write counts as (nobody reads it: only its reservation
+# is taken back)
+ABANDONED = Decision(False, "the review's caller gave up before its reservation was written")
 
 
 @dataclass
@@ -216,8 +219,20 @@ class Batcher:
             entries = [(a.pending, a.charges[name]) for a in admitted if name in a.charges]
             done = await self._write_quota(namespace, name, objects[name], entries, denied, now)
             written[name] = done
+        abandoned = 0
         for a in admitted:
+            if a.pending.future.cancelled() and id(a.pending) not in denied:
+                # its caller gave up while this batch was writing (the review was answered
+                # 'try again', so the binding will not be created): take its reservation back
+                # like a refused one's, before the next batch is evaluated
+                denied[id(a.pending)] = ABANDONED
+                abandoned += 1
             a.pending.resolve(denied.get(id(a.pending), Decision(True, charges=a.charges)))
+        if abandoned:
+            log.info(
+                "reservations of reviews answered before their write completed taken back",
+                extra={"namespace": namespace, "count": abandoned},
+            )
         await self._compensate(namespace, written, denied)
 
     async def _write_quota(
@@ -242,6 +257,9 @@ class Batcher:
 
         def mutate(version: KarmadaQuota) -> JSON | None:
             nonlocal entries, sent
+            # a caller that gave up meanwhile (a lost compare-and-swap and its backoff take
+            # time) is not written at all
+            entries = [(p, rl) for p, rl in entries if not p.future.cancelled()]
             if not entries:
                 return None
             sent, overflow = _with_reservations(
@@ -302,7 +320,8 @@ class Batcher:
     async def _compensate(
         self, namespace: str, written: dict[str, list[Pending]], denied: dict[int, Decision]
     ) -> None:
-        """Take back reservations of requests that a later quota of the same batch refused.
+        """Take back reservations of requests that a later quota of the same batch refused, or
+        whose caller gave up while they were being written.
 
         Best effort: whatever is not taken back here lapses at its expiration time.
         """

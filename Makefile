@@ -20,7 +20,7 @@ $(VENV)/bin/python:
 	python3 -m venv $(VENV)
 
 $(VENV)/.installed: pyproject.toml | $(VENV)/bin/python
-	$(VENV)/bin/python -m pip install -q --upgrade pip
+	$(VENV)/bin/python -m pip install -q --upgrade pip 'setuptools>=77'
 	$(VENV)/bin/python -m pip install -q -e '.[test]'
 	touch $@
 

@@ -313,7 +313,7 @@ async def refusing_webhook(testbed: TestBed) -> AsyncIterator[None]:
         yield
 
 
-SLOW_S = 6.0  # longer than the orphan audit's 2 s grace, shorter than the admission window
+SLOW_S = 8.0  # longer than the orphan audit's 2 s grace, shorter than the admission window
 
 
 @pytest.fixture
@@ -336,7 +336,7 @@ async def test_a_create_still_waiting_on_another_webhook_keeps_its_reservation(
     namespace: str,
     slow_webhook: None,
 ) -> None:
-    """Ours admits at once; another validating webhook holds the create for 6 s. The orphan
+    """Ours admits at once; another validating webhook holds the create for 8 s. The orphan
     audit finds the binding's name free after 2 s, but the create is still in flight: its
     reservation must hold until it is stored, or another create takes the same quota and the
     live bindings pass `hard`."""

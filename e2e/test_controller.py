@@ -57,18 +57,12 @@ class ControllerProcess:
         self.identity = f"{socket.gethostname()}_{self.proc.pid}"
 
     def metrics(self) -> dict[str, float]:
-        """Unlabelled samples plus `name{labels}` keys, as floats."""
+        """Unlabelled samples plus `name{labels}` keys, as floats (for polls in `eventually`)."""
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=2) as r:
-            text = r.read().decode()
-        out: dict[str, float] = {}
-        for line in text.splitlines():
-            if line and not line.startswith("#"):
-                key, _, value = line.rpartition(" ")
-                out[key] = float(value)
-        return out
+            return product.parse_metrics(r.read().decode())
 
     async def ametrics(self) -> dict[str, float]:
-        return await asyncio.to_thread(self.metrics)
+        return await product.controller_metrics(self.port)
 
     def alive(self) -> bool:
         return self.proc.poll() is None

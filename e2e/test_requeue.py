@@ -11,7 +11,6 @@ Timing figures belong in `bench/bench_requeue.py`; deadlines here are generous.
 from __future__ import annotations
 
 import asyncio
-import urllib.request
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -48,13 +47,9 @@ class Stack:
             self.bed, "controller-requeue", *extra
         )
 
-    def wakeups(self) -> float:
-        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        with urllib.request.urlopen(url, timeout=2) as r:
-            for line in r.read().decode().splitlines():
-                if line.startswith('karmadaquota_wakeups_total{result="woken"}'):
-                    return float(line.rsplit(" ", 1)[1])
-        return 0.0
+    async def wakeups(self) -> float:
+        samples = await product.controller_metrics(self.metrics_port)
+        return samples.get('karmadaquota_wakeups_total{result="woken"}', 0.0)
 
 
 @pytest.fixture(scope="module")
@@ -179,13 +174,13 @@ async def test_refused_workload_is_requeued_when_its_room_is_freed(
     assert entry["requested"]["pods"] == "2"
     assert entry["template"]["kind"] == "Deployment" and entry["template"]["uid"]
     await asyncio.sleep(AGED)  # let Karmada's own retries of b back off (not synchronisation)
-    woken = s.wakeups()
+    woken = await s.wakeups()
 
     await s.bed.akubectl("delete", "deployment", "a", "-n", ns, "--wait=false")
 
     await until_placed(s, ns, "b", 2, 60, "b's binding created and its 2 replicas placed")
     assert await annotated(s, ns, "b"), "b went through by the requeue, not Karmada's backoff"
-    assert s.wakeups() >= woken + 1
+    assert await s.wakeups() >= woken + 1
 
     await until_waiting(s, ns, [], 30, "b left the waiting list once admitted")
 
@@ -298,6 +293,6 @@ async def test_with_waking_off_nothing_is_patched_and_karmada_retries_as_before(
         # with pods: 2 is itself the proof that a's usage was released
         await until_placed(s, ns, "b", 2, 120, "b admitted by Karmada's own retry")
         assert not await annotated(s, ns, "b")
-        assert s.wakeups() == 0
+        assert await s.wakeups() == 0
     finally:
         s.restart_controller()

@@ -126,6 +126,26 @@ class WebhookProc:
             return await r.text()
 
 
+def parse_metrics(text: str) -> dict[str, float]:
+    """Prometheus text exposition as `name{labels}` -> value (unlabelled: `name`)."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.rpartition(" ")
+            out[key] = float(value)
+    return out
+
+
+async def controller_metrics(port: int, timeout: float = 30.0) -> dict[str, float]:
+    """A controller's /metrics. The deadline is generous: on a contended bed the process can
+    take seconds to be scheduled, and a slow answer is not what the tests measure."""
+    async with (
+        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as s,
+        s.get(f"http://127.0.0.1:{port}/metrics") as r,
+    ):
+        return parse_metrics(await r.text())
+
+
 async def wait_ready(url: str, ctx: ssl.SSLContext, proc: Proc, timeout: float = 60) -> None:
     """Poll `url` until 200; fail with the process's log when it dies or the deadline passes."""
     deadline = time.monotonic() + timeout

@@ -16,7 +16,6 @@ import statistics
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
@@ -56,13 +55,12 @@ class ControllerProcess:
         self.log_path = self.p.log
         self.identity = f"{socket.gethostname()}_{self.proc.pid}"
 
-    def metrics(self) -> dict[str, float]:
-        """Unlabelled samples plus `name{labels}` keys, as floats (for polls in `eventually`)."""
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=2) as r:
-            return product.parse_metrics(r.read().decode())
+    async def metrics(self, timeout: float = 30.0) -> dict[str, float]:
+        return await product.controller_metrics(self.port, timeout)
 
-    async def ametrics(self) -> dict[str, float]:
-        return await product.controller_metrics(self.port)
+    async def leads(self) -> bool:
+        """For polls: a short deadline per read, `eventually` retries."""
+        return (await self.metrics(timeout=5.0)).get("karmadaquota_leader") == 1
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -263,7 +261,7 @@ async def test_quota_created_after_its_workloads_shows_usage_at_once(
     await scheduled(karmada, namespace, "web", 4)
     await scheduled(karmada, namespace, "api", 2)
     ctl = start_controller()
-    await eventually(lambda: ctl.metrics().get("karmadaquota_leader") == 1, 30, "leadership")
+    await eventually(ctl.leads, 30, "leadership")
     created = time.monotonic()
     await testbed.aapply(quota(namespace))
     q = await wait_used(karmada, namespace, usage(6, 2))
@@ -392,7 +390,7 @@ async def test_delete_and_scale_down_release_usage(
     ctl = start_controller()
     await testbed.aapply(quota(namespace))
     await wait_used(karmada, namespace, usage(0, 0))
-    await eventually(lambda: ctl.metrics().get("karmadaquota_leader") == 1, 30, "leadership")
+    await eventually(ctl.leads, 30, "leadership")
     scale_downs: list[float] = []
     deletes: list[float] = []
     trials = int(os.environ.get("KARMADAQUOTA_E2E_RELEASE_TRIALS", "10"))
@@ -446,7 +444,7 @@ async def test_sigkill_and_restart_converge_to_the_exact_usage(
     q = await wait_used(karmada, namespace, usage(4, 2), timeout=60)
     per = {c["clusterName"]: c["used"]["pods"] for c in q["status"]["aggregatedStatus"]}
     assert sum(int(v) for v in per.values()) == 4
-    assert (await second.ametrics())["karmadaquota_leader"] == 1
+    assert (await second.metrics())["karmadaquota_leader"] == 1
 
 
 async def test_two_replicas_never_both_write(
@@ -456,7 +454,7 @@ async def test_two_replicas_never_both_write(
     lease_path = f"/apis/coordination.k8s.io/v1/namespaces/karmada-system/leases/{a.lease}"
 
     async def one_leader() -> ControllerProcess | None:
-        ma, mb = await a.ametrics(), await b.ametrics()
+        ma, mb = await a.metrics(), await b.metrics()
         leaders = [c for c, m in ((a, ma), (b, mb)) if m.get("karmadaquota_leader") == 1]
         assert len(leaders) <= 1, "two leaders at once"
         return leaders[0] if leaders else None
@@ -476,7 +474,7 @@ async def test_two_replicas_never_both_write(
         assert await one_leader() is leader
 
     writes = '_status_writes_total{result="ok"}'
-    mf, ml = await follower.ametrics(), await leader.ametrics()
+    mf, ml = await follower.metrics(), await leader.metrics()
     assert mf[f"karmadaquota{writes}"] == 0, "the follower wrote quota status"
     assert ml[f"karmadaquota{writes}"] > 0
     assert mf["karmadaquota_bindings_indexed"] == ml["karmadaquota_bindings_indexed"] >= 1
@@ -486,15 +484,13 @@ async def test_two_replicas_never_both_write(
     # graceful stop of the leader: the follower takes over at once (the Lease is released)
     stopped = time.monotonic()
     await asyncio.to_thread(leader.stop)
-    await eventually(
-        lambda: follower.metrics().get("karmadaquota_leader") == 1, 30, "the follower to lead"
-    )
+    await eventually(follower.leads, 30, "the follower to lead")
     print(f"\nfailover after a graceful stop: {time.monotonic() - stopped:.1f} s")
     lease = await karmada.get(lease_path)
     assert lease["spec"]["holderIdentity"] == follower.identity
     await scale(karmada, namespace, "web", 3)
     await wait_used(karmada, namespace, usage(3, 1))
-    assert (await follower.ametrics())[f"karmadaquota{writes}"] > 0
+    assert (await follower.metrics())[f"karmadaquota{writes}"] > 0
 
 
 async def test_invalid_quota_is_reported_and_not_charged(

@@ -44,6 +44,7 @@ from e2e.testbed import (
 
 E2E_DIR = Path(__file__).resolve().parent
 _BED_SUMMARY = pytest.StashKey[str]()
+_IMAGE_SUMMARY = pytest.StashKey[str]()
 
 
 def e2e_home() -> tuple[Path, bool]:
@@ -71,6 +72,9 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     if summary:
         terminalreporter.write_sep("-", "karmadaquota test bed")
         terminalreporter.write_line(summary)
+    image = config.stash.get(_IMAGE_SUMMARY, None)
+    if image:
+        terminalreporter.write_line(image)
 
 
 @pytest.fixture(scope="session")
@@ -99,6 +103,17 @@ def testbed(request: pytest.FixtureRequest) -> Iterator[TestBed]:
         else:
             summary += f"\nlogs: {home / 'logs'}"
         request.config.stash[_BED_SUMMARY] = summary
+
+
+@pytest.fixture(scope="session")
+def image(request: pytest.FixtureRequest) -> str:
+    """The karmadaquota image built from this tree (hack/build-image.sh), which the install
+    tests run under each rendered container's securityContext (e2e.testbed.kubelet)."""
+    from e2e.testbed import kubelet
+
+    ref = kubelet.build_image()
+    request.config.stash[_IMAGE_SUMMARY] = f"pods ran from {ref} under {kubelet.engine()}"
+    return ref
 
 
 @pytest.fixture

@@ -3,13 +3,14 @@
 `kubectl apply -k` puts `api/`, `webhook/karmada/` and `controller/karmada/` on
 karmada-apiserver and `webhook/`, `controller/` on a host cluster (a member of the bed plays the
 host); the kubeconfig step of docs/install.md runs as written (TokenRequest tokens of the
-ServiceAccounts the manifests create). The container image cannot run here, so the webhook and
-the controller run as local processes with exactly the applied Deployments' arguments and
-environment, the applied Secrets' contents as their mounted files and the identities the RBAC
-manifests grant. Only what cannot hold on one shared machine is substituted, each named:
-listen addresses (127.0.0.1), ports (free ones) and mount paths (a temporary directory); the
-webhook registration's URL host (the Service is not reachable from the bed) and its caBundle,
-which `hack/gen-webhook-certs.sh` fills in.
+ServiceAccounts the manifests create). The webhook and the controller run from the image built
+from this tree (hack/build-image.sh) exactly as the applied Deployments declare — args, env,
+securityContext, the applied Secrets read-only at their mountPaths, only the declared emptyDirs
+writable (e2e.testbed.kubelet) — with the identities the RBAC manifests grant. Only what cannot
+hold on one shared machine is substituted, each named in e2e.testbed.kubelet: the host network
+with listen addresses 127.0.0.1 and free ports; and the webhook registration's URL host (the
+Service is not reachable from the bed) and its caBundle, which `hack/gen-webhook-certs.sh` fills
+in.
 
 Drift fails the test: a flag the CLI does not accept, a Secret or key the Deployment mounts that
 the documented steps do not create, a probe or Service port that is not the one the arguments
@@ -27,7 +28,6 @@ import re
 import shutil
 import subprocess
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -35,9 +35,8 @@ from urllib.parse import urlsplit
 import aiohttp
 import pytest
 
-from e2e.testbed import TestBed, product
+from e2e.testbed import TestBed, kubelet, product
 from e2e.testbed.aio import eventually
-from e2e.testbed.ports import free_port
 from e2e.testbed.storm import binding
 from karmadaquota.kube.client import KubeClient, KubeError
 from karmadaquota.quantity import Quantity
@@ -54,17 +53,6 @@ KUBECONFIG_STEP = re.compile(r"<!-- install: kubeconfigs[^\n]*-->\s*```bash\n(.*
 RB_PATH = "/apis/work.karmada.io/v1alpha2/namespaces/{ns}/resourcebindings"
 
 
-@dataclass
-class Launch:
-    """A container of an applied Deployment turned into a local process's arguments."""
-
-    args: list[str]
-    env: dict[str, str]
-    files: dict[str, Path] = field(default_factory=dict)  # mountPath -> local directory
-    ports: dict[str, int] = field(default_factory=dict)  # flag -> local port
-    container: dict[str, Any] = field(default_factory=dict)
-
-
 def _flag(args: list[str], name: str) -> str | None:
     for a in args:
         if a.startswith(f"{name}="):
@@ -72,44 +60,23 @@ def _flag(args: list[str], name: str) -> str | None:
     return None
 
 
-def materialize(bed: TestBed, host: str, deployment: dict[str, Any], root: Path) -> Launch:
-    """The Deployment's only container as a local process: its Secret volumes written out as
-    files, its args with mount paths, listen addresses and ports substituted (and nothing else)."""
+def materialize(
+    bed: TestBed, host: str, deployment: dict[str, Any], root: Path, image: str
+) -> tuple[kubelet.Run, dict[str, Any]]:
+    """The Deployment's only container as the kubelet would run it from the built image: its
+    Secret volumes' data, as applied on the host, projected into local directories."""
     pod = deployment["spec"]["template"]["spec"]
     (container,) = pod["containers"]
-    volumes = {v["name"]: v for v in pod.get("volumes", [])}
-    files: dict[str, Path] = {}
-    for mount in container.get("volumeMounts", []):
-        volume = volumes[mount["name"]]
+    volumes: dict[str, Path] = {}
+    for volume in pod.get("volumes", []):
         if "secret" not in volume:
-            assert "emptyDir" in volume, f"volume {mount['name']}: only Secrets and emptyDirs"
             continue
         name = volume["secret"]["secretName"]
         secret = bed.get("secret", name, cluster=host, namespace=SYSTEM)
         assert secret, f"{deployment['metadata']['name']} mounts Secret {name}: not created"
-        local = root / mount["name"]
-        local.mkdir(parents=True)
-        for key, value in secret.get("data", {}).items():
-            (local / key).write_bytes(base64.b64decode(value))
-        files[mount["mountPath"]] = local
-    launch = Launch(args=[], env={}, files=files, container=container)
-    for arg in container["args"]:
-        for mount_path, local in files.items():
-            arg = arg.replace(mount_path.rstrip("/") + "/", f"{local}/")
-        if re.fullmatch(r"--(metrics-)?bind-address=.*", arg):
-            arg = arg.split("=", 1)[0] + "=127.0.0.1"
-        elif re.fullmatch(r"--(metrics-)?port=\d+", arg):
-            flag = arg.split("=", 1)[0]
-            launch.ports[flag] = free_port()
-            arg = f"{flag}={launch.ports[flag]}"
-        launch.args.append(arg)
-    for path in (a.split("=", 1)[1] for a in launch.args if "=" in a):
-        if path.startswith(str(root)):
-            assert Path(path).exists(), f"an argument names {path}: no such key in its Secret"
-    for e in container.get("env", []):
-        assert "value" in e, f"env {e['name']}: only literal values are supported here"
-        launch.env[e["name"]] = e["value"]
-    return launch
+        data = {k: base64.b64decode(v) for k, v in secret.get("data", {}).items()}
+        volumes[volume["name"]] = kubelet.write_volume(data, root / volume["name"])
+    return kubelet.plan(pod, container["name"], volumes, image=image), container
 
 
 def container_port(container: dict[str, Any], port: str | int) -> int:
@@ -121,7 +88,9 @@ def container_port(container: dict[str, Any], port: str | int) -> int:
     return int(named[port])
 
 
-async def probe(container: dict[str, Any], serving_flag: str, launch: Launch, ctx: Any) -> None:
+async def probe(
+    container: dict[str, Any], serving_flag: str, launch: kubelet.Run, ctx: Any
+) -> None:
     """Every probe of the container targets the port its arguments serve, on a path that
     answers 200 (the local port substituted)."""
     declared = int(_flag(container["args"], serving_flag) or 0)
@@ -233,8 +202,12 @@ def used(bed: TestBed, ns: str, resource: str) -> Quantity | None:
 
 
 async def test_install_as_documented_refuses_and_counts(
-    testbed: TestBed, api: KubeClient, namespace: str, tmp_path: Path
+    testbed: TestBed, api: KubeClient, namespace: str, tmp_path: Path, image: str
 ) -> None:
+    """Both Deployments' containers run from the built image under their declared
+    securityContext (e2e.testbed.kubelet): read-only root, uid/gid without a passwd entry,
+    only the declared emptyDirs writable. Before the fix the webhook died at start-up with
+    `No usable temporary directory found` and the controller with `getpwuid(): uid not found`."""
     host = sorted(testbed.members)[0]
     cert = testbed.serving_cert("install-webhook")
     procs: list[product.Proc] = []
@@ -251,23 +224,26 @@ async def test_install_as_documented_refuses_and_counts(
             for name in ("webhook", "controller")
         }
         assert all(deployments.values()), "webhook/ and controller/ create both Deployments"
-        hook = materialize(testbed, host, deployments["webhook"], tmp_path / "webhook")
-        ctrl = materialize(testbed, host, deployments["controller"], tmp_path / "controller")
+        hook, hook_c = materialize(testbed, host, deployments["webhook"], tmp_path / "wh", image)
+        ctrl, ctrl_c = materialize(testbed, host, deployments["controller"], tmp_path / "c", image)
         try:
-            procs.append(product.start(testbed, "install-webhook", hook.args, env=hook.env))
-            procs.append(product.start(testbed, "install-controller", ctrl.args, env=ctrl.env))
+            procs.append(kubelet.start(testbed, "install-webhook", hook))
+            procs.append(kubelet.start(testbed, "install-controller", ctrl))
             port = hook.ports["--port"]
             ctx = product.WebhookProc(procs[0], port, cert.ca_bundle).ssl_context()
             await product.wait_ready(f"https://127.0.0.1:{port}/readyz", ctx, procs[0])
-            await probe(hook.container, "--port", hook, ctx)
-            await probe(ctrl.container, "--metrics-port", ctrl, None)
+            await probe(hook_c, "--port", hook, ctx)
+            await probe(ctrl_c, "--metrics-port", ctrl, None)
             await asyncio.to_thread(point_registration_at, testbed, port, cert.ca_bundle)
             await check_ports(testbed, host, deployments)
             await check_end_to_end(testbed, api, namespace)
             assert forbidden_lines(*procs) == []
+            for p in procs:
+                assert p.popen.poll() is None, f"{p.name} exited:\n{p.tail()}"
         finally:
             for p in procs:
                 p.stop()
+                kubelet.remove(p.name)
 
 
 async def check_ports(bed: TestBed, host: str, deployments: dict[str, Any]) -> None:

@@ -19,8 +19,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import logging
 import os
+import sys
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,7 +32,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from karmadaquota.controller import operator
-from karmadaquota.controller.leader import DEFAULT_LEASE_NAME, LeaderElector
+from karmadaquota.controller.leader import DEFAULT_LEASE_NAME, LeaderElector, identity
 from karmadaquota.controller.members import Members
 from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.controller.reconciler import (
@@ -41,7 +43,7 @@ from karmadaquota.controller.reconciler import (
 )
 from karmadaquota.controller.wake import DEFAULT_KINDS, Waker, WakeSettings, kinds
 from karmadaquota.heap import freeze_startup_heap
-from karmadaquota.kube.client import JSON, KubeClient
+from karmadaquota.kube.client import JSON, CredentialsError, KubeClient, user_agent
 
 log = logging.getLogger("karmadaquota.controller")
 
@@ -117,7 +119,7 @@ def build_app(controller: Controller, metrics: ControllerMetrics) -> web.Applica
 
 async def serve(cfg: ControllerConfig) -> int:
     metrics = ControllerMetrics()
-    client = await KubeClient.connect(cfg.kubeconfig)
+    client = await KubeClient.connect(cfg.kubeconfig, user_agent=user_agent("controller"))
     controller: Controller | None = None  # the callbacks below run only once it exists
 
     def leadership_changed(leader: bool) -> None:
@@ -142,7 +144,15 @@ async def serve(cfg: ControllerConfig) -> int:
             retry_period=min(2.0, cfg.lease_duration / 5),
             on_change=leadership_changed,
         )
-    members = Members(read_secret, member_changed, metrics, enabled=cfg.member_watch)
+    members = Members(
+        read_secret,
+        member_changed,
+        metrics,
+        enabled=cfg.member_watch,
+        client_factory=functools.partial(
+            KubeClient.from_token, user_agent=user_agent("controller")
+        ),
+    )
     controller = Controller(
         client,
         metrics,
@@ -182,10 +192,13 @@ async def serve(cfg: ControllerConfig) -> int:
     code = 0
     try:
         await kopf.operator(
-            registry=operator.registry(members, client.credentials),
+            registry=operator.registry(members, client),
             settings=operator.settings(),
             standalone=True,
             clusterwide=True,
+            # ours, not kopf's default: that calls getpass.getuser(), which raises for a uid
+            # without a passwd entry (the image's 65532) and no USER/LOGNAME (a pod's env)
+            identity=elector.holder if elector is not None else identity(),  # type: ignore[arg-type]
         )
     except Exception:
         log.exception("operator failed")
@@ -206,5 +219,9 @@ async def serve(cfg: ControllerConfig) -> int:
 def run_controller(args: argparse.Namespace) -> int:
     cfg = config_from(args, os.environ)
     with contextlib.suppress(KeyboardInterrupt):
-        return asyncio.run(serve(cfg))
+        try:
+            return asyncio.run(serve(cfg))
+        except CredentialsError as e:
+            print(f"karmadaquota controller: {e}", file=sys.stderr)
+            return 2
     return 0

@@ -22,7 +22,7 @@ from karmadaquota.controller.members import (
     CLUSTER_VERSION,
     Members,
 )
-from karmadaquota.kube.client import Credentials
+from karmadaquota.kube.client import Credentials, KubeClient
 
 log = logging.getLogger("karmadaquota.controller.operator")
 
@@ -51,12 +51,15 @@ def settings() -> kopf.OperatorSettings:
     return s
 
 
-def registry(members: Members, creds: Credentials) -> kopf.OperatorRegistry:
+def registry(members: Members, client: KubeClient) -> kopf.OperatorRegistry:
     reg = kopf.OperatorRegistry()
 
     @kopf.on.login(registry=reg)
     async def login(**_: Any) -> kopf.ConnectionInfo:
-        return connection_info(creds)
+        # kopf logs in again after a 401: hand it what the client holds now, reloaded first
+        # (a rotated token), so both watch stacks run on one credential path
+        await client.refresh_credentials()
+        return connection_info(client.credentials)
 
     @kopf.on.event(CLUSTER_GROUP, CLUSTER_VERSION, CLUSTER_PLURAL, registry=reg)
     async def on_cluster(event: kopf.RawEvent, **_: Any) -> None:

@@ -10,7 +10,10 @@ controller decodes every binding event; the webhook encodes every status write).
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import ssl
+import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -20,7 +23,31 @@ import orjson
 from kubernetes_asyncio.client import Configuration
 from kubernetes_asyncio.config import load_incluster_config, load_kube_config
 
+from karmadaquota import __version__
+
 JSON = dict[str, Any]
+USER_AGENT = f"karmadaquota/{__version__}"
+# a 429 without a usable Retry-After waits this long (the API server sends one: 1 s)
+_DEFAULT_RETRY_AFTER = 1.0
+
+log = logging.getLogger("karmadaquota.kube")
+
+
+def user_agent(component: str) -> str:
+    """`karmadaquota-<component>/<version>`: how the API server's logs and audit name us."""
+    return f"karmadaquota-{component}/{__version__}"
+
+
+def _retry_after(value: str | None) -> float:
+    """Seconds from a Retry-After header (delta-seconds form, the API server's)."""
+    try:
+        return max(float(value or ""), 0.0)
+    except ValueError:
+        return _DEFAULT_RETRY_AFTER
+
+
+class CredentialsError(Exception):
+    """The kubeconfig (or service account) cannot be turned into credentials here."""
 
 
 class KubeError(Exception):
@@ -108,7 +135,19 @@ async def load_credentials(
     """From a kubeconfig file, or the in-cluster service account when none is given."""
     cfg = Configuration()
     if kubeconfig:
-        await load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)
+        try:
+            await load_kube_config(
+                config_file=kubeconfig, context=context, client_configuration=cfg
+            )
+        except FileNotFoundError as e:
+            if "temporary directory" not in str(e):
+                raise
+            # kubernetes_asyncio writes inline *-data fields to temporary files
+            raise CredentialsError(
+                f"kubeconfig {kubeconfig}: its inline certificate data is written to a "
+                f"temporary file, and no writable temporary directory exists ({e}); "
+                "mount an emptyDir at /tmp (or point TMPDIR at one)"
+            ) from None
     else:
         load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
     token = cfg.api_key.get("authorization") or cfg.api_key.get("BearerToken") or None
@@ -129,7 +168,14 @@ async def load_credentials(
 
 
 class KubeClient:
-    """JSON over HTTPS to one API server; create with `connect`, close with `close`."""
+    """JSON over HTTPS to one API server; create with `connect`, close with `close`.
+
+    Every request names its program (`User-Agent: karmadaquota-<component>/<version>`, as
+    client-go does), waits out a 429's `Retry-After` (API Priority and Fairness) up to the
+    request's own timeout, and — for a client built from a kubeconfig or the service account —
+    loads the credentials again on a 401 and retries once: a rotated service-account token file,
+    a kubeconfig Secret updated in place, or an exec plugin's expired token.
+    """
 
     def __init__(
         self,
@@ -137,29 +183,44 @@ class KubeClient:
         ssl_context: ssl.SSLContext,
         headers: Mapping[str, str],
         credentials: Credentials | None = None,
+        user_agent: str = USER_AGENT,
+        source: tuple[str | None, str | None] | None = None,
     ) -> None:
         self.credentials = credentials or Credentials(host)
         self.host = host.rstrip("/")
         self._ssl = ssl_context
-        self._headers = {"Accept": "application/json", **headers}
+        self._headers = {"Accept": "application/json", "User-Agent": user_agent}
+        self._auth = dict(headers)
+        self._source = source  # (kubeconfig, context) to load again on a 401; None: fixed
         self._session: aiohttp.ClientSession | None = None
 
     @classmethod
-    async def connect(cls, kubeconfig: str | None = None, context: str | None = None) -> KubeClient:
+    async def connect(
+        cls,
+        kubeconfig: str | None = None,
+        context: str | None = None,
+        user_agent: str = USER_AGENT,
+    ) -> KubeClient:
         """From a kubeconfig file, or the in-cluster service account when none is given."""
         creds = await load_credentials(kubeconfig, context)
         ctx = _tls(cafile=creds.ca_path, insecure=creds.insecure)
         if creds.cert_path:
             ctx.load_cert_chain(creds.cert_path, creds.key_path)
-        return cls(creds.host, ctx, _bearer(creds.token or ""), creds)
+        auth = _bearer(creds.token or "")
+        return cls(creds.host, ctx, auth, creds, user_agent, source=(kubeconfig, context))
 
     @classmethod
     def from_token(
-        cls, host: str, token: str, ca_pem: bytes | None = None, insecure: bool = False
+        cls,
+        host: str,
+        token: str,
+        ca_pem: bytes | None = None,
+        insecure: bool = False,
+        user_agent: str = USER_AGENT,
     ) -> KubeClient:
         """A bearer-token client, as Karmada reaches a member cluster (Cluster secretRef)."""
         ctx = _tls(cadata=ca_pem.decode() if ca_pem else None, insecure=insecure)
-        return cls(host, ctx, _bearer(token))
+        return cls(host, ctx, _bearer(token), user_agent=user_agent)
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -174,6 +235,21 @@ class KubeClient:
         if self._session is not None:
             await self._session.close()
 
+    async def refresh_credentials(self) -> bool:
+        """Load the credentials again from where they came from; True when the token changed.
+
+        Only the bearer token is replaced: a client certificate is part of the TLS context of
+        open connections (rotate it by restarting the process)."""
+        if self._source is None:
+            return False
+        creds = await load_credentials(*self._source)
+        auth = _bearer(creds.token or "")
+        if auth == self._auth:
+            return False
+        log.info("credentials reloaded after 401 Unauthorized", extra={"host": self.host})
+        self._auth, self.credentials = auth, creds
+        return True
+
     async def request(
         self,
         method: str,
@@ -183,18 +259,35 @@ class KubeClient:
         timeout: float = 10.0,
         content_type: str = "application/json",
     ) -> JSON:
-        async with self.session.request(
-            method,
-            self.host + path,
-            data=None if body is None else orjson.dumps(body),
-            headers=None if body is None else {"Content-Type": content_type},
-            params=params,
-            timeout=aiohttp.ClientTimeout(total=timeout),
-        ) as resp:
-            data = await resp.read()
-            if resp.status >= 400:
-                raise _error(resp.status, data.decode(errors="replace"))
-            result: JSON = orjson.loads(data) if data else {}
+        data = None if body is None else orjson.dumps(body)
+        deadline = time.monotonic() + timeout
+        refreshed = False
+        while True:
+            headers = dict(self._auth)
+            if data is not None:
+                headers["Content-Type"] = content_type
+            async with self.session.request(
+                method,
+                self.host + path,
+                data=data,
+                headers=headers,
+                params=params,
+                timeout=aiohttp.ClientTimeout(total=max(deadline - time.monotonic(), 0.001)),
+            ) as resp:
+                raw = await resp.read()
+                status, retry_after = resp.status, resp.headers.get("Retry-After")
+            if status == 401 and not refreshed:
+                refreshed = True
+                if await self.refresh_credentials():
+                    continue
+            if status == 429:
+                wait = _retry_after(retry_after)
+                if time.monotonic() + wait < deadline:
+                    await asyncio.sleep(wait)
+                    continue
+            if status >= 400:
+                raise _error(status, raw.decode(errors="replace"))
+            result: JSON = orjson.loads(raw) if raw else {}
             return result
 
     async def get(self, path: str, params: Mapping[str, str] | None = None) -> JSON:
@@ -225,6 +318,7 @@ class KubeClient:
         async with self.session.get(
             self.host + path,
             params=params,
+            headers=self._auth,
             timeout=aiohttp.ClientTimeout(total=None, sock_read=timeout_seconds + 30),
         ) as resp:
             if resp.status >= 400:

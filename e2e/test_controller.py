@@ -478,7 +478,7 @@ async def test_two_replicas_never_both_write(
     assert mf[f"karmadaquota{writes}"] == 0, "the follower wrote quota status"
     assert ml[f"karmadaquota{writes}"] > 0
     assert mf["karmadaquota_bindings_indexed"] == ml["karmadaquota_bindings_indexed"] >= 1
-    used_pods = '{namespace="%s",quota="team",resource="pods"}' % namespace  # noqa: UP031
+    used_pods = '{quota_namespace="%s",quota="team",resource="pods"}' % namespace  # noqa: UP031
     assert mf[f"karmadaquota_quota_used{used_pods}"] == 2  # the follower's figures are warm
 
     # graceful stop of the leader: the follower takes over at once (the Lease is released)

@@ -56,7 +56,7 @@ def ports_of(home: Path) -> list[int]:
     state = json.loads((home / "state.json").read_text())
     ports = {p for cluster in state["ports"].values() for p in cluster.values()}
     product = json.loads((home / "karmadaquota.json").read_text())
-    ports |= {product["webhook_port"], product["controller_metrics"]}
+    ports |= {product["webhook_port"], product["webhook_metrics"], product["controller_metrics"]}
     return sorted(int(p) for p in ports)
 
 

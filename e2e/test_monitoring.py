@@ -1,12 +1,15 @@
 """deploy/monitoring/ checked by real tools: Prometheus' own parsers read the alerting rules and
 every dashboard query (hack/promql-check), and every metric they select is one the running
-webhook and controller export on the bed, after the activity that makes labelled series appear
-(an admission, a denial, a status write, a reservation, pods observed in the members)."""
+webhook and controller export on the bed — or karmada-apiserver, for the rule on its webhook
+calls — after the activity that makes labelled series appear (an admission, a denial, a status
+write, a reservation, pods observed in the members). The webhook is read on its plain-HTTP
+metrics port, as Prometheus scrapes it, and serves the same on its HTTPS port."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 import subprocess
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -89,10 +92,31 @@ def sample_names(text: str) -> set[str]:
     return {s.name for family in text_string_to_metric_families(text) for s in family.samples}
 
 
-async def exported(run: Running) -> set[str]:
+async def https_metrics(hook: product.WebhookProc) -> str:
+    async with (
+        aiohttp.ClientSession() as s,
+        s.get(f"{hook.base}/metrics", ssl=hook.ssl_context()) as r,
+    ):
+        return await r.text()
+
+
+async def apiserver_metric_names(testbed: TestBed) -> set[str]:
+    """Sample names karmada-apiserver exports (only names are read: its exposition is large)."""
+    text = (await testbed.akubectl("get", "--raw", "/metrics")).stdout
+    return {
+        line.split("{", 1)[0].split(" ", 1)[0]
+        for line in text.splitlines()
+        if line and not line.startswith("#")
+    }
+
+
+async def exported(run: Running, testbed: TestBed) -> set[str]:
     async with aiohttp.ClientSession() as s, s.get(run.controller_metrics) as r:
         controller = await r.text()
-    return sample_names(controller) | sample_names(await run.webhook.metrics())
+    webhook = sample_names(await run.webhook.metrics())
+    assert run.webhook.metrics_port is not None, "read on the plain-HTTP metrics port"
+    assert webhook == sample_names(await https_metrics(run.webhook))
+    return sample_names(controller) | webhook | await apiserver_metric_names(testbed)
 
 
 async def test_every_queried_metric_is_exported(
@@ -120,8 +144,25 @@ async def test_every_queried_metric_is_exported(
         await api.close()
 
     async def all_exported() -> bool:
-        missing = wanted - await exported(running)
+        missing = wanted - await exported(running, testbed)
         assert not missing, f"not exported: {sorted(missing)}"
         return True
 
     await eventually(all_exported, 120, "every metric the dashboard and rules query")
+
+
+async def test_serving_certificate_expiry_is_the_served_certificates(running: Running) -> None:
+    hook = running.webhook
+    _, writer = await asyncio.open_connection(
+        "127.0.0.1", hook.port, ssl=hook.ssl_context(), server_hostname="127.0.0.1"
+    )
+    try:
+        served = writer.get_extra_info("peercert")
+    finally:
+        writer.close()
+        await writer.wait_closed()
+    families = {f.name: f for f in text_string_to_metric_families(await hook.metrics())}
+    (sample,) = families[
+        "karmadaquota_webhook_serving_certificate_expiry_timestamp_seconds"
+    ].samples
+    assert sample.value == ssl.cert_time_to_seconds(served["notAfter"])

@@ -171,7 +171,23 @@ build_promql_check() {
   log "promql-check ${v}: done"
 }
 
-want="${*:-kubectl etcd kubernetes karmada kwok promql-check}"
+# helm, for the chart's unit tests (helm lint, helm template) and the e2e install test.
+build_helm() {
+  local v=${HELM_VERSION}
+  if up_to_date helm "${v}"; then log "helm ${v}: up to date"; return; fi
+  log "helm ${v}: compiling"
+  local dir="${SRC}/helm-${v}" p=helm.sh/helm/${HELM_VERSION%%.*}
+  new_module "${dir}" karmadaquota.local/build/helm 1.26.0
+  cd "${dir}"
+  run go get "${p}/cmd/helm@${v}"
+  local ld="-s -w -X ${p}/internal/version.version=${v} -X ${p}/internal/version.metadata="
+  ld+=" -X ${p}/internal/version.gitTreeState=clean"
+  run go build -trimpath -ldflags "${ld}" -o "${BIN}/helm" "${p}/cmd/helm"
+  stamp "${v}" helm
+  log "helm ${v}: done"
+}
+
+want="${*:-kubectl etcd kubernetes karmada kwok promql-check helm}"
 for what in ${want}; do
   case "${what}" in
     kubernetes) build_kubernetes ;;
@@ -180,6 +196,7 @@ for what in ${want}; do
     kwok) build_kwok ;;
     kubectl) install_kubectl ;;
     promql-check) build_promql_check ;;
+    helm) build_helm ;;
     *) echo "unknown component: ${what}" >&2; exit 2 ;;
   esac
 done

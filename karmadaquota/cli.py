@@ -8,8 +8,12 @@ import re
 import signal
 import sys
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from karmadaquota import logs
+
+if TYPE_CHECKING:
+    from karmadaquota.webhook.app import WebhookSettings
 
 _DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 
@@ -46,6 +50,14 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--tls-private-key-file", required=True)
     w.add_argument("--bind-address", default="127.0.0.1")
     w.add_argument("--port", type=int, default=8443)
+    w.add_argument(
+        "--metrics-bind-address",
+        default="127.0.0.1",
+        help="address of the plain-HTTP /metrics listener (/metrics stays on the HTTPS port too)",
+    )
+    w.add_argument(
+        "--metrics-port", type=int, default=8081, help="port of the plain-HTTP /metrics listener"
+    )
     w.add_argument("--reservation-ttl", type=duration, default=timedelta(seconds=60))
     w.add_argument("--limited-resources", help="ResourceQuotaConfiguration YAML file")
     w.add_argument(
@@ -102,16 +114,19 @@ def _parser() -> argparse.ArgumentParser:
         help="also requeue templates of this kind (besides apps/Deployment and "
         "apps/StatefulSet); grant the controller get and patch on it",
     )
+
+    from karmadaquota.install import add_parser as add_install_parser
+
+    add_install_parser(sub)  # `install apply|delete`: the Helm chart's hook Jobs
     return p
 
 
-async def _serve_webhook(args: argparse.Namespace) -> None:
-    from karmadaquota.heap import freeze_startup_heap
-    from karmadaquota.webhook.app import WebhookSettings, running
+def webhook_settings(args: argparse.Namespace) -> WebhookSettings:
+    from karmadaquota.webhook.app import WebhookSettings
     from karmadaquota.webhook.config import load_limited
     from karmadaquota.webhook.server import ServerLimits
 
-    settings = WebhookSettings(
+    return WebhookSettings(
         kubeconfig=args.kubeconfig,
         cert_file=args.tls_cert_file,
         key_file=args.tls_private_key_file,
@@ -124,7 +139,16 @@ async def _serve_webhook(args: argparse.Namespace) -> None:
         limits=ServerLimits(
             read_timeout=args.read_timeout.total_seconds(), max_connections=args.max_connections
         ),
+        metrics_bind_address=args.metrics_bind_address,
+        metrics_port=args.metrics_port,
     )
+
+
+async def _serve_webhook(args: argparse.Namespace) -> None:
+    from karmadaquota.heap import freeze_startup_heap
+    from karmadaquota.webhook.app import running
+
+    settings = webhook_settings(args)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -137,7 +161,12 @@ async def _serve_webhook(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logs.setup(args.log_format, args.log_level)
+    if args.command == "install":
+        from karmadaquota.install import main as install_main
+
+        return install_main(args)
     if args.command == "webhook":
+        from karmadaquota.kube.client import CredentialsError
         from karmadaquota.webhook.config import ConfigError
 
         try:
@@ -154,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
                 uvloop.run(_serve_webhook(args))
             else:
                 asyncio.run(_serve_webhook(args))
-        except ConfigError as e:
+        except (ConfigError, CredentialsError) as e:
             print(f"karmadaquota webhook: {e}", file=sys.stderr)
             return 2
         return 0

@@ -44,19 +44,17 @@ async def server() -> AsyncIterator[tuple[str, list[web.Request], Callable[..., 
     await runner.cleanup()
 
 
-def kubeconfig(path: Path, server: str, token: str) -> str:
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "c", "cluster": {"server": server}}],
-                "users": [{"name": "u", "user": {"token": token}}],
-                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
-                "current-context": "x",
-            }
-        )
-    )
+def kubeconfig(path: Path, server: str, token: str, ca_data: str = "") -> str:
+    cluster = {"server": server, **({"certificate-authority-data": ca_data} if ca_data else {})}
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": cluster}],
+        "users": [{"name": "u", "user": {"token": token}}],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "x",
+    }
+    path.write_text(yaml.safe_dump(doc))
     return str(path)
 
 
@@ -145,11 +143,8 @@ async def test_no_writable_temp_dir_is_a_clear_start_up_error(
 
     from karmadaquota.kube.client import CredentialsError, load_credentials
 
-    path = kubeconfig(tmp_path / "k", "https://127.0.0.1:6443", "t")
-    doc = yaml.safe_load(Path(path).read_text())
     ca = base64.b64encode(b"-----BEGIN CERTIFICATE-----\n").decode()
-    doc["clusters"][0]["cluster"]["certificate-authority-data"] = ca
-    Path(path).write_text(yaml.safe_dump(doc))
+    path = kubeconfig(tmp_path / "k", "https://127.0.0.1:6443", "t", ca_data=ca)
 
     def read_only_root(*_: object, **__: object) -> tuple[int, str]:
         raise FileNotFoundError(

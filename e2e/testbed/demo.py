@@ -81,7 +81,9 @@ async def up(bed: TestBed) -> None:
     else:
         step("starting the webhook")
         hook = await product.start_webhook(bed, "karmadaquota-webhook", detach=True)
-        state.update(webhook=hook.proc.popen.pid, webhook_port=hook.port)
+        state.update(
+            webhook=hook.proc.popen.pid, webhook_port=hook.port, webhook_metrics=hook.metrics_port
+        )
         step("registering the webhook with karmada-apiserver")
         await asyncio.to_thread(product.register, bed, hook.base, hook.ca_bundle)
     _state_file(bed).write_text(json.dumps(state, indent=2))

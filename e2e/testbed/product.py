@@ -110,6 +110,7 @@ class WebhookProc:
     proc: Proc
     port: int
     ca_bundle: bytes
+    metrics_port: int | None = None  # the plain-HTTP /metrics listener (--metrics-port)
 
     @property
     def base(self) -> str:
@@ -119,10 +120,14 @@ class WebhookProc:
         return ssl.create_default_context(cadata=self.ca_bundle.decode())
 
     async def metrics(self) -> str:
-        async with (
-            aiohttp.ClientSession() as s,
-            s.get(f"{self.base}/metrics", ssl=self.ssl_context()) as r,
-        ):
+        """/metrics from the plain-HTTP metrics port (what Prometheus scrapes), else HTTPS."""
+        ctx: ssl.SSLContext | bool = True  # plain HTTP: not used
+        if self.metrics_port is not None:
+            url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        else:
+            url, ctx = f"{self.base}/metrics", self.ssl_context()
+        async with aiohttp.ClientSession() as s, s.get(url, ssl=ctx) as r:
+            r.raise_for_status()
             return await r.text()
 
 
@@ -173,6 +178,7 @@ async def start_webhook(
     """Start a webhook replica; `port` restarts one where it was (behind a proxy)."""
     cert = bed.serving_cert(name)
     port = port or free_port()
+    metrics_port = free_port()
     proc = start(
         bed,
         name,
@@ -183,12 +189,14 @@ async def start_webhook(
             f"--tls-private-key-file={cert.key}",
             "--bind-address=127.0.0.1",
             f"--port={port}",
+            "--metrics-bind-address=127.0.0.1",
+            f"--metrics-port={metrics_port}",
             f"--reservation-ttl={ttl}",
             *extra,
         ],
         detach=detach,
     )
-    hook = WebhookProc(proc, port, cert.ca_bundle)
+    hook = WebhookProc(proc, port, cert.ca_bundle, metrics_port)
     try:
         await wait_ready(f"{hook.base}/readyz", hook.ssl_context(), proc)
     except BaseException:

@@ -1,4 +1,11 @@
-"""Prometheus metrics of the controller (served on /metrics next to /healthz)."""
+"""Prometheus metrics of the controller (served on /metrics next to /healthz).
+
+Label names never collide with the target labels Prometheus attaches (kubernetes_sd
+relabelling, ServiceMonitor and PodMonitor add `namespace`, `pod`, `container`, `service`,
+`endpoint`, `job`, `instance`) nor with the external label multi-cluster setups put on every
+series (`cluster`): a quota's namespace on karmada-apiserver is `quota_namespace`, a member
+cluster `member_cluster`. docs/operations.md explains the choice.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +15,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from karmadaquota.api import KarmadaQuotaStatus
 from karmadaquota.quantity import Quantity, QuantityError
+from karmadaquota.runtime_metrics import register_runtime_collectors
+
+# The labels of every per-quota series (plus `member_cluster` for the per-member ones).
+QUOTA_LABELS = ["quota_namespace", "quota", "resource"]
 
 _RECOMPUTE_BUCKETS = (
     0.0001,
@@ -32,6 +43,7 @@ class ControllerMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
+        register_runtime_collectors(r)
         self.recompute_duration = Histogram(
             "karmadaquota_recompute_duration_seconds",
             "Time to recompute one quota's status from scratch (no I/O).",
@@ -46,13 +58,13 @@ class ControllerMetrics:
         self.quota_used = Gauge(
             "karmadaquota_quota_used",
             "Usage of a KarmadaQuota resource, as last computed (base units).",
-            ["namespace", "quota", "resource"],
+            QUOTA_LABELS,
             registry=r,
         )
         self.quota_hard = Gauge(
             "karmadaquota_quota_hard",
             "Hard limit of a KarmadaQuota resource (base units).",
-            ["namespace", "quota", "resource"],
+            QUOTA_LABELS,
             registry=r,
         )
         self.leader = Gauge(
@@ -78,19 +90,19 @@ class ControllerMetrics:
         self.member_up = Gauge(
             "karmadaquota_member_observed",
             "1 while the member cluster's pods are being watched.",
-            ["cluster"],
+            ["member_cluster"],
             registry=r,
         )
         self.member_pods = Gauge(
             "karmadaquota_member_pods",
             "Non-terminal pods indexed for a member cluster.",
-            ["cluster"],
+            ["member_cluster"],
             registry=r,
         )
         self.resyncs = Counter(
             "karmadaquota_resyncs_total", "Full relists of bindings and quotas.", registry=r
         )
-        labels = ["namespace", "quota", "resource"]
+        labels = QUOTA_LABELS
         self.quota_reserved = Gauge(
             "karmadaquota_quota_reserved",
             "Usage reserved by admitted bindings the controller has not counted yet (base units).",
@@ -100,19 +112,19 @@ class ControllerMetrics:
         self.quota_reservations = Gauge(
             "karmadaquota_quota_reservations",
             "Reservations pending in a KarmadaQuota's status, as last computed.",
-            ["namespace", "quota"],
+            ["quota_namespace", "quota"],
             registry=r,
         )
         self.quota_member_used = Gauge(
             "karmadaquota_quota_member_used",
             "Usage of a KarmadaQuota resource placed in one member cluster by Karmada.",
-            [*labels, "cluster"],
+            [*labels, "member_cluster"],
             registry=r,
         )
         self.quota_member_observed = Gauge(
             "karmadaquota_quota_member_observed",
             "Usage of a KarmadaQuota resource summed from the pods seen in one member cluster.",
-            [*labels, "cluster"],
+            [*labels, "member_cluster"],
             registry=r,
         )
         self.waiting = Gauge(

@@ -14,7 +14,7 @@ import os
 import re
 import ssl
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -27,7 +27,7 @@ from karmadaquota import api, charge, validation
 from karmadaquota.api import KarmadaQuota, ResourceBinding
 from karmadaquota.evaluate import Decision, LimitedResource
 from karmadaquota.kube import paths
-from karmadaquota.kube.client import JSON, KubeClient
+from karmadaquota.kube.client import JSON, KubeClient, user_agent
 from karmadaquota.quantity import QuantityError
 from karmadaquota.webhook import review
 from karmadaquota.webhook.batcher import (
@@ -38,7 +38,7 @@ from karmadaquota.webhook.batcher import (
     Pending,
 )
 from karmadaquota.webhook.cache import QuotaCache
-from karmadaquota.webhook.metrics import WebhookMetrics
+from karmadaquota.webhook.metrics import WebhookMetrics, serve_metrics
 from karmadaquota.webhook.refusals import RefusalRecorder
 from karmadaquota.webhook.server import MAX_BODY_BYTES, ServerLimits, serve, tls_context
 
@@ -78,6 +78,9 @@ class WebhookSettings:
     limits: ServerLimits = field(default_factory=ServerLimits)
     # remember refusals for quota in status.waiting[] (the controller requeues them)
     record_waiting: bool = True
+    # /metrics over plain HTTP as well (None: only on the HTTPS port)
+    metrics_bind_address: str = "127.0.0.1"
+    metrics_port: int | None = None
 
 
 class KubeQuotaStore:
@@ -360,11 +363,15 @@ def build_app(webhook: Webhook, decisions: DecisionLog | None = None) -> web.App
 class CertReloader:
     """Serves with a TLS context whose certificate is reloaded when its files change."""
 
-    def __init__(self, cert_file: str, key_file: str) -> None:
+    def __init__(
+        self, cert_file: str, key_file: str, on_load: Callable[[str], None] | None = None
+    ) -> None:
         self.cert_file = cert_file
         self.key_file = key_file
+        self._on_load = on_load or (lambda _cert_file: None)  # after each successful load
         self._stamp = self._mtimes()
         self.context = tls_context(cert_file, key_file)
+        self._on_load(cert_file)
 
     def _mtimes(self) -> tuple[float, float]:
         return (os.stat(self.cert_file).st_mtime, os.stat(self.key_file).st_mtime)
@@ -380,6 +387,7 @@ class CertReloader:
             return False
         self._stamp = stamp
         log.info("serving certificate reloaded", extra={"cert_file": self.cert_file})
+        self._on_load(self.cert_file)
         return True
 
     async def watch(self, interval: float) -> None:
@@ -392,7 +400,7 @@ class CertReloader:
 async def running(settings: WebhookSettings) -> AsyncIterator[tuple[Webhook, int]]:
     """Start the whole webhook (client, cache, batcher, HTTPS server); yields the bound port."""
     metrics = WebhookMetrics()
-    client = await KubeClient.connect(settings.kubeconfig)
+    client = await KubeClient.connect(settings.kubeconfig, user_agent=user_agent("webhook"))
     cache = QuotaCache(client, on_change=metrics.cache_quotas.set)
     store = KubeQuotaStore(client, cache)
     batcher = Batcher(
@@ -408,7 +416,7 @@ async def running(settings: WebhookSettings) -> AsyncIterator[tuple[Webhook, int
     )
     refusals = RefusalRecorder(store, busy=batcher.busy) if settings.record_waiting else None
     webhook = Webhook(cache, batcher, metrics, store.api_seconds, refusals)
-    certs = CertReloader(settings.cert_file, settings.key_file)
+    certs = CertReloader(settings.cert_file, settings.key_file, metrics.serving_certificate_loaded)
     tasks: list[asyncio.Task[Any]] = [
         asyncio.create_task(cache.run(), name="quota-cache"),
         asyncio.create_task(certs.watch(settings.cert_check_interval), name="cert-reload"),
@@ -419,6 +427,14 @@ async def running(settings: WebhookSettings) -> AsyncIterator[tuple[Webhook, int
         metrics.cache_synced.set(1)
 
     tasks.append(asyncio.create_task(mark_synced()))
+    plain = None  # up before the HTTPS port: once /readyz answers, /metrics does too
+    if settings.metrics_port is not None:
+        plain = await serve_metrics(
+            metrics.registry, settings.metrics_bind_address, settings.metrics_port
+        )
+        log.info(
+            "metrics serving", extra={"address": settings.metrics_bind_address, "port": plain.port}
+        )
     listener = await serve(
         build_app(webhook),
         settings.bind_address,
@@ -432,6 +448,8 @@ async def running(settings: WebhookSettings) -> AsyncIterator[tuple[Webhook, int
     try:
         yield webhook, int(port)
     finally:
+        if plain is not None:
+            await plain.close()
         await listener.close()
         for t in tasks:
             t.cancel()

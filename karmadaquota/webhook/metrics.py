@@ -1,8 +1,25 @@
-"""Prometheus metrics of the webhook (served on /metrics)."""
+"""Prometheus metrics of the webhook, served on /metrics of the HTTPS port and of the plain
+HTTP metrics port (`serve_metrics`, `--metrics-bind-address`/`--metrics-port`)."""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+import logging
+from dataclasses import dataclass
+
+from aiohttp import web
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+from karmadaquota.runtime_metrics import register_runtime_collectors
+from karmadaquota.webhook.certs import CertificateError, not_after
+
+log = logging.getLogger("karmadaquota.webhook")
 
 # Fine at the low end, where a review's own work lies (p50/p99 at 50-200 reviews/s can be read
 # to a quarter millisecond), coarse above 10 ms, where the API server's writes dominate.
@@ -37,6 +54,7 @@ class WebhookMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
+        register_runtime_collectors(r)
         self.admission_duration = Histogram(
             "karmadaquota_admission_duration_seconds",
             "Time from receiving an AdmissionReview to answering it (server side).",
@@ -99,6 +117,12 @@ class WebhookMetrics:
         self.cache_quotas = Gauge(
             "karmadaquota_quota_cache_objects", "KarmadaQuotas in the watch cache.", registry=r
         )
+        self.serving_cert_expiry = Gauge(
+            "karmadaquota_webhook_serving_certificate_expiry_timestamp_seconds",
+            "notAfter of the serving certificate last loaded (the earliest of the certificates "
+            "in --tls-cert-file), as seconds since the epoch; set at start and on each reload.",
+            registry=r,
+        )
 
     def observe_decision(
         self, operation: str, allowed: bool, reason: str, seconds: float, own: float
@@ -124,3 +148,45 @@ class WebhookMetrics:
     def observe_write(self, result: str, seconds: float) -> None:
         self.status_writes.labels(result).inc()
         self.status_write_duration.observe(seconds)
+
+    def serving_certificate_loaded(self, cert_file: str) -> None:
+        """The serving certificate was (re)loaded from `cert_file`: publish its expiry."""
+        try:
+            self.serving_cert_expiry.set(not_after(cert_file))
+        except (OSError, CertificateError) as e:
+            # the TLS context has the new certificate; only its expiry is not known
+            log.warning("serving certificate expiry not read", extra={"error": str(e)})
+
+
+@dataclass
+class MetricsListener:
+    runner: web.AppRunner
+
+    @property
+    def port(self) -> int:
+        return int(self.runner.addresses[0][1])
+
+    async def close(self) -> None:
+        await self.runner.cleanup()
+
+
+async def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> MetricsListener:
+    """/metrics over plain HTTP on host:port (0 picks a free port), apart from the HTTPS
+    serving port: what a Prometheus scrape by pod annotation or PodMonitor expects."""
+
+    async def metrics(_: web.Request) -> web.Response:
+        return web.Response(
+            body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, reuse_address=True)
+    try:
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    return MetricsListener(runner)

@@ -1,0 +1,391 @@
+"""`karmadaquota install apply|delete`: karmadaquota's objects on karmada-apiserver.
+
+The Helm chart (charts/karmadaquota) runs its workloads on the cluster that hosts Karmada, and
+its hook Jobs run this command with a kubeconfig for karmada-apiserver to put the rest there:
+the KarmadaQuota CRD, the components' ServiceAccounts, token Secrets and RBAC, and the
+ValidatingWebhookConfiguration.
+
+`apply` is server-side apply (field manager `karmadaquota-install`, conflicts forced: the chart
+owns these objects) in an order that never refuses a workload for nothing: the CRD first, then
+wait until it is Established (the webhook and the controller cannot sync without it), then the
+identities and their rights, then — optionally once the webhook answers ready through its
+Service — the webhook registration, whose `caBundle` is filled from `--ca-bundle-file`.
+
+`delete` goes the other way and removes the registration first: it is fail-closed, so a
+registration left behind without a webhook refuses every ResourceBinding. The CRD stays unless
+`--delete-crd` (deleting it deletes every KarmadaQuota). Namespaces are never deleted.
+
+Why hand-written: a small, fixed set of kinds whose REST paths are known, and the image has no
+kubectl. kubernetes_asyncio's dynamic client would need API discovery per kind for no gain;
+the project's own `KubeClient` already does JSON over HTTPS with the kubeconfig's credentials.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import logging
+import ssl
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import aiohttp
+import yaml
+
+from karmadaquota.kube.client import JSON, KubeError, NotFound
+
+log = logging.getLogger("karmadaquota.install")
+
+FIELD_MANAGER = "karmadaquota-install"
+APPLY_PATCH = "application/apply-patch+yaml"
+
+
+class InstallError(Exception):
+    """What went wrong, naming the object (and its file) and quoting the API server."""
+
+
+@dataclass(frozen=True)
+class Kind:
+    """Where objects of one kind live in the REST API."""
+
+    api_version: str
+    kind: str
+    plural: str
+    namespaced: bool
+
+    def path(self, name: str, namespace: str | None) -> str:
+        base = "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
+        if self.namespaced:
+            base += f"/namespaces/{namespace}"
+        return f"{base}/{self.plural}/{name}"
+
+
+_WEBHOOKS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
+_ADMISSION = "admissionregistration.k8s.io/v1"
+_RBAC = "rbac.authorization.k8s.io/v1"
+
+# In apply order; delete goes through them backwards, but the registrations first.
+KINDS: tuple[Kind, ...] = (
+    Kind("apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions", False),
+    Kind("v1", "Namespace", "namespaces", False),
+    Kind("v1", "ServiceAccount", "serviceaccounts", True),
+    Kind("v1", "Secret", "secrets", True),
+    Kind(_RBAC, "ClusterRole", "clusterroles", False),
+    Kind(_RBAC, "ClusterRoleBinding", "clusterrolebindings", False),
+    Kind(_RBAC, "Role", "roles", True),
+    Kind(_RBAC, "RoleBinding", "rolebindings", True),
+    Kind(_ADMISSION, "ValidatingWebhookConfiguration", "validatingwebhookconfigurations", False),
+    Kind(_ADMISSION, "MutatingWebhookConfiguration", "mutatingwebhookconfigurations", False),
+)
+_BY_KIND = {(k.api_version, k.kind): k for k in KINDS}
+_RANK = {k.kind: i for i, k in enumerate(KINDS)}
+
+
+class Api(Protocol):
+    """What install needs of a client: `KubeClient`."""
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: JSON | None = None,
+        params: Mapping[str, str] | None = None,
+        timeout: float = 10.0,
+        content_type: str = "application/json",
+    ) -> JSON: ...
+
+
+@dataclass(frozen=True)
+class Obj:
+    """One manifest, where it came from and where it goes."""
+
+    doc: JSON
+    kind: Kind
+    source: str
+
+    @property
+    def name(self) -> str:
+        return str(self.doc["metadata"]["name"])
+
+    @property
+    def namespace(self) -> str | None:
+        ns = self.doc["metadata"].get("namespace")
+        return str(ns) if ns else None
+
+    @property
+    def path(self) -> str:
+        return self.kind.path(self.name, self.namespace)
+
+    def __str__(self) -> str:
+        where = f"{self.namespace}/{self.name}" if self.namespace else self.name
+        return f"{self.kind.kind} {where}"
+
+
+def _check(doc: Any, source: str) -> Obj:
+    if not isinstance(doc, dict):
+        raise InstallError(f"{source}: a manifest must be a mapping, not {type(doc).__name__}")
+    api_version, kind_name = doc.get("apiVersion"), doc.get("kind")
+    name = (doc.get("metadata") or {}).get("name")
+    kind = _BY_KIND.get((str(api_version), str(kind_name)))
+    if kind is None:
+        supported = ", ".join(f"{k.api_version} {k.kind}" for k in KINDS)
+        raise InstallError(
+            f"{source}: {api_version} {kind_name} {name or ''} is not a kind install handles "
+            f"(it handles {supported})"
+        )
+    if not name:
+        raise InstallError(f"{source}: {kind_name} without metadata.name")
+    obj = Obj(doc, kind, source)
+    if kind.namespaced and not obj.namespace:
+        raise InstallError(f"{source}: {kind_name} {name} has no metadata.namespace")
+    if not kind.namespaced and obj.namespace:
+        raise InstallError(f"{source}: {kind_name} {name} is cluster-scoped but has a namespace")
+    return obj
+
+
+def load_manifests(directory: Path) -> list[Obj]:
+    """Every object of the *.yaml, *.yml and *.json files of `directory` (not recursive, hidden
+    entries skipped: a mounted ConfigMap keeps its data in `..data/` behind symlinks)."""
+    if not directory.is_dir():
+        raise InstallError(f"--manifests {directory}: not a directory")
+    objs: list[Obj] = []
+    for f in sorted(directory.iterdir()):
+        if f.name.startswith(".") or f.suffix not in (".yaml", ".yml", ".json"):
+            continue
+        try:
+            docs = list(yaml.safe_load_all(f.read_text()))
+        except (OSError, yaml.YAMLError) as e:
+            raise InstallError(f"{f}: {e}") from None
+        objs.extend(_check(doc, f.name) for doc in docs if doc is not None)
+    if not objs:
+        raise InstallError(f"--manifests {directory}: no manifests found")
+    return objs
+
+
+def apply_order(objs: Iterable[Obj]) -> list[Obj]:
+    return sorted(objs, key=lambda o: _RANK[o.kind.kind])
+
+
+def delete_order(objs: Iterable[Obj]) -> list[Obj]:
+    """Registrations first (fail-closed: never leave one without its webhook), then the rest
+    in reverse apply order."""
+    return sorted(
+        objs,
+        key=lambda o: (o.kind.kind not in _WEBHOOKS, -_RANK[o.kind.kind]),
+    )
+
+
+def with_ca_bundle(doc: JSON, ca_pem: bytes) -> JSON:
+    """A copy of a webhook configuration with every webhook's clientConfig.caBundle set."""
+    out = dict(doc)
+    bundle = base64.b64encode(ca_pem).decode()
+    out["webhooks"] = [
+        {**w, "clientConfig": {**(w.get("clientConfig") or {}), "caBundle": bundle}}
+        for w in doc.get("webhooks") or []
+    ]
+    return out
+
+
+def _established(crd: JSON) -> bool:
+    return any(
+        c.get("type") == "Established" and c.get("status") == "True"
+        for c in (crd.get("status") or {}).get("conditions") or []
+    )
+
+
+async def _call(api: Api, what: str, method: str, path: str, **kw: Any) -> JSON:
+    """One request; an API error or an unreachable server becomes an InstallError saying
+    what was being done (NotFound passes through: delete tolerates it)."""
+    try:
+        return await api.request(method, path, **kw)
+    except NotFound:
+        raise
+    except KubeError as e:
+        raise InstallError(f"{what}: {e}") from None
+    except (aiohttp.ClientError, TimeoutError, OSError) as e:
+        raise InstallError(
+            f"{what}: karmada-apiserver unreachable: {type(e).__name__}: {e}"
+        ) from None
+
+
+async def _server_apply(api: Api, obj: Obj, doc: JSON) -> JSON:
+    what = f"apply {obj} (from {obj.source})"
+    try:
+        return await _call(
+            api,
+            what,
+            "PATCH",
+            obj.path,
+            body=doc,
+            params={"fieldManager": FIELD_MANAGER, "force": "true"},
+            content_type=APPLY_PATCH,
+        )
+    except NotFound as e:  # e.g. the namespace does not exist on karmada-apiserver
+        raise InstallError(f"{what}: {e}") from None
+
+
+async def wait_established(api: Api, obj: Obj, timeout: float, interval: float = 0.5) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        try:
+            last = await _call(api, f"read {obj}", "GET", obj.path)
+        except NotFound as e:
+            raise InstallError(f"read {obj}: {e}") from None
+        if _established(last):
+            return
+        if loop.time() >= deadline:
+            conditions = (last.get("status") or {}).get("conditions") or []
+            raise InstallError(
+                f"{obj} is not Established after {timeout:g}s; conditions: {conditions}"
+            )
+        await asyncio.sleep(interval)
+
+
+async def wait_ready(url: str, ca_file: str | None, timeout: float, interval: float = 1.0) -> None:
+    """Until `url` answers 200 (the webhook's /readyz through its Service: a ready pod)."""
+    ctx = ssl.create_default_context(cafile=ca_file)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    last = "no answer"
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as session:
+        while True:
+            try:
+                async with session.get(url, timeout=aiohttp.ClientTimeout(total=5)) as resp:
+                    if resp.status == 200:
+                        return
+                    last = f"{resp.status} {(await resp.text()).strip()}"
+            except (aiohttp.ClientError, TimeoutError, OSError) as e:
+                last = f"{type(e).__name__}: {e}"
+            if loop.time() >= deadline:
+                raise InstallError(
+                    f"the webhook is not ready at {url} after {timeout:g}s ({last}); "
+                    "not registering it (it is fail-closed)"
+                )
+            await asyncio.sleep(interval)
+
+
+async def apply(
+    api: Api,
+    objs: Sequence[Obj],
+    ca_pem: bytes | None = None,
+    timeout: float = 120.0,
+    wait_webhook_url: str | None = None,
+    ca_file: str | None = None,
+    poll: float = 0.5,
+) -> None:
+    """Server-side apply `objs` in kind order (module docstring); `timeout` bounds each wait,
+    `poll` is the interval between the checks."""
+    ordered = apply_order(objs)
+    crds = [o for o in ordered if o.kind.kind == "CustomResourceDefinition"]
+    for obj in crds:
+        await _server_apply(api, obj, obj.doc)
+        log.info("applied", extra={"object": str(obj)})
+    for obj in crds:
+        await wait_established(api, obj, timeout, poll)
+        log.info("established", extra={"object": str(obj)})
+    waited = False
+    for obj in ordered:
+        if obj.kind.kind == "CustomResourceDefinition":
+            continue
+        doc = obj.doc
+        if obj.kind.kind in _WEBHOOKS:
+            if ca_pem is not None:
+                doc = with_ca_bundle(doc, ca_pem)
+            if wait_webhook_url and not waited:
+                await wait_ready(wait_webhook_url, ca_file, timeout, poll)
+                log.info("webhook ready", extra={"url": wait_webhook_url})
+                waited = True
+        await _server_apply(api, obj, doc)
+        log.info("applied", extra={"object": str(obj)})
+
+
+async def delete(api: Api, objs: Sequence[Obj], delete_crd: bool = False) -> None:
+    for obj in delete_order(objs):
+        if obj.kind.kind == "Namespace":
+            continue
+        if obj.kind.kind == "CustomResourceDefinition" and not delete_crd:
+            log.info("kept", extra={"object": str(obj)})
+            continue
+        try:
+            await _call(api, f"delete {obj}", "DELETE", obj.path)
+        except NotFound:
+            log.info("already gone", extra={"object": str(obj)})
+            continue
+        log.info("deleted", extra={"object": str(obj)})
+
+
+def add_parser(sub: Any) -> None:
+    """`install apply|delete` under the `karmadaquota` parser's subcommands."""
+    from karmadaquota.cli import duration
+
+    i = sub.add_parser("install", help="apply or delete karmadaquota's karmada-apiserver objects")
+    actions = i.add_subparsers(dest="action", required=True)
+    a = actions.add_parser("apply", help="server-side apply: CRD, identities, RBAC, registration")
+    d = actions.add_parser("delete", help="delete them, the webhook registration first")
+    for p in (a, d):
+        p.add_argument("--kubeconfig", help="karmada-apiserver kubeconfig (default: in-cluster)")
+        p.add_argument("--manifests", required=True, type=Path, help="directory of manifests")
+        p.add_argument("--timeout", type=duration, default=duration("2m"))
+    a.add_argument("--ca-bundle-file", help="PEM CA to set as every webhook's caBundle")
+    a.add_argument(
+        "--wait-webhook-url",
+        help="register the webhook only once this URL answers 200 (e.g. its Service's /readyz), "
+        "checked against --ca-bundle-file",
+    )
+    d.add_argument(
+        "--delete-crd",
+        action="store_true",
+        help="also delete the CRD, and with it every KarmadaQuota",
+    )
+
+
+def _read_ca(path: str) -> bytes:
+    try:
+        ca_pem = Path(path).read_bytes()
+    except OSError as e:
+        raise InstallError(f"--ca-bundle-file: {e}") from None
+    if b"-----BEGIN CERTIFICATE-----" not in ca_pem:
+        raise InstallError(f"--ca-bundle-file {path}: no PEM certificate in it")
+    return ca_pem
+
+
+async def _run(args: argparse.Namespace, objs: Sequence[Obj], ca_pem: bytes | None) -> None:
+    from karmadaquota.kube.client import KubeClient, user_agent
+
+    try:
+        client = await KubeClient.connect(args.kubeconfig, user_agent=user_agent("install"))
+    except Exception as e:  # a missing file, a malformed kubeconfig, no credentials in it
+        raise InstallError(f"--kubeconfig {args.kubeconfig}: {type(e).__name__}: {e}") from None
+    try:
+        if args.action == "apply":
+            await apply(
+                client,
+                objs,
+                ca_pem,
+                args.timeout.total_seconds(),
+                wait_webhook_url=args.wait_webhook_url,
+                ca_file=args.ca_bundle_file,
+            )
+        else:
+            await delete(client, objs, delete_crd=args.delete_crd)
+    finally:
+        await client.close()
+
+
+def main(args: argparse.Namespace) -> int:
+    """`karmadaquota install apply|delete`: 0, or 1 with one line on stderr saying why."""
+    try:
+        objs = load_manifests(args.manifests)
+        ca_pem = None
+        if args.action == "apply" and args.ca_bundle_file:
+            ca_pem = _read_ca(args.ca_bundle_file)
+        asyncio.run(_run(args, objs, ca_pem))
+    except InstallError as e:
+        print(f"karmadaquota install {args.action}: {e}", file=sys.stderr, flush=True)
+        return 1
+    return 0

@@ -1,0 +1,613 @@
+"""charts/karmadaquota, linted and rendered by the real helm (hack/build-binaries.sh helm).
+
+The rendered objects are checked against the kustomize manifests they must reproduce (container
+arguments, ports, probes; the karmada-apiserver RBAC and registration) and against the
+production rules of DESIGN.md §14: a restricted securityContext, only declared writable mounts
+(an emptyDir at /tmp), PodDisruptionBudgets, the hook Jobs' annotations and order, a
+fail-closed registration that leaves the system namespaces alone, and copies of the CRD and
+the alerting rules that cannot drift from their sources.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import subprocess
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from cryptography import x509
+
+from karmadaquota import install
+
+REPO = Path(__file__).resolve().parents[1]
+CHART = REPO / "charts" / "karmadaquota"
+CACHE = Path(os.environ.get("KARMADAQUOTA_CACHE", Path.home() / ".cache" / "karmadaquota"))
+HELM = CACHE / "bin" / "helm"
+NS = "karmada-system"
+SYSTEM_NAMESPACES = {"kube-system", "kube-public", "kube-node-lease", "karmada-system"}
+
+Doc = dict[str, Any]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _helm() -> None:
+    if HELM.is_file() and os.access(HELM, os.X_OK):
+        return
+    why = f"{HELM} is missing: run `bash hack/build-binaries.sh helm`"
+    if os.environ.get("CI"):
+        pytest.fail(why)
+    pytest.skip(why)
+
+
+def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    # helm's own config, cache and data directories, away from the user's
+    home = CACHE / "helm-home"
+    env = {
+        **os.environ,
+        "HELM_CONFIG_HOME": str(home / "config"),
+        "HELM_CACHE_HOME": str(home / "cache"),
+        "HELM_DATA_HOME": str(home / "data"),
+    }
+    proc = subprocess.run(
+        [str(HELM), *args], capture_output=True, text=True, env=env, timeout=120, check=False
+    )
+    if check:
+        assert proc.returncode == 0, f"helm {' '.join(args)}:\n{proc.stderr}"
+    return proc
+
+
+def _set_args(sets: tuple[str, ...]) -> list[str]:
+    return [a for s in sets for a in ("--set", s)]
+
+
+@cache
+def render(*sets: str) -> tuple[Doc, ...]:
+    out = helm("template", "kq", str(CHART), "--namespace", NS, *_set_args(sets)).stdout
+    return tuple(d for d in yaml.safe_load_all(out) if d)
+
+
+def objects(docs: tuple[Doc, ...], kind: str) -> dict[str, Doc]:
+    return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
+
+
+def one(docs: tuple[Doc, ...], kind: str, name: str) -> Doc:
+    found = objects(docs, kind)
+    assert name in found, f"no {kind} {name}; have {sorted(found)}"
+    return found[name]
+
+
+def kustomize_container(path: str) -> Doc:
+    deployment = yaml.safe_load((REPO / path).read_text())
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return dict(container)
+
+
+def karmada_objects(docs: tuple[Doc, ...]) -> dict[str, list[Doc]]:
+    """The karmada-apiserver manifests of the chart's ConfigMap, per file."""
+    cm = one(docs, "ConfigMap", "karmadaquota-karmada-apiserver")
+    return {k: [d for d in yaml.safe_load_all(v) if d] for k, v in cm["data"].items()}
+
+
+def by_kind(docs: list[Doc] | Iterator[Doc]) -> dict[tuple[str, str], Doc]:
+    return {(d["kind"], d["metadata"]["name"]): d for d in docs}
+
+
+def pod_specs(docs: tuple[Doc, ...]) -> dict[str, Doc]:
+    """Every pod template of the chart: both Deployments and both hook Jobs."""
+    return {
+        f"{d['kind']}/{d['metadata']['name']}": d["spec"]["template"]["spec"]
+        for d in docs
+        if d["kind"] in ("Deployment", "Job")
+    }
+
+
+MODES = (
+    ("certificates.mode=selfSigned",),
+    ("certificates.mode=certManager",),
+    ("certificates.mode=existingSecret", "certificates.existingSecret.name=my-cert"),
+)
+
+
+# ---- lint ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "sets",
+    [
+        (),
+        *MODES,
+        ("serviceMonitor.enabled=true", "prometheusRule.enabled=true"),
+        ("crd.keepOnUninstall=false", "hooks.waitForWebhook=false", "logLevel=debug"),
+    ],
+    ids=lambda s: ",".join(s) or "defaults",
+)
+def test_helm_lint_strict(sets: tuple[str, ...]) -> None:
+    helm("lint", "--strict", str(CHART), "--namespace", NS, *_set_args(sets))
+
+
+def test_values_schema_refuses_an_unknown_certificate_mode() -> None:
+    proc = helm("lint", "--strict", str(CHART), "--set", "certificates.mode=bogus", check=False)
+    assert proc.returncode != 0
+    assert "certificates/mode" in proc.stdout + proc.stderr
+
+
+def test_existing_secret_mode_needs_a_name() -> None:
+    proc = helm(
+        "template", "kq", str(CHART), "--set", "certificates.mode=existingSecret", check=False
+    )
+    assert proc.returncode != 0
+    assert "certificates.existingSecret.name is required" in proc.stderr
+
+
+# ---- the copies cannot drift ---------------------------------------------------------------
+
+
+def test_the_embedded_crd_is_api_crds_byte_for_byte() -> None:
+    source = (REPO / "api" / "crds" / "quota.karmada.io_karmadaquotas.yaml").read_text()
+    assert (CHART / "files" / "crds" / "quota.karmada.io_karmadaquotas.yaml").read_text() == source
+    cm = one(render(), "ConfigMap", "karmadaquota-karmada-apiserver")
+    assert cm["data"]["crd.yaml"] == source
+    # not Helm's crds/ directory: those would be installed into the host cluster
+    assert not (CHART / "crds").exists()
+
+
+def test_the_alerts_are_deploy_monitorings() -> None:
+    source = (REPO / "deploy" / "monitoring" / "alerts.yaml").read_text()
+    assert (CHART / "files" / "alerts.yaml").read_text() == source
+    docs = render("prometheusRule.enabled=true")
+    rule = one(docs, "PrometheusRule", "karmadaquota")
+    assert rule["spec"] == yaml.safe_load(source)
+
+
+# ---- workloads -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sets", [(), *MODES], ids=lambda s: ",".join(s) or "defaults")
+def test_every_pod_runs_restricted(sets: tuple[str, ...]) -> None:
+    specs = pod_specs(render(*sets))
+    assert set(specs) == {
+        "Deployment/karmadaquota-webhook",
+        "Deployment/karmadaquota-controller",
+        "Job/karmadaquota-install-apply",
+        "Job/karmadaquota-install-delete",
+    }
+    for where, spec in specs.items():
+        assert spec["automountServiceAccountToken"] is False, where
+        assert spec["securityContext"] == {
+            "runAsNonRoot": True,
+            "runAsUser": 65532,
+            "runAsGroup": 65532,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        }, where
+        assert not spec.get("initContainers"), where
+        for c in spec["containers"]:
+            sc = c["securityContext"]
+            assert sc["allowPrivilegeEscalation"] is False, where
+            assert sc["readOnlyRootFilesystem"] is True, where
+            assert sc["capabilities"] == {"drop": ["ALL"]}, where
+            assert "privileged" not in sc and "runAsUser" not in sc, where
+
+
+@pytest.mark.parametrize("sets", [(), *MODES], ids=lambda s: ",".join(s) or "defaults")
+def test_only_tmp_is_writable_and_everything_else_is_a_read_only_secret_or_configmap(
+    sets: tuple[str, ...],
+) -> None:
+    for where, spec in pod_specs(render(*sets)).items():
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        for c in spec["containers"]:
+            mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+            tmp = mounts.pop("/tmp")
+            assert volumes[tmp["name"]] == {"name": "tmp", "emptyDir": {"sizeLimit": "16Mi"}}
+            assert not tmp.get("readOnly"), where
+            for path, m in mounts.items():
+                assert m.get("readOnly") is True, f"{where}: {path} is writable"
+                assert "subPath" not in m, f"{where}: {path}: subPath never sees updates"
+                source = volumes[m["name"]]
+                assert "secret" in source or "configMap" in source, f"{where}: {path}"
+
+
+def test_the_webhook_container_is_the_kustomize_one() -> None:
+    docs = render()
+    pod = one(docs, "Deployment", "karmadaquota-webhook")["spec"]["template"]["spec"]
+    (chart,) = pod["containers"]
+    kust = kustomize_container("webhook/deployment.yaml")
+    for field in ("name", "args", "ports", "readinessProbe", "livenessProbe", "resources"):
+        assert chart[field] == kust[field], field
+    assert {m["mountPath"] for m in chart["volumeMounts"]} == {
+        m["mountPath"] for m in kust["volumeMounts"]
+    } | {"/tmp"}
+    assert pod["terminationGracePeriodSeconds"] == 30
+    assert pod["serviceAccountName"] == "karmadaquota-webhook"
+    template = one(docs, "Deployment", "karmadaquota-webhook")["spec"]["template"]
+    kust_template = yaml.safe_load((REPO / "webhook/deployment.yaml").read_text())["spec"][
+        "template"
+    ]
+    assert template["metadata"]["annotations"] == kust_template["metadata"]["annotations"]
+
+
+def test_the_controller_container_is_the_kustomize_one() -> None:
+    docs = render()
+    pod = one(docs, "Deployment", "karmadaquota-controller")["spec"]["template"]["spec"]
+    (chart,) = pod["containers"]
+    kust = kustomize_container("controller/deployment.yaml")
+    for field in (
+        "name",
+        "args",
+        "ports",
+        "startupProbe",
+        "readinessProbe",
+        "livenessProbe",
+        "resources",
+    ):
+        assert chart[field] == kust[field], field
+    env = {e["name"]: e for e in chart["env"]}
+    for e in kust["env"]:
+        assert env[e["name"]] == e
+    # the Lease the controller/karmada Role lets it renew
+    assert env["KARMADAQUOTA_LEASE_NAME"]["value"] == "karmadaquota-controller"
+    assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert {m["mountPath"] for m in chart["volumeMounts"]} == {
+        m["mountPath"] for m in kust["volumeMounts"]
+    }
+
+
+def test_values_reach_the_arguments() -> None:
+    docs = render(
+        "logFormat=text",
+        "logLevel=debug",
+        "webhook.reservationTTL=90s",
+        "webhook.port=9443",
+        "webhook.metricsPort=9081",
+        "webhook.extraArgs={--no-waiting-list}",
+        "controller.resyncPeriod=10m",
+        "controller.metricsPort=9090",
+        "karmadaApiserver.namespace=quota-system",
+        "webhook.terminationGracePeriodSeconds=45",
+        "image.tag=0.2.0",
+        "global.imageRegistry=registry.example",
+    )
+    webhook = one(docs, "Deployment", "karmadaquota-webhook")["spec"]["template"]["spec"]
+    controller = one(docs, "Deployment", "karmadaquota-controller")["spec"]["template"]["spec"]
+    w_args = webhook["containers"][0]["args"]
+    assert w_args[:3] == ["--log-format=text", "--log-level=debug", "webhook"]
+    assert {"--reservation-ttl=90s", "--port=9443", "--metrics-port=9081"} <= set(w_args)
+    assert w_args[-1] == "--no-waiting-list"
+    assert webhook["containers"][0]["ports"] == [
+        {"name": "https", "containerPort": 9443},
+        {"name": "metrics", "containerPort": 9081},
+    ]
+    assert webhook["terminationGracePeriodSeconds"] == 45
+    assert webhook["containers"][0]["image"] == "registry.example/karmadaquota:0.2.0"
+    c_args = controller["containers"][0]["args"]
+    assert {"--resync-period=10m", "--metrics-port=9090", "--namespace=quota-system"} <= set(c_args)
+
+
+def test_image_tag_defaults_to_the_app_version() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    for where, spec in pod_specs(render()).items():
+        assert spec["containers"][0]["image"] == f"karmadaquota:{chart['appVersion']}", where
+
+
+def test_pods_spread_over_nodes_by_default() -> None:
+    docs = render()
+    for name in ("karmadaquota-webhook", "karmadaquota-controller"):
+        d = one(docs, "Deployment", name)
+        (tsc,) = d["spec"]["template"]["spec"]["topologySpreadConstraints"]
+        assert tsc["topologyKey"] == "kubernetes.io/hostname"
+        assert tsc["whenUnsatisfiable"] == "ScheduleAnyway"
+        assert tsc["labelSelector"]["matchLabels"] == d["spec"]["selector"]["matchLabels"]
+        assert d["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+
+
+def test_pod_disruption_budgets() -> None:
+    docs = render()
+    pdbs = objects(docs, "PodDisruptionBudget")
+    assert set(pdbs) == {"karmadaquota-webhook", "karmadaquota-controller"}
+    for name, pdb in pdbs.items():
+        assert pdb["spec"]["minAvailable"] == 1
+        selector = one(docs, "Deployment", name)["spec"]["selector"]
+        assert pdb["spec"]["selector"] == selector
+    off = render("webhook.podDisruptionBudget.enabled=false")
+    assert set(objects(off, "PodDisruptionBudget")) == {"karmadaquota-controller"}
+
+
+def test_service_accounts_mount_no_token() -> None:
+    sas = objects(render(), "ServiceAccount")
+    assert set(sas) == {
+        "karmadaquota-webhook",
+        "karmadaquota-controller",
+        "karmadaquota-install",
+    }
+    assert all(sa["automountServiceAccountToken"] is False for sa in sas.values())
+
+
+def test_the_webhook_service_targets_the_webhook_pods() -> None:
+    docs = render()
+    svc = one(docs, "Service", "karmadaquota-webhook")
+    pods = one(docs, "Deployment", "karmadaquota-webhook")["spec"]["selector"]["matchLabels"]
+    assert svc["spec"]["selector"] == pods
+    assert svc["spec"]["ports"] == [{"name": "https", "port": 443, "targetPort": "https"}]
+
+
+# ---- kubeconfigs ---------------------------------------------------------------------------
+
+
+def _kubeconfig_volume(docs: tuple[Doc, ...], kind: str, name: str) -> Doc:
+    spec = one(docs, kind, name)["spec"]["template"]["spec"]
+    (vol,) = (v for v in spec["volumes"] if v["name"] == "karmada-config")
+    return dict(vol["secret"])
+
+
+def test_by_default_everything_uses_the_karmada_charts_admin_kubeconfig() -> None:
+    docs = render()
+    admin = {
+        "secretName": "karmada-kubeconfig",
+        "items": [{"key": "kubeconfig", "path": "karmada.config"}],
+    }
+    for kind, name in [
+        ("Deployment", "karmadaquota-webhook"),
+        ("Deployment", "karmadaquota-controller"),
+        ("Job", "karmadaquota-install-apply"),
+        ("Job", "karmadaquota-install-delete"),
+    ]:
+        assert _kubeconfig_volume(docs, kind, name) == admin, name
+    assert not objects(docs, "Secret").keys() & {
+        "karmadaquota-webhook-kubeconfig",
+        "karmadaquota-controller-kubeconfig",
+    }
+
+
+def test_per_component_kubeconfigs() -> None:
+    docs = render(
+        "webhook.kubeconfig.secretName=karmadaquota-webhook-config",
+        "controller.kubeconfig.content=apiVersion: v1",
+    )
+    assert _kubeconfig_volume(docs, "Deployment", "karmadaquota-webhook") == {
+        "secretName": "karmadaquota-webhook-config",
+        "items": [{"key": "karmada.config", "path": "karmada.config"}],
+    }
+    assert _kubeconfig_volume(docs, "Deployment", "karmadaquota-controller") == {
+        "secretName": "karmadaquota-controller-kubeconfig",
+        "items": [{"key": "karmada.config", "path": "karmada.config"}],
+    }
+    secret = one(docs, "Secret", "karmadaquota-controller-kubeconfig")
+    assert base64.b64decode(secret["data"]["karmada.config"]) == b"apiVersion: v1"
+    # the hooks keep the admin kubeconfig: they create CRDs, RBAC and registrations
+    hook = _kubeconfig_volume(docs, "Job", "karmadaquota-install-apply")
+    assert hook["secretName"] == "karmada-kubeconfig"
+
+
+# ---- hooks ---------------------------------------------------------------------------------
+
+
+def test_hook_jobs_are_annotated_and_run_install() -> None:
+    docs = render()
+    jobs = objects(docs, "Job")
+    apply_job, delete_job = jobs["karmadaquota-install-apply"], jobs["karmadaquota-install-delete"]
+    policy = "before-hook-creation,hook-succeeded"
+    for job, hook in ((apply_job, "post-install,post-upgrade"), (delete_job, "pre-delete")):
+        ann = job["metadata"]["annotations"]
+        assert ann["helm.sh/hook"] == hook
+        assert ann["helm.sh/hook-delete-policy"] == policy
+        assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"
+
+    (c,) = apply_job["spec"]["template"]["spec"]["containers"]
+    assert c["args"] == [
+        "--log-format=json",
+        "install",
+        "apply",
+        "--kubeconfig=/etc/karmada/config/karmada.config",
+        "--manifests=/etc/karmadaquota/manifests",
+        "--timeout=5m",
+        "--ca-bundle-file=/var/serving-cert/ca.crt",
+        "--wait-webhook-url=https://karmadaquota-webhook.karmada-system.svc:443/readyz",
+    ]
+    (d,) = delete_job["spec"]["template"]["spec"]["containers"]
+    assert d["args"][1:3] == ["install", "delete"]
+    assert "--delete-crd" not in d["args"]  # crd.keepOnUninstall defaults to true
+
+    spec = apply_job["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["manifests"]["configMap"]["name"] == "karmadaquota-karmada-apiserver"
+    assert volumes["serving-cert"]["secret"] == {
+        "secretName": "karmadaquota-webhook-cert",
+        "items": [{"key": "ca.crt", "path": "ca.crt"}],
+    }
+    # the CLI the hooks run parses these arguments
+    from karmadaquota.cli import _parser
+
+    for job_args in (c["args"], d["args"]):
+        _parser().parse_args(job_args)
+
+
+def test_uninstall_deletes_the_crd_only_when_asked() -> None:
+    docs = render("crd.keepOnUninstall=false", "hooks.waitForWebhook=false")
+    jobs = objects(docs, "Job")
+    assert (
+        "--delete-crd"
+        in jobs["karmadaquota-install-delete"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    )
+    apply_args = jobs["karmadaquota-install-apply"]["spec"]["template"]["spec"]["containers"][0][
+        "args"
+    ]
+    assert not any(a.startswith("--wait-webhook-url") for a in apply_args)
+
+
+# ---- what karmada-apiserver gets -----------------------------------------------------------
+
+
+def test_the_manifests_are_what_install_applies(tmp_path: Path) -> None:
+    for name, text in one(render(), "ConfigMap", "karmadaquota-karmada-apiserver")["data"].items():
+        (tmp_path / name).write_text(text)
+    objs = install.load_manifests(tmp_path)
+    kinds = [o.kind.kind for o in install.apply_order(objs)]
+    assert kinds[0] == "CustomResourceDefinition"
+    assert kinds[-1] == "ValidatingWebhookConfiguration"
+    assert install.delete_order(objs)[0].kind.kind == "ValidatingWebhookConfiguration"
+
+
+def _registration(docs: tuple[Doc, ...]) -> Doc:
+    (vwc,) = karmada_objects(docs)["validatingwebhookconfiguration.yaml"]
+    return vwc
+
+
+def test_the_registration_is_fail_closed_fast_and_skips_system_namespaces() -> None:
+    vwc = _registration(render())
+    assert vwc["metadata"]["name"] == "karmadaquota"
+    kust = yaml.safe_load(
+        (REPO / "webhook/karmada/validatingwebhookconfiguration.yaml").read_text()
+    )
+    assert [w["name"] for w in vwc["webhooks"]] == [w["name"] for w in kust["webhooks"]]
+    for w, k in zip(vwc["webhooks"], kust["webhooks"], strict=True):
+        assert w["failurePolicy"] == "Fail"
+        assert w["timeoutSeconds"] <= 3
+        (expr,) = w["namespaceSelector"]["matchExpressions"]
+        assert expr["key"] == "kubernetes.io/metadata.name"
+        assert expr["operator"] == "NotIn"
+        assert SYSTEM_NAMESPACES | {"karmada-cluster"} <= set(expr["values"])
+        path = k["clientConfig"]["url"].rsplit("/", 1)[1]
+        assert w["clientConfig"] == {
+            "url": f"https://karmadaquota-webhook.karmada-system.svc:443/{path}"
+        }
+        # the rest is the kustomize registration's
+        same = {f: v for f, v in k.items() if f not in ("clientConfig", "namespaceSelector")}
+        assert {f: w.get(f) for f in same} == same
+
+
+def test_the_webhook_url_host_is_overridable_and_in_the_certificate() -> None:
+    docs = render("karmadaApiserver.webhookURLHost=quota.example.internal")
+    for w in _registration(docs)["webhooks"]:
+        assert w["clientConfig"]["url"].startswith("https://quota.example.internal:443/")
+    assert "quota.example.internal" in _serving_cert(docs)[0]
+
+
+def test_the_rbac_is_the_kustomize_rbac() -> None:
+    manifests = karmada_objects(render())
+    for component in ("webhook", "controller"):
+        chart = by_kind(manifests[f"{component}-rbac.yaml"])
+        kust = by_kind(
+            d
+            for f in ("rbac.yaml", "serviceaccount.yaml")
+            for d in yaml.safe_load_all((REPO / component / "karmada" / f).read_text())
+        )
+        assert set(chart) == set(kust), component
+        for key, k in kust.items():
+            c = chart[key]
+            assert c["metadata"].get("namespace") == k["metadata"].get("namespace"), key
+            for field in ("rules", "roleRef", "subjects", "type"):
+                assert c.get(field) == k.get(field), (key, field)
+            assert c["metadata"].get("annotations") == k["metadata"].get("annotations"), key
+
+
+def test_controller_extra_rules_are_appended() -> None:
+    rule = "controller.extraRules[0].apiGroups[0]=batch"
+    docs = render(
+        rule,
+        "controller.extraRules[0].resources[0]=jobs",
+        "controller.extraRules[0].verbs={get,patch}",
+    )
+    role = by_kind(karmada_objects(docs)["controller-rbac.yaml"])[
+        ("ClusterRole", "karmadaquota-controller")
+    ]
+    assert role["rules"][-1] == {
+        "apiGroups": ["batch"],
+        "resources": ["jobs"],
+        "verbs": ["get", "patch"],
+    }
+
+
+# ---- certificates --------------------------------------------------------------------------
+
+
+def _serving_cert(docs: tuple[Doc, ...]) -> tuple[list[str], Doc]:
+    secret = one(docs, "Secret", "karmadaquota-webhook-cert")
+    cert = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    return list(names.get_values_for_type(x509.DNSName)), secret
+
+
+def test_self_signed_secret_holds_the_ca_and_a_certificate_it_signed() -> None:
+    docs = render()
+    dns, secret = _serving_cert(docs)
+    assert set(secret["data"]) == {"ca.crt", "tls.crt", "tls.key"}
+    assert "karmadaquota-webhook.karmada-system.svc" in dns
+    # what an upgrade compares to decide whether to re-sign (names, expiry)
+    annotations = secret["metadata"]["annotations"]
+    assert annotations["karmadaquota.io/dns-names"].split(",") == dns
+    assert int(annotations["karmadaquota.io/not-after"]) > 0
+    ca = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["ca.crt"]))
+    cert = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
+    cert.verify_directly_issued_by(ca)
+    # the CA, kept across upgrades (lookup) so the caBundle never changes; never mounted
+    ca_secret = one(docs, "Secret", "karmadaquota-webhook-ca")
+    assert ca_secret["data"]["tls.crt"] == secret["data"]["ca.crt"]
+    for spec in pod_specs(docs).values():
+        assert all(
+            v.get("secret", {}).get("secretName") != "karmadaquota-webhook-ca"
+            for v in spec["volumes"]
+        )
+
+
+def test_cert_manager_mode_issues_the_secret_from_a_ca_issuer_chain() -> None:
+    docs = render("certificates.mode=certManager")
+    assert "karmadaquota-webhook-cert" not in objects(docs, "Secret")
+    cert = one(docs, "Certificate", "karmadaquota-webhook")
+    assert cert["spec"]["secretName"] == "karmadaquota-webhook-cert"
+    assert "karmadaquota-webhook.karmada-system.svc" in cert["spec"]["dnsNames"]
+    assert cert["spec"]["issuerRef"]["name"] == "karmadaquota-ca"
+    ca_issuer = one(docs, "Issuer", "karmadaquota-ca")
+    ca_cert = one(docs, "Certificate", "karmadaquota-webhook-ca")
+    assert ca_cert["spec"]["isCA"] is True
+    assert ca_issuer["spec"]["ca"]["secretName"] == ca_cert["spec"]["secretName"]
+    assert one(docs, "Issuer", "karmadaquota-selfsigned")["spec"] == {"selfSigned": {}}
+
+    own = render(
+        "certificates.mode=certManager",
+        "certificates.certManager.issuerRef.kind=ClusterIssuer",
+        "certificates.certManager.issuerRef.name=corp-ca",
+    )
+    assert not objects(own, "Issuer")
+    assert one(own, "Certificate", "karmadaquota-webhook")["spec"]["issuerRef"] == {
+        "kind": "ClusterIssuer",
+        "name": "corp-ca",
+    }
+
+
+def test_existing_secret_mode_mounts_that_secret() -> None:
+    docs = render(*MODES[2])
+    assert not {"karmadaquota-webhook-cert", "karmadaquota-webhook-ca"} & set(
+        objects(docs, "Secret")
+    )
+    webhook = one(docs, "Deployment", "karmadaquota-webhook")["spec"]["template"]["spec"]
+    hook = one(docs, "Job", "karmadaquota-install-apply")["spec"]["template"]["spec"]
+    for spec in (webhook, hook):
+        (vol,) = (v for v in spec["volumes"] if v["name"] == "serving-cert")
+        assert vol["secret"]["secretName"] == "my-cert"
+
+
+# ---- monitoring ----------------------------------------------------------------------------
+
+
+def test_monitoring_objects_are_off_by_default_and_select_the_metrics_services() -> None:
+    assert not {"ServiceMonitor", "PrometheusRule"} & {d["kind"] for d in render()}
+    docs = render("serviceMonitor.enabled=true")
+    services = objects(docs, "Service")
+    monitors = objects(docs, "ServiceMonitor")
+    assert set(monitors) == {"karmadaquota-webhook", "karmadaquota-controller"}
+    for name, monitor in monitors.items():
+        selector = monitor["spec"]["selector"]["matchLabels"]
+        matched = [
+            s for s in services.values() if selector.items() <= s["metadata"]["labels"].items()
+        ]
+        assert [s["metadata"]["name"] for s in matched] == [f"{name}-metrics"]
+        pods = one(docs, "Deployment", name)["spec"]["selector"]["matchLabels"]
+        assert matched[0]["spec"]["selector"] == pods
+        (endpoint,) = monitor["spec"]["endpoints"]
+        assert endpoint["port"] == "metrics"
+        (port,) = matched[0]["spec"]["ports"]
+        assert port["targetPort"] == "metrics"

@@ -1,0 +1,421 @@
+"""`karmadaquota install apply|delete` against a small HTTP fake of karmada-apiserver.
+
+The fake stores what server-side apply sends, marks a CRD Established only after a few reads
+(so waiting is observable), answers 404 for what it does not hold and can be told to refuse one
+request with a given status. The manifests are the kustomize path's own (api/,
+webhook/karmada/, controller/karmada/); tests/test_chart.py checks the chart's render the same.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import shutil
+import ssl
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from karmadaquota import cli, install
+from karmadaquota.kube.client import KubeClient
+
+REPO = Path(__file__).resolve().parents[1]
+CRD = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/karmadaquotas.quota.karmada.io"
+VWC = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/karmadaquota"
+CA_PEM = b"-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"
+
+
+@dataclass
+class FakeKarmadaApiserver:
+    """Objects by path; every request logged as (method, path)."""
+
+    objects: dict[str, Any] = field(default_factory=dict)
+    log: list[tuple[str, str]] = field(default_factory=list)
+    requests: list[web.Request] = field(default_factory=list)
+    bodies: dict[str, Any] = field(default_factory=dict)
+    established_after: int = 2  # CRD GETs answered before it is Established
+    refuse: dict[tuple[str, str], tuple[int, str, str]] = field(default_factory=dict)
+    ready_after: int = 0  # /readyz answers 503 this many times first
+    readyz_calls: int = 0
+    crd_reads: int = 0
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/readyz", self.readyz)
+        app.router.add_route("*", "/{tail:.*}", self.handle)
+        return app
+
+    async def readyz(self, _: web.Request) -> web.Response:
+        self.readyz_calls += 1
+        self.log.append(("GET", "/readyz"))
+        if self.readyz_calls <= self.ready_after:
+            return web.Response(status=503, text="quota cache not synced\n")
+        return web.Response(text="ok")
+
+    @staticmethod
+    def status(code: int, reason: str, message: str) -> web.Response:
+        body = {"kind": "Status", "status": "Failure", "code": code}
+        return web.json_response({**body, "reason": reason, "message": message}, status=code)
+
+    async def handle(self, request: web.Request) -> web.Response:
+        path, method = request.path, request.method
+        self.log.append((method, path))
+        self.requests.append(request)
+        if (method, path) in self.refuse:
+            return self.status(*self.refuse[(method, path)])
+        if method == "PATCH":
+            body = json.loads(await request.read())
+            self.bodies[path] = body
+            self.objects[path] = body
+            return web.json_response(body)
+        if path not in self.objects:
+            return self.status(404, "NotFound", f"{path.rsplit('/', 1)[1]} not found")
+        if method == "DELETE":
+            del self.objects[path]
+            return web.json_response({"kind": "Status", "status": "Success"})
+        obj = dict(self.objects[path])
+        if path.startswith("/apis/apiextensions.k8s.io/"):
+            self.crd_reads += 1
+            if self.crd_reads > self.established_after:
+                conditions = [{"type": "Established", "status": "True"}]
+            else:
+                conditions = [{"type": "NamesAccepted", "status": "True"}]
+            obj["status"] = {"conditions": conditions}
+        return web.json_response(obj)
+
+    def applied(self) -> list[str]:
+        return [p for m, p in self.log if m == "PATCH"]
+
+
+@pytest.fixture
+def manifests(tmp_path: Path) -> Path:
+    """The kustomize path's karmada-apiserver objects, one directory like the chart's ConfigMap
+    (with the `..data` entry a mounted ConfigMap has, which must be skipped)."""
+    out = tmp_path / "manifests"
+    out.mkdir()
+    shutil.copy(REPO / "api/crds/quota.karmada.io_karmadaquotas.yaml", out / "crd.yaml")
+    for component in ("webhook", "controller"):
+        for f in (REPO / component / "karmada").glob("*.yaml"):
+            if f.name != "kustomization.yaml":
+                shutil.copy(f, out / f"{component}-{f.name}")
+    (out / "..data").mkdir()
+    (out / "..data" / "junk.yaml").write_text("kind: Nonsense\n")
+    return out
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[tuple[FakeKarmadaApiserver, KubeClient, str]]:
+    api = FakeKarmadaApiserver()
+    server = TestServer(api.app())
+    await server.start_server()
+    base = str(server.make_url("")).rstrip("/")
+    client = KubeClient(base, ssl.create_default_context(), {})
+    try:
+        yield api, client, base
+    finally:
+        await client.close()
+        await server.close()
+
+
+# ---- apply ---------------------------------------------------------------------------------
+
+
+async def test_apply_puts_the_crd_first_waits_established_and_registers_last(
+    fake: tuple[FakeKarmadaApiserver, KubeClient, str], manifests: Path
+) -> None:
+    api, client, _ = fake
+    objs = install.load_manifests(manifests)
+    await install.apply(client, objs, CA_PEM, timeout=10, poll=0.01)
+
+    assert api.log[0] == ("PATCH", CRD)
+    # read until Established, and only then anything else
+    first_other = next(i for i, (_, p) in enumerate(api.log) if p != CRD)
+    assert api.log[1:first_other] == [("GET", CRD)] * (api.established_after + 1)
+    assert api.applied()[-1] == VWC
+    assert len(api.applied()) == len(objs)
+    # ServiceAccounts before their token Secrets, ClusterRoles before their bindings
+    order = api.applied()
+    sa = order.index("/api/v1/namespaces/karmada-system/serviceaccounts/karmadaquota-webhook")
+    token = order.index("/api/v1/namespaces/karmada-system/secrets/karmadaquota-webhook-token")
+    assert sa < token
+    cr = order.index("/apis/rbac.authorization.k8s.io/v1/clusterroles/karmadaquota-controller")
+    crb = order.index(
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/karmadaquota-controller"
+    )
+    assert cr < crb
+    assert (
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/karmada-cluster/roles/"
+        "karmadaquota-controller-cluster-secrets"
+    ) in order
+
+
+async def test_apply_is_server_side_apply_with_our_field_manager(
+    fake: tuple[FakeKarmadaApiserver, KubeClient, str], manifests: Path
+) -> None:
+    api, client, _ = fake
+    await install.apply(client, install.load_manifests(manifests), CA_PEM, timeout=10, poll=0.01)
+    patches = [r for r in api.requests if r.method == "PATCH"]
+    assert patches
+    for r in patches:
+        assert r.headers["Content-Type"] == "application/apply-patch+yaml"
+        assert dict(r.query) == {"fieldManager": "karmadaquota-install", "force": "true"}
+
+
+async def test_apply_fills_every_webhooks_ca_bundle(
+    fake: tuple[FakeKarmadaApiserver, KubeClient, str], manifests: Path
+) -> None:
+    api, client, _ = fake
+    await install.apply(client, install.load_manifests(manifests), CA_PEM, timeout=10, poll=0.01)
+    webhooks = api.bodies[VWC]["webhooks"]
+    assert len(webhooks) == 2
+    for w in webhooks:
+        assert base64.b64decode(w["clientConfig"]["caBundle"]) == CA_PEM
+        assert w["clientConfig"]["url"].startswith("https://karmadaquota-webhook.")
+    # the manifest on disk is not touched
+    on_disk = yaml.safe_load(
+        (manifests / "webhook-validatingwebhookconfiguration.yaml").read_text()
+    )
+    assert on_disk["webhooks"][0]["clientConfig"]["caBundle"] == ""
+
+
+async def test_a_crd_that_never_becomes_established_stops_before_anything_else(
+    fake: tuple[FakeKarmadaApiserver, KubeClient, str], manifests: Path
+) -> None:
+    api, client, _ = fake
+    api.established_after = 10**6
+    with pytest.raises(install.InstallError) as e:
+        await install.apply(
+            client, install.load_manifests(manifests), CA_PEM, timeout=0.3, poll=0.01
+        )
+    assert "CustomResourceDefinition karmadaquotas.quota.karmada.io is not Established" in str(
+        e.value
+    )
+    assert "NamesAccepted" in str(e.value)
+    assert api.applied() == [CRD]
+
+
+async def test_the_registration_waits_for_a_ready_webhook(
+    fake: tuple[FakeKarmadaApiserver, KubeClient, str], manifests: Path
+) -> None:
+    api, client, base = fake
+    api.ready_after = 2
+    await install.apply(
+        client,
+        install.load_manifests(manifests),
+        CA_PEM,
+        timeout=10,
+        poll=0.01,
+        wait_webhook_url=f"{base}/readyz",
+    )
+    assert api.readyz_calls == 3
+    ready = api.log.index(("GET", "/readyz"), 0)
+    last_ready = len(api.log) - 1 - api.log[::-1].index(("GET", "/readyz"))
+    # everything but the registration is in place before the webhook is asked; it comes after
+    assert set(api.applied()[:-1]) <= {p for m, p in api.log[:ready] if m == "PATCH"}
+    assert api.log.index(("PATCH", VWC)) > last_ready
+
+
+async def test_a_webhook_that_never_gets_ready_is_not_registered(
+    fake: tuple[FakeKarmadaApiserver, KubeClient, str], manifests: Path
+) -> None:
+    api, client, base = fake
+    api.ready_after = 10**6
+    api.established_after = 0
+    with pytest.raises(install.InstallError) as e:
+        await install.apply(
+            client,
+            install.load_manifests(manifests),
+            CA_PEM,
+            timeout=0.5,
+            poll=0.01,
+            wait_webhook_url=f"{base}/readyz",
+        )
+    assert f"the webhook is not ready at {base}/readyz" in str(e.value)
+    assert "503 quota cache not synced" in str(e.value)
+    assert VWC not in api.applied()
+
+
+async def test_an_api_error_names_the_object_its_file_and_the_servers_words(
+    fake: tuple[FakeKarmadaApiserver, KubeClient, str], manifests: Path
+) -> None:
+    api, client, _ = fake
+    path = "/apis/rbac.authorization.k8s.io/v1/clusterroles/karmadaquota-webhook"
+    message = 'clusterroles "karmadaquota-webhook" is forbidden: user cannot escalate'
+    api.refuse[("PATCH", path)] = (403, "Forbidden", message)
+    with pytest.raises(install.InstallError) as e:
+        await install.apply(
+            client, install.load_manifests(manifests), CA_PEM, timeout=10, poll=0.01
+        )
+    assert str(e.value) == (
+        f"apply ClusterRole karmadaquota-webhook (from webhook-rbac.yaml): 403 Forbidden: {message}"
+    )
+    assert VWC not in api.applied()
+
+
+async def test_an_unreachable_server_is_said_so() -> None:
+    client = KubeClient("http://127.0.0.1:9", ssl.create_default_context(), {})
+    doc = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "x"}}
+    try:
+        with pytest.raises(install.InstallError, match=r"apply Namespace x .*unreachable"):
+            await install.apply(client, [install._check(doc, "t.yaml")], timeout=1)
+    finally:
+        await client.close()
+
+
+# ---- delete --------------------------------------------------------------------------------
+
+
+async def test_delete_removes_the_registration_first_and_keeps_the_crd(
+    fake: tuple[FakeKarmadaApiserver, KubeClient, str], manifests: Path
+) -> None:
+    api, client, _ = fake
+    objs = install.load_manifests(manifests)
+    await install.apply(client, objs, CA_PEM, timeout=10, poll=0.01)
+    api.log.clear()
+    await install.delete(client, objs)
+    deletes = [p for m, p in api.log if m == "DELETE"]
+    assert deletes[0] == VWC
+    assert CRD not in deletes
+    assert set(api.objects) == {CRD}
+    # token Secrets before their ServiceAccounts, bindings before their roles
+    sa = deletes.index("/api/v1/namespaces/karmada-system/serviceaccounts/karmadaquota-webhook")
+    token = deletes.index("/api/v1/namespaces/karmada-system/secrets/karmadaquota-webhook-token")
+    assert token < sa
+    crb = deletes.index(
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/karmadaquota-webhook"
+    )
+    cr = deletes.index("/apis/rbac.authorization.k8s.io/v1/clusterroles/karmadaquota-webhook")
+    assert crb < cr
+
+
+async def test_delete_crd_when_asked_and_tolerate_what_is_already_gone(
+    fake: tuple[FakeKarmadaApiserver, KubeClient, str], manifests: Path
+) -> None:
+    api, client, _ = fake
+    objs = install.load_manifests(manifests)
+    api.objects[CRD] = {"kind": "CustomResourceDefinition"}
+    await install.delete(client, objs, delete_crd=True)  # everything else: 404
+    deletes = [p for m, p in api.log if m == "DELETE"]
+    assert deletes[0] == VWC
+    assert deletes[-1] == CRD
+    assert len(deletes) == len(objs)
+    assert api.objects == {}
+
+
+async def test_a_failed_delete_of_the_registration_stops_there(
+    fake: tuple[FakeKarmadaApiserver, KubeClient, str], manifests: Path
+) -> None:
+    api, client, _ = fake
+    api.refuse[("DELETE", VWC)] = (500, "InternalError", "etcdserver: request timed out")
+    with pytest.raises(install.InstallError) as e:
+        await install.delete(client, install.load_manifests(manifests))
+    assert str(e.value) == (
+        "delete ValidatingWebhookConfiguration karmadaquota: "
+        "500 InternalError: etcdserver: request timed out"
+    )
+    assert [m for m, _ in api.log] == ["DELETE"]
+
+
+# ---- manifests -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        (
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x, namespace: y}\n",
+            "x.yaml: apps/v1 Deployment x is not a kind install handles",
+        ),
+        (
+            "apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: x}\n",
+            "x.yaml: ServiceAccount x has no metadata.namespace",
+        ),
+        (
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {}\n",
+            "x.yaml: ClusterRole without metadata.name",
+        ),
+        (
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\n"
+            "metadata: {name: x, namespace: y}\n",
+            "x.yaml: ClusterRole x is cluster-scoped but has a namespace",
+        ),
+        ("- a list\n", "x.yaml: a manifest must be a mapping, not list"),
+    ],
+)
+def test_bad_manifests_are_named(tmp_path: Path, text: str, error: str) -> None:
+    (tmp_path / "x.yaml").write_text(text)
+    with pytest.raises(install.InstallError) as e:
+        install.load_manifests(tmp_path)
+    assert str(e.value).startswith(error)
+
+
+def test_an_empty_manifest_directory_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(install.InstallError, match="no manifests found"):
+        install.load_manifests(tmp_path)
+
+
+# ---- the command ---------------------------------------------------------------------------
+
+
+def _kubeconfig(path: Path, server: str) -> Path:
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "k", "cluster": {"server": server}}],
+                "users": [{"name": "u", "user": {"token": "t0ken"}}],
+                "contexts": [{"name": "k", "context": {"cluster": "k", "user": "u"}}],
+                "current-context": "k",
+            }
+        )
+    )
+    return path
+
+
+async def test_the_command_applies_and_deletes(
+    fake: tuple[FakeKarmadaApiserver, KubeClient, str],
+    manifests: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    api, _, base = fake
+    kubeconfig = _kubeconfig(tmp_path / "karmada.config", base)
+    ca = tmp_path / "ca.crt"
+    ca.write_bytes(CA_PEM)
+    common = ["--kubeconfig", str(kubeconfig), "--manifests", str(manifests), "--timeout=10s"]
+    argv = ["install", "apply", *common, "--ca-bundle-file", str(ca)]
+    assert await asyncio.to_thread(cli.main, argv) == 0
+    assert api.applied()[0] == CRD and api.applied()[-1] == VWC
+    assert all(r.headers["Authorization"] == "Bearer t0ken" for r in api.requests)
+    assert all(r.headers["User-Agent"].startswith("karmadaquota-install/") for r in api.requests)
+
+    assert await asyncio.to_thread(cli.main, ["install", "delete", *common]) == 0
+    assert set(api.objects) == {CRD}
+
+    api.refuse[("DELETE", VWC)] = (403, "Forbidden", "no")
+    api.objects[VWC] = {}
+    assert await asyncio.to_thread(cli.main, ["install", "delete", *common]) == 1
+    err = capsys.readouterr().err
+    assert (
+        "karmadaquota install delete: delete ValidatingWebhookConfiguration karmadaquota: " in err
+    )
+
+
+def test_the_command_checks_its_files_before_connecting(
+    manifests: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    not_pem = tmp_path / "ca.crt"
+    not_pem.write_text("hello")
+    argv = ["install", "apply", "--kubeconfig", str(tmp_path / "missing.config")]
+    assert cli.main([*argv, "--manifests", str(manifests), "--ca-bundle-file", str(not_pem)]) == 1
+    assert f"--ca-bundle-file {not_pem}: no PEM certificate" in capsys.readouterr().err
+    assert cli.main([*argv, "--manifests", str(manifests)]) == 1
+    assert "--kubeconfig" in capsys.readouterr().err

@@ -26,6 +26,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -240,10 +241,31 @@ async def test_install_as_documented_refuses_and_counts(
             assert forbidden_lines(*procs) == []
             for p in procs:
                 assert p.popen.poll() is None, f"{p.name} exited:\n{p.tail()}"
+            await check_drain(procs[0], port, ctx)
         finally:
             for p in procs:
                 p.stop()
                 kubelet.remove(p.name)
+
+
+async def check_drain(webhook: product.Proc, port: int, ctx: Any) -> None:
+    """SIGTERM (as the kubelet sends it): /readyz fails at once so endpoints drop the pod, but
+    reviews are still answered until --shutdown-delay has passed; then the process exits 0."""
+    webhook.popen.send_signal(signal.SIGTERM)
+    base = f"https://127.0.0.1:{port}"
+    async with aiohttp.ClientSession() as s:
+
+        async def not_ready() -> bool:
+            async with s.get(f"{base}/readyz", ssl=ctx) as r:
+                return r.status == 503
+
+        await eventually(not_ready, 10, "/readyz fails after SIGTERM")
+        # still serving: a malformed review gets the webhook's own 400, not a refused connection
+        async with s.post(f"{base}/validate-resourcebinding", data=b"{}", ssl=ctx) as r:
+            assert r.status == 400, await r.text()
+    code = await asyncio.to_thread(webhook.popen.wait, 30)
+    assert code == 0, webhook.tail()
+    assert "draining" in webhook.log.read_text()
 
 
 async def check_ports(bed: TestBed, host: str, deployments: dict[str, Any]) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import logging
 import re
 import signal
 import sys
@@ -14,6 +16,8 @@ from karmadaquota import logs
 
 if TYPE_CHECKING:
     from karmadaquota.webhook.app import WebhookSettings
+
+log = logging.getLogger("karmadaquota.webhook")
 
 _DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 
@@ -59,6 +63,13 @@ def _parser() -> argparse.ArgumentParser:
         "--metrics-port", type=int, default=8081, help="port of the plain-HTTP /metrics listener"
     )
     w.add_argument("--reservation-ttl", type=duration, default=timedelta(seconds=60))
+    w.add_argument(
+        "--shutdown-delay",
+        type=duration,
+        default=timedelta(seconds=5),
+        help="after SIGTERM, keep answering reviews this long with /readyz failing, so that "
+        "endpoints and karmada-apiserver move to the other replicas first (0s: stop at once)",
+    )
     w.add_argument("--limited-resources", help="ResourceQuotaConfiguration YAML file")
     w.add_argument(
         "--no-waiting-list",
@@ -153,9 +164,17 @@ async def _serve_webhook(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    async with running(settings):
+    async with running(settings) as (webhook, _):
         freeze_startup_heap()
         await stop.wait()
+        # keep answering while the Service's endpoints (and karmada-apiserver's connections)
+        # move to the other replicas: /readyz fails from now on; a second signal ends it at once
+        webhook.draining = True
+        log.info("draining", extra={"seconds": args.shutdown_delay.total_seconds()})
+        stop.clear()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(args.shutdown_delay.total_seconds()):
+                await stop.wait()
 
 
 def main(argv: list[str] | None = None) -> int:

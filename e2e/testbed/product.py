@@ -192,6 +192,9 @@ async def start_webhook(
             "--metrics-bind-address=127.0.0.1",
             f"--metrics-port={metrics_port}",
             f"--reservation-ttl={ttl}",
+            # stop at once: the bed's replicas sit behind no Service (the install tests run
+            # the rendered default and check the drain)
+            "--shutdown-delay=0s",
             *extra,
         ],
         detach=detach,

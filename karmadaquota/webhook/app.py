@@ -134,6 +134,8 @@ class Webhook:
     ) -> None:
         self.cache = cache
         self.batcher = batcher
+        # set on SIGTERM: /readyz fails so endpoints drop the pod, reviews are still answered
+        self.draining = False
         self.metrics = metrics
         self.refusals = refusals
         # per namespace, cumulative seconds of quota API calls (KubeQuotaStore.api_seconds)
@@ -341,6 +343,8 @@ def build_app(webhook: Webhook, decisions: DecisionLog | None = None) -> web.App
         return web.Response(text="ok\n")
 
     async def readyz(_: web.Request) -> web.Response:
+        if webhook.draining:
+            return web.Response(status=503, text="shutting down\n")
         if webhook.cache.synced.is_set():
             return web.Response(text="ok\n")
         return web.Response(status=503, text="quota cache not synced\n")

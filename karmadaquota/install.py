@@ -28,6 +28,7 @@ import base64
 import logging
 import ssl
 import sys
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,7 @@ from typing import Any, Protocol
 import aiohttp
 import yaml
 
+from karmadaquota.api import parse_time
 from karmadaquota.kube.client import JSON, KubeError, NotFound
 
 log = logging.getLogger("karmadaquota.install")
@@ -319,6 +321,59 @@ async def delete(api: Api, objs: Sequence[Obj], delete_crd: bool = False) -> Non
         log.info("deleted", extra={"object": str(obj)})
 
 
+def _lease_free(lease: JSON, now: float) -> bool:
+    """Nobody holds the Lease: released (holder cleared) or not renewed within its duration."""
+    spec = lease.get("spec") or {}
+    if not spec.get("holderIdentity"):
+        return True
+    renewed = parse_time(str(spec.get("renewTime") or ""))
+    duration = float(spec.get("leaseDurationSeconds") or 0)
+    return renewed is None or renewed.timestamp() + duration < now
+
+
+async def delete_lease(
+    api: Api, namespace: str, name: str, timeout: float, interval: float = 1.0
+) -> None:
+    """Delete the controller's leader Lease once no controller holds it (the Deployment's pods
+    release it as they stop, after `helm uninstall` deleted them), with a precondition on the
+    version seen free, so a holder that renewed meanwhile keeps it and we look again."""
+    from karmadaquota.controller.leader import lease_path
+
+    path = lease_path(namespace, name)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        try:
+            lease = await _call(api, f"get Lease {namespace}/{name}", "GET", path)
+        except NotFound:
+            log.info("already gone", extra={"object": f"Lease {namespace}/{name}"})
+            return
+        if _lease_free(lease, time.time()):
+            rv = (lease.get("metadata") or {}).get("resourceVersion", "")
+            body = {"preconditions": {"resourceVersion": rv}}
+            try:
+                await _call(api, f"delete Lease {namespace}/{name}", "DELETE", path, body=body)
+            except NotFound:
+                return
+            except InstallError as e:
+                if "409" not in str(e):  # renewed since we read it: look again
+                    raise
+            else:
+                log.info("deleted", extra={"object": f"Lease {namespace}/{name}"})
+                return
+        if loop.time() >= deadline:
+            holder = (lease.get("spec") or {}).get("holderIdentity")
+            raise InstallError(f"Lease {namespace}/{name} still held by {holder!r}")
+        await asyncio.sleep(interval)
+
+
+def _namespaced(text: str) -> str:
+    namespace, _, name = text.partition("/")
+    if not namespace or not name or "/" in name:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected NAMESPACE/NAME")
+    return text
+
+
 def add_parser(sub: Any) -> None:
     """`install apply|delete` under the `karmadaquota` parser's subcommands."""
     from karmadaquota.cli import duration
@@ -327,10 +382,17 @@ def add_parser(sub: Any) -> None:
     actions = i.add_subparsers(dest="action", required=True)
     a = actions.add_parser("apply", help="server-side apply: CRD, identities, RBAC, registration")
     d = actions.add_parser("delete", help="delete them, the webhook registration first")
-    for p in (a, d):
+    lease = actions.add_parser(
+        "delete-lease",
+        help="delete the controller's leader Lease once no controller holds it (after the "
+        "workloads are gone: the chart's post-delete hook)",
+    )
+    for p in (a, d, lease):
         p.add_argument("--kubeconfig", help="karmada-apiserver kubeconfig (default: in-cluster)")
-        p.add_argument("--manifests", required=True, type=Path, help="directory of manifests")
         p.add_argument("--timeout", type=duration, default=duration("2m"))
+    for p in (a, d):
+        p.add_argument("--manifests", required=True, type=Path, help="directory of manifests")
+    lease.add_argument("--lease", required=True, type=_namespaced, help="NAMESPACE/NAME")
     a.add_argument("--ca-bundle-file", help="PEM CA to set as every webhook's caBundle")
     a.add_argument(
         "--wait-webhook-url",
@@ -371,16 +433,20 @@ async def _run(args: argparse.Namespace, objs: Sequence[Obj], ca_pem: bytes | No
                 wait_webhook_url=args.wait_webhook_url,
                 ca_file=args.ca_bundle_file,
             )
-        else:
+        elif args.action == "delete":
             await delete(client, objs, delete_crd=args.delete_crd)
+        else:
+            namespace, _, name = args.lease.partition("/")
+            await delete_lease(client, namespace, name, args.timeout.total_seconds())
     finally:
         await client.close()
 
 
 def main(args: argparse.Namespace) -> int:
-    """`karmadaquota install apply|delete`: 0, or 1 with one line on stderr saying why."""
+    """`karmadaquota install apply|delete|delete-lease`: 0, or 1 with one line on stderr saying
+    why."""
     try:
-        objs = load_manifests(args.manifests)
+        objs = load_manifests(args.manifests) if args.action != "delete-lease" else []
         ca_pem = None
         if args.action == "apply" and args.ca_bundle_file:
             ca_pem = _read_ca(args.ca_bundle_file)

@@ -175,6 +175,7 @@ def test_every_pod_runs_restricted(sets: tuple[str, ...]) -> None:
         "Deployment/karmadaquota-controller",
         "Job/karmadaquota-install-apply",
         "Job/karmadaquota-install-delete",
+        "Job/karmadaquota-install-delete-lease",
     }
     for where, spec in specs.items():
         assert spec["automountServiceAccountToken"] is False, where
@@ -354,6 +355,7 @@ def test_by_default_everything_uses_the_karmada_charts_admin_kubeconfig() -> Non
         ("Deployment", "karmadaquota-controller"),
         ("Job", "karmadaquota-install-apply"),
         ("Job", "karmadaquota-install-delete"),
+        ("Job", "karmadaquota-install-delete-lease"),
     ]:
         assert _kubeconfig_volume(docs, kind, name) == admin, name
     assert not objects(docs, "Secret").keys() & {
@@ -389,8 +391,10 @@ def test_hook_jobs_are_annotated_and_run_install() -> None:
     docs = render()
     jobs = objects(docs, "Job")
     apply_job, delete_job = jobs["karmadaquota-install-apply"], jobs["karmadaquota-install-delete"]
+    lease_job = jobs["karmadaquota-install-delete-lease"]
     policy = "before-hook-creation,hook-succeeded"
-    for job, hook in ((apply_job, "post-install,post-upgrade"), (delete_job, "pre-delete")):
+    hooks = [(apply_job, "post-install,post-upgrade"), (delete_job, "pre-delete")]
+    for job, hook in [*hooks, (lease_job, "post-delete")]:
         ann = job["metadata"]["annotations"]
         assert ann["helm.sh/hook"] == hook
         assert ann["helm.sh/hook-delete-policy"] == policy
@@ -421,7 +425,24 @@ def test_hook_jobs_are_annotated_and_run_install() -> None:
     # the CLI the hooks run parses these arguments
     from karmadaquota.cli import _parser
 
-    for job_args in (c["args"], d["args"]):
+    (lease,) = lease_job["spec"]["template"]["spec"]["containers"]
+    assert lease["args"][1:] == [
+        "install",
+        "delete-lease",
+        "--kubeconfig=/etc/karmada/config/karmada.config",
+        "--lease=karmada-system/karmadaquota-controller",  # the controller's KARMADAQUOTA_LEASE_NAME
+        "--timeout=5m",
+    ]
+    controller = objects(docs, "Deployment")["karmadaquota-controller"]
+    (cc,) = controller["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in cc["env"]}
+    ns = next(a.split("=", 1)[1] for a in cc["args"] if a.startswith("--namespace="))
+    assert f"--lease={ns}/{env['KARMADAQUOTA_LEASE_NAME']}" in lease["args"]
+    # post-delete runs after the release's objects are gone: nothing of the release is used
+    lease_pod = lease_job["spec"]["template"]["spec"]
+    assert "serviceAccountName" not in lease_pod
+    assert {v["name"] for v in lease_pod["volumes"]} == {"karmada-config", "tmp"}
+    for job_args in (c["args"], d["args"], lease["args"]):
         _parser().parse_args(job_args)
 
 

@@ -78,6 +78,11 @@ class FakeKarmadaApiserver:
         if path not in self.objects:
             return self.status(404, "NotFound", f"{path.rsplit('/', 1)[1]} not found")
         if method == "DELETE":
+            body = json.loads(await request.read() or b"{}")
+            want = (body.get("preconditions") or {}).get("resourceVersion")
+            have = (self.objects[path].get("metadata") or {}).get("resourceVersion")
+            if want is not None and want != have:
+                return self.status(409, "Conflict", "Precondition failed: UID in precondition")
             del self.objects[path]
             return web.json_response({"kind": "Status", "status": "Success"})
         obj = dict(self.objects[path])
@@ -419,3 +424,59 @@ def test_the_command_checks_its_files_before_connecting(
     assert f"--ca-bundle-file {not_pem}: no PEM certificate" in capsys.readouterr().err
     assert cli.main([*argv, "--manifests", str(manifests)]) == 1
     assert "--kubeconfig" in capsys.readouterr().err
+
+
+# ---- delete-lease (post-delete) -------------------------------------------------------------
+
+LEASE = "/apis/coordination.k8s.io/v1/namespaces/karmada-system/leases/karmadaquota-controller"
+
+
+def lease(holder: str, rv: str, renewed_ago: float = 0.0, duration: int = 10) -> dict[str, Any]:
+    from datetime import UTC, datetime, timedelta
+
+    from karmadaquota.api import format_time
+
+    renew = format_time(datetime.now(UTC) - timedelta(seconds=renewed_ago), micro=True)
+    spec = {"holderIdentity": holder, "leaseDurationSeconds": duration, "renewTime": renew}
+    return {"metadata": {"resourceVersion": rv}, "spec": spec}
+
+
+async def test_the_lease_is_deleted_only_once_no_controller_holds_it(
+    fake: tuple[FakeKarmadaApiserver, KubeClient, str],
+) -> None:
+    """A controller still stopping holds the Lease: deleting it then would let it (or a
+    follower) create it again and leave it behind; deleting after the release does not."""
+    api, client, _ = fake
+    api.objects[LEASE] = lease("controller-0_1", "5")
+    task = asyncio.create_task(
+        install.delete_lease(client, "karmada-system", "karmadaquota-controller", 10, 0.05)
+    )
+    await asyncio.sleep(0.3)
+    assert not task.done() and LEASE in api.objects
+    assert ("DELETE", LEASE) not in api.log
+    api.objects[LEASE] = lease("", "6")  # the leader released it as it stopped
+    await asyncio.wait_for(task, 5)
+    assert LEASE not in api.objects
+    assert api.log.count(("DELETE", LEASE)) == 1
+
+
+async def test_an_expired_holder_does_not_keep_the_lease_and_a_renewal_wins(
+    fake: tuple[FakeKarmadaApiserver, KubeClient, str],
+) -> None:
+    api, client, _ = fake
+    api.objects[LEASE] = lease("crashed_1", "7", renewed_ago=60)
+    await install.delete_lease(client, "karmada-system", "karmadaquota-controller", 5, 0.05)
+    assert LEASE not in api.objects
+    # never held past the timeout: the holder is named
+    api.objects[LEASE] = lease("controller-0_1", "8")
+    with pytest.raises(install.InstallError, match="still held by 'controller-0_1'"):
+        await install.delete_lease(client, "karmada-system", "karmadaquota-controller", 0.2, 0.05)
+    assert LEASE in api.objects
+    # already gone: fine
+    del api.objects[LEASE]
+    await install.delete_lease(client, "karmada-system", "karmadaquota-controller", 1, 0.05)
+
+
+def test_delete_lease_takes_namespace_slash_name() -> None:
+    with pytest.raises(SystemExit):
+        cli._parser().parse_args(["install", "delete-lease", "--lease", "no-namespace"])

@@ -78,10 +78,14 @@ def plan(
     container_name: str,
     volumes: Mapping[str, Path],
     image: str | None = None,
+    pod_name: str = "",
+    namespace: str = "default",
 ) -> Run:
     """The container `container_name` of the pod spec `pod`, with each Secret or ConfigMap
-    volume's files already written to `volumes[name]` (a local directory). Pure apart from
+    volume's files already written to `volumes[name]` (a local directory), as pod `pod_name`
+    (default: the container's name) of `namespace` for the downward API. Pure apart from
     choosing free ports."""
+    fields = {"metadata.name": pod_name or container_name, "metadata.namespace": namespace}
     (container,) = [c for c in pod["containers"] if c["name"] == container_name]
     security = _security(pod, container)
     assert "runAsUser" in security, f"{container_name}: no runAsUser (would run as the image's)"
@@ -122,7 +126,11 @@ def plan(
             + ", ".join(f"{k}={v}" for k, v in run.ports.items())
         )
     for e in container.get("env", []):
-        assert "value" in e, f"env {e['name']}: only literal values are supported here"
+        field_path = ((e.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
+        if field_path in fields:
+            run.env[e["name"]] = fields[field_path]  # the downward API
+            continue
+        assert "value" in e, f"env {e['name']}: only literal values and {sorted(fields)} here"
         run.env[e["name"]] = e["value"]
     return run
 

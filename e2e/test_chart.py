@@ -1,0 +1,277 @@
+"""`helm install`, `helm upgrade` and `helm uninstall` of charts/karmadaquota, with a real helm,
+on the bed (a member plays the cluster that hosts Karmada), every container run from the built
+image under its declared securityContext (e2e.testbed.kubelet).
+
+No kubelet runs here: the host's pods are kwok's, which mark them Running (and hook Jobs'
+Complete) without running anything. So each container the chart declares is run for real from
+its rendered spec, in the order a cluster would: the post-install hook (`install apply` puts the
+CRD, RBAC and registration on karmada-apiserver), the webhook and the controller; after the
+upgrade the post-upgrade hook again and a webhook from the new Deployment; before the uninstall
+the pre-delete hook (`install delete`, the registration first), after it the post-delete hook
+(`install delete-lease`). Substituted, and named so: the webhook registration's URL port (the
+Service is not reachable from the bed; the chart's URL host is set to 127.0.0.1, which its
+certificate then names) and `hooks.waitForWebhook=false` for the same reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from e2e.testbed import TestBed, kubelet, product
+from e2e.testbed.aio import eventually
+from e2e.testbed.installed import (
+    RB_PATH,
+    SYSTEM,
+    VWC,
+    check_drain,
+    check_end_to_end,
+    forbidden_lines,
+    materialize,
+    pod_of,
+    point_registration_at,
+    probe,
+)
+from e2e.testbed.layout import cache_dir
+from e2e.testbed.storm import binding
+from karmadaquota.kube.client import KubeClient, KubeError
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[1]
+CHART = REPO / "charts" / "karmadaquota"
+RELEASE = "karmadaquota"
+VALUES = [
+    "image.repository=localhost/karmadaquota",
+    "karmadaApiserver.webhookURLHost=127.0.0.1",
+    "hooks.waitForWebhook=false",
+    "webhook.replicas=1",
+    "controller.replicas=1",
+]
+# what the chart puts on karmada-apiserver, besides the CRD (kept on uninstall by default)
+KARMADA_OBJECTS = [
+    ("validatingwebhookconfiguration", VWC, None),
+    ("clusterrole", "karmadaquota-webhook", None),
+    ("clusterrole", "karmadaquota-controller", None),
+    ("clusterrolebinding", "karmadaquota-webhook", None),
+    ("clusterrolebinding", "karmadaquota-controller", None),
+    ("serviceaccount", "karmadaquota-webhook", SYSTEM),
+    ("serviceaccount", "karmadaquota-controller", SYSTEM),
+    ("lease", "karmadaquota-controller", SYSTEM),
+]
+HOST_KINDS = "deployment,service,secret,configmap,serviceaccount,poddisruptionbudget,job"
+
+
+@dataclass
+class Release:
+    bed: TestBed
+    host: str
+    work: Path
+    image: str
+
+    def helm(self, *args: str) -> str:
+        cmd = [
+            str(cache_dir() / "bin" / "helm"),
+            "--kubeconfig",
+            str(self.bed.kubeconfig(self.host)),
+        ]
+        out = subprocess.run(
+            [*cmd, "--namespace", SYSTEM, *args],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert out.returncode == 0, f"helm {' '.join(args)}:\n{out.stderr}"
+        return out.stdout
+
+    def set_values(self, *extra: str) -> list[str]:
+        return [a for v in [*VALUES, *extra] for a in ("--set", v)]
+
+    def hooks(self) -> dict[str, dict[str, Any]]:
+        """The release's hook Jobs as rendered, by their helm.sh/hook annotation."""
+        docs = [d for d in yaml.safe_load_all(self.helm("get", "hooks", RELEASE)) if d]
+        return {d["metadata"]["annotations"]["helm.sh/hook"]: d for d in docs}
+
+    def host_objects(self) -> list[str]:
+        out = self.bed.kubectl(
+            *("get", HOST_KINDS, "-n", SYSTEM, "-o", "name"),
+            f"--selector=app.kubernetes.io/instance={RELEASE}",
+            cluster=self.host,
+        ).stdout
+        return out.split()
+
+    async def run_hook(self, job: dict[str, Any], name: str) -> str:
+        """The hook Job's container run for real; its output once it exited 0."""
+        run, _ = materialize(self.bed, self.host, pod_of(job), self.work / name, self.image)
+        proc = kubelet.start(self.bed, name, run)
+        try:
+            code = await asyncio.to_thread(proc.popen.wait, 180)
+        finally:
+            proc.stop()
+            kubelet.remove(name)
+        assert code == 0, f"hook {name} exited {code}:\n{proc.tail()}"
+        return proc.log.read_text()
+
+    def ca_bundle(self) -> bytes:
+        cert = self.bed.get(
+            "secret", "karmadaquota-webhook-cert", cluster=self.host, namespace=SYSTEM
+        )
+        assert cert, "the chart creates the serving certificate Secret"
+        return base64.b64decode(cert["data"]["ca.crt"])
+
+    def cert_data(self) -> dict[str, str]:
+        cert = self.bed.get(
+            "secret", "karmadaquota-webhook-cert", cluster=self.host, namespace=SYSTEM
+        )
+        return dict((cert or {}).get("data") or {})
+
+    def deployment(self, name: str) -> dict[str, Any]:
+        d = self.bed.get("deployment", f"karmadaquota-{name}", cluster=self.host, namespace=SYSTEM)
+        assert d, f"the chart creates Deployment karmadaquota-{name}"
+        return d
+
+    async def start(self, component: str, tag: str) -> tuple[product.Proc, kubelet.Run, Any]:
+        pod = pod_of(self.deployment(component))
+        run, container = materialize(self.bed, self.host, pod, self.work / tag, self.image)
+        proc = kubelet.start(self.bed, tag, run)
+        serving = "--port" if component == "webhook" else "--metrics-port"
+        ctx = None
+        if component == "webhook":
+            ctx = product.WebhookProc(proc, run.ports["--port"], self.ca_bundle()).ssl_context()
+            url = f"https://127.0.0.1:{run.ports['--port']}/readyz"
+            await product.wait_ready(url, ctx, proc)
+        await probe(container, serving, run, ctx)
+        return proc, run, ctx
+
+
+@pytest.fixture
+def release(testbed: TestBed, image: str, tmp_path: Path) -> Iterator[Release]:
+    """The host with karmada-apiserver's admin kubeconfig as the chart expects it (Karmada's own
+    chart stores it as Secret karmada-kubeconfig, key kubeconfig); whatever a failed test left
+    is removed, the fail-closed registration first."""
+    host = sorted(testbed.members)[0]
+    rel = Release(testbed, host, tmp_path, image)
+    if not testbed.get("namespace", SYSTEM, cluster=host):
+        testbed.kubectl("create", "namespace", SYSTEM, cluster=host)
+    testbed.kubectl(
+        *("-n", SYSTEM, "create", "secret", "generic", "karmada-kubeconfig"),
+        f"--from-file=kubeconfig={testbed.karmada_kubeconfig}",
+        cluster=host,
+    )
+    try:
+        yield rel
+    finally:
+        testbed.kubectl("delete", "validatingwebhookconfiguration", VWC, "--ignore-not-found")
+        helm = [str(cache_dir() / "bin" / "helm"), "--kubeconfig", str(testbed.kubeconfig(host))]
+        subprocess.run(
+            [
+                *helm,
+                "--namespace",
+                SYSTEM,
+                "uninstall",
+                RELEASE,
+                "--no-hooks",
+                "--ignore-not-found",
+            ],
+            capture_output=True,
+            check=False,
+        )
+        for kind, name, ns in KARMADA_OBJECTS:
+            args = ["delete", kind, name, "--ignore-not-found"]
+            testbed.kubectl(*args, *(["-n", ns] if ns else []), check=False)
+        testbed.kubectl(
+            *("-n", SYSTEM, "delete", "secret", "karmada-kubeconfig", "--ignore-not-found"),
+            cluster=host,
+        )
+
+
+@pytest.fixture
+async def api(testbed: TestBed) -> AsyncIterator[KubeClient]:
+    client = await KubeClient.connect(str(testbed.karmada_kubeconfig))
+    yield client
+    await client.close()
+
+
+async def test_helm_install_upgrade_uninstall(
+    release: Release, testbed: TestBed, api: KubeClient, namespace: str
+) -> None:
+    procs: list[product.Proc] = []
+    try:
+        # ---- install: the hook puts CRD, RBAC, registration on karmada-apiserver
+        release.helm("install", RELEASE, str(CHART), *release.set_values(), "--timeout", "3m")
+        hooks = release.hooks()
+        assert set(hooks) == {"post-install,post-upgrade", "pre-delete", "post-delete"}
+        await release.run_hook(hooks["post-install,post-upgrade"], "chart-hook-install")
+        vwc = testbed.get("validatingwebhookconfiguration", VWC)
+        assert vwc, "the post-install hook registers the webhook"
+        ca = release.ca_bundle()
+        assert {base64.b64decode(h["clientConfig"]["caBundle"]) for h in vwc["webhooks"]} == {ca}
+        selector = vwc["webhooks"][0]["namespaceSelector"]["matchExpressions"][0]
+        assert SYSTEM in selector["values"] and selector["operator"] == "NotIn"
+
+        webhook, run, ctx = await release.start("webhook", "chart-webhook")
+        procs.append(webhook)
+        controller, _, _ = await release.start("controller", "chart-controller")
+        procs.append(controller)
+        await asyncio.to_thread(point_registration_at, testbed, run.ports["--port"], ca)
+        await check_end_to_end(testbed, api, namespace)
+
+        # ---- upgrade: a changed flag rolls the webhook; the CA and the caBundle stay
+        cert_before = release.cert_data()
+        release.helm(
+            "upgrade", RELEASE, str(CHART), *release.set_values("webhook.reservationTTL=45s")
+        )
+        assert release.cert_data() == cert_before, "an upgrade re-signed or replaced the cert"
+        hooks = release.hooks()
+        await release.run_hook(hooks["post-install,post-upgrade"], "chart-hook-upgrade")
+        assert (
+            "--reservation-ttl=45s"
+            in pod_of(release.deployment("webhook"))["containers"][0]["args"]
+        )
+        rolled, run2, _ = await release.start("webhook", "chart-webhook-2")  # maxSurge: 1
+        procs.append(rolled)
+        vwc = testbed.get("validatingwebhookconfiguration", VWC) or {}
+        assert {base64.b64decode(h["clientConfig"]["caBundle"]) for h in vwc["webhooks"]} == {ca}
+        await asyncio.to_thread(point_registration_at, testbed, run2.ports["--port"], ca)
+        await check_drain(webhook, run.ports["--port"], ctx)  # the old pod, terminated
+        with pytest.raises(KubeError, match=r"exceeded quota: team"):
+            await api.post(RB_PATH.format(ns=namespace), binding(namespace, "c", cpu="2"))
+        assert forbidden_lines(*procs) == []
+
+        # ---- uninstall: the registration goes first, then everything but the CRD
+        await release.run_hook(hooks["pre-delete"], "chart-hook-delete")
+        assert testbed.get("validatingwebhookconfiguration", VWC) is None
+        # with the registration gone, bindings are no longer checked: the fail-closed webhook
+        # can stop without refusing anything
+        await api.post(RB_PATH.format(ns=namespace), binding(namespace, "d", cpu="2"))
+        release.helm("uninstall", RELEASE, "--timeout", "3m")
+        for p in procs:  # what deleting the Deployments does to their pods
+            p.stop()
+            kubelet.remove(p.name)
+        await release.run_hook(hooks["post-delete"], "chart-hook-delete-lease")
+
+        def nothing_left() -> bool:
+            left = [
+                f"{kind}/{name}"
+                for kind, name, ns in KARMADA_OBJECTS
+                if testbed.get(kind, name, namespace=ns) is not None
+            ]
+            assert left == [], f"left on karmada-apiserver: {left}"
+            assert release.host_objects() == [], "left on the host"
+            return True
+
+        await eventually(nothing_left, 30, "nothing of the release left on either API server")
+        assert testbed.get("crd", "karmadaquotas.quota.karmada.io"), "the CRD is kept"
+    finally:
+        for p in procs:
+            p.stop()
+            kubelet.remove(p.name)

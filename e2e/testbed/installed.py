@@ -1,0 +1,201 @@
+"""What an installed karmadaquota must do, checked the same way for every install path
+(docs/install.md's kustomize steps in test_install.py, the Helm chart in test_chart.py): its
+containers run from the built image under their declared securityContext (e2e.testbed.kubelet),
+probes answer on the ports the arguments serve, a quota is admitted, counted, refuses and
+releases through the registration, members are observed with the granted rights, and the
+webhook drains after SIGTERM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import signal
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+import pytest
+
+from e2e.testbed import TestBed, kubelet, product
+from e2e.testbed.aio import eventually
+from e2e.testbed.storm import binding
+from karmadaquota.kube.client import KubeClient, KubeError
+from karmadaquota.quantity import Quantity
+
+SYSTEM = "karmada-system"
+VWC = "karmadaquota"
+RB_PATH = "/apis/work.karmada.io/v1alpha2/namespaces/{ns}/resourcebindings"
+
+
+def flag(args: list[str], name: str) -> str | None:
+    for a in args:
+        if a.startswith(f"{name}="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def volumes(bed: TestBed, host: str, pod: dict[str, Any], root: Path) -> dict[str, Path]:
+    """The pod's Secret and ConfigMap volumes as the kubelet projects them (`items` included),
+    from the objects applied on the host."""
+    out: dict[str, Path] = {}
+    for volume in pod.get("volumes", []):
+        if "secret" in volume:
+            source, kind, name = volume["secret"], "secret", volume["secret"]["secretName"]
+        elif "configMap" in volume:
+            source, kind, name = volume["configMap"], "configmap", volume["configMap"]["name"]
+        else:
+            continue
+        obj = bed.get(kind, name, cluster=host, namespace=SYSTEM)
+        assert obj, f"the pod mounts {kind} {name}: not created"
+        if kind == "secret":
+            data = {k: base64.b64decode(v) for k, v in (obj.get("data") or {}).items()}
+        else:
+            data = {k: str(v).encode() for k, v in (obj.get("data") or {}).items()}
+        if source.get("items"):
+            missing = [i["key"] for i in source["items"] if i["key"] not in data]
+            assert not missing, f"{kind} {name} has no key {missing}"
+            data = {i["path"]: data[i["key"]] for i in source["items"]}
+        out[volume["name"]] = kubelet.write_volume(data, root / volume["name"])
+    return out
+
+
+def pod_of(workload: dict[str, Any]) -> dict[str, Any]:
+    """The pod spec of a Deployment or Job."""
+    spec: dict[str, Any] = workload["spec"]["template"]["spec"]
+    return spec
+
+
+def materialize(
+    bed: TestBed, host: str, pod: dict[str, Any], root: Path, image: str
+) -> tuple[kubelet.Run, dict[str, Any]]:
+    """The pod's only container as the kubelet would run it from the built image."""
+    (container,) = pod["containers"]
+    run = kubelet.plan(
+        pod,
+        container["name"],
+        volumes(bed, host, pod, root),
+        image=image,
+        pod_name=f"{container['name']}-{root.name}",
+        namespace=SYSTEM,
+    )
+    return run, container
+
+
+def container_port(container: dict[str, Any], port: str | int) -> int:
+    """A probe's or Service's port (name or number) as the container's port number."""
+    if isinstance(port, int):
+        return port
+    named = {p["name"]: p["containerPort"] for p in container.get("ports", [])}
+    assert port in named, f"port {port!r} is not a port of container {container['name']}"
+    return int(named[port])
+
+
+async def probe(
+    container: dict[str, Any], serving_flag: str, launch: kubelet.Run, ctx: Any
+) -> None:
+    """Every probe of the container targets the port its arguments serve, on a path that
+    answers 200 (the local port substituted)."""
+    declared = int(flag(container["args"], serving_flag) or 0)
+    async with aiohttp.ClientSession() as s:
+        for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
+            http = (container.get(kind) or {}).get("httpGet")
+            if not http:
+                continue
+            assert container_port(container, http["port"]) == declared, (
+                f"{kind} targets port {http['port']}, the process serves {serving_flag}={declared}"
+            )
+            scheme = http.get("scheme", "HTTP").lower()
+            url = f"{scheme}://127.0.0.1:{launch.ports[serving_flag]}{http['path']}"
+
+            async def ok(url: str = url, scheme: str = scheme) -> bool:
+                async with s.get(url, ssl=ctx if scheme == "https" else True) as r:
+                    return r.status == 200
+
+            await eventually(ok, 60, f"{kind} {url} answers 200")
+
+
+def forbidden_lines(*procs: product.Proc) -> list[str]:
+    return [
+        line
+        for p in procs
+        for line in p.log.read_text(errors="replace").splitlines()
+        if "is forbidden" in line
+    ]
+
+
+def point_registration_at(bed: TestBed, port: int, ca_bundle: bytes) -> None:
+    """What hack/gen-webhook-certs.sh fills in (the caBundle), plus the URL's host and port:
+    the applied paths are kept, so a path the webhook does not serve still fails."""
+    vwc = bed.get("validatingwebhookconfiguration", VWC)
+    assert vwc, "webhook/karmada/ registers the webhook"
+    patch = []
+    for i, hook in enumerate(vwc["webhooks"]):
+        url = urlsplit(hook["clientConfig"]["url"])
+        local = f"https://{bed.webhook_host}:{port}{url.path}"
+        patch.append({"op": "replace", "path": f"/webhooks/{i}/clientConfig/url", "value": local})
+        patch.append(
+            {
+                "op": "replace",
+                "path": f"/webhooks/{i}/clientConfig/caBundle",
+                "value": base64.b64encode(ca_bundle).decode(),
+            }
+        )
+    bed.kubectl(
+        "patch", "validatingwebhookconfiguration", VWC, "--type=json", "-p", json.dumps(patch)
+    )
+
+
+def used(bed: TestBed, ns: str, resource: str) -> Quantity | None:
+    q = bed.get("karmadaquota", "team", namespace=ns) or {}
+    value = q.get("status", {}).get("used", {}).get(resource)
+    return None if value is None else Quantity.parse(str(value))
+
+
+async def check_drain(webhook: product.Proc, port: int, ctx: Any) -> None:
+    """SIGTERM (as the kubelet sends it): /readyz fails at once so endpoints drop the pod, but
+    reviews are still answered until --shutdown-delay has passed; then the process exits 0."""
+    webhook.popen.send_signal(signal.SIGTERM)
+    base = f"https://127.0.0.1:{port}"
+    async with aiohttp.ClientSession() as s:
+
+        async def not_ready() -> bool:
+            async with s.get(f"{base}/readyz", ssl=ctx) as r:
+                return r.status == 503
+
+        await eventually(not_ready, 10, "/readyz fails after SIGTERM")
+        # still serving: a malformed review gets the webhook's own 400, not a refused connection
+        async with s.post(f"{base}/validate-resourcebinding", data=b"{}", ssl=ctx) as r:
+            assert r.status == 400, await r.text()
+    code = await asyncio.to_thread(webhook.popen.wait, 30)
+    assert code == 0, webhook.tail()
+    assert "draining" in webhook.log.read_text()
+
+
+async def check_end_to_end(bed: TestBed, api: KubeClient, ns: str) -> None:
+    """A quota admitted through the registration, counted by the controller's identity, a
+    binding refused and one admitted by the webhook's, usage released, a leader elected and
+    member clusters observed with the rights granted."""
+    await bed.aapply(product.quota(ns, "team", {"requests.cpu": "1", "pods": "4"}))
+    await eventually(lambda: used(bed, ns, "requests.cpu") is not None, 60, "status.used")
+    await api.post(RB_PATH.format(ns=ns), binding(ns, "a", cpu="600m"))
+    with pytest.raises(KubeError, match=r"exceeded quota: team, requested: requests\.cpu=600m"):
+        await api.post(RB_PATH.format(ns=ns), binding(ns, "b", cpu="600m"))
+    await eventually(
+        lambda: used(bed, ns, "requests.cpu") == Quantity.parse("600m"), 60, "a counted"
+    )
+    await bed.akubectl("delete", "resourcebinding", "a", "-n", ns, "--wait=false")
+    await eventually(lambda: used(bed, ns, "requests.cpu") == Quantity.zero(), 60, "a released")
+    lease = bed.get("lease", "karmadaquota-controller", namespace=SYSTEM) or {}
+    assert lease.get("spec", {}).get("holderIdentity"), "the controller holds the leader Lease"
+
+    def members_observed() -> bool:
+        q = bed.get("karmadaquota", "team", namespace=ns) or {}
+        conditions = {c["type"]: c for c in q.get("status", {}).get("conditions", [])}
+        member = conditions.get("MemberObserved", {})
+        assert member.get("status") == "True", member
+        return True
+
+    await eventually(members_observed, 60, "member clusters watched with the granted rights")

@@ -31,6 +31,7 @@ from bench import harness, profiles
 from e2e.testbed import TestBed, product
 from e2e.testbed.aio import eventually
 from e2e.testbed.storm import StormResult, binding, pod, storm
+from karmadaquota.api import KarmadaQuota
 from karmadaquota.kube.client import KubeClient
 
 # bindings with a KarmadaQuota; Pods with a ResourceQuota; and, for scale, bindings in a
@@ -125,8 +126,8 @@ def observed(bed: TestBed, ns: str, admit: int) -> bool:
     """The controller counts every admitted binding (pods = bindings) and holds no
     reservation any more."""
     q = bed.get("karmadaquota", "storm", namespace=ns) or {}
-    status = q.get("status", {})
-    return status.get("used", {}).get("pods") == str(admit) and not status.get("reservations")
+    held = KarmadaQuota.model_validate(q).status.reservations if q else []
+    return q.get("status", {}).get("used", {}).get("pods") == str(admit) and not held
 
 
 async def run(args: argparse.Namespace) -> str:

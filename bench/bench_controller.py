@@ -28,6 +28,7 @@ from e2e.testbed import TestBed, product
 from e2e.testbed.aio import eventually
 from e2e.testbed.ports import free_port
 from e2e.testbed.storm import binding, storm
+from karmadaquota.api import KarmadaQuota
 from karmadaquota.kube.client import KubeClient
 
 REPO = Path(__file__).resolve().parent.parent
@@ -93,8 +94,10 @@ async def one(
             raise AssertionError(f"nothing admitted of {count}: {sample}")
 
         def settled() -> bool:
-            st = (bed.get("karmadaquota", "storm", namespace=ns) or {}).get("status", {})
-            return st.get("used", {}).get("pods") == str(admitted) and not st.get("reservations")
+            q = bed.get("karmadaquota", "storm", namespace=ns) or {}
+            held = KarmadaQuota.model_validate(q).status.reservations if q else []
+            st = q.get("status", {})
+            return st.get("used", {}).get("pods") == str(admitted) and not held
 
         await eventually(settled, 120, f"usage in {ns} settled", interval=0.1)
         spent = cpu_seconds(proc.pid) - before

@@ -19,6 +19,7 @@ from e2e.testbed import TestBed, product
 from e2e.testbed.aio import eventually
 from e2e.testbed.storm import binding, retryable, storm
 from e2e.testbed.workloads import deployment, divided_policy
+from karmadaquota.api import KarmadaQuota, Reservation
 from karmadaquota.kube.client import KubeClient, KubeError
 from karmadaquota.quantity import Quantity
 
@@ -68,9 +69,13 @@ def used(bed: TestBed, ns: str, name: str, resource: str) -> Quantity:
     return Quantity.parse(str(q.get("status", {}).get("used", {}).get(resource, "0")))
 
 
-def reservations(bed: TestBed, ns: str, name: str) -> list[Any]:
-    q = bed.get("karmadaquota", name, namespace=ns) or {}
-    return list(q.get("status", {}).get("reservations", []))
+def reservations(bed: TestBed, ns: str, name: str) -> list[Reservation]:
+    """The quota's pending charges, decoded (status.pending, or an old layout)."""
+    return held(bed.get("karmadaquota", name, namespace=ns) or {})
+
+
+def held(q: dict[str, Any]) -> list[Reservation]:
+    return KarmadaQuota.model_validate(q).status.reservations if q else []
 
 
 def member_replicas(bed: TestBed, ns: str, name: str) -> int:
@@ -164,8 +169,7 @@ async def test_scoped_quotas_charge_only_matching_bindings_and_all_must_admit(
     await api.post(path, rb("low", "100m", "low"))  # not charged to "high"
     with pytest.raises(KubeError, match="exceeded quota: all, requested: pods=1, used: pods=3"):
         await api.post(path, rb("be", None))  # best-effort admits it, "all" does not
-    q = testbed.get("karmadaquota", "best-effort", namespace=ns) or {}
-    assert not q.get("status", {}).get("reservations")  # the refused request reserved nothing
+    assert not reservations(testbed, ns, "best-effort")  # the refused request reserved nothing
 
 
 async def test_storm_admits_exactly_what_fits(
@@ -226,7 +230,7 @@ async def storm_and_check(bed: TestBed, api: KubeClient, ns: str) -> None:
     def settled() -> bool:
         q = bed.get("karmadaquota", "storm", namespace=ns) or {}
         st = q.get("status", {})
-        return st.get("used", {}).get("requests.cpu") == "30" and not st.get("reservations")
+        return st.get("used", {}).get("requests.cpu") == "30" and not held(q)
 
     await eventually(settled, 30, "used == sum of admitted bindings and no reservation left")
 
@@ -238,8 +242,7 @@ async def test_dry_run_is_answered_and_reserves_nothing(
     await create_quota(testbed, ns, "q", {"requests.cpu": "1"})
     doc = json.dumps(binding(ns, "dry", cpu="1"))
     await testbed.akubectl("create", "--dry-run=server", "-f", "-", input=doc)
-    q = testbed.get("karmadaquota", "q", namespace=ns) or {}
-    assert not q.get("status", {}).get("reservations")
+    assert not reservations(testbed, ns, "q")
     over = json.dumps(binding(ns, "dry2", cpu="2"))
     proc = await testbed.akubectl("create", "--dry-run=server", "-f", "-", input=over, check=False)
     assert proc.returncode != 0 and "exceeded quota: q" in proc.stderr
@@ -346,7 +349,7 @@ async def test_a_create_still_waiting_on_another_webhook_keeps_its_reservation(
     slow["metadata"]["labels"] = {"slow": "yes"}
     in_flight = asyncio.create_task(api.post(path, slow))
     await eventually(
-        lambda: [r["reservedBy"]["name"] for r in reservations(testbed, ns, "q")] == ["slow"],
+        lambda: [r.reservedBy.name for r in reservations(testbed, ns, "q")] == ["slow"],
         10,
         "the slow create's reservation",
     )
@@ -384,8 +387,7 @@ async def test_admitted_then_refused_elsewhere_is_released_long_before_the_ttl(
     with pytest.raises(KubeError, match="refused by another webhook"):
         await api.post(RB_PATH.format(ns=ns), refused)
     # our webhook admitted and reserved it: the whole cpu is held by a reservation now
-    q = testbed.get("karmadaquota", "q", namespace=ns) or {}
-    assert [r["reservedBy"]["name"] for r in q["status"]["reservations"]] == ["refused"]
+    assert [r.reservedBy.name for r in reservations(testbed, ns, "q")] == ["refused"]
     with pytest.raises(KubeError, match="exceeded quota: q"):
         await api.post(RB_PATH.format(ns=ns), binding(ns, "next", cpu="1"))
 

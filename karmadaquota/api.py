@@ -9,11 +9,21 @@ here; `resources.parse_resource_list` turns them into exact values where a decis
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from datetime import UTC, datetime
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
+from urllib.parse import unquote
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+    model_validator,
+)
 
 log = logging.getLogger("karmadaquota.api")
 
@@ -177,6 +187,211 @@ class Reservation(_Lenient):
         return expired(self.expirationTime, now)
 
 
+# ---------------------------------------------------------------------------------------------
+# Pending charges on the wire: `status.pending`
+#
+# Every admitted-but-not-yet-observed charge used to be a full Reservation object in
+# `status.reservations` (~300 bytes of JSON each); a storm put 50–200 of them in every status
+# write. On the wire they are now grouped by charge, one short string per binding (~70 bytes):
+#
+#   pending: [{"charge": {"pods": "1", "requests.cpu": "100m"},
+#              "bindings": ["web-deployment/6f1c…/2/1767225660", …]}, …]
+#
+# In memory nothing changed: `KarmadaQuotaStatus.reservations` is the logical list of
+# `Reservation`s. Decoding fills in what the entry leaves out (reservedBy apiVersion/kind: a
+# ResourceBinding; namespace: the quota's); encoding keeps only name, uid, generation,
+# expiration (whole seconds, rounded up) and the charge.
+
+# name/uid/generation/expires. Names and uids never contain '/' (DNS subdomains, UUIDs); the
+# encoder escapes '%' and '/' anyway, so whatever it writes matches the pattern.
+PENDING_ENTRY_PATTERN = r"^[^/]*/[^/]*/[0-9]+/[0-9]+$"
+# generation of an entry whose generation is unreadable: no binding reaches it, so the charge
+# holds until it expires (never dropped early, which could under-count)
+HOLD_GENERATION = 2**63 - 1
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MAX_SECONDS = int((datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC) - _EPOCH).total_seconds())
+_UNREADABLE = "unreadable:"
+
+
+def _escape(text: str) -> str:
+    return text.replace("%", "%25").replace("/", "%2F") if "%" in text or "/" in text else text
+
+
+def _unescape(text: str) -> str:
+    return unquote(text) if "%" in text else text
+
+
+def expiry_seconds(expiration_time: str) -> int | None:
+    """An RFC 3339 expiration as Unix seconds, rounded up (a charge never lapses earlier than
+    it said) and clamped to 0..9999-12-31; None when unreadable (then it holds nothing)."""
+    when = parse_time(expiration_time)
+    if when is None:
+        return None
+    delta = when - _EPOCH
+    seconds = delta.days * 86400 + delta.seconds + (1 if delta.microseconds else 0)
+    return min(max(seconds, 0), _MAX_SECONDS)
+
+
+def pending_entry(r: Reservation, seconds: int | None = None) -> str | None:
+    """`<name>/<uid>/<generation>/<expires>`; None when the expiration is unreadable: such a
+    reservation holds nothing (`expired`), so it is not written at all. `seconds`: the
+    expiration already converted (`expiry_seconds`)."""
+    if seconds is None:
+        seconds = expiry_seconds(r.expirationTime)
+        if seconds is None:
+            return None
+    generation = min(max(r.generation, 0), HOLD_GENERATION)
+    return f"{_escape(r.reservedBy.name)}/{_escape(r.reservedBy.uid)}/{generation}/{seconds}"
+
+
+def charge_key(reserved: Mapping[str, QuantityValue]) -> tuple[tuple[str, QuantityValue], ...]:
+    """What groups reservations in `pending`: the same names and values (2 and "2" differ)."""
+    return tuple(sorted(reserved.items()))
+
+
+def encode_pending(reservations: Iterable[Reservation]) -> list[dict[str, Any]]:
+    """The wire `pending` of a logical reservation list: one group per distinct charge, groups
+    in order of first appearance, entries in list order, so an unchanged list encodes to the
+    same JSON (the controller writes only what differs). Decoding the result gives the list
+    grouped stably; reservations whose expiration is unreadable are left out (they hold
+    nothing)."""
+    groups: dict[tuple[tuple[str, QuantityValue], ...], list[str]] = {}
+    charges: dict[tuple[tuple[str, QuantityValue], ...], dict[str, QuantityValue]] = {}
+    seconds: dict[str, int | None] = {}  # a batch's reservations share their expiration
+    for r in reservations:
+        stamp = r.expirationTime
+        if stamp not in seconds:
+            seconds[stamp] = expiry_seconds(stamp)
+        at = seconds[stamp]
+        if at is None:
+            continue
+        key = charge_key(r.reserved)
+        entries = groups.get(key)
+        if entries is None:
+            entries = groups[key] = []
+            charges[key] = dict(r.reserved)
+        entries.append(pending_entry(r, at) or "")
+    return [{"charge": charges[key], "bindings": entries} for key, entries in groups.items()]
+
+
+def _read_charge(raw: Any) -> dict[str, QuantityValue]:
+    """A group's charge as written, so that it is charged as it says. What is not a quantity
+    (only a writer that bypassed the CRD schema can put it there) is kept as text that fails
+    to parse, so admission refuses in that namespace (fail closed) until the controller drops
+    the entries (observed or expired) — never read as nothing."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        return {"<unreadable charge>": repr(raw)}
+    out: dict[str, QuantityValue] = {}
+    for name, value in raw.items():
+        ok = isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+        out[str(name)] = value if ok else repr(value)
+    return out
+
+
+def _read_entry(
+    entry: Any, charge: dict[str, QuantityValue], namespace: str, stamps: dict[str, str]
+) -> dict[str, Any]:
+    """One `bindings[]` entry as a Reservation (dict form, validated by the caller)."""
+    text = entry if isinstance(entry, str) else repr(entry)
+    parts = text.split("/", 3)
+    if len(parts) == 4:
+        name, uid, generation, expires = parts
+    else:  # not name/uid/generation/expires: no expiration to read
+        name, uid, generation, expires = text, text, "", ""
+    stamp = stamps.get(expires)
+    if stamp is None:
+        # (at most 12 digits: 9999-12-31 has 12, and int() refuses thousands of them)
+        ok = expires.isascii() and expires.isdigit() and len(expires) <= 12
+        seconds = int(expires) if ok else -1
+        stamp = (
+            format_time(_EPOCH + timedelta(seconds=seconds))
+            if 0 <= seconds <= _MAX_SECONDS
+            else _UNREADABLE + expires
+        )
+        stamps[expires] = stamp
+    gen = (
+        min(int(generation), HOLD_GENERATION)
+        if generation.isascii() and generation.isdigit() and len(generation) <= 19
+        else HOLD_GENERATION
+    )
+    return {
+        "reservedBy": {
+            "apiVersion": BINDING_API_VERSION,
+            "kind": BINDING_KIND,
+            "name": _unescape(name),
+            "namespace": namespace,
+            "uid": _unescape(uid),
+        },
+        "reserved": charge,
+        "expirationTime": stamp,
+        "generation": gen,
+    }
+
+
+def decode_pending(raw: Any, namespace: str = "") -> list[dict[str, Any]]:
+    """The reservations (dict form) a wire `pending` holds, in order.
+
+    A malformed entry never makes the quota unreadable (an unreadable quota is skipped by the
+    webhook: nothing would be enforced) and never holds less than the old layout would have:
+    - an expiry that is not Unix seconds within 0..9999-12-31 (or an entry that is not
+      `name/uid/generation/expires` at all) becomes an unreadable `expirationTime`, which holds
+      nothing, exactly as the old layout's unreadable `expirationTime` did (`expired`); the next
+      write drops it;
+    - an unreadable generation holds the charge until it expires (`HOLD_GENERATION`);
+    - an unreadable charge is charged as unparseable text: admission fails closed (see
+      `_read_charge`);
+    - a group that is not an object, or a `pending` that is not a list, holds no entry to read.
+    """
+    if not isinstance(raw, list):
+        return []
+    out: list[dict[str, Any]] = []
+    stamps: dict[str, str] = {}
+    for group in raw:
+        if not isinstance(group, Mapping):
+            continue
+        charge = _read_charge(group.get("charge"))
+        entries = group.get("bindings")
+        for entry in entries if isinstance(entries, list) else []:
+            out.append(_read_entry(entry, charge, namespace, stamps))
+    return out
+
+
+def _identity(r: Any) -> tuple[str, int] | None:
+    """(uid, generation) of a reservation in dict or model form; None when it has none."""
+    if isinstance(r, Reservation):
+        return (r.reservedBy.uid, r.generation)
+    if isinstance(r, Mapping):
+        by = r.get("reservedBy")
+        uid = by.get("uid") if isinstance(by, Mapping) else None
+        generation = r.get("generation", 0)
+        if isinstance(uid, str) and isinstance(generation, int):
+            return (uid, generation)
+    return None
+
+
+def wire_reservations(status: Mapping[str, Any], namespace: str = "") -> list[Any]:
+    """The pending charges of a status as the API server has it, as reservations in dict form
+    (the model's `reservations`, before validation): `pending` decoded, followed by any
+    old-layout `reservations` (a status written before the upgrade) that `pending` does not
+    already hold (same uid and generation). For readers of raw objects (kubectl plugin);
+    everyone else reads `KarmadaQuotaStatus.reservations`."""
+    merged: list[Any] = decode_pending(status.get("pending"), namespace)
+    old = status.get("reservations")
+    if isinstance(old, list) and old:
+        seen = {_identity(r) for r in merged}
+        merged += [r for r in old if (_identity(r) or ("", -1)) not in seen]
+    return merged
+
+
+def _read_status(status: Mapping[str, Any], namespace: str) -> dict[str, Any]:
+    """A wire status with `pending` as the model's fields (see `wire_reservations`)."""
+    out = {k: v for k, v in status.items() if k != "pending"}
+    out["reservations"] = wire_reservations(status, namespace)
+    return out
+
+
 class WaitingWorkload(_Lenient):
     """A workload whose binding this quota refused, waiting for room.
 
@@ -227,7 +442,47 @@ class Condition(_Lenient):
     observedGeneration: int = 0
 
 
+# Only the CRD schema is generated from this model: `decode_pending` reads the wire by hand, so
+# that a malformed entry never makes the whole quota unreadable.
+class PendingCharge(_Lenient):
+    """Bindings admitted with the same charge that the controller has not yet observed."""
+
+    charge: RawResourceList = _resource_list(
+        "The usage each of these bindings reserved: its admitted delta."
+    )
+    bindings: list[str] = Field(
+        default_factory=list,
+        description="One entry per binding, `<name>/<uid>/<generation>/<expires>`: the "
+        "ResourceBinding's name and uid, the binding generation that carries the charge (the "
+        "controller drops the entry once it observes the binding at that generation or later) "
+        "and when the charge lapses, in Unix seconds.",
+        json_schema_extra={"items": {"type": "string", "pattern": PENDING_ENTRY_PATTERN}},
+    )
+
+
+def _pending_schema(schema: dict[str, Any]) -> None:
+    """KarmadaQuotaStatus's JSON schema: `pending` (the wire field), next to the deprecated
+    `reservations` it replaces (kept so that the API server does not prune the old layout
+    before its first decode; see `decode_pending`)."""
+    props = schema.get("properties", {})
+    pending = {
+        "type": "array",
+        "description": "Admitted usage not yet observed by the controller, grouped by charge.",
+        "items": PendingCharge.model_json_schema(),
+    }
+    schema["properties"] = {}
+    for name, prop in props.items():
+        if name == "reservations":
+            schema["properties"]["pending"] = pending
+        schema["properties"][name] = prop
+
+
+# Pending charges are one logical list, `KarmadaQuotaStatus.reservations` (every reader and
+# writer uses it); on the wire they are `status.pending` (`encode_pending`), and a wire
+# `status.reservations` is only read, from a status an earlier version wrote (`decode_pending`).
 class KarmadaQuotaStatus(_Lenient):
+    model_config = ConfigDict(json_schema_extra=_pending_schema)
+
     hard: RawResourceList = _resource_list("The enforced hard limits.")
     used: RawResourceList = _resource_list(
         "Global usage observed by the controller, summed over every member cluster."
@@ -236,7 +491,10 @@ class KarmadaQuotaStatus(_Lenient):
         default_factory=list, description="Per member cluster breakdown."
     )
     reservations: list[Reservation] = Field(
-        default_factory=list, description="Admitted usage not yet observed by the controller."
+        default_factory=list,
+        description="Deprecated: the v0.1 layout of pending charges (one object per binding); "
+        "read once after an upgrade, never written.",
+        exclude=True,
     )
     waiting: list[WaitingWorkload] = Field(
         default_factory=list,
@@ -249,6 +507,30 @@ class KarmadaQuotaStatus(_Lenient):
     observedGeneration: int = Field(
         default=0, description="The quota generation the controller last computed status for."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_pending(cls, data: Any) -> Any:
+        # a status read on its own: reservedBy.namespace stays "" (KarmadaQuota fills it)
+        if isinstance(data, Mapping) and "pending" in data:
+            return _read_status(data, "")
+        return data
+
+    @model_serializer(mode="wrap")
+    def _write_pending(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # `reservations` is never written (Field(exclude=True)): `pending` says it all, and a
+        # status write replaces the whole status, so the first one drops an old layout's list
+        out: dict[str, Any] = handler(self)
+        groups = encode_pending(self.reservations)
+        if not groups:  # omitted when empty, as the API server drops an empty list anyway
+            return out
+        wire: dict[str, Any] = {}
+        for name, value in out.items():
+            if name == "waiting":
+                wire["pending"] = groups
+            wire[name] = value
+        wire.setdefault("pending", groups)
+        return wire
 
 
 class KarmadaQuota(_Lenient):
@@ -263,8 +545,20 @@ class KarmadaQuota(_Lenient):
     status: KarmadaQuotaStatus = Field(
         default_factory=KarmadaQuotaStatus,
         description="Enforced limits and usage, written by the controller (used, per-cluster "
-        "breakdown) and the webhook (reservations, waiting workloads).",
+        "breakdown) and the webhook (pending charges, waiting workloads).",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_pending(cls, data: Any) -> Any:
+        # here the quota's namespace is known: it is every pending binding's namespace
+        if isinstance(data, Mapping):
+            status = data.get("status")
+            if isinstance(status, Mapping) and "pending" in status:
+                meta = data.get("metadata")
+                ns = meta.get("namespace") if isinstance(meta, Mapping) else ""
+                return {**data, "status": _read_status(status, ns if isinstance(ns, str) else "")}
+        return data
 
 
 def read_quota(raw: Mapping[str, Any]) -> KarmadaQuota | None:

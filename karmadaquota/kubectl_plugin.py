@@ -55,6 +55,11 @@ def _relative(when: datetime | None, now: datetime) -> str:
     return f"in {seconds // 3600}h"
 
 
+def _reservations(status: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The pending charges (`status.pending`, or an old layout's `status.reservations`)."""
+    return [r for r in api.wire_reservations(status) if isinstance(r, Mapping)]
+
+
 def render(quota: Mapping[str, Any], now: datetime) -> str:
     """The describe output for one KarmadaQuota object (as JSON from the API server)."""
     meta = quota.get("metadata") or {}
@@ -82,7 +87,7 @@ def render(quota: Mapping[str, Any], now: datetime) -> str:
         rows.append(row)
     lines.extend(_table(rows))
     lines.extend(usage_view.bars(usage_view.summarize(quota, now)))
-    reservations = status.get("reservations") or []
+    reservations = _reservations(status)
     if reservations:
         lines.append("Reservations:")
         r_rows = [["Binding", "Reserved", "Expires"], ["-------", "--------", "-------"]]
@@ -123,7 +128,7 @@ def describe_data(quota: Mapping[str, Any], now: datetime) -> dict[str, Any]:
     reservations (with whether each has expired) and conditions as the API server has them."""
     status = quota.get("status") or {}
     reservations = []
-    for r in status.get("reservations") or []:
+    for r in _reservations(status):
         expires = api.parse_time(str(r.get("expirationTime", "")))
         by = r.get("reservedBy") or {}
         reservations.append(

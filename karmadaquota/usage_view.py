@@ -32,10 +32,11 @@ def _text(q: Quantity | None) -> str | None:
 
 
 def _live_reserved(status: Mapping[str, Any], now: datetime) -> dict[str, Quantity]:
-    """Σ reserved per resource over reservations that have not expired (what admission adds)."""
+    """Σ reserved per resource over reservations that have not expired (what admission adds);
+    `status.pending` and an old layout's `status.reservations` alike (`api.wire_reservations`)."""
     out: dict[str, Quantity] = {}
-    for r in status.get("reservations") or []:
-        if api.expired(str(r.get("expirationTime", "")), now):
+    for r in api.wire_reservations(status):
+        if not isinstance(r, Mapping) or api.expired(str(r.get("expirationTime", "")), now):
             continue
         for name, value in (r.get("reserved") or {}).items():
             q = _q(value)

@@ -1,4 +1,4 @@
-"""The reservation list is bounded by design: every status write stays under etcd's limit."""
+"""The pending charges are bounded by design: every status write stays under etcd's limit."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import uuid
 from datetime import UTC, datetime
 
 from karmadaquota import charge
-from karmadaquota.api import ObjectReference, Reservation
+from karmadaquota.api import KarmadaQuotaStatus, ObjectReference, Reservation, encode_pending
 from karmadaquota.evaluate import Decision
 from karmadaquota.kube.client import JSON
 from karmadaquota.webhook.batcher import (
@@ -17,6 +17,8 @@ from karmadaquota.webhook.batcher import (
     Batcher,
     BatcherConfig,
     Pending,
+    charge_size,
+    pending_size,
     reservation_size,
 )
 from tests.fake_api import FakeStore, quota_doc
@@ -51,24 +53,36 @@ def json_size(obj: object) -> int:
 
 
 def test_reservation_size_is_an_upper_bound_of_its_json() -> None:
+    """On the wire a reservation is its `status.pending` entry, plus its group when its charge
+    is new: the estimate bounds both, one reservation at a time and for a whole list."""
     cases = [
         reservation("a", {}),
         reservation("b" * 253, {"requests.cpu": "1500m"}, generation=2**63 - 1),
         reservation("c", {f"requests.example.com/r{i}": "9223372036854775807" for i in range(100)}),
+        reservation("d%/e", {"pods": "1"}),
     ]
     for r in cases:
-        actual = json_size(r.model_dump(mode="json", exclude_none=True))
-        assert actual <= reservation_size(r) <= actual + 1000, r.reservedBy.name
+        actual = json_size(encode_pending([r]))
+        estimate = reservation_size(r) + charge_size(r.reserved)
+        assert actual <= estimate <= actual + 1000, r.reservedBy.name
+        assert len(json.dumps(encode_pending([r])[0]["bindings"][0])) + 1 <= reservation_size(r)
+    many = [reservation(f"rb-{i:05d}", {"pods": str(1 + i % 3)}) for i in range(300)]
+    actual = json_size(encode_pending(many))
+    assert actual <= pending_size(many) <= actual + 300 * 40 + 3 * 100
+    assert pending_size(cases + many) >= json_size(encode_pending(cases + many))
 
 
 async def test_a_full_reservation_list_refuses_with_a_retryable_429_reason() -> None:
     store = FakeStore(quota_doc(hard={"requests.cpu": "100", "pods": "100"}))
     one = Batcher(store, clock=lambda: NOW)
     assert (await one.submit(pending("probe"))).allowed
-    size = reservation_size(store.stored().status.reservations[0])
+    probe = store.stored().status.reservations[0]
+    size = reservation_size(probe)
     store.seed(quota_doc(hard={"requests.cpu": "100", "pods": "100"}))
 
-    batcher = Batcher(store, BatcherConfig(max_reservation_bytes=10 * size), clock=lambda: NOW)
+    # room for ten entries of one charge: the group once, ten entries
+    bound = charge_size(probe.reserved) + 10 * size
+    batcher = Batcher(store, BatcherConfig(max_reservation_bytes=bound), clock=lambda: NOW)
     decisions: list[Decision] = list(
         await asyncio.gather(*(batcher.submit(pending(f"b{i}")) for i in range(15)))
     )
@@ -79,10 +93,10 @@ async def test_a_full_reservation_list_refuses_with_a_retryable_429_reason() -> 
     )
     kept = store.stored().status.reservations
     assert [r.reservedBy.name for r in kept] == [f"b{i}" for i in range(10)]
-    assert sum(reservation_size(r) for r in kept) <= 10 * size
+    assert pending_size(kept) <= bound
 
     # the controller drains what it has observed: room again
-    store.bump("ns", "team-a", lambda d: d["status"].update(reservations=[]))
+    store.bump("ns", "team-a", lambda d: d["status"].pop("pending"))
     store.update(store.stored())
     assert (await batcher.submit(pending("b10"))).allowed
 
@@ -113,6 +127,7 @@ async def test_a_storm_of_5000_creates_never_writes_a_status_over_etcds_limit() 
 
 def drain(doc: JSON) -> None:
     """What the controller does once it observed the reserved bindings: usage moves to used."""
-    count = int(doc["status"]["used"]["pods"]) + len(doc["status"].get("reservations", []))
+    held = KarmadaQuotaStatus.model_validate(doc["status"]).reservations
+    count = int(doc["status"]["used"]["pods"]) + len(held)
     doc["status"]["used"] = {"requests.cpu": str(count), "pods": str(count)}
-    doc["status"]["reservations"] = []
+    doc["status"].pop("pending", None)

@@ -430,7 +430,7 @@ def test_hook_jobs_are_annotated_and_run_install() -> None:
         "install",
         "delete-lease",
         "--kubeconfig=/etc/karmada/config/karmada.config",
-        "--lease=karmada-system/karmadaquota-controller",  # the controller's KARMADAQUOTA_LEASE_NAME
+        "--lease=karmada-system/karmadaquota-controller",
         "--timeout=5m",
     ]
     controller = objects(docs, "Deployment")["karmadaquota-controller"]

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from karmadaquota.api import KarmadaQuota, ObjectReference, Reservation, format_time
 from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.controller.reconciler import Controller, Tuning
 from karmadaquota.kube import paths
@@ -60,23 +61,33 @@ class FakeKarmada:
         return copy.deepcopy(raw)
 
     def add_reservation(
-        self, name: str, uid: str, reserved: Mapping[str, str], gen: int = 1, ttl: float = 60
+        self,
+        name: str,
+        uid: str,
+        reserved: Mapping[str, str],
+        gen: int = 1,
+        ttl: float = 60,
+        binding: str = "",
     ) -> JSON:
+        """The webhook's write: one more pending charge (of binding `binding`, default `uid`),
+        in the wire layout (`status.pending`)."""
         q = self.quotas[name]
-        expires = (datetime.now(UTC) + timedelta(seconds=ttl)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        q.setdefault("status", {}).setdefault("reservations", []).append(
-            {
-                "reservedBy": {
-                    "apiVersion": "work.karmada.io/v1alpha2",
-                    "kind": "ResourceBinding",
-                    "name": uid,
-                    "uid": uid,
-                },
-                "reserved": dict(reserved),
-                "expirationTime": expires,
-                "generation": gen,
-            }
+        status = KarmadaQuota.model_validate(q).status
+        status.reservations.append(
+            Reservation(
+                reservedBy=ObjectReference(
+                    apiVersion="work.karmada.io/v1alpha2",
+                    kind="ResourceBinding",
+                    name=binding or uid,
+                    namespace=NS,
+                    uid=uid,
+                ),
+                reserved=dict(reserved),
+                expirationTime=format_time(datetime.now(UTC) + timedelta(seconds=ttl), True),
+                generation=gen,
+            )
         )
+        q["status"] = status.model_dump(mode="json", exclude_none=True)
         return copy.deepcopy(self._bump(q))
 
     async def get(self, path: str, params: Mapping[str, str] | None = None) -> JSON:
@@ -164,6 +175,11 @@ def used(api: FakeKarmada, name: str = "q") -> dict[str, str]:
     return dict(api.quotas[name].get("status", {}).get("used", {}))
 
 
+def held(api: FakeKarmada, name: str = "q") -> list[Reservation]:
+    """The quota's pending charges, decoded from the wire as stored."""
+    return KarmadaQuota.model_validate(api.quotas[name]).status.reservations
+
+
 def sample(c: Controller, name: str, **labels: str) -> float | None:
     """A metric as a scrape reads it."""
     return c.metrics.registry.get_sample_value(name, labels)
@@ -232,10 +248,42 @@ async def test_conflict_rereads_and_keeps_the_webhooks_reservation(env: Any) -> 
     api.before_put = webhook_writes_first
     c.binding_event("ADDED", api.add_binding("web", replicas=2))
     await until(lambda: used(api) == {"pods": "2"})
-    reservations = api.quotas["q"]["status"]["reservations"]
-    assert [r["reservedBy"]["uid"] for r in reservations] == ["uid-late"]
+    assert [r.reservedBy.uid for r in held(api)] == ["uid-late"]
     assert sample(c, "karmadaquota_status_writes_total", result="conflict") == 1
     assert api.quota_gets >= 1  # nothing newer was watched: the quota was read back
+
+
+async def test_an_old_layout_is_rewritten_as_pending_by_the_first_write(env: Any) -> None:
+    """A status written before the upgrade (full objects in status.reservations): the
+    controller reads it, keeps what is not observed and writes it as status.pending."""
+    api, c, _ = env
+    expires = format_time(datetime.now(UTC) + timedelta(seconds=600))
+    old = [
+        {
+            "reservedBy": {
+                "apiVersion": "work.karmada.io/v1alpha2",
+                "kind": "ResourceBinding",
+                "name": name,
+                "namespace": NS,
+                "uid": f"uid-{name}",
+            },
+            "reserved": {"pods": "2"},
+            "expirationTime": expires,
+            "generation": 1,
+        }
+        for name in ("web", "late")
+    ]
+    api.add_quota("q", {"pods": "10"}, reservations=old)
+    c.binding_event("ADDED", api.add_binding("web", replicas=2))
+    await c.resync()
+    await until(lambda: used(api) == {"pods": "2"})
+    status = api.quotas["q"]["status"]
+    assert "reservations" not in status
+    seconds = int(datetime.fromisoformat(expires.replace("Z", "+00:00")).timestamp())
+    assert status["pending"] == [
+        {"charge": {"pods": "2"}, "bindings": [f"late/uid-late/1/{seconds}"]}
+    ]
+    assert [r.reservedBy.uid for r in held(api)] == ["uid-late"]
 
 
 async def test_after_a_lost_cas_the_watched_version_is_used_without_a_read(env: Any) -> None:
@@ -253,8 +301,7 @@ async def test_after_a_lost_cas_the_watched_version_is_used_without_a_read(env: 
     gets = api.quota_gets
     c.binding_event("ADDED", api.add_binding("web", replicas=2))
     await until(lambda: used(api) == {"pods": "2"})
-    reservations = api.quotas["q"]["status"]["reservations"]
-    assert [r["reservedBy"]["uid"] for r in reservations] == ["uid-late"]
+    assert [r.reservedBy.uid for r in held(api)] == ["uid-late"]
     assert sample(c, "karmadaquota_status_writes_total", result="conflict") == 1
     assert api.quota_gets == gets
 
@@ -267,10 +314,10 @@ async def test_observed_reservation_is_dropped_in_the_write_that_counts_it(env: 
     api.add_reservation("q", "uid-web", {"pods": "2"}, gen=1)
     c.quota_event("MODIFIED", api.quotas["q"])
     await until(lambda: quiet(c))
-    assert len(api.quotas["q"]["status"]["reservations"]) == 1  # not observed yet: kept
+    assert len(held(api)) == 1  # not observed yet: kept
     c.binding_event("ADDED", api.add_binding("web", replicas=2))
     await until(lambda: used(api) == {"pods": "2"})
-    assert api.quotas["q"]["status"]["reservations"] == []
+    assert held(api) == []
     assert sample(c, "karmadaquota_reservations_released_total", reason="observed") == 1
 
 
@@ -281,7 +328,7 @@ async def test_reservation_expires_without_any_event(env: Any) -> None:
     await until(lambda: used(api) == {"pods": "0"})
     api.add_reservation("q", "uid-never", {"pods": "2"}, ttl=0.3)
     c.quota_event("MODIFIED", api.quotas["q"])
-    await until(lambda: api.quotas["q"]["status"].get("reservations") == [], timeout=3)
+    await until(lambda: held(api) == [], timeout=3)
     assert sample(c, "karmadaquota_reservations_released_total", reason="expired") == 1
 
 
@@ -294,7 +341,7 @@ async def test_follower_never_writes_and_a_new_leader_catches_up(env: Any) -> No
     await until(lambda: quiet(c))
     assert api.puts == 0
     assert (
-        sample(c, "karmadaquota_quota_used", namespace=NS, quota="q", resource="pods") == 3
+        sample(c, "karmadaquota_quota_used", quota_namespace=NS, quota="q", resource="pods") == 3
     )  # warm figures
     lead.leader = True
     c.leadership_changed(True)
@@ -363,7 +410,7 @@ async def test_sustained_contention_backs_off_and_gets_through(env: Any) -> None
     api.before_put = webhook_writes_first
     c.binding_event("ADDED", api.add_binding("web", replicas=2))
     await until(lambda: used(api) == {"pods": "2"})
-    kept = {r["reservedBy"]["uid"] for r in api.quotas["q"]["status"]["reservations"]}
+    kept = {r.reservedBy.uid for r in held(api)}
     assert kept == {f"uid-{i}" for i in range(1, n + 1)}  # every webhook reservation survived
     assert sample(c, "karmadaquota_status_writes_total", result="conflict") == n
 
@@ -379,10 +426,11 @@ async def test_reservation_of_a_create_that_failed_after_admission_is_released_e
     web = api.add_binding("web", replicas=2)
     await c.resync()
     await until(lambda: used(api) == {"pods": "2"})
-    api.add_reservation("q", "uid-lost-race", {"pods": "2"}, ttl=600)
-    api.quotas["q"]["status"]["reservations"][0]["reservedBy"]["name"] = web["metadata"]["name"]
+    api.add_reservation(
+        "q", "uid-lost-race", {"pods": "2"}, ttl=600, binding=web["metadata"]["name"]
+    )
     c.quota_event("MODIFIED", api.quotas["q"])
-    await until(lambda: api.quotas["q"]["status"].get("reservations") == [], timeout=3)
+    await until(lambda: held(api) == [], timeout=3)
     assert used(api) == {"pods": "2"}
 
 
@@ -401,8 +449,8 @@ async def test_reservation_whose_name_is_free_is_kept_for_the_admission_window(
     c.quota_event("MODIFIED", api.quotas["q"])
     seen = asyncio.get_running_loop().time()
     await until(lambda: api.binding_gets >= 1 and quiet(c), what="the first look")
-    assert len(api.quotas["q"]["status"]["reservations"]) == 1  # not yet: it may be in flight
-    await until(lambda: api.quotas["q"]["status"]["reservations"] == [], timeout=5)
+    assert len(held(api)) == 1  # not yet: it may be in flight
+    await until(lambda: held(api) == [], timeout=5)
     assert asyncio.get_running_loop().time() - seen >= 1.0
     assert api.binding_gets == 2  # one look after the grace, one after the window
 
@@ -414,14 +462,14 @@ async def test_reservation_of_an_existing_but_unindexed_binding_is_kept(env: Any
     await c.resync()
     await until(lambda: used(api) == {"pods": "0"})
     late = api.add_binding("late", replicas=2)  # stored, but its watch event is not in yet
-    api.add_reservation("q", late["metadata"]["uid"], {"pods": "2"}, ttl=600)
-    api.quotas["q"]["status"]["reservations"][0]["reservedBy"]["name"] = late["metadata"]["name"]
+    uid, name = late["metadata"]["uid"], late["metadata"]["name"]
+    api.add_reservation("q", uid, {"pods": "2"}, ttl=600, binding=name)
     c.quota_event("MODIFIED", api.quotas["q"])
     await until(lambda: api.binding_gets >= 1 and quiet(c), what="the orphan audit")
-    assert len(api.quotas["q"]["status"]["reservations"]) == 1
+    assert len(held(api)) == 1
     c.binding_event("ADDED", late)
     await until(lambda: used(api) == {"pods": "2"})
-    assert api.quotas["q"]["status"]["reservations"] == []
+    assert held(api) == []
 
 
 async def test_a_binding_update_at_the_same_generation_is_not_charged_again(env: Any) -> None:

@@ -155,8 +155,8 @@ def test_any_of_only_in_the_int_or_string_quantity_form() -> None:
         if node.get("x-kubernetes-int-or-string"):
             assert "anyOf" in node, path
     # spec.hard, status.hard, status.used, aggregatedStatus[].used/observed,
-    # reservations[].reserved, waiting[].requested
-    assert quantities == 7
+    # pending[].charge, reservations[].reserved (deprecated), waiting[].requested
+    assert quantities == 8
 
 
 def test_properties_and_additional_properties_never_together() -> None:
@@ -181,9 +181,13 @@ def test_root_schema_shape() -> None:
 def test_schema_covers_every_model_field() -> None:
     props = schema()["properties"]
     assert set(props["spec"]["properties"]) == set(api.KarmadaQuotaSpec.model_fields)
-    assert set(props["status"]["properties"]) == set(api.KarmadaQuotaStatus.model_fields)
-    reservation = props["status"]["properties"]["reservations"]["items"]
+    # `pending` is the wire form of the model's `reservations` (which is only read)
+    status = props["status"]["properties"]
+    assert set(status) == set(api.KarmadaQuotaStatus.model_fields) | {"pending"}
+    assert set(status["pending"]["items"]["properties"]) == set(api.PendingCharge.model_fields)
+    reservation = status["reservations"]["items"]
     assert set(reservation["properties"]) == set(api.Reservation.model_fields)
+    assert status["reservations"]["description"].startswith("Deprecated:")
     usage = props["status"]["properties"]["aggregatedStatus"]["items"]
     assert set(usage["properties"]) == set(api.ClusterUsage.model_fields)
 

@@ -3,7 +3,8 @@
 Reviews for one namespace queue up while the previous batch is being written. A batch is
 evaluated in arrival order against a running copy of the namespace's quotas (each admission
 reserves its delta in the copy before the next is checked), then every changed quota gets ONE
-compare-and-swap status write that records the admitted deltas as reservations.
+compare-and-swap status write that records the admitted deltas as reservations (on the wire,
+`status.pending`: one short entry per binding, grouped by charge; see `karmadaquota.api`).
 
 On a lost compare-and-swap the quota is read again and only the requests that charged it are
 re-checked, in order, against the fresh copy. Requests denied in the first pass are never
@@ -16,7 +17,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
@@ -30,6 +31,7 @@ from karmadaquota.api import (
     KarmadaQuota,
     ObjectReference,
     Reservation,
+    charge_key,
     format_time,
 )
 from karmadaquota.charge import Charge
@@ -53,10 +55,14 @@ REASON_INTERNAL = "InternalError"
 REASON_TOO_MANY = "TooManyRequests"
 
 # A status write must fit etcd's request limit (1.5 MiB by default) together with the rest of
-# the object (spec, used, conditions, metadata): reservations get at most this much of it.
+# the object (spec, used, conditions, metadata): `status.pending` gets at most this much of it.
 DEFAULT_RESERVATION_BYTES = 512 * 1024
-# JSON of a reservation with every string empty and a 20-digit generation, plus slack.
-_RESERVATION_OVERHEAD = 200
+# JSON of one `status.pending[].bindings[]` entry with name and uid empty: 3 slashes, a
+# generation of up to 19 digits, an expiry of up to 12, quotes and a comma; plus slack.
+_RESERVATION_OVERHEAD = 40
+# JSON of one `status.pending[]` group with an empty charge and no entry, plus slack; each
+# resource of the charge adds its name, value and 8 (quotes, colon, comma, slack).
+_GROUP_OVERHEAD = 40
 
 
 class QuotaBackend(Protocol):
@@ -107,7 +113,7 @@ class BatcherConfig:
     # contending for one quota stop colliding in lockstep
     conflict_backoff: Backoff = CONFLICT_BACKOFF
     limited: Sequence[LimitedResource] = ()
-    # bound on the (estimated) JSON size of one quota's live reservations; admissions that
+    # bound on the (estimated) JSON size of one quota's `status.pending`; admissions that
     # would pass it are refused with a retryable 429 until the controller drains some
     max_reservation_bytes: int = DEFAULT_RESERVATION_BYTES
 
@@ -380,15 +386,33 @@ def _recheck(
 
 
 def reservation_size(r: Reservation) -> int:
-    """An upper bound of the reservation's JSON size, without serialising it.
+    """An upper bound of the JSON size of the reservation's `status.pending` entry
+    (`name/uid/generation/expires`), without encoding it; its group is `charge_size`.
 
-    Exact up to the constant for ASCII strings, which object names, uids, resource names and
-    quantities are (the API server validates them).
+    Exact up to the constant for ASCII names and uids without '%' or '/', which object names
+    and uids are (the API server validates them); the escaped form is counted otherwise.
     """
-    ref = r.reservedBy
-    size = _RESERVATION_OVERHEAD + len(r.expirationTime)
-    size += len(ref.apiVersion) + len(ref.kind) + len(ref.name) + len(ref.namespace) + len(ref.uid)
-    return size + sum(len(k) + len(str(v)) + 8 for k, v in r.reserved.items())
+    return _RESERVATION_OVERHEAD + _escaped_len(r.reservedBy.name) + _escaped_len(r.reservedBy.uid)
+
+
+def _escaped_len(text: str) -> int:
+    return len(text) + 2 * (text.count("%") + text.count("/"))  # '%' and '/' take 3 bytes
+
+
+def charge_size(reserved: Mapping[str, str | int]) -> int:
+    """An upper bound of the JSON size of a `status.pending` group for this charge, without
+    its entries (exact up to the constant for ASCII resource names and quantities)."""
+    return _GROUP_OVERHEAD + sum(len(k) + len(str(v)) + 8 for k, v in reserved.items())
+
+
+def pending_size(reservations: Sequence[Reservation]) -> int:
+    """An upper bound of the JSON size of `status.pending` for these reservations: every
+    entry, plus each distinct charge's group once."""
+    size = sum(reservation_size(r) for r in reservations)
+    groups: dict[tuple[tuple[str, str | int], ...], Mapping[str, str | int]] = {}
+    for r in reservations:
+        groups.setdefault(charge_key(r.reserved), r.reserved)
+    return size + sum(charge_size(c) for c in groups.values())
 
 
 def _stored(sent: KarmadaQuota, answer: JSON) -> KarmadaQuota:
@@ -410,13 +434,16 @@ def _with_reservations(
     config: BatcherConfig,
 ) -> tuple[KarmadaQuota, list[tuple[Pending, ResourceList]]]:
     """The quota with our reservations appended and lapsed ones dropped, ready for PUT status,
-    and the entries that did not fit `config.max_reservation_bytes` (not written).
+    and the entries that did not fit `config.max_reservation_bytes` (not written): that bound
+    is on the estimated size of `status.pending` (`pending_size`), where a reservation costs
+    its entry, plus its group when its charge is new.
 
     Shallow copies only: the cached quota is never mutated, and a deep copy of hundreds of
     reservations per write was the webhook's largest CPU cost under load.
     """
     keep = [r for r in obj.status.reservations if not r.lapsed(now)]
-    budget = config.max_reservation_bytes - sum(reservation_size(r) for r in keep)
+    budget = config.max_reservation_bytes - pending_size(keep)
+    charges = {charge_key(r.reserved) for r in keep}
     overflow: list[tuple[Pending, ResourceList]] = []
     stamp = format_time(expires)
     for p, rl in entries:
@@ -432,11 +459,13 @@ def _with_reservations(
             expirationTime=stamp,
             generation=p.generation,
         )
-        size = reservation_size(r)
+        key = charge_key(r.reserved)
+        size = reservation_size(r) + (0 if key in charges else charge_size(r.reserved))
         if size > budget:
             overflow.append((p, rl))
             continue
         budget -= size
+        charges.add(key)
         keep.append(r)
     status = obj.status.model_copy(update={"reservations": keep})
     return obj.model_copy(update={"status": status}), overflow

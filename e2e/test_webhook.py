@@ -498,3 +498,38 @@ async def test_negative_requests_are_refused_and_never_lower_usage(
     with pytest.raises(KubeError) as full:
         await api.post(path, rb("more", "1m"))
     assert "exceeded quota: q" in str(full.value)
+
+
+def reviews(metrics: str) -> float:
+    """Binding reviews the webhook has answered (its latency histogram's count)."""
+    parsed = product.parse_metrics(metrics)
+    return sum(
+        v
+        for k, v in parsed.items()
+        if k.startswith("karmadaquota_admission_duration_seconds_count")
+    )
+
+
+async def test_updates_that_charge_nothing_never_reach_the_webhook(
+    testbed: TestBed, webhook: product.WebhookProc, api: KubeClient, namespace: str
+) -> None:
+    """The registration's matchConditions, evaluated by karmada-apiserver itself: a label, an
+    annotation or a finalizer change is not sent to us (Karmada adds finalizers to every
+    binding); a replica change is, and is refused over the quota."""
+    ns = namespace
+    await create_quota(testbed, ns, "team", {"requests.cpu": "1"})
+    path = RB_PATH.format(ns=ns)
+    await api.post(path, binding(ns, "b", cpu="500m"))
+    item = f"{path}/b"
+    before = reviews(await webhook.metrics())
+    patches = 0
+    for i in range(10):
+        await api.merge_patch(item, {"metadata": {"labels": {"step": str(i)}}})
+        await api.merge_patch(item, {"metadata": {"finalizers": ["example.com/keep"]}})
+        await api.merge_patch(item, {"metadata": {"finalizers": None}})
+        patches += 3
+    # other tests' bindings may still be updated by Karmada meanwhile (the count is global):
+    # fewer reviews than patches proves these were not sent; sent, they would all be counted
+    assert reviews(await webhook.metrics()) - before < patches, "UPDATEs charging nothing sent"
+    with pytest.raises(KubeError, match=r"exceeded quota: team, requested: requests\.cpu=1"):
+        await api.merge_patch(item, {"spec": {"replicas": 3}})

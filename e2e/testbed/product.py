@@ -20,12 +20,14 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import yaml
 
 from e2e.testbed import TestBed
 from e2e.testbed.ports import free_port, is_listening
 
 REPO = Path(__file__).resolve().parents[2]
 CRD = REPO / "api" / "crds" / "quota.karmada.io_karmadaquotas.yaml"
+VWC_MANIFEST = REPO / "webhook" / "karmada" / "validatingwebhookconfiguration.yaml"
 WEBHOOK_NAME = "karmadaquota"
 BINDING_RULES = [
     {
@@ -208,15 +210,38 @@ async def start_webhook(
     return hook
 
 
-def register(bed: TestBed, url_base: str, ca_bundle: bytes) -> None:
-    """Register the webhook the way webhook/karmada/ does, but at a local URL."""
+def shipped_binding_webhook() -> dict[str, Any]:
+    """The ResourceBinding webhook entry of webhook/karmada/ as shipped (its matchConditions are
+    registered on the bed as they are, so every e2e test runs through them)."""
+    doc = yaml.safe_load(VWC_MANIFEST.read_text())
+    hook: dict[str, Any] = next(
+        w for w in doc["webhooks"] if w["name"] == "resourcebinding.quota.karmada.io"
+    )
+    return hook
+
+
+def register(
+    bed: TestBed,
+    url_base: str,
+    ca_bundle: bytes,
+    skip: Sequence[dict[str, Any]] = (),
+) -> None:
+    """Register the webhook the way webhook/karmada/ does, but at a local URL; `skip` adds
+    namespaceSelector expressions for bindings (e.g. a benchmark's namespaces without it)."""
+    extra: dict[str, Any] = {
+        "matchPolicy": "Equivalent",
+        "name": "resourcebinding.quota.karmada.io",
+        "matchConditions": shipped_binding_webhook()["matchConditions"],
+    }
+    if skip:
+        extra["namespaceSelector"] = {"matchExpressions": list(skip)}
     bed.register_validating_webhook(
         f"{WEBHOOK_NAME}-bindings",
         f"{url_base}/validate-resourcebinding",
         ca_bundle,
         BINDING_RULES,
         side_effects="NoneOnDryRun",
-        extra={"matchPolicy": "Equivalent", "name": "resourcebinding.quota.karmada.io"},
+        extra=extra,
     )
     bed.register_validating_webhook(
         f"{WEBHOOK_NAME}-quotas",

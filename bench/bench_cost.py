@@ -1,0 +1,293 @@
+"""What enforcing a KarmadaQuota costs Karmada: four binding storms on one bed, in one run.
+
+1. **quota** — a namespace whose KarmadaQuota has room for every create (charged, written);
+2. **floor** — a namespace whose only quota matches none of the bindings (scoped to an unused
+   PriorityClass): the webhook is called and charges nothing;
+3. **no quota** — a namespace without a KarmadaQuota;
+4. **no webhook** — a namespace the webhook registration's namespaceSelector skips: Karmada
+   with no webhook of ours at all, **the limit** every ratio is taken against.
+
+Each round runs the four storms one after the other (the order rotated per round, so that
+machine noise hits all alike), every storm `--count` ResourceBinding creates with
+`--concurrency` in flight; figures are medians over the rounds. Per storm: throughput, CPU per
+create of every process of the bed and of ours (from /proc, over the storm and until the
+controller has observed it), our status writes per create; for the quota storm also the largest
+quota object read during it. Then the user's path: `--deployments` Deployments + one
+PropagationPolicy, time until every ResourceBinding is scheduled, in a quota namespace and in a
+namespace without one.
+
+    python -m bench.bench_cost [--count 600] [--concurrency 48] [--rounds 3] [--deployments 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+from typing import Any
+
+import orjson
+
+from bench import harness
+from bench.bench_admission import cpu_by_process, opened, processes
+from e2e.testbed import TestBed, product
+from e2e.testbed.aio import eventually
+from e2e.testbed.storm import StormResult, binding, storm
+from karmadaquota.api import KarmadaQuota
+from karmadaquota.kube.client import KubeClient
+
+STORMS = ("quota", "floor", "no-quota", "no-webhook")
+RB = "/apis/work.karmada.io/v1alpha2/namespaces/{ns}/resourcebindings"
+QUOTA = "/apis/quota.karmada.io/v1alpha1/namespaces/{ns}/karmadaquotas/storm"
+# the label that puts a namespace outside the registration (bench only; see harness)
+SKIP = harness.NO_WEBHOOK_LABEL
+
+
+async def prepare(bed: TestBed, ns: str, kind: str, count: int) -> None:
+    labels = {SKIP: "true"} if kind == "no-webhook" else {}
+    await bed.aapply(
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": labels}}
+    )
+    if kind == "quota":
+        hard = {"requests.cpu": f"{count * 100}m", "pods": str(count)}
+        await bed.aapply(product.quota(ns, "storm", hard))
+    elif kind == "floor":
+        scope = {
+            "matchExpressions": [
+                {"scopeName": "PriorityClass", "operator": "In", "values": ["unused"]}
+            ]
+        }
+        await bed.aapply(product.quota(ns, "storm", {"pods": str(count)}, scopeSelector=scope))
+    if kind in ("quota", "floor"):
+
+        def ready() -> bool:
+            q = bed.get("karmadaquota", "storm", namespace=ns) or {}
+            conditions = {c["type"]: c["status"] for c in q.get("status", {}).get("conditions", [])}
+            return (
+                conditions.get("Ready") == "True" and conditions.get("Enforced", "True") == "True"
+            )
+
+        await eventually(ready, 60, f"KarmadaQuota in {ns} Ready")
+
+
+def observed(bed: TestBed, ns: str, admitted: int) -> bool:
+    """The controller counts every admitted binding and holds no pending charge any more."""
+    q = bed.get("karmadaquota", "storm", namespace=ns) or {}
+    held = KarmadaQuota.model_validate(q).status.reservations if q else []
+    return q.get("status", {}).get("used", {}).get("pods") == str(admitted) and not held
+
+
+async def largest_quota(api: KubeClient, ns: str, stop: asyncio.Event) -> int:
+    """The largest quota object (JSON bytes, as stored) read while the storm runs."""
+    largest = 0
+    while not stop.is_set():
+        raw = await api.get(QUOTA.format(ns=ns))
+        largest = max(largest, len(orjson.dumps(raw)))
+        await asyncio.sleep(0.02)  # sampling period, not synchronisation
+    return largest
+
+
+def writes(metrics: dict[str, float]) -> float:
+    """Status writes a process has sent so far (`karmadaquota_status_writes_total`)."""
+    return sum(v for k, v in metrics.items() if k.startswith("karmadaquota_status_writes_total{"))
+
+
+async def one_storm(
+    it: harness.Installed, pids: dict[str, int], kind: str, ns: str, args: argparse.Namespace
+) -> dict[str, Any]:
+    bed, api, hook = it.bed, it.api, it.hook
+    await prepare(bed, ns, kind, args.count)
+    cpu_before = cpu_by_process(pids)
+    hook_text = await hook.metrics()
+    hook_before, ctl_before = product.parse_metrics(hook_text), await it.controller_metrics()
+    conn_before = opened(hook_text)
+    stop = asyncio.Event()
+    sizes = asyncio.create_task(largest_quota(api, ns, stop)) if kind == "quota" else None
+    res: StormResult = await storm(
+        api,
+        RB.format(ns=ns),
+        lambda i: binding(ns, f"x-{i:04d}"),
+        args.count,
+        concurrency=args.concurrency,
+        deadline=300,
+    )
+    stop.set()
+    largest = await sizes if sizes else 0
+    if len(res.admitted) != args.count:
+        raise AssertionError(
+            f"{kind}: {len(res.admitted)} of {args.count} admitted: {res.failures()}"
+        )
+    if kind in ("quota", "floor"):
+        n = len(res.admitted) if kind == "quota" else 0
+        await eventually(lambda: kind == "floor" or observed(bed, ns, n), 120, f"{ns} observed")
+    cpu_after = cpu_by_process(pids)
+    hook_text = await hook.metrics()
+    hook_after, ctl_after = product.parse_metrics(hook_text), await it.controller_metrics()
+    return {
+        "throughput": res.throughput,
+        "p99": res.percentile(99) * 1000,
+        "cpu": {n: (cpu_after[n] - cpu_before[n]) * 1000 / args.count for n in pids},
+        "webhook_writes": (writes(hook_after) - writes(hook_before)) / args.count,
+        "controller_writes": (writes(ctl_after) - writes(ctl_before)) / args.count,
+        "connections": (opened(hook_text) - conn_before) / args.count,
+        "largest": largest,
+    }
+
+
+async def user_path(it: harness.Installed, quota: bool, n: int, tag: str) -> float:
+    """`n` Deployments + one PropagationPolicy: seconds until every binding is scheduled."""
+    bed = it.bed
+    ns = f"bench-path-{tag}"
+    await prepare(bed, ns, "quota" if quota else "no-quota", n * 10)
+    member = sorted(bed.members)[0]
+    policy = {
+        "apiVersion": "policy.karmada.io/v1alpha1",
+        "kind": "PropagationPolicy",
+        "metadata": {"name": "all", "namespace": ns},
+        "spec": {
+            "resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment"}],
+            "placement": {"clusterAffinity": {"clusterNames": [member]}},
+        },
+    }
+    deployments = [
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": f"web-{i:03d}", "namespace": ns},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": f"web-{i:03d}"}},
+                "template": {
+                    "metadata": {"labels": {"app": f"web-{i:03d}"}},
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": "c",
+                                "image": "nginx",
+                                "resources": {"requests": {"cpu": "100m"}},
+                            }
+                        ]
+                    },
+                },
+            },
+        }
+        for i in range(n)
+    ]
+    started = time.perf_counter()
+    await bed.aapply([policy, *deployments])
+
+    async def all_scheduled() -> bool:
+        items = (await it.api.get(RB.format(ns=ns))).get("items", [])
+        scheduled = [
+            b
+            for b in items
+            if any(
+                c.get("type") == "Scheduled" and c.get("status") == "True"
+                for c in b.get("status", {}).get("conditions", [])
+            )
+        ]
+        return len(scheduled) == n
+
+    await eventually(all_scheduled, 300, f"{n} bindings scheduled in {ns}", interval=0.05)
+    return time.perf_counter() - started
+
+
+def report(
+    args: argparse.Namespace, rows: dict[str, list[dict[str, Any]]], paths: dict[str, list[float]]
+) -> str:
+    def med(kind: str, f: Any) -> float:
+        return statistics.median(f(r) for r in rows[kind])
+
+    tput = {k: med(k, lambda r: r["throughput"]) for k in STORMS}
+    machine = {k: med(k, lambda r: sum(r["cpu"].values())) for k in STORMS}
+    limit = tput["no-webhook"]
+    lines = [
+        f"{args.count} creates × {args.concurrency} in flight per storm, {args.rounds} rounds, "
+        "medians; every storm admitted every create.",
+        "",
+        "| storm | creates/s | ratio to no webhook | machine CPU ms/create | karmada-apiserver | "
+        "our webhook | our controller | status writes/create (webhook + controller) | "
+        "new connections/create | p99 ms |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for k in STORMS:
+        lines.append(
+            f"| {k} | {tput[k]:.0f} | {tput[k] / limit:.2f} | {machine[k]:.2f} | "
+            f"{med(k, lambda r: r['cpu']['karmada-apiserver']):.2f} | "
+            f"{med(k, lambda r: r['cpu']['karmadaquota webhook']):.2f} | "
+            f"{med(k, lambda r: r['cpu']['karmadaquota controller']):.2f} | "
+            f"{med(k, lambda r: r['webhook_writes']):.3f} + "
+            f"{med(k, lambda r: r['controller_writes']):.3f} | "
+            f"{med(k, lambda r: r['connections']):.2f} | {med(k, lambda r: r['p99']):.0f} |"
+        )
+    per_round = [
+        f"{r['throughput'] / n['throughput']:.2f}"
+        for r, n in zip(rows["quota"], rows["no-webhook"], strict=True)
+    ]
+    lines += [
+        "",
+        f"**quota / no webhook {tput['quota'] / limit:.2f}** (rounds: {', '.join(per_round)}); "
+        f"no quota / no webhook {tput['no-quota'] / limit:.2f}; "
+        f"quota / floor {tput['quota'] / tput['floor']:.2f}; "
+        f"machine CPU per create, quota minus no webhook: "
+        f"{machine['quota'] - machine['no-webhook']:+.2f} ms; largest quota object during the "
+        f"quota storms: {max(r['largest'] for r in rows['quota']) / 1024:.1f} KB.",
+        "",
+        "CPU ms per create of every process (median), quota storm vs no webhook:",
+        "",
+        "| process | quota | floor | no quota | no webhook |",
+        "|---|---|---|---|---|",
+    ]
+    names = sorted(rows["quota"][0]["cpu"], key=lambda n: -med("quota", lambda r, n=n: r["cpu"][n]))
+    for n in names:
+        vals = [med(k, lambda r, n=n: r["cpu"][n]) for k in STORMS]
+        if max(vals) >= 0.01:
+            lines.append(f"| {n} | " + " | ".join(f"{v:.2f}" for v in vals) + " |")
+    if paths["quota"]:
+        q, u = statistics.median(paths["quota"]), statistics.median(paths["none"])
+        lines += [
+            "",
+            f"User path, {args.deployments} Deployments + one PropagationPolicy until every "
+            f"binding is scheduled (median of {len(paths['quota'])}): quota {q:.2f} s, "
+            f"unenforced {u:.2f} s, **unenforced / quota {u / q:.2f}**.",
+        ]
+    return "\n".join(lines)
+
+
+async def run(args: argparse.Namespace) -> str:
+    async with harness.installed() as it:
+        pids = processes(
+            it.bed,
+            {
+                "karmadaquota webhook": it.hook.proc.popen.pid,
+                "karmadaquota controller": it.controller.popen.pid,
+            },
+        )
+        rows: dict[str, list[dict[str, Any]]] = {k: [] for k in STORMS}
+        paths: dict[str, list[float]] = {"quota": [], "none": []}
+        for r in range(args.rounds):
+            order = STORMS[r % len(STORMS) :] + STORMS[: r % len(STORMS)]
+            for kind in order:
+                rows[kind].append(await one_storm(it, pids, kind, f"bench-{kind}-{r}", args))
+            if args.deployments:
+                for quota, key in (
+                    ((True, "quota"), (False, "none"))
+                    if r % 2 == 0
+                    else ((False, "none"), (True, "quota"))
+                ):
+                    paths[key].append(await user_path(it, quota, args.deployments, f"{key}-{r}"))
+        return report(args, rows, paths)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--count", type=int, default=600)
+    p.add_argument("--concurrency", type=int, default=48)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--deployments", type=int, default=100, help="0: skip the user path")
+    print(asyncio.run(run(p.parse_args())), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -47,6 +47,11 @@ SCOPE_NAME_ENUM: list[JsonValue] = ["PriorityClass", "BestEffort", "NotBestEffor
 OPERATOR_ENUM: list[JsonValue] = ["In", "NotIn", "Exists", "DoesNotExist"]
 
 # A k8s quantity on the wire: a string ("1500m", "2Gi") or a JSON integer.
+# The namespace label that turns quota admission on (kube.namespaces): the ResourceBinding
+# webhook's namespaceSelector matches it.
+ENFORCED_LABEL = "quota.karmada.io/enforced"
+ENFORCED_VALUE = "true"
+
 QuantityValue = str | int
 RawResourceList = dict[str, QuantityValue]
 
@@ -434,7 +439,7 @@ class ClusterUsage(_Lenient):
 
 
 class Condition(_Lenient):
-    type: str = Field(description="Ready, Valid or MemberObserved.")
+    type: str = Field(description="Ready, Valid, MemberObserved, BindingsCharged or Enforced.")
     status: Literal["True", "False", "Unknown"]
     reason: str = Field(default="", description="CamelCase reason for the last transition.")
     message: str = Field(default="", description="Human-readable details.")
@@ -502,7 +507,7 @@ class KarmadaQuotaStatus(_Lenient):
     )
     summary: str = Field(default="", description="used/hard per resource, for kubectl get.")
     conditions: list[Condition] = Field(
-        default_factory=list, description="Ready, Valid and MemberObserved conditions."
+        default_factory=list, description="Ready, Valid, MemberObserved, BindingsCharged, Enforced."
     )
     observedGeneration: int = Field(
         default=0, description="The quota generation the controller last computed status for."

@@ -14,7 +14,7 @@ from karmadaquota.api import KarmadaQuota, ObjectReference, Reservation, format_
 from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.controller.reconciler import Controller, Tuning
 from karmadaquota.kube import paths
-from karmadaquota.kube.client import JSON, Conflict, NotFound
+from karmadaquota.kube.client import JSON, Conflict, KubeError, NotFound
 from tests.conftest import raw_binding
 from tests.polling import until
 
@@ -578,3 +578,75 @@ async def test_managed_fields_are_neither_kept_nor_written(env: Any) -> None:
     assert record_ is not None and "managedFields" not in record_.raw["metadata"]
     assert record_.raw["metadata"]["uid"] == q["metadata"]["uid"]
     assert "managedFields" in api.quotas["q"]["metadata"]  # the server's own stays
+
+
+class Namespaces:
+    """karmada-apiserver's namespaces as the controller labels them (GET, merge patch)."""
+
+    def __init__(self, api: FakeKarmada, labels: dict[str, str] | None = None) -> None:
+        self.labels = dict(labels or {})
+        self.patches = 0
+        self.fail: Exception | None = None
+        original = api.request
+
+        async def request(method: str, path: str, *args: Any, **kw: Any) -> JSON:
+            if path == f"/api/v1/namespaces/{NS}":
+                if self.fail is not None:
+                    raise self.fail
+                return {"metadata": {"name": NS, "labels": dict(self.labels)}}
+            return await original(method, path, *args, **kw)
+
+        api.request = request  # type: ignore[method-assign]
+
+    async def merge_patch(self, path: str, body: JSON, timeout: float = 10.0) -> JSON:
+        assert path == f"/api/v1/namespaces/{NS}"
+        if self.fail is not None:
+            raise self.fail
+        self.patches += 1
+        self.labels.update(body["metadata"]["labels"])
+        return {"metadata": {"name": NS, "labels": dict(self.labels)}}
+
+
+def enforced_condition(api: FakeKarmada) -> dict[str, Any] | None:
+    conditions = api.quotas["q"].get("status", {}).get("conditions", [])
+    return next((c for c in conditions if c["type"] == "Enforced"), None)
+
+
+async def test_the_leader_labels_a_quotas_namespace_for_enforcement_once(env: Any) -> None:
+    """A quota created before the label existed (an upgrade): its namespace's bindings skip the
+    webhook until labelled; the quota says so in Enforced, then True once labelled."""
+    api, c, _ = env
+    ns = Namespaces(api)
+    ns.fail = KubeError(403, "Forbidden", "cannot patch namespaces")
+    c.namespace_api = ns
+    api.add_quota("q", {"pods": "10"})
+    await c.resync()
+    await until(lambda: (enforced_condition(api) or {}).get("status") == "False")
+    assert enforced_condition(api)["reason"] == "NamespaceNotLabeled"  # type: ignore[index]
+    ns.fail = None  # retried by itself
+    await until(lambda: (enforced_condition(api) or {}).get("status") == "True", timeout=10)
+    assert ns.labels == {"quota.karmada.io/enforced": "true"} and ns.patches == 1
+    cond = enforced_condition(api)
+    assert cond is not None and cond["reason"] == "NamespaceLabeled"
+    # labelled once: later flushes neither read nor patch it again until a full relist
+    c.binding_event("ADDED", api.add_binding("b", replicas=1))
+    await until(lambda: used(api) == {"pods": "1"})
+    assert ns.patches == 1
+
+
+async def test_an_already_labelled_namespace_is_not_patched_and_followers_never_label(
+    env: Any,
+) -> None:
+    api, c, lead = env
+    ns = Namespaces(api, {"quota.karmada.io/enforced": "true"})
+    c.namespace_api = ns
+    api.add_quota("q", {"pods": "10"})
+    await c.resync()
+    await until(lambda: (enforced_condition(api) or {}).get("status") == "True")
+    assert ns.patches == 0
+    lead.leader = False
+    ns.labels = {}
+    c._enforced.clear()
+    c.mark_all()
+    await until(lambda: quiet(c))
+    assert ns.patches == 0

@@ -71,6 +71,7 @@ def test_gen_crds_script_writes_the_committed_file() -> None:
     script = (ROOT / "hack" / "gen-crds").read_text(encoding="utf-8")
     assert "karmadaquota.crdgen" in script
     assert "api/crds/quota.karmada.io_karmadaquotas.yaml" in script
+    assert "charts/karmadaquota/files/crds/" in script
 
 
 # ---------------------------------------------------------------------------------------------

@@ -504,3 +504,66 @@ async def test_refusals_for_quota_are_recorded_dry_runs_are_not(setup: Any) -> N
     [entry] = store.stored().status.waiting
     assert (entry.binding, entry.refusals, entry.requested["requests.cpu"]) == ("big", 1, "11")
     await webhook.refusals.close()
+
+
+class NamespaceLabels:
+    """The namespace API the webhook labels through: records patches; `fail` refuses them."""
+
+    def __init__(self, fail: Exception | None = None) -> None:
+        self.patches: list[tuple[str, Any]] = []
+        self.fail = fail
+
+    async def merge_patch(self, path: str, body: Any, timeout: float = 10.0) -> Any:
+        if self.fail is not None:
+            raise self.fail
+        self.patches.append((path, body))
+        return {}
+
+
+async def labelled(
+    labels: NamespaceLabels, doc: dict[str, Any], dry_run: bool = False
+) -> dict[str, Any]:
+    store = FakeStore(quota_doc(hard={"pods": "1"}))
+    cache = QuotaCache(cast(KubeClient, None))
+    cache.synced.set()
+    webhook = Webhook(cache, Batcher(store), WebhookMetrics(), namespace_api=labels)
+    client = TestClient(TestServer(build_app(webhook)))
+    await client.start_server()
+    try:
+        body = review(doc, resource=QUOTAS)
+        body["request"]["dryRun"] = dry_run
+        status, resp = await post(client, "/validate-karmadaquota", body)
+    finally:
+        await client.close()
+    assert status == 200
+    response: dict[str, Any] = resp["response"]
+    return response
+
+
+async def test_an_admitted_quota_labels_its_namespace_for_enforcement_first() -> None:
+    """The binding webhook's namespaceSelector matches this label: a quota must never be stored
+    in a namespace whose bindings karmada-apiserver does not send to us."""
+    labels = NamespaceLabels()
+    resp = await labelled(labels, quota_doc(hard={"pods": "5"}))
+    assert resp["allowed"] is True
+    assert labels.patches == [
+        ("/api/v1/namespaces/ns", {"metadata": {"labels": {"quota.karmada.io/enforced": "true"}}})
+    ]
+    # an invalid quota, or a dry run, labels nothing
+    invalid = await labelled(labels, quota_doc(hard={"limits.cpu": "1"}))
+    assert invalid["allowed"] is False
+    assert (await labelled(labels, quota_doc(hard={"pods": "5"}), dry_run=True))["allowed"]
+    assert len(labels.patches) == 1
+
+
+async def test_a_label_that_cannot_be_written_refuses_the_quota_retryably() -> None:
+    from karmadaquota.kube.client import KubeError
+
+    forbidden = KubeError(403, "Forbidden", 'cannot patch resource "namespaces"')
+    resp = await labelled(NamespaceLabels(fail=forbidden), quota_doc(hard={"pods": "5"}))
+    assert resp["allowed"] is False
+    assert resp["status"]["code"] == 503
+    message = resp["status"]["message"]
+    assert message.startswith("karmadaquota could not turn admission on in namespace ns")
+    assert "quota.karmada.io/enforced=true" in message and "cannot patch" in message
+    assert message.endswith("try again")

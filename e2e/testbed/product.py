@@ -211,8 +211,9 @@ async def start_webhook(
 
 
 def shipped_binding_webhook() -> dict[str, Any]:
-    """The ResourceBinding webhook entry of webhook/karmada/ as shipped (its matchConditions are
-    registered on the bed as they are, so every e2e test runs through them)."""
+    """The ResourceBinding webhook entry of webhook/karmada/ as shipped (its namespaceSelector
+    and matchConditions are registered on the bed as they are: every e2e test runs through
+    them)."""
     doc = yaml.safe_load(VWC_MANIFEST.read_text())
     hook: dict[str, Any] = next(
         w for w in doc["webhooks"] if w["name"] == "resourcebinding.quota.karmada.io"
@@ -233,8 +234,10 @@ def register(
         "name": "resourcebinding.quota.karmada.io",
         "matchConditions": shipped_binding_webhook()["matchConditions"],
     }
+    selector = dict(shipped_binding_webhook()["namespaceSelector"])
     if skip:
-        extra["namespaceSelector"] = {"matchExpressions": list(skip)}
+        selector["matchExpressions"] = [*selector.get("matchExpressions", []), *skip]
+    extra["namespaceSelector"] = selector
     bed.register_validating_webhook(
         f"{WEBHOOK_NAME}-bindings",
         f"{url_base}/validate-resourcebinding",

@@ -166,6 +166,7 @@ async def serve(cfg: ControllerConfig) -> int:
         ),
         members,
         waker=Waker(client, metrics, cfg.requeue) if cfg.requeue is not None else None,
+        namespace_api=client,
     )
     if elector is None:
         controller.leadership_changed(True)

@@ -28,6 +28,8 @@ from typing import Any, Protocol
 
 from karmadaquota import resources, scopes, validation, waiting
 from karmadaquota.api import (
+    ENFORCED_LABEL,
+    ENFORCED_VALUE,
     ClusterUsage,
     Condition,
     KarmadaQuota,
@@ -47,6 +49,8 @@ RELEASED_EXPIRED = "expired"
 REASON_CALCULATED = "Calculated"
 REASON_INVALID = "InvalidSpec"
 REASON_VALID = "Valid"
+REASON_NAMESPACE_LABELED = "NamespaceLabeled"
+REASON_NAMESPACE_NOT_LABELED = "NamespaceNotLabeled"
 REASON_ALL_OBSERVED = "AllMembersObserved"
 REASON_UNREACHABLE = "MemberUnreachable"
 REASON_SYNCING = "MemberSyncing"
@@ -85,6 +89,8 @@ class NamespaceSnapshot:
     member_watch: bool = True
     # a waiting workload (by `waiting.key`) whose resource template no longer exists
     gone: Callable[[str], bool] = lambda key: False
+    # the namespace carries the enforcement label (None: not known here, e.g. not the leader)
+    enforced: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -253,6 +259,8 @@ def recompute(quota: KarmadaQuota, inputs: NamespaceSnapshot, now: datetime) -> 
         _member_condition(inputs),
     ]
     conditions = current.conditions
+    if inputs.enforced is not None:
+        wanted.append(_enforced_condition(inputs.enforced))
     invalid = _invalid_bindings_condition(inputs.bindings)
     if invalid is not None:
         wanted.append(invalid)
@@ -272,6 +280,25 @@ def recompute(quota: KarmadaQuota, inputs: NamespaceSnapshot, now: datetime) -> 
 
 
 _SHOWN_INVALID = 5
+
+
+def _enforced_condition(enforced: bool) -> Condition:
+    if enforced:
+        return _condition(
+            st.COND_ENFORCED,
+            True,
+            REASON_NAMESPACE_LABELED,
+            f"the namespace is labelled {ENFORCED_LABEL}={ENFORCED_VALUE}: karmada-apiserver "
+            "sends its ResourceBindings to the webhook (bindings created before this were "
+            "counted, not checked)",
+        )
+    return _condition(
+        st.COND_ENFORCED,
+        False,
+        REASON_NAMESPACE_NOT_LABELED,
+        f"the namespace is not labelled {ENFORCED_LABEL}={ENFORCED_VALUE} yet: its "
+        "ResourceBindings are counted but not checked until the controller labels it",
+    )
 
 
 def _invalid_bindings_condition(bindings: Mapping[str, IndexedBinding]) -> Condition | None:

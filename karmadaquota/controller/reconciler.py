@@ -21,6 +21,8 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+import aiohttp
+
 from karmadaquota.controller import recompute as rc
 from karmadaquota.controller.dirty import DirtyQueue
 from karmadaquota.controller.index import BindingIndex, safe_observe
@@ -28,7 +30,7 @@ from karmadaquota.controller.members import Members
 from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.controller.quotas import QuotaRecord, QuotaTable
 from karmadaquota.controller.wake import Waker
-from karmadaquota.kube import paths
+from karmadaquota.kube import namespaces, paths
 from karmadaquota.kube.client import JSON, Api, KubeError, NotFound
 from karmadaquota.kube.informer import Informer, Lister
 from karmadaquota.kube.retry import Backoff, ConflictsExhausted, retry_on_conflict
@@ -95,8 +97,12 @@ class Controller:
         members: Members | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         waker: Waker | None = None,
+        namespace_api: namespaces.Patcher | None = None,
     ) -> None:
         self.api = api
+        # None: the enforcement label is neither checked nor written (Enforced not reported)
+        self.namespace_api = namespace_api
+        self._enforced: set[str] = set()  # namespaces seen labelled; forgotten at each relist
         self.metrics = metrics
         self.leadership = leadership
         self.settings = tuning or Tuning()
@@ -178,6 +184,7 @@ class Controller:
         first = not self.synced.is_set()
         self.synced.set()
         self.metrics.synced.set(1)
+        self._enforced.clear()  # a label removed by hand is put back within a resync period
         log.info(
             "full resync",
             extra={"bindings": len(self.index), "quotas": len(self.quotas), "first": first},
@@ -209,6 +216,8 @@ class Controller:
         )
         if self.waker is not None:
             snapshot = replace(snapshot, gone=functools.partial(self.waker.gone, namespace))
+        if self.namespace_api is not None:
+            snapshot = replace(snapshot, enforced=namespace in self._enforced)
         return snapshot
 
     async def flush(self, namespace: str) -> None:
@@ -218,6 +227,8 @@ class Controller:
         arrives page by page; every namespace is marked again once it is complete)."""
         if not self.synced.is_set():
             return
+        if self.quotas.has(namespace) and self._can_write():
+            await self._enforce(namespace)
         contended = False
         for record in self.quotas.quotas(namespace):
             contended = not await self._sync_quota(record) or contended
@@ -228,6 +239,25 @@ class Controller:
             self._mark(namespace)
         if self.waker is not None and self._can_write():
             await self._wake(namespace)
+
+    async def _enforce(self, namespace: str) -> None:
+        """Label a namespace holding a quota for enforcement if it is not (a quota created
+        before the label existed: the webhook labels the namespace of every quota it admits).
+        One GET per namespace per resync period; a failure is retried in 2 s."""
+        if self.namespace_api is None or namespace in self._enforced:
+            return
+        try:
+            if not namespaces.enforced(await self.api.get(namespaces.path(namespace))):
+                await namespaces.enforce(self.namespace_api, namespace)
+                log.info("namespace labelled for enforcement", extra={"namespace": namespace})
+        except (KubeError, aiohttp.ClientError, TimeoutError) as e:
+            log.warning(
+                "cannot label namespace for enforcement",
+                extra={"namespace": namespace, "error": str(e)},
+            )
+            self.dirty.mark_at(namespace, asyncio.get_running_loop().time() + 2.0)
+            return
+        self._enforced.add(namespace)
 
     async def _wake(self, namespace: str) -> None:
         """Requeue the namespace's waiting workloads that now fit (leader only)."""

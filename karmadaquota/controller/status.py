@@ -14,7 +14,15 @@ COND_VALID = "Valid"
 COND_MEMBER_OBSERVED = "MemberObserved"
 # Present (False) only while some binding of the namespace is charged as zero where invalid.
 COND_BINDINGS_CHARGED = "BindingsCharged"
-CONDITION_ORDER = (COND_READY, COND_VALID, COND_MEMBER_OBSERVED, COND_BINDINGS_CHARGED)
+# karmada-apiserver sends the namespace's bindings to the webhook (kube.namespaces' label)
+COND_ENFORCED = "Enforced"
+CONDITION_ORDER = (
+    COND_READY,
+    COND_VALID,
+    COND_MEMBER_OBSERVED,
+    COND_BINDINGS_CHARGED,
+    COND_ENFORCED,
+)
 
 _ZERO = Quantity.zero()
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
@@ -26,8 +27,8 @@ from pydantic import ValidationError
 from karmadaquota import api, charge, validation
 from karmadaquota.api import KarmadaQuota, ResourceBinding
 from karmadaquota.evaluate import Decision, LimitedResource
-from karmadaquota.kube import paths
-from karmadaquota.kube.client import JSON, KubeClient, user_agent
+from karmadaquota.kube import namespaces, paths
+from karmadaquota.kube.client import JSON, KubeClient, KubeError, user_agent
 from karmadaquota.quantity import QuantityError
 from karmadaquota.webhook import review
 from karmadaquota.webhook.batcher import (
@@ -131,8 +132,11 @@ class Webhook:
         metrics: WebhookMetrics,
         api_seconds: Mapping[str, float] | None = None,
         refusals: RefusalRecorder | None = None,
+        namespace_api: namespaces.Patcher | None = None,
     ) -> None:
         self.cache = cache
+        # labels a quota's namespace for enforcement while admitting the quota (None: tests)
+        self.namespace_api = namespace_api
         self.batcher = batcher
         # set on SIGTERM: /readyz fails so endpoints drop the pod, reviews are still answered
         self.draining = False
@@ -212,7 +216,32 @@ class Webhook:
                 REASON_TIMEOUT,
             )
 
-    def admit_quota(self, req: review.Request) -> Decision:
+    async def admit_quota(self, req: review.Request) -> Decision:
+        """Validate a KarmadaQuota; a valid one's namespace is labelled for enforcement before
+        the answer, so that no quota is stored in a namespace whose bindings skip the webhook
+        (kube.namespaces). A label that cannot be written refuses the quota: try again."""
+        decision = self.validate_quota(req)
+        if not decision.allowed or req.dryRun or self.namespace_api is None:
+            return decision
+        if req.operation not in ("CREATE", "UPDATE") or req.subResource:
+            return decision
+        try:
+            await namespaces.enforce(self.namespace_api, req.namespace, timeout=1.5)
+        except (KubeError, aiohttp.ClientError, TimeoutError) as e:
+            log.warning(
+                "could not label namespace for enforcement",
+                extra={"namespace": req.namespace, "error": str(e)},
+            )
+            return Decision(
+                False,
+                f"karmadaquota could not turn admission on in namespace {req.namespace} "
+                f"(label {namespaces.ENFORCED_LABEL}={namespaces.ENFORCED_VALUE}): {e}; "
+                "try again",
+                REASON_NOT_READY,
+            )
+        return decision
+
+    def validate_quota(self, req: review.Request) -> Decision:
         if req.resource.group != api.GROUP or req.resource.resource != api.PLURAL:
             raise review.MalformedReview(
                 f"this endpoint admits {api.PLURAL}.{api.GROUP}, got "
@@ -317,7 +346,7 @@ def build_app(webhook: Webhook, decisions: DecisionLog | None = None) -> web.App
                     req, review_budget(request.query.get("timeout"))
                 )
             else:
-                decision = webhook.admit_quota(req)
+                decision = await webhook.admit_quota(req)
         except review.MalformedReview as e:
             metrics.decisions.labels("malformed", "BadRequest").inc()
             log.warning("malformed admission review", extra={"path": request.path, "error": str(e)})
@@ -419,7 +448,7 @@ async def running(settings: WebhookSettings) -> AsyncIterator[tuple[Webhook, int
         on_write=metrics.observe_write,
     )
     refusals = RefusalRecorder(store, busy=batcher.busy) if settings.record_waiting else None
-    webhook = Webhook(cache, batcher, metrics, store.api_seconds, refusals)
+    webhook = Webhook(cache, batcher, metrics, store.api_seconds, refusals, client)
     certs = CertReloader(settings.cert_file, settings.key_file, metrics.serving_certificate_loaded)
     tasks: list[asyncio.Task[Any]] = [
         asyncio.create_task(cache.run(), name="quota-cache"),

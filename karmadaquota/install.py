@@ -37,7 +37,7 @@ from typing import Any, Protocol
 import aiohttp
 import yaml
 
-from karmadaquota.api import parse_time
+from karmadaquota.api import ENFORCED_LABEL, ENFORCED_VALUE, parse_time
 from karmadaquota.kube.client import JSON, KubeError, NotFound
 
 log = logging.getLogger("karmadaquota.install")
@@ -271,6 +271,31 @@ async def wait_ready(url: str, ca_file: str | None, timeout: float, interval: fl
             await asyncio.sleep(interval)
 
 
+async def label_quota_namespaces(api: Api) -> None:
+    """Label every namespace that holds a KarmadaQuota for enforcement before the registration
+    is applied: the ResourceBinding webhook's namespaceSelector matches only labelled
+    namespaces, and quotas created before the label existed (an upgrade) have none yet."""
+    what = "list KarmadaQuotas (to label their namespaces for enforcement)"
+    try:
+        listed = await _call(api, what, "GET", "/apis/quota.karmada.io/v1alpha1/karmadaquotas")
+    except NotFound:  # the CRD is applied above; a server that lost it has nothing to label
+        return
+    spaces = sorted(
+        {(q.get("metadata") or {}).get("namespace", "") for q in listed.get("items", [])}
+    )
+    body = {"metadata": {"labels": {ENFORCED_LABEL: ENFORCED_VALUE}}}
+    for ns in filter(None, spaces):
+        await _call(
+            api,
+            f"label namespace {ns} {ENFORCED_LABEL}={ENFORCED_VALUE}",
+            "PATCH",
+            f"/api/v1/namespaces/{ns}",
+            body=body,
+            content_type="application/merge-patch+json",
+        )
+        log.info("namespace labelled for enforcement", extra={"namespace": ns})
+
+
 async def apply(
     api: Api,
     objs: Sequence[Obj],
@@ -290,7 +315,7 @@ async def apply(
     for obj in crds:
         await wait_established(api, obj, timeout, poll)
         log.info("established", extra={"object": str(obj)})
-    waited = False
+    waited = labelled = False
     for obj in ordered:
         if obj.kind.kind == "CustomResourceDefinition":
             continue
@@ -302,6 +327,9 @@ async def apply(
                 await wait_ready(wait_webhook_url, ca_file, timeout, poll)
                 log.info("webhook ready", extra={"url": wait_webhook_url})
                 waited = True
+            if not labelled:
+                await label_quota_namespaces(api)
+                labelled = True
         await _server_apply(api, obj, doc)
         log.info("applied", extra={"object": str(obj)})
 

@@ -480,3 +480,28 @@ async def test_an_expired_holder_does_not_keep_the_lease_and_a_renewal_wins(
 def test_delete_lease_takes_namespace_slash_name() -> None:
     with pytest.raises(SystemExit):
         cli._parser().parse_args(["install", "delete-lease", "--lease", "no-namespace"])
+
+
+async def test_namespaces_holding_quotas_are_labelled_before_the_registration(
+    fake: tuple[FakeKarmadaApiserver, KubeClient, str], manifests: Path
+) -> None:
+    """An upgrade from before the label: the new registration only calls the webhook for
+    labelled namespaces, so every namespace with a quota is labelled first."""
+    api, client, _ = fake
+    api.objects["/apis/quota.karmada.io/v1alpha1/karmadaquotas"] = {
+        "items": [
+            {"metadata": {"name": "q1", "namespace": "team-b"}},
+            {"metadata": {"name": "q2", "namespace": "team-a"}},
+            {"metadata": {"name": "q3", "namespace": "team-a"}},
+        ]
+    }
+    await install.apply(client, install.load_manifests(manifests), CA_PEM, timeout=10, poll=0.01)
+    patched = api.applied()
+    labelled = [p for p in patched if p.count("/") == 4 and p.startswith("/api/v1/namespaces/")]
+    assert labelled == ["/api/v1/namespaces/team-a", "/api/v1/namespaces/team-b"]
+    assert api.bodies[labelled[0]] == {
+        "metadata": {"labels": {"quota.karmada.io/enforced": "true"}}
+    }
+    assert patched.index(labelled[-1]) < patched.index(VWC)
+    (request,) = [r for r in api.requests if r.path == labelled[0]]
+    assert request.headers["Content-Type"] == "application/merge-patch+json"

@@ -478,8 +478,14 @@ async def test_two_replicas_never_both_write(
     assert mf[f"karmadaquota{writes}"] == 0, "the follower wrote quota status"
     assert ml[f"karmadaquota{writes}"] > 0
     assert mf["karmadaquota_bindings_indexed"] == ml["karmadaquota_bindings_indexed"] >= 1
-    used_pods = '{quota_namespace="%s",quota="team",resource="pods"}' % namespace  # noqa: UP031
-    assert mf[f"karmadaquota_quota_used{used_pods}"] == 2  # the follower's figures are warm
+    labels = {f'quota_namespace="{namespace}"', 'quota="team"', 'resource="pods"'}
+    (used_pods,) = [
+        v
+        for k, v in mf.items()
+        if k.startswith("karmadaquota_quota_used{")
+        and labels == set(k.split("{", 1)[1].rstrip("}").split(","))
+    ]
+    assert used_pods == 2  # the follower's figures are warm
 
     # graceful stop of the leader: the follower takes over at once (the Lease is released)
     stopped = time.monotonic()

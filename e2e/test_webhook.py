@@ -533,3 +533,44 @@ async def test_updates_that_charge_nothing_never_reach_the_webhook(
     assert reviews(await webhook.metrics()) - before < patches, "UPDATEs charging nothing sent"
     with pytest.raises(KubeError, match=r"exceeded quota: team, requested: requests\.cpu=1"):
         await api.merge_patch(item, {"spec": {"replicas": 3}})
+
+
+async def test_only_namespaces_with_a_quota_call_the_webhook_and_enforcement_starts_with_it(
+    testbed: TestBed, webhook: product.WebhookProc, api: KubeClient, namespace: str
+) -> None:
+    """No call where nothing is enforced: bindings of a namespace without a KarmadaQuota never
+    reach the webhook (its namespaceSelector). The window between a quota's creation and its
+    enforcement: the webhook labels the namespace while admitting the quota, so the label is
+    stored before the quota is; a binding created right after the quota is checked."""
+    ns = namespace
+    path = RB_PATH.format(ns=ns)
+    before = reviews(await webhook.metrics())
+    for i in range(10):
+        await api.post(path, binding(ns, f"free-{i}", cpu="1"))
+    assert reviews(await webhook.metrics()) - before < 10, "a namespace without quota was sent"
+    labels = (await api.get(f"/api/v1/namespaces/{ns}"))["metadata"].get("labels", {})
+    assert "quota.karmada.io/enforced" not in labels
+
+    await api.post(
+        f"/apis/quota.karmada.io/v1alpha1/namespaces/{ns}/karmadaquotas",
+        product.quota(ns, "team", {"requests.cpu": "12"}),
+    )
+    # stored before the quota was: no moment where the quota exists unenforced by label
+    labels = (await api.get(f"/api/v1/namespaces/{ns}"))["metadata"]["labels"]
+    assert labels["quota.karmada.io/enforced"] == "true"
+
+    # the ten bindings created before are counted; the next one past the quota is refused
+    # (until the controller's first status the webhook refuses with "status unknown")
+    def refused_past_quota() -> bool:
+        return used(testbed, ns, "team", "requests.cpu") == Quantity.parse("10")
+
+    await eventually(refused_past_quota, 30, "the ten earlier bindings counted")
+    with pytest.raises(KubeError, match=r"exceeded quota: team, requested: requests\.cpu=3"):
+        await api.post(path, binding(ns, "late", cpu="3"))
+
+    def enforced() -> bool:
+        q = testbed.get("karmadaquota", "team", namespace=ns) or {}
+        conditions = {c["type"]: c for c in q.get("status", {}).get("conditions", [])}
+        return conditions.get("Enforced", {}).get("status") == "True"
+
+    await eventually(enforced, 30, "the quota's Enforced condition")

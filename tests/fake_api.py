@@ -112,6 +112,9 @@ class FakeStore:
         self.cached: dict[Key, KarmadaQuota] = {}
         self.before_put: Callable[[FakeStore, JSON], None] | None = None
         self.put_delay = 0.0
+        # status writes of this replica in flight per quota, and the most ever at once for one
+        self.in_flight: dict[Key, int] = {}
+        self.max_in_flight = 0
         for d in docs:
             self.seed(d)
 
@@ -158,11 +161,17 @@ class FakeStore:
         return await self.api.get_quota(namespace, name)
 
     async def put_status(self, quota: JSON) -> JSON:
-        if self.put_delay:
-            await asyncio.sleep(self.put_delay)  # models write latency, not synchronisation
-        if self.before_put is not None:
-            self.before_put(self, quota)
-        return await self.api.put_quota_status(quota)
+        key = (quota["metadata"]["namespace"], quota["metadata"]["name"])
+        self.in_flight[key] = self.in_flight.get(key, 0) + 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight[key])
+        try:
+            if self.put_delay:
+                await asyncio.sleep(self.put_delay)  # models write latency, not synchronisation
+            if self.before_put is not None:
+                self.before_put(self, quota)
+            return await self.api.put_quota_status(quota)
+        finally:
+            self.in_flight[key] -= 1
 
 
 def quota_doc(

@@ -259,3 +259,13 @@ async def test_namespaces_are_batched_independently() -> None:
     )
     assert [x.allowed for x in d] == [True, True, False]
     assert store.puts == 2
+
+
+async def test_a_kick_without_waiting_changes_writes_nothing_and_the_worker_ends() -> None:
+    store = FakeStore(quota_doc(hard={"requests.cpu": "10"}))
+    batcher = Batcher(store, clock=lambda: NOW)
+    batcher.kick("ns")  # no recorder attached: the pass has nothing to write
+    assert (await batcher.submit(pending("b0"))).allowed
+    await batcher.close()
+    assert store.puts == 1
+    assert not batcher._workers and not batcher._queues

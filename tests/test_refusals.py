@@ -1,11 +1,16 @@
-"""The webhook's refusal recorder: coalesced, compare-and-swap writes of status.waiting."""
+"""The webhook's refusal recorder: status.waiting changes, written by the batcher (the one
+writer of a quota's status in a replica): with a batch's reservations, or coalesced on their own
+at most once per interval per namespace, with compare-and-swap."""
 
 from __future__ import annotations
 
 import asyncio
+import math
+from typing import Any
 
 from karmadaquota.charge import charge
 from karmadaquota.evaluate import REASON_EXCEEDED, REASON_FORBIDDEN, Decision
+from karmadaquota.webhook.batcher import Batcher, Pending
 from karmadaquota.webhook.refusals import RefusalRecorder
 from tests.fake_api import FakeStore, quota_doc
 from tests.polling import until
@@ -27,13 +32,40 @@ def admit(rec: RefusalRecorder, name: str) -> None:
     rec.observe("ns", b, None, charge(b), None, ALLOWED)
 
 
+def wired(store: FakeStore, interval: float) -> tuple[RefusalRecorder, Batcher]:
+    """A recorder and the batcher that writes its changes, as the webhook wires them."""
+    batcher = Batcher(store)
+    return RefusalRecorder(store, batcher, interval=interval), batcher
+
+
+def pending(name: str, **kw: Any) -> Pending:
+    b = binding(name, **kw)
+    return Pending(
+        namespace=b.metadata.namespace,
+        name=name,
+        uid=b.metadata.uid,
+        generation=b.metadata.generation,
+        new=charge(b),
+        old=None,
+        dry_run=False,
+    )
+
+
+async def storm(batcher: Batcher, names: list[str]) -> list[Decision]:
+    return list(await asyncio.gather(*(batcher.submit(pending(n)) for n in names)))
+
+
+def reserved(store: FakeStore) -> list[str]:
+    return sorted(r.reservedBy.name for r in store.stored().status.reservations)
+
+
 def listed(store: FakeStore) -> list[str]:
     return [w.template.name for w in store.stored().status.waiting]
 
 
 async def test_refusals_are_written_at_most_once_per_interval_per_namespace() -> None:
     store = FakeStore(quota_doc())
-    rec = RefusalRecorder(store, interval=0.3)
+    rec, _ = wired(store, 0.3)
     refuse(rec, "x")
     await until(lambda: store.puts == 1)
     assert listed(store) == ["x"]
@@ -55,7 +87,7 @@ async def test_refusals_are_written_at_most_once_per_interval_per_namespace() ->
 
 async def test_admission_of_a_listed_template_removes_it_and_unlisted_costs_nothing() -> None:
     store = FakeStore(quota_doc())
-    rec = RefusalRecorder(store, interval=0.05)
+    rec, _ = wired(store, 0.05)
     refuse(rec, "x")
     refuse(rec, "y")
     await until(lambda: listed(store) == ["x", "y"])
@@ -69,7 +101,7 @@ async def test_admission_of_a_listed_template_removes_it_and_unlisted_costs_noth
 
 async def test_only_quota_exceeded_refusals_are_recorded() -> None:
     store = FakeStore(quota_doc())
-    rec = RefusalRecorder(store, interval=0.05)
+    rec, _ = wired(store, 0.05)
     b = binding("x", uid="rb-x")
     rec.observe(
         "ns", b, None, charge(b), None, Decision(False, "must specify cpu", REASON_FORBIDDEN)
@@ -81,7 +113,7 @@ async def test_only_quota_exceeded_refusals_are_recorded() -> None:
 
 async def test_a_lost_compare_and_swap_rereads_and_keeps_the_other_writer() -> None:
     store = FakeStore(quota_doc())
-    rec = RefusalRecorder(store, interval=0.05)
+    rec, _ = wired(store, 0.05)
 
     def other_writer(s: FakeStore, body: object) -> None:
         s.before_put = None
@@ -97,7 +129,7 @@ async def test_a_lost_compare_and_swap_rereads_and_keeps_the_other_writer() -> N
 
 async def test_a_workload_listed_by_another_quota_keeps_its_place_there() -> None:
     store = FakeStore(quota_doc("a"), quota_doc("b"))
-    rec = RefusalRecorder(store, interval=0.05)
+    rec, _ = wired(store, 0.05)
     b = binding("x", uid="rb-x")
     rec.observe("ns", b, None, charge(b), None, Decision(False, "", REASON_EXCEEDED, quota="b"))
     await until(lambda: len(store.stored(name="b").status.waiting) == 1)
@@ -111,7 +143,7 @@ async def test_an_update_that_does_not_carry_the_template_leaves_a_refused_scale
     None
 ):
     store = FakeStore(quota_doc())
-    rec = RefusalRecorder(store, interval=0.05)
+    rec, _ = wired(store, 0.05)
     holding = binding("web", replicas=2, uid="rb-web")
     holding.spec.resource.uid, holding.spec.resource.resourceVersion = "uid-web", "10"
     wanted = holding.model_copy(deep=True)
@@ -133,13 +165,95 @@ async def test_an_update_that_does_not_carry_the_template_leaves_a_refused_scale
     await rec.close()
 
 
-async def test_the_list_waits_while_the_namespace_admits_then_is_written() -> None:
+async def test_a_batch_write_carries_the_due_waiting_entry_in_the_same_put() -> None:
     store = FakeStore(quota_doc())
-    storm = {"ns"}
-    rec = RefusalRecorder(store, interval=0.05, busy=lambda ns: ns in storm, max_defer=30)
-    refuse(rec, "x")
-    await asyncio.sleep(0.2)  # give a wrong implementation the time to write
-    assert store.puts == 0
-    storm.clear()
+    rec, batcher = wired(store, 10)
+    refuse(rec, "x")  # the namespace's first change is written at once, on its own
     await until(lambda: listed(store) == ["x"])
+    assert store.puts == 1
+    refuse(rec, "y")  # its own write would wait 10 s: the batch below carries it
+    decisions = await storm(batcher, ["b0", "b1", "b2"])
+    assert all(d.allowed for d in decisions)
+    assert store.puts == 2  # ONE put for reservations and the waiting entry
+    assert listed(store) == ["x", "y"]
+    assert reserved(store) == ["b0", "b1", "b2"]
+    await asyncio.sleep(0.05)  # give a wrong implementation the time to write again
+    assert store.puts == 2
     await rec.close()
+    await batcher.close()
+
+
+async def test_a_lost_compare_and_swap_reapplies_waiting_and_reservations() -> None:
+    store = FakeStore(quota_doc())
+    rec, batcher = wired(store, 10)
+    refuse(rec, "x")
+    await until(lambda: listed(store) == ["x"])
+    refuse(rec, "y")
+    refuse(rec, "x")
+    store.api.interfere(2)  # another replica wins the next two status writes
+    decisions = await storm(batcher, ["b0", "b1"])
+    assert all(d.allowed for d in decisions)
+    assert store.conflicts == 2 and store.puts == 2
+    assert listed(store) == ["x", "y"]
+    assert [w.refusals for w in store.stored().status.waiting] == [2, 1]  # nothing doubled
+    assert reserved(store) == ["b0", "b1"]
+    await rec.close()
+    await batcher.close()
+
+
+async def test_a_refusal_storm_writes_at_most_once_per_interval() -> None:
+    store = FakeStore(quota_doc())
+    store.put_delay = 0.01  # models write latency, not synchronisation
+    interval = 0.1
+    rec, batcher = wired(store, interval)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    for i in range(100):
+        refuse(rec, f"w{i % 30}")
+        await asyncio.sleep(0.004)  # the storm's pace, not synchronisation
+    await until(lambda: sum(w.refusals for w in store.stored().status.waiting) == 100)
+    elapsed = loop.time() - started
+    assert len(listed(store)) == 30
+    assert 2 <= store.puts <= math.ceil(elapsed / interval) + 1
+    assert store.max_in_flight == 1
+    await rec.close()
+    await batcher.close()
+
+
+async def test_refusals_and_admissions_of_a_namespace_have_one_writer() -> None:
+    store = FakeStore(quota_doc(hard={"requests.cpu": "1000", "pods": "1000"}))
+    store.put_delay = 0.01  # models write latency, not synchronisation
+    rec, batcher = wired(store, 0.03)
+
+    async def refusals() -> None:
+        for i in range(60):
+            refuse(rec, f"w{i % 20}")
+            await asyncio.sleep(0.003)  # the storm's pace, not synchronisation
+
+    async def admissions() -> list[Decision]:
+        out: list[Decision] = []
+        for wave in range(6):
+            out += await storm(batcher, [f"b{wave}-{j}" for j in range(5)])
+        return out
+
+    _, decisions = await asyncio.gather(refusals(), admissions())
+    assert all(d.allowed for d in decisions)
+    await until(lambda: sum(w.refusals for w in store.stored().status.waiting) == 60)
+    assert len(listed(store)) == 20
+    assert len(reserved(store)) == 30
+    assert store.max_in_flight == 1  # never two status writes of one quota at once
+    await rec.close()
+    await batcher.close()
+
+
+async def test_changes_for_a_deleted_quota_are_dropped() -> None:
+    store = FakeStore(quota_doc())
+    rec, batcher = wired(store, 0.05)
+    del store.objects[("ns", "team-a")]
+    refuse(rec, "x")
+    await until(lambda: not rec.due("ns") and "ns" not in rec._flying)
+    assert store.puts == 0
+    await asyncio.sleep(0.1)  # give a wrong implementation the time to retry
+    assert store.puts == 0 and not rec.due("ns")
+    await rec.close()
+    await batcher.close()

@@ -494,7 +494,7 @@ async def test_refusals_for_quota_are_recorded_dry_runs_are_not(setup: Any) -> N
     from karmadaquota.webhook.refusals import RefusalRecorder
 
     client, store, webhook = setup
-    webhook.refusals = RefusalRecorder(store, interval=0.05)
+    webhook.refusals = RefusalRecorder(store, webhook.batcher, interval=0.05)
     big = binding_doc("big", replicas=11)
     status, body = await post(client, "/validate-resourcebinding", review(big, dry_run=True))
     assert status == 200 and body["response"]["allowed"] is False

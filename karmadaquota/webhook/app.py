@@ -447,7 +447,7 @@ async def running(settings: WebhookSettings) -> AsyncIterator[tuple[Webhook, int
         on_conflict=metrics.conflicts.inc,
         on_write=metrics.observe_write,
     )
-    refusals = RefusalRecorder(store, busy=batcher.busy) if settings.record_waiting else None
+    refusals = RefusalRecorder(store, batcher) if settings.record_waiting else None
     webhook = Webhook(cache, batcher, metrics, store.api_seconds, refusals, client)
     certs = CertReloader(settings.cert_file, settings.key_file, metrics.serving_certificate_loaded)
     tasks: list[asyncio.Task[Any]] = [

@@ -9,6 +9,12 @@ compare-and-swap status write that records the admitted deltas as reservations (
 On a lost compare-and-swap the quota is read again and only the requests that charged it are
 re-checked, in order, against the fresh copy. Requests denied in the first pass are never
 re-evaluated, so a retry can turn an admission into a denial but never the reverse.
+
+The batcher is the only writer of a quota's status in the webhook process: the waiting list's
+changes (`WaitingSource`, the refusal recorder) ride the same write. A batch carries whatever
+changes are pending for the quotas it charges, recomputed from each version it writes over (a
+lost compare-and-swap re-applies them to the fresh one); a `kick(namespace)` runs a pass that
+writes every quota with pending changes, admitted reviews or not (a storm of refusals).
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
@@ -31,6 +37,7 @@ from karmadaquota.api import (
     KarmadaQuota,
     ObjectReference,
     Reservation,
+    WaitingWorkload,
     charge_key,
     format_time,
 )
@@ -75,6 +82,32 @@ class QuotaBackend(Protocol):
     async def get(self, namespace: str, name: str) -> JSON: ...
 
     async def put_status(self, quota: JSON) -> JSON: ...
+
+
+class WaitingTake(Protocol):
+    """A namespace's waiting-list changes taken for one pass of its writer."""
+
+    @property
+    def quotas(self) -> Collection[str]:
+        """The quotas these changes are for (each is written even if nothing charges it)."""
+        ...
+
+    def wanted(self, quota: KarmadaQuota) -> list[WaitingWorkload] | None:
+        """The waiting list this version of the quota should carry; None if it already does."""
+        ...
+
+    def settle(self, written: Collection[str], gone: Collection[str]) -> None:
+        """`written`: quotas that now carry the changes (written, or already so); `gone`: quotas
+        deleted or unreadable (their changes are dropped). The others' changes are given back."""
+        ...
+
+
+class WaitingSource(Protocol):
+    """Pending waiting-list changes (the refusal recorder), written by the batcher only."""
+
+    def take(self, namespace: str, quotas: Collection[str] | None) -> WaitingTake | None:
+        """The changes for `quotas` of the namespace (None: for every quota that has some)."""
+        ...
 
 
 @dataclass(eq=False)
@@ -138,6 +171,9 @@ class Batcher:
         self.config = config or BatcherConfig()
         self._queues: dict[str, deque[Pending]] = {}
         self._workers: dict[str, asyncio.Task[None]] = {}
+        # namespaces whose waiting-list changes are due: the next pass writes them all
+        self._kicked: set[str] = set()
+        self._waiting: WaitingSource | None = None
         self._on_batch = on_batch or (lambda n: None)
         self._on_conflict = on_conflict or (lambda: None)
         self._on_write = on_write or (lambda result, seconds: None)
@@ -152,15 +188,24 @@ class Batcher:
         if charges_nothing(pending.new, pending.old):
             return ALLOW
         self._queues.setdefault(pending.namespace, deque()).append(pending)
-        if pending.namespace not in self._workers:
-            self._workers[pending.namespace] = asyncio.create_task(
-                self._drain(pending.namespace), name=f"batcher/{pending.namespace}"
-            )
+        self._start(pending.namespace)
         return await pending.future
 
-    def busy(self, namespace: str) -> bool:
-        """Reviews of this namespace are being evaluated or written right now."""
-        return namespace in self._workers
+    def attach(self, source: WaitingSource) -> None:
+        """Write `source`'s waiting-list changes with the reservations (one writer per quota)."""
+        self._waiting = source
+
+    def kick(self, namespace: str) -> None:
+        """Write the namespace's pending waiting-list changes in its next pass (now if idle)."""
+        self._kicked.add(namespace)
+        self._queues.setdefault(namespace, deque())
+        self._start(namespace)
+
+    def _start(self, namespace: str) -> None:
+        if namespace not in self._workers:
+            self._workers[namespace] = asyncio.create_task(
+                self._drain(namespace), name=f"batcher/{namespace}"
+            )
 
     async def close(self) -> None:
         for task in list(self._workers.values()):
@@ -170,26 +215,30 @@ class Batcher:
     async def _drain(self, namespace: str) -> None:
         queue = self._queues[namespace]
         try:
-            while queue:
+            while queue or namespace in self._kicked:
                 batch = [queue.popleft() for _ in range(min(len(queue), self.config.max_batch))]
-                self._on_batch(len(batch))
+                kicked = namespace in self._kicked
+                self._kicked.discard(namespace)
+                if batch:
+                    self._on_batch(len(batch))
                 try:
-                    await self._process(namespace, batch)
+                    await self._process(namespace, batch, kicked)
                 except Exception as e:  # fail closed: never a silent allow
                     log.exception("batch failed", extra={"namespace": namespace})
                     for p in batch:
                         p.resolve(Decision(False, f"quota admission failed: {e}", REASON_INTERNAL))
         finally:
             del self._workers[namespace]
-            if not queue:
+            if not queue and namespace not in self._kicked:
                 self._queues.pop(namespace, None)
             else:  # a review arrived while we were exiting: keep the single writer alive
                 self._workers[namespace] = asyncio.create_task(self._drain(namespace))
 
-    async def _process(self, namespace: str, batch: list[Pending]) -> None:
+    async def _process(self, namespace: str, batch: list[Pending], kicked: bool = False) -> None:
+        """Evaluate and write a batch; `kicked`: also write every quota with waiting changes."""
         # a review whose caller gave up while it queued (its future cancelled) reserves nothing
         batch = [p for p in batch if not p.future.done()]
-        if not batch:
+        if not batch and not kicked:
             return
         now = self._clock()
         objects = {q.metadata.name: q for q in self._store.quotas(namespace)}
@@ -198,6 +247,8 @@ class Batcher:
         except QuantityError as e:
             for p in batch:
                 p.resolve(Decision(False, f"a KarmadaQuota in {namespace} is invalid: {e}"))
+            if kicked:
+                await self._commit(namespace, objects, [], now, kicked)
             return
         admitted: list[_Admitted] = []
         for p in batch:
@@ -208,8 +259,8 @@ class Batcher:
             for name, rl in d.charges.items():
                 views[name] = views[name].with_reserved(rl)
             admitted.append(_Admitted(p, dict(d.charges)))
-        if admitted:
-            await self._commit(namespace, objects, admitted, now)
+        if admitted or kicked:
+            await self._commit(namespace, objects, admitted, now, kicked)
 
     async def _commit(
         self,
@@ -217,14 +268,31 @@ class Batcher:
         objects: dict[str, KarmadaQuota],
         admitted: list[_Admitted],
         now: datetime,
+        kicked: bool = False,
     ) -> None:
         denied: dict[int, Decision] = {}
         written: dict[str, list[Pending]] = {}
-        names = sorted({n for a in admitted for n in a.charges})
-        for name in names:
-            entries = [(a.pending, a.charges[name]) for a in admitted if name in a.charges]
-            done = await self._write_quota(namespace, name, objects[name], entries, denied, now)
-            written[name] = done
+        charged = sorted({n for a in admitted for n in a.charges})
+        # the waiting list's changes ride these writes: those of the charged quotas always (no
+        # extra write), every quota's when the recorder's coalescing interval is up (kicked)
+        taken = None
+        if self._waiting is not None:
+            taken = self._waiting.take(namespace, None if kicked else charged)
+        names = sorted(set(charged) | set(taken.quotas if taken is not None else ()))
+        carried: dict[str, bool] = {}  # quota -> carries the waiting changes (False: gone)
+        try:
+            for name in names:
+                entries = [(a.pending, a.charges[name]) for a in admitted if name in a.charges]
+                done = await self._write_quota(
+                    namespace, name, objects.get(name), entries, denied, now, taken, carried
+                )
+                written[name] = done
+        finally:
+            if taken is not None:
+                taken.settle(
+                    [n for n, ok in carried.items() if ok],
+                    [n for n, ok in carried.items() if not ok],
+                )
         abandoned = 0
         for a in admitted:
             if a.pending.future.cancelled() and id(a.pending) not in denied:
@@ -245,12 +313,16 @@ class Batcher:
         self,
         namespace: str,
         name: str,
-        obj: KarmadaQuota,
+        obj: KarmadaQuota | None,
         entries: list[tuple[Pending, ResourceList]],
         denied: dict[int, Decision],
         now: datetime,
+        taken: WaitingTake | None = None,
+        carried: dict[str, bool] | None = None,
     ) -> list[Pending]:
-        """Record `entries` in one quota with CAS; re-check on conflict. Returns who was written."""
+        """Record `entries` (and `taken`'s waiting list, if any) in one quota with CAS; re-check
+        on conflict. Returns who was written; `carried[name]` says how the waiting list fared."""
+        carried = carried if carried is not None else {}
         entries = [(p, rl) for p, rl in entries if id(p) not in denied]
         sent: KarmadaQuota | None = None  # the quota as the last write sent it
 
@@ -266,11 +338,16 @@ class Batcher:
             # a caller that gave up meanwhile (a lost compare-and-swap and its backoff take
             # time) is not written at all
             entries = [(p, rl) for p, rl in entries if not p.future.cancelled()]
-            if not entries:
+            # recomputed from every version written over: nothing lost or counted twice
+            wanted = taken.wanted(version) if taken is not None else None
+            if not entries and wanted is None:
                 return None
             sent, overflow = _with_reservations(
                 version, entries, now + self.config.reservation_ttl, now, self.config
             )
+            if wanted is not None:
+                status = sent.status.model_copy(update={"waiting": wanted})
+                sent = sent.model_copy(update={"status": status})
             body = _dump(sent)
             for p, _ in overflow:
                 denied[id(p)] = Decision(
@@ -279,7 +356,7 @@ class Batcher:
                     REASON_TOO_MANY,
                 )
             entries = [(p, rl) for p, rl in entries if id(p) not in denied]
-            return body if entries else None
+            return body if entries or wanted is not None else None
 
         async def write(body: JSON) -> JSON:
             started = time.perf_counter()
@@ -305,8 +382,10 @@ class Batcher:
                 on_conflict=self._on_conflict,
             )
         except NotFound:
+            carried[name] = False
             return []  # the quota is gone: nothing left to charge against it
         except ValidationError as e:
+            carried[name] = False
             for p, _ in entries:
                 denied[id(p)] = Decision(False, f"KarmadaQuota {name} is unreadable: {e}")
             return []
@@ -318,6 +397,7 @@ class Batcher:
                     REASON_CONFLICT,
                 )
             return []
+        carried[name] = True  # written, or nothing to write: the list is as it should be
         if result is None or sent is None:
             return []
         self._store.update(_stored(sent, result))

@@ -2,29 +2,28 @@
 
 Every QuotaExceeded denial (CREATE, or an UPDATE that scales up) becomes an entry in the refusing
 quota's `status.waiting[]`; every admission of a listed template removes it. Nothing is written
-per denial: changes for a namespace are collected and written together, at most once per
-`interval` per namespace, with compare-and-swap (another replica or the controller writing in
-between is re-read and merged again). The list lives in the quota's status, so it survives a
-webhook restart and is shared by every replica.
+per denial, and nothing is written here: the recorder only keeps a namespace's changes, and the
+batcher — the one writer of a quota's status in the process — writes them in its own
+compare-and-swap writes (`Batcher.attach`): with the reservations of any batch that charges the
+quota, and on its own at most once per `interval` per namespace (a `Batcher.kick` scheduled with
+`call_later`). Another replica or the controller writing in between is re-read and the changes
+are merged again. The list lives in the quota's status, so it survives a webhook restart and is
+shared by every replica.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-
-from pydantic import ValidationError
 
 from karmadaquota import waiting
 from karmadaquota.api import KarmadaQuota, ObjectReference, ResourceBinding, WaitingWorkload
 from karmadaquota.charge import Charge
 from karmadaquota.evaluate import REASON_EXCEEDED, Decision, delta
-from karmadaquota.kube.client import JSON, KubeError, NotFound
-from karmadaquota.kube.retry import ConflictsExhausted, retry_on_conflict
-from karmadaquota.webhook.batcher import CONFLICT_BACKOFF, QuotaBackend
+from karmadaquota.webhook.batcher import Batcher, QuotaBackend
 
 log = logging.getLogger("karmadaquota.waiting")
 
@@ -38,31 +37,36 @@ class _Changes:
 
 
 class RefusalRecorder:
+    """A namespace's unwritten waiting-list changes, for `writer` (a Batcher) to write.
+
+    Without a `writer` (tests, tools) it gets a Batcher of its own, closed with it; a webhook
+    passes the one that writes its reservations, so that each quota has one writer.
+    """
+
     def __init__(
         self,
         store: QuotaBackend,
+        writer: Batcher,
         interval: float = 1.0,
         per_namespace: int = waiting.DEFAULT_LIMIT,
         pending_limit: int = 10_000,
-        max_attempts: int = 10,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-        busy: Callable[[str], bool] = lambda namespace: False,
-        max_defer: float = 2.0,
     ) -> None:
         self._store = store
+        self._writer = writer  # the namespace's one status writer: it carries our changes
+        self._writer.attach(self)
         self.interval = interval
         self.per_namespace = per_namespace
         self.pending_limit = pending_limit
-        self.max_attempts = max_attempts
         self._clock = clock
-        # while admission is writing reservations in a namespace (a storm), the list waits a
-        # little: its writes would only make the reservation writes lose their compare-and-swap
-        self._busy = busy
-        self.max_defer = max_defer
         self._changes: dict[str, _Changes] = {}
-        self._pending = 0
-        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._pending = 0  # refusals in `_changes` (not those taken for a write)
+        self._flying: dict[str, _Taken] = {}  # taken for the namespace's write in progress
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        # loop times: the writer was asked for a pass (not yet taken); the last pass of its own
+        self._kicked: dict[str, float] = {}
         self._last_write: dict[str, float] = {}
+        self._closed = False
 
     def observe(
         self,
@@ -118,6 +122,9 @@ class RefusalRecorder:
         changes = self._changes.get(namespace)
         if changes is not None and k in changes.refused:
             return True
+        flying = self._flying.get(namespace)
+        if flying is not None and any(k in rs for rs in flying.refused.values()):
+            return True
         return any(
             waiting.key(w.template) == k
             for q in self._store.quotas(namespace)
@@ -135,114 +142,181 @@ class RefusalRecorder:
         changes.refused[k] = refusal if earlier is None else earlier.again(refusal)
         self._schedule(namespace)
 
-    def _schedule(self, namespace: str) -> None:
-        if namespace not in self._tasks:
-            self._tasks[namespace] = asyncio.create_task(
-                self._flush_later(namespace), name=f"waiting/{namespace}"
-            )
+    # ---- the writer's side ------------------------------------------------------------------
 
-    async def _flush_later(self, namespace: str) -> None:
-        loop = asyncio.get_running_loop()
-        try:
-            last = self._last_write.get(namespace)
-            if last is not None:
-                await asyncio.sleep(max(0.0, last + self.interval - loop.time()))  # coalescing
-            for _tick in range(int(self.max_defer / 0.05)):
-                if not self._busy(namespace):
-                    break
-                await asyncio.sleep(0.05)  # let the namespace's admission batches through
-            changes = self._changes.pop(namespace, _Changes())
-            self._pending -= len(changes.refused)
-            self._last_write[namespace] = loop.time()
-            try:
-                await self._write(namespace, changes)
-            except (TimeoutError, KubeError, OSError) as e:
-                log.warning(
-                    "waiting list not written", extra={"namespace": namespace, "error": str(e)}
-                )
-        finally:
-            del self._tasks[namespace]
-            if namespace in self._changes:
-                self._schedule(namespace)
-            else:
-                self._forget_stale(loop.time())
+    def due(self, namespace: str) -> set[str]:
+        """The quotas of the namespace that have changes to carry."""
+        return set(self._split(namespace))
 
-    def _forget_stale(self, now: float) -> None:
-        self._last_write = {ns: t for ns, t in self._last_write.items() if t > now - self.interval}
-
-    async def _write(self, namespace: str, changes: _Changes) -> None:
+    def _split(self, namespace: str) -> dict[str, list[str]]:
+        """quota -> keys of the refusals it records; quotas listing an admitted key get []."""
+        changes = self._changes.get(namespace)
+        if changes is None:
+            return {}
+        quotas = sorted(self._store.quotas(namespace), key=lambda q: q.metadata.name)
         # a workload already listed by one of the namespace's quotas is recorded there again
         # (keeping its place), wherever the refusal came from this time
         home: dict[str, str] = {}
-        for q in sorted(self._store.quotas(namespace), key=lambda q: q.metadata.name):
+        for q in quotas:
             for w in q.status.waiting:
                 home.setdefault(waiting.key(w.template), q.metadata.name)
-        by_quota: dict[str, list[waiting.Refusal]] = {}
+        by_quota: dict[str, list[str]] = {}
         for k, r in changes.refused.items():
-            by_quota.setdefault(home.get(k, r.quota), []).append(r)
-        for q in self._store.quotas(namespace):
-            if q.metadata.name not in by_quota and any(
-                waiting.key(w.template) in changes.admitted for w in q.status.waiting
-            ):
-                by_quota[q.metadata.name] = []
-        for name in sorted(by_quota):
-            await self._write_quota(namespace, name, by_quota[name], changes.admitted)
+            by_quota.setdefault(home.get(k, r.quota), []).append(k)
+        for q in quotas:
+            if any(waiting.key(w.template) in changes.admitted for w in q.status.waiting):
+                by_quota.setdefault(q.metadata.name, [])
+        return by_quota
 
-    async def _write_quota(
-        self, namespace: str, name: str, refusals: list[waiting.Refusal], admitted: set[str]
-    ) -> None:
-        wanted: list[WaitingWorkload] = []
+    def take(self, namespace: str, quotas: Collection[str] | None) -> _Taken | None:
+        """Take the changes for `quotas` (None: all, the coalesced pass) for one write each.
 
-        async def read() -> KarmadaQuota:
-            fresh = KarmadaQuota.model_validate(await self._store.get(namespace, name))
-            self._store.update(fresh)
-            return fresh
+        Admitted keys are applied to every quota written; they stay here only while a quota
+        not written now still lists them.
+        """
+        if quotas is None:
+            self._kicked.pop(namespace, None)
+            self._last_write[namespace] = asyncio.get_running_loop().time()
+        changes = self._changes.get(namespace)
+        if changes is None or namespace in self._flying:
+            return None
+        split = self._split(namespace)
+        names = set(split) if quotas is None else set(split) & set(quotas)
+        taken = _Taken(self, namespace, admitted=set(changes.admitted))
+        for name in names:
+            taken.refused[name] = {k: changes.refused.pop(k) for k in split[name]}
+            self._pending -= len(split[name])
+        still_listed = {
+            waiting.key(w.template)
+            for q in self._store.quotas(namespace)
+            if q.metadata.name not in names
+            for w in q.status.waiting
+        }
+        changes.admitted &= still_listed
+        if not changes.refused and not changes.admitted:
+            del self._changes[namespace]
+        if not names and not taken.admitted:
+            return None
+        self._flying[namespace] = taken
+        return taken
 
-        def mutate(quota: KarmadaQuota) -> JSON | None:
-            nonlocal wanted
-            elsewhere = {
-                waiting.key(w.template)
-                for q in self._store.quotas(namespace)
-                if q.metadata.name != name
-                for w in q.status.waiting
-            }
-            current = quota.status.waiting
-            wanted = waiting.remove(
-                waiting.record(current, refusals, self.per_namespace, elsewhere), admitted
-            )
-            if wanted == current:
-                return None
-            status = quota.status.model_copy(update={"waiting": wanted})
-            return quota.model_copy(update={"status": status}).model_dump(
-                mode="json", exclude_none=True
-            )
-
-        try:
-            result = await retry_on_conflict(
-                read,
-                mutate,
-                self._store.put_status,
-                first={q.metadata.name: q for q in self._store.quotas(namespace)}.get(name),
-                attempts=self.max_attempts,
-                backoff=CONFLICT_BACKOFF,
-            )
-        except (NotFound, ValidationError):
-            return  # the quota is gone (or unreadable): nothing to keep a list on
-        except ConflictsExhausted:
+    def _settle(self, taken: _Taken, written: Collection[str], gone: Collection[str]) -> None:
+        namespace = taken.namespace
+        if self._flying.get(namespace) is taken:
+            del self._flying[namespace]
+        failed = [n for n in taken.refused if n not in written and n not in gone]
+        for name in sorted(written):
+            if name in taken.changed:
+                log.info(
+                    "waiting list written",
+                    extra={"namespace": namespace, "quota": name, "waiting": taken.changed[name]},
+                )
+        if failed:
             log.warning(
-                "waiting list not written: quota updated concurrently",
-                extra={"namespace": namespace, "quota": name},
+                "waiting list not written; retried later",
+                extra={"namespace": namespace, "quotas": failed},
             )
+            self._give_back(taken, failed)
+        if namespace in self._changes:
+            self._schedule(namespace)
+        else:
+            self._forget_stale(asyncio.get_running_loop().time())
+
+    def _give_back(self, taken: _Taken, failed: list[str]) -> None:
+        """Changes not written go back under the ones noted since (the last word wins)."""
+        changes = self._changes.setdefault(taken.namespace, _Changes())
+        for name in failed:
+            for k, r in taken.refused[name].items():
+                if k in changes.admitted:
+                    continue  # admitted since
+                later = changes.refused.get(k)
+                if later is not None:
+                    changes.refused[k] = r.again(later)
+                elif self._pending < self.pending_limit:
+                    changes.refused[k] = r
+                    self._pending += 1
+        for k in taken.admitted:
+            if k not in changes.refused:
+                changes.admitted.add(k)
+        if not changes.refused and not changes.admitted:
+            del self._changes[taken.namespace]
+
+    def _schedule(self, namespace: str) -> None:
+        """Ask the writer for a pass of its own, at most once per `interval` (no polling)."""
+        if self._closed or namespace in self._timers or namespace in self._flying:
+            return  # on its way; a write in progress reschedules when it settles
+        loop = asyncio.get_running_loop()
+        # a pass asked for and not yet run (its writer is busy with a batch) is not asked again
+        # before `interval`: that pass takes what arrives meanwhile
+        last = max(self._last_write.get(namespace, -1e300), self._kicked.get(namespace, -1e300))
+        delay = max(0.0, last + self.interval - loop.time())
+        self._timers[namespace] = loop.call_later(delay, self._kick, namespace)
+
+    def _kick(self, namespace: str) -> None:
+        del self._timers[namespace]
+        if namespace not in self._changes:
             return
-        if result is None:
+        loop = asyncio.get_running_loop()
+        due = self._last_write.get(namespace, -1e300) + self.interval
+        if loop.time() < due:  # a pass ran since this was scheduled
+            self._timers[namespace] = loop.call_later(due - loop.time(), self._kick, namespace)
             return
-        self._store.update(KarmadaQuota.model_validate(result))
-        log.info(
-            "waiting list written",
-            extra={"namespace": namespace, "quota": name, "waiting": len(wanted)},
-        )
+        self._kicked[namespace] = loop.time()
+        self._writer.kick(namespace)
+
+    def _forget_stale(self, now: float) -> None:
+        self._last_write = {ns: t for ns, t in self._last_write.items() if t > now - self.interval}
+        self._kicked = {ns: t for ns, t in self._kicked.items() if t > now - self.interval}
 
     async def close(self) -> None:
-        for task in list(self._tasks.values()):
-            task.cancel()
-        await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+        self._closed = True
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+
+
+@dataclass(eq=False)
+class _Taken:
+    """A namespace's changes taken for one pass of the writer (`batcher.WaitingTake`)."""
+
+    recorder: RefusalRecorder
+    namespace: str
+    refused: dict[str, dict[str, waiting.Refusal]] = field(default_factory=dict)  # by quota
+    admitted: set[str] = field(default_factory=set)
+    changed: dict[str, int] = field(default_factory=dict)  # quota -> entries, when changed
+
+    @property
+    def quotas(self) -> Collection[str]:
+        return sorted(self.refused)
+
+    def wanted(self, quota: KarmadaQuota) -> list[WaitingWorkload] | None:
+        """The waiting list this version of the quota should carry (None: it already does).
+
+        Recomputed from each version written over, so a lost compare-and-swap loses nothing and
+        counts no refusal twice.
+        """
+        name = quota.metadata.name
+        refusals = self.refused.get(name)
+        if refusals is None and not self.admitted:
+            return None
+        elsewhere = {
+            waiting.key(w.template)
+            for q in self.recorder._store.quotas(self.namespace)
+            if q.metadata.name != name
+            for w in q.status.waiting
+        }
+        current = quota.status.waiting
+        wanted = waiting.remove(
+            waiting.record(
+                current, (refusals or {}).values(), self.recorder.per_namespace, elsewhere
+            ),
+            self.admitted,
+        )
+        if wanted == current:
+            self.changed.pop(name, None)
+            return None
+        self.changed[name] = len(wanted)
+        return wanted
+
+    def settle(self, written: Collection[str], gone: Collection[str]) -> None:
+        self.recorder._settle(self, written, gone)

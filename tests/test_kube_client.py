@@ -117,6 +117,16 @@ async def test_a_429_waits_its_retry_after_within_the_timeout(server, tmp_path: 
         assert await client.get("/api") == {"reason": "TooManyRequests", "message": "x"}
         assert time.monotonic() - started >= 0.4  # both Retry-Afters waited out
         assert len(seen) == 3
+        # without Retry-After (an admission webhook's 429), as client-go: the 429 is the answer
+        seen.clear()
+        answer(
+            lambda r: web.json_response(
+                {"reason": "TooManyRequests", "message": "busy"}, status=429
+            )
+        )
+        with pytest.raises(KubeError, match="429 TooManyRequests: busy"):
+            await client.get("/api")
+        assert len(seen) == 1
         # a Retry-After past the request's own timeout: the 429 is the answer, at once
         answer(
             lambda r: web.json_response(

@@ -27,7 +27,7 @@ from karmadaquota import __version__
 
 JSON = dict[str, Any]
 USER_AGENT = f"karmadaquota/{__version__}"
-# a 429 without a usable Retry-After waits this long (the API server sends one: 1 s)
+# a 429 whose Retry-After is not a number of seconds waits this long
 _DEFAULT_RETRY_AFTER = 1.0
 
 log = logging.getLogger("karmadaquota.kube")
@@ -171,10 +171,12 @@ class KubeClient:
     """JSON over HTTPS to one API server; create with `connect`, close with `close`.
 
     Every request names its program (`User-Agent: karmadaquota-<component>/<version>`, as
-    client-go does), waits out a 429's `Retry-After` (API Priority and Fairness) up to the
-    request's own timeout, and — for a client built from a kubeconfig or the service account —
-    loads the credentials again on a 401 and retries once: a rotated service-account token file,
-    a kubeconfig Secret updated in place, or an exec plugin's expired token.
+    client-go does), waits out a 429 that carries `Retry-After` (API Priority and Fairness;
+    like client-go, a 429 without it — e.g. an admission webhook's "try again" — is the
+    answer) up to the request's own timeout, and — for a client built from a kubeconfig or the
+    service account — loads the credentials again on a 401 and retries once: a rotated
+    service-account token file, a kubeconfig Secret updated in place, or an exec plugin's
+    expired token.
     """
 
     def __init__(
@@ -280,7 +282,7 @@ class KubeClient:
                 refreshed = True
                 if await self.refresh_credentials():
                     continue
-            if status == 429:
+            if status == 429 and retry_after is not None:
                 wait = _retry_after(retry_after)
                 if time.monotonic() + wait < deadline:
                     await asyncio.sleep(wait)

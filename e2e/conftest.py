@@ -129,6 +129,18 @@ def namespace(testbed: TestBed, request: pytest.FixtureRequest) -> Iterator[str]
         testbed.kubectl("delete", "namespace", name, "--ignore-not-found", "--wait=false")
 
 
+@pytest.fixture
+async def karmada_client(testbed: TestBed) -> AsyncIterator[Any]:
+    """Our own KubeClient for karmada-apiserver (admin credentials), closed after the test."""
+    from karmadaquota.kube.client import KubeClient
+
+    client = await KubeClient.connect(str(testbed.karmada_kubeconfig))
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
 @pytest.fixture(scope="session")
 async def karmada_api(testbed: TestBed) -> AsyncIterator[Any]:
     """A kubernetes_asyncio ApiClient for karmada-apiserver."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import subprocess
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -194,16 +194,10 @@ def release(testbed: TestBed, image: str, tmp_path: Path) -> Iterator[Release]:
         )
 
 
-@pytest.fixture
-async def api(testbed: TestBed) -> AsyncIterator[KubeClient]:
-    client = await KubeClient.connect(str(testbed.karmada_kubeconfig))
-    yield client
-    await client.close()
-
-
 async def test_helm_install_upgrade_uninstall(
-    release: Release, testbed: TestBed, api: KubeClient, namespace: str
+    release: Release, testbed: TestBed, karmada_client: KubeClient, namespace: str
 ) -> None:
+    api = karmada_client
     procs: list[product.Proc] = []
     try:
         # ---- install: the hook puts CRD, RBAC, registration on karmada-apiserver

@@ -25,7 +25,7 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -101,15 +101,8 @@ def installed(bed: TestBed, host: str, work: Path) -> Iterator[None]:
             )
 
 
-@pytest.fixture
-async def api(testbed: TestBed) -> AsyncIterator[KubeClient]:
-    client = await KubeClient.connect(str(testbed.karmada_kubeconfig))
-    yield client
-    await client.close()
-
-
 async def test_install_as_documented_refuses_and_counts(
-    testbed: TestBed, api: KubeClient, namespace: str, tmp_path: Path, image: str
+    testbed: TestBed, karmada_client: KubeClient, namespace: str, tmp_path: Path, image: str
 ) -> None:
     """Both Deployments' containers run from the built image under their declared
     securityContext (e2e.testbed.kubelet): read-only root, uid/gid without a passwd entry,
@@ -147,7 +140,7 @@ async def test_install_as_documented_refuses_and_counts(
             await probe(ctrl_c, "--metrics-port", ctrl, None)
             await asyncio.to_thread(point_registration_at, testbed, port, cert.ca_bundle)
             await check_ports(testbed, host, deployments)
-            await check_end_to_end(testbed, api, namespace)
+            await check_end_to_end(testbed, karmada_client, namespace)
             assert forbidden_lines(*procs) == []
             for p in procs:
                 assert p.popen.poll() is None, f"{p.name} exited:\n{p.tail()}"

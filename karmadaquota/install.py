@@ -29,16 +29,16 @@ import logging
 import ssl
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import aiohttp
 import yaml
 
 from karmadaquota.api import ENFORCED_LABEL, ENFORCED_VALUE, parse_time
-from karmadaquota.kube.client import JSON, KubeError, NotFound
+from karmadaquota.kube.client import JSON, Api, KubeError, NotFound
 
 log = logging.getLogger("karmadaquota.install")
 
@@ -85,20 +85,6 @@ KINDS: tuple[Kind, ...] = (
 )
 _BY_KIND = {(k.api_version, k.kind): k for k in KINDS}
 _RANK = {k.kind: i for i, k in enumerate(KINDS)}
-
-
-class Api(Protocol):
-    """What install needs of a client: `KubeClient`."""
-
-    async def request(
-        self,
-        method: str,
-        path: str,
-        body: JSON | None = None,
-        params: Mapping[str, str] | None = None,
-        timeout: float = 10.0,
-        content_type: str = "application/json",
-    ) -> JSON: ...
 
 
 @dataclass(frozen=True)

@@ -76,7 +76,8 @@ _ERRORS: dict[int, type[KubeError]] = {409: Conflict, 404: NotFound, 410: Gone}
 
 
 class Api(Protocol):
-    """What the controller needs of a client: `KubeClient`, or a fake in unit tests."""
+    """What the controller and the install command need of a client: `KubeClient`, or a fake
+    in unit tests."""
 
     async def request(
         self,
@@ -85,6 +86,7 @@ class Api(Protocol):
         body: JSON | None = None,
         params: Mapping[str, str] | None = None,
         timeout: float = 10.0,
+        content_type: str = "application/json",
     ) -> JSON: ...
 
     async def get(self, path: str, params: Mapping[str, str] | None = None) -> JSON: ...

@@ -27,9 +27,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from karmadaquota import scopes
-from karmadaquota.api import ResourceBinding, describe
-from karmadaquota.charge import Charge, charge
+from karmadaquota import queued, queueing, scopes
+from karmadaquota.api import ResourceBinding, describe, parse_time
+from karmadaquota.charge import Charge, full_charge, queued_charge
 from karmadaquota.kube.versions import parse_rv
 from karmadaquota.quantity import QuantityError
 from karmadaquota.resources import ResourceList
@@ -61,6 +61,10 @@ class IndexedBinding:
     usage: CompactUsage
     # Why part or all of the binding is charged as zero (negative or unreadable values).
     invalid: tuple[str, ...] = ()
+    # queued by a quota (charged nothing meanwhile): what the queue needs to admit it
+    queue: queueing.QueueEntry | None = None
+    # carries queued.ANNOTATION: a metadata change that moves no generation must be re-read
+    marked: bool = False
 
 
 class Interner:
@@ -123,17 +127,41 @@ def observe(obj: Mapping[str, Any], intern: Interner) -> BindingState:
         return BindingState(ns, uid, rv, None)
     try:
         binding = ResourceBinding.model_validate(obj)
-        c = charge(binding)
+        full = full_charge(binding)
     except (ValidationError, QuantityError) as e:
         # Indexed with zero usage rather than skipped, so that the quota can say so and a
         # reservation for it is not held until expiry.
         problem = f"invalid ResourceBinding: {describe(e) if isinstance(e, ValidationError) else e}"
         return BindingState(ns, uid, rv, _uncharged(meta, rv, problem, intern))
+    quota = queued.queued_by(binding)
+    c = queued_charge(full) if quota else full
     usage = compact(c, intern)
     name, generation = intern(binding.metadata.name), binding.metadata.generation
     if c.invalid:
         _log_invalid(ns, name, uid, c.invalid)
-    return BindingState(ns, uid, rv, IndexedBinding(name, generation, rv, usage, c.invalid))
+    entry = _queue_entry(binding, quota, full) if quota else None
+    return BindingState(
+        ns,
+        uid,
+        rv,
+        IndexedBinding(name, generation, rv, usage, c.invalid, entry, queued.marked(obj)),
+    )
+
+
+def _queue_entry(binding: ResourceBinding, quota: str, full: Charge) -> queueing.QueueEntry:
+    meta, spec = binding.metadata, binding.spec
+    return queueing.QueueEntry(
+        name=meta.name,
+        uid=meta.uid,
+        resource_version=meta.resourceVersion,
+        quota=quota,
+        charge=full,
+        created=parse_time(meta.creationTimestamp) if meta.creationTimestamp else None,
+        schedule_priority=spec.schedulePriority.priority if spec.schedulePriority else None,
+        template=queueing.Template(
+            spec.resource.apiVersion, spec.resource.kind, spec.resource.name, spec.resource.uid
+        ),
+    )
 
 
 _NOTHING = CompactUsage(
@@ -177,6 +205,10 @@ class BindingIndex:
 
     def get(self, namespace: str, uid: str) -> IndexedBinding | None:
         return self._by_ns.get(namespace, {}).get(uid)
+
+    def queued(self, namespace: str) -> list[queueing.QueueEntry]:
+        """The namespace's bindings queued by a quota (charged nothing), in no order."""
+        return [b.queue for b in self._by_ns.get(namespace, {}).values() if b.queue is not None]
 
     def deleted(self, uid: str) -> bool:
         """True when the index saw this binding deleted (and has not forgotten it yet)."""

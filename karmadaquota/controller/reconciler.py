@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 import aiohttp
 
+from karmadaquota import queued
 from karmadaquota.controller import recompute as rc
 from karmadaquota.controller.dirty import DirtyQueue
 from karmadaquota.controller.index import BindingIndex, safe_observe
@@ -426,6 +427,8 @@ class _BindingFeed:
             and generation > 0
             and have.generation == generation
             and not meta.get("deletionTimestamp")
+            and have.marked == queued.marked(obj)
+            and have.queue is None
         ):
             # A status or metadata update: the charge reads only the spec, and every change
             # of a ResourceBinding's spec bumps its generation (status is a subresource).

@@ -193,6 +193,7 @@ class BindingIndex:
         self._tombstones: dict[str, tuple[str, int]] = {}  # uid -> (namespace, rv)
         self.intern = Interner()
         self._count = 0
+        self._queued: dict[str, set[str]] = {}  # namespace -> uids of queued bindings
 
     def __len__(self) -> int:
         return self._count
@@ -208,7 +209,29 @@ class BindingIndex:
 
     def queued(self, namespace: str) -> list[queueing.QueueEntry]:
         """The namespace's bindings queued by a quota (charged nothing), in no order."""
-        return [b.queue for b in self._by_ns.get(namespace, {}).values() if b.queue is not None]
+        bucket = self._by_ns.get(namespace, {})
+        out = []
+        for uid in self._queued.get(namespace, ()):
+            q = bucket[uid].queue
+            if q is not None:
+                out.append(q)
+        return out
+
+    def has_queued(self, namespace: str) -> bool:
+        return bool(self._queued.get(namespace))
+
+    def queued_namespaces(self) -> list[str]:
+        return sorted(self._queued)
+
+    def _track_queue(self, namespace: str, uid: str, entry: IndexedBinding | None) -> None:
+        if entry is not None and entry.queue is not None:
+            self._queued.setdefault(namespace, set()).add(uid)
+            return
+        uids = self._queued.get(namespace)
+        if uids is not None:
+            uids.discard(uid)
+            if not uids:
+                del self._queued[namespace]
 
     def deleted(self, uid: str) -> bool:
         """True when the index saw this binding deleted (and has not forgotten it yet)."""
@@ -231,6 +254,7 @@ class BindingIndex:
         if current is not None and entry.rv and current.rv > entry.rv:
             return False
         bucket[uid] = entry
+        self._track_queue(namespace, uid, entry)
         if current is None:
             self._count += 1
             return True
@@ -247,6 +271,7 @@ class BindingIndex:
         if rv and bucket[uid].rv > rv:
             return False  # a newer version is known: this deletion is stale
         del bucket[uid]
+        self._track_queue(namespace, uid, None)
         self._count -= 1
         if not bucket:
             del self._by_ns[namespace]

@@ -25,6 +25,7 @@ import aiohttp
 
 from karmadaquota import queued
 from karmadaquota.controller import recompute as rc
+from karmadaquota.controller.admit import Admitter
 from karmadaquota.controller.dirty import DirtyQueue
 from karmadaquota.controller.index import BindingIndex, safe_observe
 from karmadaquota.controller.members import Members
@@ -99,8 +100,11 @@ class Controller:
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         waker: Waker | None = None,
         namespace_api: namespaces.Patcher | None = None,
+        admitter: Admitter | None = None,
     ) -> None:
         self.api = api
+        # admits queued bindings as room appears (None: queued bindings stay queued)
+        self.admitter = admitter
         # None: the enforcement label is neither checked nor written (Enforced not reported)
         self.namespace_api = namespace_api
         self._enforced: set[str] = set()  # namespaces seen labelled; forgotten at each relist
@@ -139,11 +143,13 @@ class Controller:
     # ---- inputs ----------------------------------------------------------------------------
 
     def _mark(self, namespace: str) -> None:
-        if self.quotas.has(namespace):
+        # a namespace whose quota is gone still has its queued bindings to admit
+        if self.quotas.has(namespace) or self.index.has_queued(namespace):
             self.dirty.mark(namespace)
 
     def mark_all(self) -> None:
         self.dirty.mark_many(self.quotas.namespaces())
+        self.dirty.mark_many(self.index.queued_namespaces())
 
     def member_changed(self, namespaces: Collection[str] | None) -> None:
         if namespaces is None:
@@ -240,6 +246,20 @@ class Controller:
             self._mark(namespace)
         if self.waker is not None and self._can_write():
             await self._wake(namespace)
+        if self.admitter is not None:
+            await self._admit(namespace)
+
+    async def _admit(self, namespace: str) -> None:
+        """Publish the namespace's queue lengths; on the leader, admit what fits."""
+        assert self.admitter is not None
+        entries = self.index.queued(namespace)
+        self.admitter.publish(namespace, entries)
+        if not self._can_write():
+            return
+        quotas = [r.quota for r in self.quotas.quotas(namespace) if r.quota is not None]
+        again = await self.admitter.admit(namespace, quotas, entries, self._clock())
+        if again is not None:
+            self.dirty.mark_at(namespace, again)
 
     async def _enforce(self, namespace: str) -> None:
         """Label a namespace holding a quota for enforcement if it is not (a quota created
@@ -397,6 +417,8 @@ class Controller:
 
     def leadership_changed(self, leader: bool) -> None:
         self.metrics.leader.set(1 if leader else 0)
+        if not leader and self.admitter is not None:
+            self.admitter.forget()
         if leader:
             self.mark_all()  # a new leader writes whatever its predecessor left undone
 
@@ -468,6 +490,8 @@ class _QuotaFeed:
                 # its waiting workloads may fit now; the namespace may have no quota left
                 self.c.waker.quota_deleted(have.quota)
                 self.c.dirty.mark(ns)
+            if self.c.index.has_queued(ns):
+                self.c.dirty.mark(ns)  # what it queued is admitted now (quota_deleted)
 
     def relisted(self, resource_version: int) -> None:
         self.c._relisted()

@@ -244,10 +244,10 @@ class Controller:
             self.dirty.mark_at(namespace, loop.time() + 0.05 + random.random() * 0.1)
         if self._can_write() and await self._audit_orphans(namespace):
             self._mark(namespace)
+        if self.admitter is not None:  # queued first: they were admitted to wait in order
+            await self._admit(namespace)
         if self.waker is not None and self._can_write():
             await self._wake(namespace)
-        if self.admitter is not None:
-            await self._admit(namespace)
 
     async def _admit(self, namespace: str) -> None:
         """Publish the namespace's queue lengths; on the leader, admit what fits."""

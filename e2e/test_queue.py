@@ -223,7 +223,7 @@ async def test_queued_in_order_and_a_later_high_priority_one_goes_first(
         return "Admitted" in await events_for(s, ns, "vip")
 
     await eventually(admitted_event, 30, "an Admitted event on vip's Deployment")
-    assert await s.admissions("room") >= 3
+    assert await s.admissions("room") >= 2  # vip, then a
 
 
 async def test_best_effort_lets_a_small_one_pass_a_large_head(stack: Stack, namespace: str) -> None:

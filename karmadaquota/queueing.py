@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from karmadaquota import api, queued, resources, scopes
-from karmadaquota.api import KarmadaQuota
+from karmadaquota.api import KarmadaQuota, ResourceBinding
 from karmadaquota.charge import Charge
 from karmadaquota.evaluate import REASON_EXCEEDED, QuotaView, evaluate
 
@@ -168,6 +168,23 @@ class QueueEntry:
     @property
     def priority_class(self) -> str:
         return self.charge.traits.priority_class
+
+    @classmethod
+    def of(cls, binding: ResourceBinding, quota: str, full: Charge) -> QueueEntry:
+        """The entry of a binding `quota` queued (`queued.queued_by`), costing `full`."""
+        meta, spec = binding.metadata, binding.spec
+        return cls(
+            name=meta.name,
+            uid=meta.uid,
+            resource_version=meta.resourceVersion,
+            quota=quota,
+            charge=full,
+            created=api.parse_time(meta.creationTimestamp) if meta.creationTimestamp else None,
+            schedule_priority=spec.schedulePriority.priority if spec.schedulePriority else None,
+            template=Template(
+                spec.resource.apiVersion, spec.resource.kind, spec.resource.name, spec.resource.uid
+            ),
+        )
 
 
 def priority(entry: QueueEntry, class_values: Mapping[str, int]) -> int:

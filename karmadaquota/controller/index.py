@@ -28,7 +28,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from karmadaquota import queued, queueing, scopes
-from karmadaquota.api import ResourceBinding, describe, parse_time
+from karmadaquota.api import ResourceBinding, describe
 from karmadaquota.charge import Charge, full_charge, queued_charge
 from karmadaquota.kube.versions import parse_rv
 from karmadaquota.quantity import QuantityError
@@ -139,28 +139,12 @@ def observe(obj: Mapping[str, Any], intern: Interner) -> BindingState:
     name, generation = intern(binding.metadata.name), binding.metadata.generation
     if c.invalid:
         _log_invalid(ns, name, uid, c.invalid)
-    entry = _queue_entry(binding, quota, full) if quota else None
+    entry = queueing.QueueEntry.of(binding, quota, full) if quota else None
     return BindingState(
         ns,
         uid,
         rv,
         IndexedBinding(name, generation, rv, usage, c.invalid, entry, queued.marked(obj)),
-    )
-
-
-def _queue_entry(binding: ResourceBinding, quota: str, full: Charge) -> queueing.QueueEntry:
-    meta, spec = binding.metadata, binding.spec
-    return queueing.QueueEntry(
-        name=meta.name,
-        uid=meta.uid,
-        resource_version=meta.resourceVersion,
-        quota=quota,
-        charge=full,
-        created=parse_time(meta.creationTimestamp) if meta.creationTimestamp else None,
-        schedule_priority=spec.schedulePriority.priority if spec.schedulePriority else None,
-        template=queueing.Template(
-            spec.resource.apiVersion, spec.resource.kind, spec.resource.name, spec.resource.uid
-        ),
     )
 
 

@@ -151,14 +151,14 @@ async def until_queued(s: Stack, ns: str, name: str, timeout: float = 60) -> Non
 
 async def until_queue_length(s: Stack, ns: str, n: int, timeout: float = 30) -> None:
     async def done() -> bool:
-        return (await quota_status(s, ns)).get("queued", 0) == n
+        return bool((await quota_status(s, ns)).get("queued", 0) == n)
 
     await eventually(done, timeout, f"status.queued == {n}")
 
 
 async def until_used_pods(s: Stack, ns: str, pods: int, timeout: float = 30) -> None:
     async def done() -> bool:
-        return (await quota_status(s, ns)).get("used", {}).get("pods") == str(pods)
+        return bool((await quota_status(s, ns)).get("used", {}).get("pods") == str(pods))
 
     await eventually(done, timeout, f"status.used pods == {pods}")
 
@@ -295,7 +295,8 @@ async def test_switched_to_refuse_queues_nothing_new_and_drains_its_queue(
     await set_quota(s, ns, 4, "Refuse")
 
     async def refuses() -> bool:
-        return (await s.api.get(QUOTAS.format(ns=ns) + "/team"))["spec"]["onExceed"] == "Refuse"
+        spec = (await s.api.get(QUOTAS.format(ns=ns) + "/team"))["spec"]
+        return bool(spec["onExceed"] == "Refuse")
 
     await eventually(refuses, 10, "quota switched to Refuse")
     await create(s, ns, "r1", 2)

@@ -101,3 +101,26 @@ async def test_leader_killed_mid_queue_never_over_admits_nor_loses_one(
     assert verdict.converged
     status = (await api.get(QUOTA.format(ns=ns)))["status"]
     assert status["used"]["pods"] == "10" and status["queued"] == 3
+
+
+async def test_the_campaign_in_queue_mode_never_over_admits_and_converges(
+    testbed: TestBed, stack: campaign.Stack, api: KubeClient, namespace: str
+) -> None:
+    """The adversarial campaign (e2e/test_campaign.py) with every quota in Queue mode: creates
+    that do not fit are queued and admitted by the leader while updates (which replace the
+    whole spec: a suspension dropped is charged in full) and deletes race them."""
+    seed = campaign.seed_from_env()
+    print(f"campaign seed={seed} (replay: KARMADAQUOTA_SEED={seed})")
+    await campaign.create_quotas(api, namespace, on_exceed="Queue")
+    stats = await campaign.run(api, namespace, testbed.members, seed, 400, concurrency=16, names=60)
+    print(stats.summary())
+    verdict, seconds = await campaign.converge(api, namespace, timeout=80)
+    print(f"converged {seconds:.1f}s after the storm")
+    assert verdict.converged
+    queued_total = 0.0
+    for w in stack.webhooks:
+        samples = product.parse_metrics(await w.metrics())
+        queued_total += sum(
+            v for k, v in samples.items() if k.startswith("karmadaquota_queued_total{")
+        )
+    assert queued_total > 0, "the campaign queued nothing: Queue mode was not exercised"

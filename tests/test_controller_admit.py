@@ -208,3 +208,24 @@ async def test_taking_our_annotation_off_alone_is_seen_although_no_generation_mo
     event(c, raw)
     await until(lambda: used(api) == {"pods": "0"})
     assert api.quotas["q"]["status"]["queued"] == 1
+
+
+async def test_queue_length_is_published_per_quota_and_dropped_when_empty() -> None:
+    from karmadaquota import queueing
+    from tests.test_queueing import entry
+
+    metrics = ControllerMetrics()
+    a = Admitter(QueueKarmada(), metrics)
+
+    def length(quota: str) -> float | None:
+        return metrics.registry.get_sample_value(
+            "karmadaquota_queue_length", {"quota_namespace": "ns", "quota": quota}
+        )
+
+    es: list[queueing.QueueEntry] = [entry("x", 1, 1), entry("y", 1, 2), entry("z", 1, 3, "other")]
+    a.publish("ns", es)
+    assert (length("team"), length("other")) == (2.0, 1.0)
+    a.publish("ns", es[:1])
+    assert (length("team"), length("other")) == (1.0, None)
+    a.publish("ns", [])
+    assert length("team") is None

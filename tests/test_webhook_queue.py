@@ -132,3 +132,19 @@ async def test_the_controllers_refused_admission_is_not_recorded_as_a_refusal(qu
     await until(lambda: bool(store.stored().status.waiting), what="the plain refusal recorded")
     assert [w.binding for w in store.stored().status.waiting] == ["other"]
     await webhook.refusals.close()
+
+
+async def test_strict_fifo_counts_what_this_replica_just_queued() -> None:
+    """The controller's `status.queued` lags: a small binding right behind a large one this
+    replica just queued must not pass it under StrictFIFO (it would under BestEffortFIFO)."""
+    for strategy, small_queued in (("StrictFIFO", True), ("BestEffortFIFO", False)):
+        client, _, webhook = await serve(queue_quota(strategy=strategy))
+        try:
+            _, body = await post(client, "/mutate-resourcebinding", review(binding_doc("big", 2)))
+            assert "patch" in body["response"]
+            _, body = await post(client, "/mutate-resourcebinding", review(binding_doc("small", 1)))
+            assert ("patch" in body["response"]) is small_queued, strategy
+            if small_queued:
+                assert webhook.metrics.queued.labels("BehindQueue")._value.get() == 1
+        finally:
+            await client.close()

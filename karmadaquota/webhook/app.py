@@ -18,7 +18,7 @@ import re
 import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -56,6 +56,9 @@ REASON_TIMEOUT = "Timeout"
 # wait in its namespace's queue; past it the API server has given up, so reserving for the
 # review would hold quota for a binding that will not be created.
 DEADLINE_SHARE = 0.9
+# how long this replica counts a binding it queued towards its quota's queue, before the
+# controller's `status.queued` surely has it (its reaction time is tens of milliseconds)
+QUEUED_RECENTLY = 2.0
 _GO_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m)$")
 
 
@@ -146,6 +149,9 @@ class Webhook:
         self.draining = False
         self.metrics = metrics
         self.refusals = refusals
+        # (namespace, quota) -> monotonic times this replica queued a binding for it: a StrictFIFO
+        # quota's `status.queued` lags by the controller's reaction time, this covers that window
+        self._queued_at: dict[tuple[str, str], list[float]] = {}
         # per namespace, cumulative seconds of quota API calls (KubeQuotaStore.api_seconds)
         self.api_seconds: Mapping[str, float] = api_seconds if api_seconds is not None else {}
 
@@ -225,7 +231,7 @@ class Webhook:
         if queueing.suspended(req.object):
             return None  # suspended by someone else: theirs to clear, charged as it asks
         quotas = self.cache.quotas(req.namespace)
-        policies = {q.metadata.name: queueing.Policy.of(q) for q in quotas}
+        policies = {q.metadata.name: self._policy(req.namespace, q) for q in quotas}
         if not any(p.queue for p in policies.values()):
             return None
         try:
@@ -235,7 +241,32 @@ class Webhook:
             return None
         if full.invalid:
             return None
-        return queueing.decide(views, policies, full)
+        decision = queueing.decide(views, policies, full)
+        if decision is not None and not req.dryRun:
+            now = time.monotonic()
+            if len(self._queued_at) > 1024:  # bounded: forget quotas not queued for recently
+                since = now - QUEUED_RECENTLY
+                self._queued_at = {k: v for k, v in self._queued_at.items() if v[-1] > since}
+            self._queued_at.setdefault((req.namespace, decision.quota), []).append(now)
+        return decision
+
+    def _policy(self, namespace: str, quota: KarmadaQuota) -> queueing.Policy:
+        """The quota's policy, its queue at least as long as what this replica queued for it
+        within the last `QUEUED_RECENTLY` seconds (not yet in the controller's count)."""
+        policy = queueing.Policy.of(quota)
+        key = (namespace, policy.name)
+        stamps = self._queued_at.get(key)
+        if not stamps:
+            return policy
+        since = time.monotonic() - QUEUED_RECENTLY
+        recent = [t for t in stamps if t > since]
+        if recent:
+            self._queued_at[key] = recent
+        else:
+            del self._queued_at[key]
+        if len(recent) <= policy.queued:
+            return policy
+        return replace(policy, queued=len(recent))
 
     async def _submit(self, pending: Pending, budget: float | None) -> Decision:
         if budget is None:

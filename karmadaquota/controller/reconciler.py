@@ -6,7 +6,9 @@ change marks its namespace dirty; the `DirtyQueue` then flushes each dirty names
 quota of it is recomputed from scratch (`recompute.recompute`) and, on the leader only, written
 with compare-and-swap (`kube.retry`) when its status differs. A lost CAS re-reads the quota and
 re-applies the recompute to the fresh object, so reservations the webhook added in the meantime
-are kept. Nothing is written before bindings and quotas have been listed in full.
+are kept. Then the leader admits the namespace's queued bindings that fit (`controller.admit`)
+and wakes refused ones that fit (`controller.wake`). Nothing is written before bindings and
+quotas have been listed in full.
 """
 
 from __future__ import annotations
@@ -454,6 +456,9 @@ class _BindingFeed:
         ):
             # A status or metadata update: the charge reads only the spec, and every change
             # of a ResourceBinding's spec bumps its generation (status is a subresource).
+            # Except our queued-by annotation (a metadata change that moves a binding in or
+            # out of the queue), and a queued binding's resourceVersion (its admission's
+            # precondition): those are always read again.
             return
         self.added(obj)
 

@@ -8,6 +8,8 @@ from typing import Any
 
 import jsonpatch  # type: ignore[import-untyped]
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from karmadaquota import queued, queueing
 from karmadaquota.api import KarmadaQuota, ResourceBinding
@@ -275,3 +277,48 @@ def test_policy_reads_the_quota_spec_and_status() -> None:
     assert queueing.Policy.of(q) == queueing.Policy("team", True, True, 3)
     default = KarmadaQuota.model_validate({"metadata": {"name": "d"}, "spec": {"hard": {}}})
     assert queueing.Policy.of(default) == queueing.Policy("d", False, False, 0)
+
+
+# ---- properties ------------------------------------------------------------------------------
+
+_ENTRY = st.tuples(
+    st.integers(1, 5),  # pods
+    st.integers(0, 50),  # age
+    st.sampled_from(["", "high", "low"]),  # priority class
+    st.none() | st.integers(-5, 5),  # schedulePriority
+)
+
+
+@given(
+    raw=st.lists(_ENTRY, max_size=12),
+    hard=st.integers(0, 20),
+    used=st.integers(0, 20),
+    strict=st.booleans(),
+)
+@settings(max_examples=300, deadline=None)
+def test_select_never_admits_more_than_fits_and_keeps_the_order(
+    raw: list[tuple[int, int, str, int | None]], hard: int, used: int, strict: bool
+) -> None:
+    classes = {"high": 10, "low": -10}
+    es = [entry(f"w{i:02d}", p, age, schedule=s, klass=k) for i, (p, age, k, s) in enumerate(raw)]
+    picks = queueing.select(
+        es, [view(pods=hard, used=used)], {"team": policy(strict=strict)}, classes
+    )
+    taken = sum(p.entry.charge.total["pods"].nanos for p in picks) // 10**9
+    assert used + taken <= hard or not picks
+    ranked = queueing.order(es, classes)
+    picked = [p.entry.name for p in picks]
+    # picks come in queue order
+    assert picked == [e.name for e in ranked if e.name in set(picked)]
+    room = hard - used
+    for e in ranked:
+        pods = e.charge.total["pods"].nanos // 10**9
+        if e.name in picked:
+            room -= pods
+        elif strict:
+            # StrictFIFO: nothing after the first that did not fit
+            assert pods > room
+            assert all(n not in picked for n in [x.name for x in ranked[ranked.index(e) :]])
+            break
+        else:
+            assert pods > room  # BestEffortFIFO skips only what does not fit

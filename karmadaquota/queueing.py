@@ -252,16 +252,6 @@ def select(
     return picks
 
 
-def positions(
-    entries: Iterable[QueueEntry], class_values: Mapping[str, int]
-) -> dict[str, list[QueueEntry]]:
-    """Each quota's queue in admission order (for status, describe and metrics)."""
-    out: dict[str, list[QueueEntry]] = {}
-    for e in order(entries, class_values):
-        out.setdefault(e.quota, []).append(e)
-    return out
-
-
 def resources_of(entry: QueueEntry) -> str:
     """`name=value,...` of what the entry asks for, for logs and events."""
     return ",".join(

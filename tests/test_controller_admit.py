@@ -26,7 +26,7 @@ class QueueKarmada(FakeKarmada):
 
     def __init__(self) -> None:
         super().__init__()
-        self.patches: list[tuple[str, JSON]] = []
+        self.binding_patches: list[tuple[str, JSON]] = []
         self.events: list[tuple[str, str]] = []  # (reason, involved object name)
         self.classes: dict[str, int] = {}
         # the validating webhook: True admits the clear of this binding
@@ -60,10 +60,10 @@ class QueueKarmada(FakeKarmada):
             if name not in self.classes:
                 raise NotFound(404, "NotFound", name)
             return {"value": self.classes[name]}
-        return await super().request(method, path, body, params, timeout)
+        return await super().request(method, path, body, params, timeout, content_type)
 
     def _patch(self, name: str, body: JSON) -> JSON:
-        self.patches.append((name, copy.deepcopy(body)))
+        self.binding_patches.append((name, copy.deepcopy(body)))
         b = next((b for b in self.bindings.values() if b["metadata"]["name"] == name), None)
         if b is None:
             raise NotFound(404, "NotFound", name)
@@ -121,14 +121,17 @@ async def test_admits_by_priority_then_age_on_the_version_it_decided_from(env: A
     await until(lambda: used(api) == {"pods": "4"})
     assert api.quotas["q"]["status"]["queued"] == 3
     await until(lambda: sorted(r for r, _ in api.events) == ["Queued"] * 3)
-    assert api.patches == []
+    assert api.binding_patches == []
 
     c.binding_event("DELETED", base)
-    await until(lambda: len(api.patches) == 2)
+    await until(lambda: len(api.binding_patches) == 2)
     # room for two: priority, then age
-    assert [n for n, _ in api.patches] == ["vip-deployment", "a-deployment"]
+    assert [n for n, _ in api.binding_patches] == ["vip-deployment", "a-deployment"]
     vip = next(b for b in api.bindings.values() if b["metadata"]["name"] == "vip-deployment")
-    assert api.patches[0][1]["metadata"]["resourceVersion"] != vip["metadata"]["resourceVersion"]
+    assert (
+        api.binding_patches[0][1]["metadata"]["resourceVersion"]
+        != vip["metadata"]["resourceVersion"]
+    )
     await until(lambda: ("Admitted", "vip") in api.events and ("Admitted", "a") in api.events)
     for b in api.bindings.values():  # their updates come back through the watch
         event(c, b)
@@ -146,10 +149,10 @@ async def test_strict_fifo_admits_nothing_past_a_head_that_does_not_fit(env: Any
     api.add_queued("small", 1, created="2026-01-01T00:00:02Z")
     await c.resync()
     await until(lambda: api.quotas["q"].get("status", {}).get("queued") == 2)
-    assert api.patches == []  # small fits, but big is the head
+    assert api.binding_patches == []  # small fits, but big is the head
     api.quotas["q"]["spec"].update(spec("BestEffortFIFO"))  # now small may pass big
     c.quota_event("MODIFIED", copy.deepcopy(api._bump(api.quotas["q"])))
-    await until(lambda: [n for n, _ in api.patches] == ["small-deployment"])
+    await until(lambda: [n for n, _ in api.binding_patches] == ["small-deployment"])
     del base
 
 
@@ -161,10 +164,10 @@ async def test_a_refused_clear_leaves_it_queued_and_a_follower_never_patches(env
     lead.leader = False
     await c.resync()
     await until(lambda: c.dirty.idle())
-    assert api.patches == [] and api.events == []
+    assert api.binding_patches == [] and api.events == []
     lead.leader = True
     c.leadership_changed(True)
-    await until(lambda: len(api.patches) >= 1)
+    await until(lambda: len(api.binding_patches) >= 1)
     (a,) = api.bindings.values()
     assert queued.ANNOTATION in a["metadata"]["annotations"]
     assert a["spec"]["suspension"] == {"scheduling": True}
@@ -179,10 +182,10 @@ async def test_a_deleted_quota_releases_its_queue(env: Any) -> None:
     api.add_queued("a", 2)
     await c.resync()
     await until(lambda: api.quotas["q"].get("status", {}).get("queued") == 1)
-    assert api.patches == []
+    assert api.binding_patches == []
     gone = api.quotas.pop("q")
     c.quota_event("DELETED", gone)
-    await until(lambda: [n for n, _ in api.patches] == ["a-deployment"])
+    await until(lambda: [n for n, _ in api.binding_patches] == ["a-deployment"])
     assert c.admitter is not None
     assert c.admitter.metrics.queue_admissions.labels("quota_deleted")._value.get() == 1
 

@@ -8,13 +8,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import jsonpatch
+import jsonpointer
 import pytest
 
 from karmadaquota.api import KarmadaQuota, ObjectReference, Reservation, format_time
 from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.controller.reconciler import Controller, Tuning
 from karmadaquota.kube import paths
-from karmadaquota.kube.client import JSON, Conflict, KubeError, NotFound
+from karmadaquota.kube.client import JSON, JSON_PATCH, Body, Conflict, KubeError, NotFound
 from tests.conftest import raw_binding
 from tests.polling import until
 
@@ -29,6 +31,8 @@ class FakeKarmada:
         self.quotas: dict[str, JSON] = {}
         self.bindings: dict[str, JSON] = {}
         self.puts = 0
+        self.patches = 0  # JSON patches applied
+        self.rejected_patches = 0  # JSON patches refused with 422 (a test failed)
         self.before_put: Callable[[JSON], Awaitable[None]] | None = None
         self.keep_hook = 1  # how many PUTs the hook runs before
         self.binding_gets = 0  # GETs of one binding by name (the orphan audit)
@@ -97,9 +101,10 @@ class FakeKarmada:
         self,
         method: str,
         path: str,
-        body: JSON | None = None,
+        body: Body | None = None,
         params: Mapping[str, str] | None = None,
         timeout: float = 10.0,
+        content_type: str = "application/json",
     ) -> JSON:
         await asyncio.sleep(0)
         params = params or {}
@@ -125,17 +130,28 @@ class FakeKarmada:
             if name not in self.quotas:
                 raise NotFound(404, "NotFound", name)
             return copy.deepcopy(self.quotas[name])
-        assert method == "PUT" and path.endswith("/status") and body is not None
+        assert method in ("PUT", "PATCH") and path.endswith("/status") and body is not None
         if self.before_put is not None:
             hook = self.before_put
             self.keep_hook -= 1
             if self.keep_hook <= 0:
                 self.before_put = None
             await hook(body)
-        self.puts += 1
         current = self.quotas.get(name)
         if current is None:
             raise NotFound(404, "NotFound", name)
+        if method == "PATCH":  # a JSON patch: applied to what is stored now, all or nothing
+            assert content_type == JSON_PATCH and isinstance(body, list)
+            try:
+                patched = jsonpatch.apply_patch(current, body)
+            except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException) as e:
+                self.rejected_patches += 1
+                raise KubeError(422, "", str(e)) from None
+            self.patches += 1
+            current["status"] = copy.deepcopy(patched.get("status", {}))
+            return copy.deepcopy(self._bump(current))
+        assert isinstance(body, dict)
+        self.puts += 1
         if body["metadata"]["resourceVersion"] != current["metadata"]["resourceVersion"]:
             raise Conflict(409, "Conflict", name)
         current["status"] = copy.deepcopy(body["status"])
@@ -236,21 +252,71 @@ async def test_storm_of_events_is_a_few_writes(env: Any) -> None:
     assert c.writes - writes <= 5
 
 
-async def test_conflict_rereads_and_keeps_the_webhooks_reservation(env: Any) -> None:
+async def test_a_webhook_write_in_between_does_not_make_the_controller_lose(env: Any) -> None:
+    """The controller's patch compare-and-swaps on its own revision: a reservation the webhook
+    wrote after the controller's read is kept, and the controller neither loses nor re-reads."""
+    api, c, _ = env
+    api.add_quota("q", {"pods": "10"})
+    api.add_reservation("q", "uid-web", {"pods": "2"}, binding="web")
+    await c.resync()
+    await until(lambda: used(api) == {"pods": "0"})
+    gets = api.quota_gets
+
+    async def webhook_writes_first(_: Any) -> None:
+        api.add_reservation("q", "uid-late", {"pods": "3"})
+
+    api.before_put = webhook_writes_first
+    c.binding_event("ADDED", api.add_binding("web", replicas=2, uid="uid-web"))
+    await until(lambda: used(api) == {"pods": "2"})
+    assert [r.reservedBy.uid for r in held(api)] == ["uid-late"]
+    assert sample(c, "karmadaquota_status_writes_total", result="conflict") == 0
+    assert api.patches >= 2 and api.quota_gets == gets
+
+
+async def test_another_controllers_write_in_between_is_a_conflict(env: Any) -> None:
+    """Two controllers (an old leader's late write) still compare-and-swap: a write of the
+    controller revision in between makes the patch fail; the fresh version is re-read."""
     api, c, _ = env
     api.add_quota("q", {"pods": "10"})
     await c.resync()
     await until(lambda: used(api) == {"pods": "0"})
 
-    async def webhook_writes_first(_: JSON) -> None:
-        api.add_reservation("q", "uid-late", {"pods": "3"})
+    async def other_controller_writes_first(_: Any) -> None:
+        q = api.quotas["q"]
+        q["status"]["controllerRevision"] += 1
+        api._bump(q)
 
-    api.before_put = webhook_writes_first
+    api.before_put = other_controller_writes_first
     c.binding_event("ADDED", api.add_binding("web", replicas=2))
     await until(lambda: used(api) == {"pods": "2"})
-    assert [r.reservedBy.uid for r in held(api)] == ["uid-late"]
     assert sample(c, "karmadaquota_status_writes_total", result="conflict") == 1
+    assert api.rejected_patches == 1
     assert api.quota_gets >= 1  # nothing newer was watched: the quota was read back
+
+
+async def test_an_entry_that_moved_fails_the_patch_which_is_retried(env: Any) -> None:
+    """Pending entries are removed by index after a test of their value: when the webhook's
+    write in between moved them (it dropped an entry before them), the patch fails as a whole
+    and the retry removes exactly the observed one."""
+    api, c, _ = env
+    api.add_quota("q", {"pods": "10"})
+    api.add_reservation("q", "uid-gone", {"pods": "1"}, binding="gone")
+    api.add_reservation("q", "uid-web", {"pods": "1"}, binding="web")
+    api.add_reservation("q", "uid-late", {"pods": "1"}, binding="late")
+    await c.resync()
+    await until(lambda: used(api) == {"pods": "0"})
+
+    async def webhook_drops_the_first(_: Any) -> None:
+        q = api.quotas["q"]
+        q["status"]["pending"][0]["bindings"].pop(0)
+        api._bump(q)
+
+    api.before_put = webhook_drops_the_first
+    c.binding_event("ADDED", api.add_binding("web", replicas=1, uid="uid-web"))
+    await until(lambda: used(api) == {"pods": "1"})
+    assert [r.reservedBy.uid for r in held(api)] == ["uid-late"]
+    assert api.rejected_patches == 1
+    assert sample(c, "karmadaquota_status_writes_total", result="conflict") == 1
 
 
 async def test_an_old_layout_is_rewritten_as_pending_by_the_first_write(env: Any) -> None:
@@ -287,17 +353,20 @@ async def test_an_old_layout_is_rewritten_as_pending_by_the_first_write(env: Any
 
 
 async def test_after_a_lost_cas_the_watched_version_is_used_without_a_read(env: Any) -> None:
-    """The webhook's winning write reaches the controller by watch before its retry: the
-    retry is computed from that version, the quota is not read back from the server."""
+    """Another controller's winning write reaches the controller by watch before its retry:
+    the retry is computed from that version, the quota is not read back from the server."""
     api, c, _ = env
     api.add_quota("q", {"pods": "10"})
     await c.resync()
     await until(lambda: used(api) == {"pods": "0"})
 
-    async def webhook_writes_first(_: JSON) -> None:
-        c.quota_event("MODIFIED", api.add_reservation("q", "uid-late", {"pods": "3"}))
+    async def other_controller_writes_first(_: Any) -> None:
+        api.add_reservation("q", "uid-late", {"pods": "3"})
+        q = api.quotas["q"]
+        q["status"]["controllerRevision"] += 1
+        c.quota_event("MODIFIED", copy.deepcopy(api._bump(q)))
 
-    api.before_put = webhook_writes_first
+    api.before_put = other_controller_writes_first
     gets = api.quota_gets
     c.binding_event("ADDED", api.add_binding("web", replicas=2))
     await until(lambda: used(api) == {"pods": "2"})
@@ -394,20 +463,24 @@ async def test_quota_deleted_during_write_is_not_an_error(env: Any) -> None:
 
 
 async def test_sustained_contention_backs_off_and_gets_through(env: Any) -> None:
-    """The webhook wins the CAS more times than we retry: no error, a retry soon after."""
+    """Another controller wins the CAS more times than we retry (while writing reservations
+    that must survive): no error, a retry soon after."""
     api, c, _ = env
     api.add_quota("q", {"pods": "10"})
     await c.resync()
     await until(lambda: used(api) == {"pods": "0"})
     n = 0
 
-    async def webhook_writes_first(_: JSON) -> None:
+    async def other_writes_first(_: Any) -> None:
         nonlocal n
         n += 1
         api.add_reservation("q", f"uid-{n}", {"pods": "1"})
+        q = api.quotas["q"]
+        q["status"]["controllerRevision"] += 1
+        api._bump(q)
 
     api.keep_hook = c.settings.max_attempts + 2
-    api.before_put = webhook_writes_first
+    api.before_put = other_writes_first
     c.binding_event("ADDED", api.add_binding("web", replicas=2))
     await until(lambda: used(api) == {"pods": "2"})
     kept = {r.reservedBy.uid for r in held(api)}

@@ -4,11 +4,12 @@ Two informers (`kube.informer`) feed ResourceBindings into the binding index and
 into the quota table, in version order; member pod watches feed the member pod tables. Each
 change marks its namespace dirty; the `DirtyQueue` then flushes each dirty namespace: every
 quota of it is recomputed from scratch (`recompute.recompute`) and, on the leader only, written
-with compare-and-swap (`kube.retry`) when its status differs. A lost CAS re-reads the quota and
-re-applies the recompute to the fresh object, so reservations the webhook added in the meantime
-are kept. Then the leader admits the namespace's queued bindings that fit (`controller.admit`)
-and wakes refused ones that fit (`controller.wake`). Nothing is written before bindings and
-quotas have been listed in full.
+when its status differs: a JSON patch that compare-and-swaps on the controller's own revision
+(`status.status_write`), so the webhook's writes of pending charges do not make it lose; a lost
+write (another controller wrote, or an entry it removes moved) re-reads the quota and re-applies
+the recompute to the fresh version (`kube.retry`). Then the leader admits the namespace's queued
+bindings that fit (`controller.admit`) and wakes refused ones that fit (`controller.wake`).
+Nothing is written before bindings and quotas have been listed in full.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import aiohttp
 
 from karmadaquota import queued
 from karmadaquota.controller import recompute as rc
+from karmadaquota.controller import status as st
 from karmadaquota.controller.admit import Admitter
 from karmadaquota.controller.dirty import DirtyQueue
 from karmadaquota.controller.index import BindingIndex, safe_observe
@@ -35,7 +37,7 @@ from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.controller.quotas import QuotaRecord, QuotaTable
 from karmadaquota.controller.wake import Waker
 from karmadaquota.kube import namespaces, paths
-from karmadaquota.kube.client import JSON, Api, KubeError, NotFound
+from karmadaquota.kube.client import JSON, JSON_PATCH, Api, Conflict, KubeError, NotFound
 from karmadaquota.kube.informer import Informer, Lister
 from karmadaquota.kube.retry import Backoff, ConflictsExhausted, retry_on_conflict
 from karmadaquota.kube.versions import parse_rv
@@ -352,7 +354,7 @@ class Controller:
                 return held
             return self._fold_quota(await self.api.get(paths.quota(ns, name))) or record
 
-        def mutate(current: QuotaRecord) -> JSON | None:
+        def mutate(current: QuotaRecord) -> tuple[QuotaRecord, st.StatusWrite] | None:
             nonlocal outcome, tried
             tried = _rv(current)
             if current.quota is None:
@@ -366,11 +368,23 @@ class Controller:
             self._schedule_expiry(ns, outcome.next_expiry, now)
             if desired is None or not self._can_write():
                 return None  # followers keep their figures warm; the leader writes
-            return {**current.raw, "status": desired}
+            return current, desired
 
-        async def write(body: JSON) -> JSON:
+        async def write(change: tuple[QuotaRecord, st.StatusWrite]) -> JSON:
+            current, desired = change
             path = paths.quota_status(ns, name)
-            return await self.api.request("PUT", path, body, timeout=self.settings.write_timeout)
+            timeout = self.settings.write_timeout
+            if desired.patch is None:  # compare-and-swap on resourceVersion
+                body = {**current.raw, "status": desired.status}
+                return await self.api.request("PUT", path, body, timeout=timeout)
+            try:  # compare-and-swap on the controller's revision (status.status_write)
+                return await self.api.request(
+                    "PATCH", path, desired.patch, timeout=timeout, content_type=JSON_PATCH
+                )
+            except KubeError as e:
+                if e.status == 422:  # a test of the patch failed: the version moved
+                    raise Conflict(e.status, e.reason, e.message) from e
+                raise
 
         try:
             result = await retry_on_conflict(

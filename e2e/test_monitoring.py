@@ -146,8 +146,16 @@ async def test_every_queried_metric_is_exported(
         path = f"/apis/work.karmada.io/v1alpha2/namespaces/{ns}/resourcebindings"
         with pytest.raises(KubeError, match="exceeded quota: team"):
             await api.post(path, binding(ns, "too-big", cpu="2"))
-        # fits team, not waitline (one Deployment, web's): queued, not refused
-        await api.post(path, binding(ns, "waits", cpu="10m"))
+
+        async def web_placed() -> bool:
+            rb = await api.get(f"{path}/web-deployment")
+            return bool(rb["spec"].get("clusters"))
+
+        await eventually(web_placed, 60, "web placed")
+        # fits team, not waitline (one Deployment: web's): queued (through Karmada, which
+        # retries a create refused before the queueing registration took effect)
+        waits = deployment(ns, "waits", 1, {"cpu": "10m"})
+        await testbed.aapply([waits, divided_policy(ns, "waits", members, "waits")])
     finally:
         await api.close()
 

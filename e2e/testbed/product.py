@@ -230,7 +230,10 @@ def register(
     skip: Sequence[dict[str, Any]] = (),
 ) -> None:
     """Register the webhook the way webhook/karmada/ does, but at a local URL; `skip` adds
-    namespaceSelector expressions for bindings (e.g. a benchmark's namespaces without it)."""
+    namespaceSelector expressions for bindings (e.g. a benchmark's namespaces without it).
+    The queueing (mutating) registration goes first: karmada-apiserver takes a moment to start
+    calling a new registration, and a binding created in between is refused, not queued."""
+    register_queue(bed, url_base, ca_bundle)
     extra: dict[str, Any] = {
         "matchPolicy": "Equivalent",
         "name": "resourcebinding.quota.karmada.io",
@@ -255,7 +258,6 @@ def register(
         QUOTA_RULES,
         extra={"name": "karmadaquota.quota.karmada.io"},
     )
-    register_queue(bed, url_base, ca_bundle)
 
 
 def shipped_queue_webhook() -> dict[str, Any]:

@@ -168,16 +168,17 @@ class KarmadaQuotaSpec(_Lenient):
     )
     onExceed: OnExceed = Field(
         default=ON_EXCEED_REFUSE,
-        description="What happens to a new workload that does not fit: Refuse (admission "
-        "refuses its ResourceBinding; it is requeued by annotation when room appears) or Queue "
+        description="What happens to a new workload that does not fit: Refuse (the default: "
+        "admission refuses its ResourceBinding; it is requeued by annotation when room appears) "
+        "or Queue "
         "(its binding is created with scheduling suspended and admitted in order as room "
         "appears). Scale-ups of running workloads are refused either way.",
     )
     queueingStrategy: QueueingStrategy = Field(
         default=STRATEGY_BEST_EFFORT,
         description="Order of admission from the queue (higher priority first, then oldest): "
-        "BestEffortFIFO admits every queued workload that fits; StrictFIFO admits none past "
-        "the first that does not fit, and queues new workloads behind it.",
+        "BestEffortFIFO (the default) admits every queued workload that fits; StrictFIFO admits "
+        "none past the first that does not fit, and queues new workloads behind it.",
     )
 
 

@@ -168,7 +168,7 @@ class KarmadaQuotaSpec(_Lenient):
     )
     onExceed: OnExceed = Field(
         default=ON_EXCEED_REFUSE,
-        description="What happens to a new workload that does not fit: Refuse (the default: "
+        description="What happens to a new workload that does not fit: Refuse (by default; "
         "admission refuses its ResourceBinding; it is requeued by annotation when room appears) "
         "or Queue "
         "(its binding is created with scheduling suspended and admitted in order as room "

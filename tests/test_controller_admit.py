@@ -88,7 +88,7 @@ async def env() -> AsyncIterator[tuple[QueueKarmada, Controller, Lead]]:
         Tuning(quiet=0.01, max_delay=0.1, member_watch=False),
         admitter=Admitter(api, ControllerMetrics()),
     )
-    task = asyncio.create_task(c.dirty.run())
+    task = asyncio.create_task(c.run_queues())
     try:
         yield api, c, lead
     finally:
@@ -163,7 +163,7 @@ async def test_a_refused_clear_leaves_it_queued_and_a_follower_never_patches(env
     api.add_queued("a", 2)
     lead.leader = False
     await c.resync()
-    await until(lambda: c.dirty.idle())
+    await until(c.idle)
     assert api.binding_patches == [] and api.events == []
     lead.leader = True
     c.leadership_changed(True)

@@ -179,7 +179,7 @@ async def env() -> AsyncIterator[tuple[FakeKarmada, Controller, Lead]]:
         lead,
         Tuning(quiet=0.01, max_delay=0.1, page_size=2, member_watch=False),
     )
-    task = asyncio.create_task(c.dirty.run())
+    task = asyncio.create_task(c.run_queues())
     try:
         yield api, c, lead
     finally:
@@ -202,7 +202,7 @@ def sample(c: Controller, name: str, **labels: str) -> float | None:
 
 
 def quiet(c: Controller) -> bool:
-    return c.dirty.idle()  # nothing marked, nothing flushing (expiry timers may be armed)
+    return c.idle()  # nothing marked, nothing flushing (expiry timers may be armed)
 
 
 async def test_nothing_is_written_before_the_full_list(env: Any) -> None:
@@ -559,7 +559,7 @@ async def test_a_binding_update_at_the_same_generation_is_not_charged_again(env:
     status_update["metadata"]["resourceVersion"] = str(api.rv + 1)
     status_update["spec"]["replicas"] = 7  # a marker: the API server bumps generation for this
     c.binding_event("MODIFIED", status_update)
-    assert c.index.get(NS, b["metadata"]["uid"]) is entry and c.dirty.idle()
+    assert c.index.get(NS, b["metadata"]["uid"]) is entry and c.idle()
     status_update["metadata"]["generation"] = 2
     status_update["metadata"]["resourceVersion"] = str(api.rv + 2)
     c.binding_event("MODIFIED", status_update)
@@ -605,6 +605,44 @@ async def test_room_freed_wakes_the_waiting_workload_and_the_list_survives_statu
     await until(lambda: templates.patched() == ["b"])
     assert used(api) == {"pods": "0"}
     assert [w["template"]["name"] for w in api.quotas["q"]["status"]["waiting"]] == ["b"]
+
+
+async def test_a_slow_wake_never_holds_up_the_recompute_that_releases_quota(env: Any) -> None:
+    """Waking has a queue of its own: while a template PATCH hangs, a deleted binding is still
+    released in the quota's next write, and the wake completes once the PATCH answers."""
+    from karmadaquota.controller.wake import Waker, WakeSettings
+    from tests.test_wake import FakeTemplates
+
+    class SlowTemplates(FakeTemplates):
+        def __init__(self) -> None:
+            super().__init__("b", namespace=NS)
+            self.answer = asyncio.Event()
+
+        async def merge_patch(self, path: str, body: JSON, timeout: float = 10.0) -> JSON:
+            await self.answer.wait()  # the API server is slow to answer, not synchronisation
+            return await super().merge_patch(path, body, timeout)
+
+    api, c, _ = env
+    templates = SlowTemplates()
+    c.waker = Waker(templates, c.metrics, WakeSettings())  # type: ignore[arg-type]
+    entry = {
+        "template": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "b", "uid": "uid-b"},
+        "binding": "b-deployment",
+        "requested": {"pods": "1"},
+        "firstRefused": "2026-01-01T00:00:00.000000Z",
+    }
+    api.add_quota("q", {"pods": "3"}, waiting=[entry])
+    a = api.add_binding("a", replicas=2)
+    other = api.add_binding("other", replicas=1)
+    await c.resync()
+    await until(lambda: used(api) == {"pods": "3"})
+    c.binding_event("DELETED", a)  # room for b: its wake starts and hangs on the PATCH
+    await until(lambda: used(api) == {"pods": "1"} and not c.wakes.idle())
+    c.binding_event("DELETED", other)
+    await until(lambda: used(api) == {"pods": "0"})  # released while the wake still hangs
+    assert templates.patches == [] and not c.wakes.idle()
+    templates.answer.set()
+    await until(lambda: templates.patched() == ["b"])
 
 
 async def test_deleting_the_refusing_quota_wakes_its_waiting_workload(env: Any) -> None:

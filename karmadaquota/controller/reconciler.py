@@ -7,9 +7,10 @@ quota of it is recomputed from scratch (`recompute.recompute`) and, on the leade
 when its status differs: a JSON patch that compare-and-swaps on the controller's own revision
 (`status.status_write`), so the webhook's writes of pending charges do not make it lose; a lost
 write (another controller wrote, or an entry it removes moved) re-reads the quota and re-applies
-the recompute to the fresh version (`kube.retry`). Then the leader admits the namespace's queued
-bindings that fit (`controller.admit`) and wakes refused ones that fit (`controller.wake`).
-Nothing is written before bindings and quotas have been listed in full.
+the recompute to the fresh version (`kube.retry`). Each recompute on the leader then feeds the
+queues of the jobs that follow it — the orphan audit, admitting queued bindings that fit
+(`controller.admit`), waking waiting workloads — so a slow GET or PATCH of theirs never delays a
+recompute. Nothing is written before bindings and quotas have been listed in full.
 """
 
 from __future__ import annotations
@@ -124,6 +125,15 @@ class Controller:
         self.dirty = DirtyQueue(
             self.flush, quiet=self.settings.quiet, max_delay=self.settings.max_delay
         )
+        # The jobs that follow a namespace's recompute on the leader, each in a queue of its
+        # own (the Kubernetes quota controller's way: a queue per job), so that a slow one
+        # never holds up the recompute that releases quota: the orphan audit (binding GETs)
+        # and waking waiting workloads (PATCHes of their templates, seconds of budget).
+        self.audits = DirtyQueue(self._audit, quiet=0.0, max_delay=0.0, name="orphan-audit")
+        self.wakes = DirtyQueue(self._wake, quiet=0.0, max_delay=0.0, name="wake")
+        # admitting queued bindings (merge patches of bindings, charged by the webhook); on
+        # followers it only publishes the queue lengths
+        self.admissions = DirtyQueue(self._admit, quiet=0.0, max_delay=0.0, name="admit")
         self.binding_informer = Informer(
             paths.bindings(),
             _BindingFeed(self),
@@ -205,7 +215,7 @@ class Controller:
     async def run(self) -> None:
         """Watch bindings and quotas and flush dirty namespaces until cancelled."""
         tasks = [
-            asyncio.create_task(self.dirty.run(), name="recompute-queue"),
+            asyncio.create_task(self.run_queues(), name="queues"),
             asyncio.create_task(self.binding_informer.run(), name="binding-informer"),
             asyncio.create_task(self.quota_informer.run(), name="quota-informer"),
         ]
@@ -243,19 +253,46 @@ class Controller:
         contended = False
         for record in self.quotas.quotas(namespace):
             contended = not await self._sync_quota(record) or contended
-        if contended:  # the webhook is busy writing reservations: come back very soon
+        if contended:  # another controller is writing: come back very soon
             loop = asyncio.get_running_loop()
             self.dirty.mark_at(namespace, loop.time() + 0.05 + random.random() * 0.1)
+        if self.admitter is not None:
+            self.admissions.mark(namespace)
+        if self._can_write():
+            self.audits.mark(namespace)
+            if self.waker is not None:
+                self.wakes.mark(namespace)
+
+    def idle(self) -> bool:
+        """Nothing marked or running in any of the controller's queues."""
+        return (
+            self.dirty.idle()
+            and self.audits.idle()
+            and self.wakes.idle()
+            and self.admissions.idle()
+        )
+
+    async def run_queues(self) -> None:
+        """The recompute queue and the queues of the jobs that follow it, until cancelled."""
+        queues = (self.dirty, self.audits, self.wakes, self.admissions)
+        tasks = [asyncio.create_task(q.run(), name=f"queue/{q.name}") for q in queues]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _audit(self, namespace: str) -> None:
+        """The orphan audit of one namespace (leader only): a released reservation is
+        recomputed at once."""
         if self._can_write() and await self._audit_orphans(namespace):
             self._mark(namespace)
-        if self.admitter is not None:  # queued first: they were admitted to wait in order
-            await self._admit(namespace)
-        if self.waker is not None and self._can_write():
-            await self._wake(namespace)
 
     async def _admit(self, namespace: str) -> None:
         """Publish the namespace's queue lengths; on the leader, admit what fits."""
-        assert self.admitter is not None
+        if self.admitter is None:
+            return
         entries = self.index.queued(namespace)
         self.admitter.publish(namespace, entries)
         if not self._can_write():
@@ -263,7 +300,7 @@ class Controller:
         quotas = [r.quota for r in self.quotas.quotas(namespace) if r.quota is not None]
         again = await self.admitter.admit(namespace, quotas, entries, self._clock())
         if again is not None:
-            self.dirty.mark_at(namespace, again)
+            self.admissions.mark_at(namespace, again)
 
     async def _enforce(self, namespace: str) -> None:
         """Label a namespace holding a quota for enforcement if it is not (a quota created
@@ -286,7 +323,8 @@ class Controller:
 
     async def _wake(self, namespace: str) -> None:
         """Requeue the namespace's waiting workloads that now fit (leader only)."""
-        assert self.waker is not None
+        if self.waker is None or not self._can_write():
+            return
         quotas = [r.quota for r in self.quotas.quotas(namespace) if r.quota is not None]
         again = await self.waker.wake(namespace, quotas, self._clock())
         if again is not None:
@@ -343,6 +381,7 @@ class Controller:
             return True  # unreadable (logged): nothing to recompute until it changes
         extra = {"namespace": ns, "quota": name, "uid": record.quota.metadata.uid}
         outcome: rc.Outcome | None = None
+        computed = (self._clock(), 0.0)  # when the last outcome was computed, and how long it took
         tried = 0  # resourceVersion of the last version a write was computed from
 
         async def read() -> QuotaRecord:
@@ -355,17 +394,17 @@ class Controller:
             return self._fold_quota(await self.api.get(paths.quota(ns, name))) or record
 
         def mutate(current: QuotaRecord) -> tuple[QuotaRecord, st.StatusWrite] | None:
-            nonlocal outcome, tried
+            # pure but for the clock: called again after each lost compare-and-swap, so the
+            # side effects of an outcome (metrics, its expiry timer) follow the last one, below
+            nonlocal outcome, tried, computed
             tried = _rv(current)
             if current.quota is None:
                 return None
             now = self._clock()
             started = time.perf_counter()
             outcome = rc.recompute(current.quota, self._snapshot(ns), now)
+            computed = (now, time.perf_counter() - started)
             desired = rc.status_to_write(current.raw.get("status"), outcome)
-            self.metrics.recompute_duration.observe(time.perf_counter() - started)
-            self.metrics.set_quota(ns, name, outcome.used, outcome.hard, outcome.status)
-            self._schedule_expiry(ns, outcome.next_expiry, now)
             if desired is None or not self._can_write():
                 return None  # followers keep their figures warm; the leader writes
             return current, desired
@@ -397,6 +436,7 @@ class Controller:
                 on_conflict=self.metrics.status_writes.labels("conflict").inc,
             )
         except ConflictsExhausted:
+            self._computed(ns, name, outcome, *computed)
             log.info("status write contended; retrying shortly", extra=extra)
             return False
         except NotFound:
@@ -405,6 +445,7 @@ class Controller:
         except KubeError:
             self.metrics.status_writes.labels("error").inc()
             raise
+        self._computed(ns, name, outcome, *computed)
         if result is None or outcome is None:
             return True
         self.metrics.status_writes.labels("ok").inc()
@@ -423,11 +464,19 @@ class Controller:
         )
         return True
 
-    def _schedule_expiry(self, namespace: str, expiry: datetime | None, now: datetime) -> None:
-        if expiry is None:
+    def _computed(
+        self, ns: str, name: str, outcome: rc.Outcome | None, now: datetime, seconds: float
+    ) -> None:
+        """What a quota's last computed outcome publishes: its metrics (followers keep their
+        figures warm too) and a recompute when its earliest reservation lapses."""
+        if outcome is None:
             return
-        loop = asyncio.get_running_loop()
-        self.dirty.mark_at(namespace, loop.time() + (expiry - now).total_seconds() + 0.05)
+        self.metrics.recompute_duration.observe(seconds)
+        self.metrics.set_quota(ns, name, outcome.used, outcome.hard, outcome.status)
+        if outcome.next_expiry is not None:
+            loop = asyncio.get_running_loop()
+            due = loop.time() + (outcome.next_expiry - now).total_seconds() + 0.05
+            self.dirty.mark_at(ns, due)
 
     # ---- leadership ------------------------------------------------------------------------
 

@@ -125,10 +125,16 @@ async def test_every_queried_metric_is_exported(
     wanted = queried_metrics()
     ns = namespace
     await testbed.aapply(product.quota(ns, "team", {"requests.cpu": "1", "pods": "4"}))
+    # a queue (onExceed: Queue) for the queue series; named after "team", which refuses first
+    queue_hard = {"count/deployments.apps": "1"}
+    await testbed.aapply(product.quota(ns, "waitline", queue_hard, onExceed="Queue"))
 
     def initialised() -> bool:
         q = testbed.get("karmadaquota", "team", namespace=ns) or {}
-        return {"requests.cpu", "pods"} <= set(q.get("status", {}).get("used", {}))
+        w = testbed.get("karmadaquota", "waitline", namespace=ns) or {}
+        return {"requests.cpu", "pods"} <= set(q.get("status", {}).get("used", {})) and set(
+            queue_hard
+        ) <= set(w.get("status", {}).get("used", {}))
 
     await eventually(initialised, 60, "status.used initialised")
     # placed in the members and observed there (per-member series), admitted (a status write)
@@ -140,6 +146,16 @@ async def test_every_queried_metric_is_exported(
         path = f"/apis/work.karmada.io/v1alpha2/namespaces/{ns}/resourcebindings"
         with pytest.raises(KubeError, match="exceeded quota: team"):
             await api.post(path, binding(ns, "too-big", cpu="2"))
+
+        async def web_placed() -> bool:
+            rb = await api.get(f"{path}/web-deployment")
+            return bool(rb["spec"].get("clusters"))
+
+        await eventually(web_placed, 60, "web placed")
+        # fits team, not waitline (one Deployment: web's): queued (through Karmada, which
+        # retries a create refused before the queueing registration took effect)
+        waits = deployment(ns, "waits", 1, {"cpu": "10m"})
+        await testbed.aapply([waits, divided_policy(ns, "waits", members, "waits")])
     finally:
         await api.close()
 

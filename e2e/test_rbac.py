@@ -139,6 +139,28 @@ async def test_the_controller_can_make_every_call_it_makes_and_nothing_else(
         "create the Lease": ("POST", LEASES, lease),
         "get the Lease": ("GET", f"{LEASES}/karmadaquota-controller", None),
         "get a Deployment (requeue audit)": ("GET", template, None),
+        "get a PriorityClass (queue order)": (
+            "GET",
+            "/apis/scheduling.k8s.io/v1/priorityclasses/system-cluster-critical",
+            None,
+        ),
+        "post an Event (Queued, Admitted)": (
+            "POST",
+            f"/api/v1/namespaces/{ns}/events",
+            {
+                "metadata": {"generateName": "d.", "namespace": ns},
+                "involvedObject": {
+                    "apiVersion": "apps/v1",
+                    "kind": "Deployment",
+                    "name": "d",
+                    "namespace": ns,
+                },
+                "reason": "Queued",
+                "message": "rbac test",
+                "type": "Normal",
+                "source": {"component": "karmadaquota-controller"},
+            },
+        ),
     }
     got = {what: await status_of(c, *call) for what, call in allowed.items()}
     assert got == {what: 200 for what in allowed}, got
@@ -147,6 +169,15 @@ async def test_the_controller_can_make_every_call_it_makes_and_nothing_else(
         template, {"metadata": {"annotations": {"quota.karmada.io/requeued-at": "rbac-test"}}}
     )
     assert patched["metadata"]["annotations"]["quota.karmada.io/requeued-at"] == "rbac-test"
+    # queue admission: the merge patch on a resourceVersion the admitter sends (controller/admit.py)
+    rv = (await c.get(binding_path))["metadata"]["resourceVersion"]
+    admitted = await c.request(
+        "PATCH",
+        binding_path,
+        {"metadata": {"resourceVersion": rv, "annotations": {"quota.karmada.io/queued-by": None}}},
+        content_type="application/merge-patch+json",
+    )
+    assert admitted["metadata"]["name"] == "b"
     held = await c.get(f"{LEASES}/karmadaquota-controller")
     assert await status_of(c, "PUT", f"{LEASES}/karmadaquota-controller", held) == 200
 
@@ -171,11 +202,8 @@ async def test_the_controller_can_make_every_call_it_makes_and_nothing_else(
                 await admin.get(f"{LEASES}/someone-else"),
             ),
             "delete its Lease": ("DELETE", f"{LEASES}/karmadaquota-controller", None),
-            "post an Event": (
-                "POST",
-                f"/api/v1/namespaces/{ns}/events",
-                {"metadata": {"name": "e"}, "involvedObject": {"name": "q"}},
-            ),
+            "replace a binding": ("PUT", binding_path, await admin.get(binding_path)),
+            "list PriorityClasses": ("GET", "/apis/scheduling.k8s.io/v1/priorityclasses", None),
             "replace a Deployment": ("PUT", template, await admin.get(template)),
             "delete a Deployment": ("DELETE", template, None),
             "get a DaemonSet": ("GET", f"/apis/apps/v1/namespaces/{ns}/daemonsets/d", None),

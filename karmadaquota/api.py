@@ -53,6 +53,14 @@ ENFORCED_LABEL = "quota.karmada.io/enforced"
 ENFORCED_VALUE = "true"
 
 QuantityValue = str | int
+
+# spec.onExceed and spec.queueingStrategy (karmadaquota.queueing)
+OnExceed = Literal["Refuse", "Queue"]
+QueueingStrategy = Literal["BestEffortFIFO", "StrictFIFO"]
+ON_EXCEED_REFUSE: OnExceed = "Refuse"
+ON_EXCEED_QUEUE: OnExceed = "Queue"
+STRATEGY_BEST_EFFORT: QueueingStrategy = "BestEffortFIFO"
+STRATEGY_STRICT: QueueingStrategy = "StrictFIFO"
 RawResourceList = dict[str, QuantityValue]
 
 
@@ -114,6 +122,7 @@ class ObjectMeta(_Lenient):
     generation: int = 0
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
+    creationTimestamp: str | None = None
     deletionTimestamp: str | None = None
 
 
@@ -156,6 +165,20 @@ class KarmadaQuotaSpec(_Lenient):
         default_factory=list,
         description="Shorthand for scopeSelector expressions with operator Exists.",
         json_schema_extra={"items": {"type": "string", "enum": ["BestEffort", "NotBestEffort"]}},
+    )
+    onExceed: OnExceed = Field(
+        default=ON_EXCEED_REFUSE,
+        description="What happens to a new workload that does not fit: Refuse (by default; "
+        "admission refuses its ResourceBinding; it is requeued by annotation when room appears) "
+        "or Queue "
+        "(its binding is created with scheduling suspended and admitted in order as room "
+        "appears). Scale-ups of running workloads are refused either way.",
+    )
+    queueingStrategy: QueueingStrategy = Field(
+        default=STRATEGY_BEST_EFFORT,
+        description="Order of admission from the queue (higher priority first, then oldest): "
+        "BestEffortFIFO (the default) admits every queued workload that fits; StrictFIFO admits "
+        "none past the first that does not fit, and queues new workloads behind it.",
     )
 
 
@@ -505,6 +528,10 @@ class KarmadaQuotaStatus(_Lenient):
         default_factory=list,
         description="Workloads this quota refused, oldest first; requeued when they fit.",
     )
+    queued: int = Field(
+        default=0,
+        description="ResourceBindings this quota queued that wait, suspended, to be admitted.",
+    )
     summary: str = Field(default="", description="used/hard per resource, for kubectl get.")
     conditions: list[Condition] = Field(
         default_factory=list, description="Ready, Valid, MemberObserved, BindingsCharged, Enforced."
@@ -626,6 +653,18 @@ class GracefulEvictionTask(_Lenient):
     replicas: int | None = None
 
 
+class Suspension(_Lenient):
+    """spec.suspension: `scheduling` true keeps Karmada's scheduler away (Karmada >= 1.13)."""
+
+    scheduling: bool | None = None
+
+
+class SchedulePriority(_Lenient):
+    """spec.schedulePriority, from a PropagationPolicy's schedulePriority."""
+
+    priority: int = 0
+
+
 class ResourceBindingSpec(_Lenient):
     resource: BindingResource
     replicas: int = 0  # negative values are charged as zero and refused by charge()
@@ -633,6 +672,10 @@ class ResourceBindingSpec(_Lenient):
     components: list[Component] = Field(default_factory=list)
     clusters: list[TargetCluster] = Field(default_factory=list)
     gracefulEvictionTasks: list[GracefulEvictionTask] = Field(default_factory=list)
+    # a binding queued by a quota (karmadaquota.queueing) is charged nothing while suspended
+    suspension: Suspension | None = None
+    # read for queue order only; never charged
+    schedulePriority: SchedulePriority | None = None
 
 
 class ResourceBinding(_Lenient):

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from karmadaquota import resources
+from karmadaquota import queued, resources
 from karmadaquota.api import ResourceBinding, ResourceBindingSpec
 from karmadaquota.quantity import Quantity
 from karmadaquota.resources import ResourceList, count_name
@@ -99,7 +99,23 @@ def _is_best_effort(requests: Mapping[str, Quantity]) -> bool:
 
 
 def charge(binding: ResourceBinding) -> Charge:
-    """The binding's charge. Raises QuantityError naming the field on a bad quantity."""
+    """The binding's charge. Raises QuantityError naming the field on a bad quantity.
+
+    A binding queued by a quota (`queued.queued_by`) is charged nothing: it keeps its traits
+    (scopes), its missing requests and its invalid values (refused all the same), so that the
+    update that admits it is charged in full by `evaluate`.
+    """
+    full = full_charge(binding)
+    return queued_charge(full) if queued.queued_by(binding) else full
+
+
+def queued_charge(full: Charge) -> Charge:
+    """What a queued binding is charged: nothing, with everything else of its charge kept."""
+    return Charge({}, {}, full.traits, full.missing_requests, full.invalid)
+
+
+def full_charge(binding: ResourceBinding) -> Charge:
+    """What the binding costs once admitted, queued or not (the queue's fit checks)."""
     spec = binding.spec
     objects: ResourceList = {count_name(spec.resource.apiVersion, spec.resource.kind): _ONE}
     legacy = _LEGACY_COUNTS.get(spec.resource.kind)

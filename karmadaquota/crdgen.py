@@ -170,6 +170,12 @@ def crd() -> dict[str, Any]:
                             "jsonPath": ".status.summary",
                             "description": "used/hard per resource",
                         },
+                        {
+                            "name": "Queued",
+                            "type": "integer",
+                            "jsonPath": ".status.queued",
+                            "description": "workloads queued by this quota (onExceed: Queue)",
+                        },
                         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
                     ],
                     "schema": {"openAPIV3Schema": _schema()},

@@ -3,7 +3,8 @@
 The Helm chart (charts/karmadaquota) runs its workloads on the cluster that hosts Karmada, and
 its hook Jobs run this command with a kubeconfig for karmada-apiserver to put the rest there:
 the KarmadaQuota CRD, the components' ServiceAccounts, token Secrets and RBAC, and the
-ValidatingWebhookConfiguration.
+webhook registrations (the MutatingWebhookConfiguration that queues, then the
+ValidatingWebhookConfiguration that charges).
 
 `apply` is server-side apply (field manager `karmadaquota-install`, conflicts forced: the chart
 owns these objects) in an order that never refuses a workload for nothing: the CRD first, then
@@ -80,8 +81,10 @@ KINDS: tuple[Kind, ...] = (
     Kind(_RBAC, "ClusterRoleBinding", "clusterrolebindings", False),
     Kind(_RBAC, "Role", "roles", True),
     Kind(_RBAC, "RoleBinding", "rolebindings", True),
-    Kind(_ADMISSION, "ValidatingWebhookConfiguration", "validatingwebhookconfigurations", False),
+    # the fail-closed validating registration last on apply, first on delete; the mutating one
+    # (queueing, failurePolicy Ignore) just before it
     Kind(_ADMISSION, "MutatingWebhookConfiguration", "mutatingwebhookconfigurations", False),
+    Kind(_ADMISSION, "ValidatingWebhookConfiguration", "validatingwebhookconfigurations", False),
 )
 _BY_KIND = {(k.api_version, k.kind): k for k in KINDS}
 _RANK = {k.kind: i for i, k in enumerate(KINDS)}

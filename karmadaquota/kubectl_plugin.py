@@ -1,7 +1,8 @@
 """`kubectl karmadaquota describe NAME -n NS` — a KarmadaQuota as `kubectl describe quota` shows
 a ResourceQuota, plus one `used/observed` column per member cluster, usage bars per resource
 and member (`karmadaquota.usage_view`), the pending reservations, the workloads waiting for
-room and the conditions; `--output json|yaml` gives the same for scripts.
+room, the workloads queued by the quota (`onExceed: Queue`: position, priority, wait) and the
+conditions; `--output json|yaml` gives the same for scripts.
 `kubectl karmadaquota import-frq [-n NS | -A]` prints a KarmadaQuota for each
 FederatedResourceQuota (`karmadaquota.frq`).
 
@@ -23,8 +24,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
-from karmadaquota import api, frq, usage_view
+from karmadaquota import api, frq, queued, queueing, usage_view
+from karmadaquota.charge import full_charge
+from karmadaquota.quantity import QuantityError
 from karmadaquota.scopes import describe as describe_scopes
 
 _NONE = "-"
@@ -60,8 +64,80 @@ def _reservations(status: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [r for r in api.wire_reservations(status) if isinstance(r, Mapping)]
 
 
-def render(quota: Mapping[str, Any], now: datetime) -> str:
-    """The describe output for one KarmadaQuota object (as JSON from the API server)."""
+def queue_of(
+    quota: Mapping[str, Any],
+    bindings: Sequence[Mapping[str, Any]],
+    class_values: Mapping[str, int],
+    now: datetime,
+) -> list[dict[str, Any]]:
+    """The bindings this quota queued, in the order the controller admits them (the same
+    `queueing.order`): position, workload, priority, what it asks for, how long it waited."""
+    name = str((quota.get("metadata") or {}).get("name", ""))
+    entries = []
+    for raw in bindings:
+        try:
+            b = api.ResourceBinding.model_validate(raw)
+            if queued.queued_by(b) != name:
+                continue
+            entries.append(queueing.QueueEntry.of(b, name, full_charge(b)))
+        except (ValidationError, QuantityError):
+            continue
+    out = []
+    for i, e in enumerate(queueing.order(entries, class_values), start=1):
+        t = e.template
+        out.append(
+            {
+                "position": i,
+                "workload": f"{t.kind}/{t.name}",
+                "binding": e.name,
+                "priority": queueing.priority(e, class_values),
+                "priorityClassName": e.priority_class,
+                "requested": queueing.resources_of(e),
+                "queuedAt": api.format_time(e.created) if e.created else "",
+                "waitSeconds": int((now - e.created).total_seconds()) if e.created else None,
+            }
+        )
+    return out
+
+
+def _queue(entries: Sequence[Mapping[str, Any]], spec: Mapping[str, Any]) -> list[str]:
+    mode = (
+        f"onExceed: {spec.get('onExceed', api.ON_EXCEED_REFUSE)}, "
+        f"queueingStrategy: {spec.get('queueingStrategy', api.STRATEGY_BEST_EFFORT)}"
+    )
+    if not entries:
+        return [f"Queued:       <none> ({mode})"]
+    rows = [
+        ["Position", "Workload", "Priority", "Requested", "Waiting"],
+        ["--------", "--------", "--------", "---------", "-------"],
+    ]
+    for e in entries:
+        wait = e["waitSeconds"]
+        klass = f" ({e['priorityClassName']})" if e["priorityClassName"] else ""
+        rows.append(
+            [
+                str(e["position"]),
+                str(e["workload"]),
+                f"{e['priority']}{klass}",
+                str(e["requested"]) or _NONE,
+                "unknown" if wait is None else _seconds(wait),
+            ]
+        )
+    return [f"Queued ({mode}; admitted in this order as room appears):", *_table(rows, "  ")]
+
+
+def _seconds(seconds: int) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds // size}{unit}"
+    return f"{max(0, seconds)}s"
+
+
+def render(
+    quota: Mapping[str, Any], now: datetime, queue: Sequence[Mapping[str, Any]] | None = None
+) -> str:
+    """The describe output for one KarmadaQuota object (as JSON from the API server), with
+    its queue (`queue_of`) when the bindings could be read."""
     meta = quota.get("metadata") or {}
     spec = quota.get("spec") or {}
     status = quota.get("status") or {}
@@ -106,6 +182,8 @@ def render(quota: Mapping[str, Any], now: datetime) -> str:
     else:
         lines.append("Reservations: <none>")
     lines.extend(_waiting(status.get("waiting") or [], now))
+    if queue is not None:
+        lines.extend(_queue(queue, quota.get("spec") or {}))
     conditions = status.get("conditions") or []
     if conditions:
         lines.append("Conditions:")
@@ -123,7 +201,9 @@ def render(quota: Mapping[str, Any], now: datetime) -> str:
     return "\n".join(lines) + "\n"
 
 
-def describe_data(quota: Mapping[str, Any], now: datetime) -> dict[str, Any]:
+def describe_data(
+    quota: Mapping[str, Any], now: datetime, queue: Sequence[Mapping[str, Any]] | None = None
+) -> dict[str, Any]:
     """What describe shows, for `--output json|yaml`: usage per resource and member, scopes,
     reservations (with whether each has expired) and conditions as the API server has them."""
     status = quota.get("status") or {}
@@ -145,16 +225,22 @@ def describe_data(quota: Mapping[str, Any], now: datetime) -> dict[str, Any]:
         "scopes": describe_scopes(api.KarmadaQuotaSpec.model_validate(quota.get("spec") or {})),
         "reservations": reservations,
         "waiting": status.get("waiting") or [],
+        "queued": list(queue or []),
         "conditions": status.get("conditions") or [],
     }
 
 
-def _output(quota: Mapping[str, Any], now: datetime, fmt: str) -> str:
+def _output(
+    quota: Mapping[str, Any],
+    now: datetime,
+    fmt: str,
+    queue: Sequence[Mapping[str, Any]] | None = None,
+) -> str:
     if fmt == "json":
-        return json.dumps(describe_data(quota, now), indent=2) + "\n"
+        return json.dumps(describe_data(quota, now, queue), indent=2) + "\n"
     if fmt == "yaml":
-        return yaml.safe_dump(describe_data(quota, now), sort_keys=False)
-    return render(quota, now)
+        return yaml.safe_dump(describe_data(quota, now, queue), sort_keys=False)
+    return render(quota, now, queue)
 
 
 def _age(when: datetime | None, now: datetime) -> str:
@@ -218,6 +304,33 @@ def fetch(name: str, namespace: str | None, kubeconfig: str | None, context: str
     return kubectl_get([f"{api.PLURAL}.{api.GROUP}", name], where, kubeconfig, context)
 
 
+def fetch_queue(
+    quota: Mapping[str, Any], kubeconfig: str | None, context: str | None, now: datetime
+) -> list[dict[str, Any]] | None:
+    """The quota's queue from the namespace's bindings; None (not shown) when the user may not
+    list bindings. PriorityClass values are read where allowed (else 0, the class named)."""
+    ns = str((quota.get("metadata") or {}).get("namespace", ""))
+    try:
+        listed = kubectl_get(
+            [f"{api.BINDING_PLURAL}.{api.BINDING_GROUP}"], ["-n", ns], kubeconfig, context
+        )
+    except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired):
+        return None
+    bindings = listed.get("items") or []
+    classes: dict[str, int] = {}
+    if any(
+        queued.ANNOTATION in ((b.get("metadata") or {}).get("annotations") or {}) for b in bindings
+    ):
+        try:
+            pcs = kubectl_get(["priorityclasses.scheduling.k8s.io"], [], kubeconfig, context)
+            for pc in pcs.get("items") or []:
+                value = pc.get("value", 0)
+                classes[str(pc["metadata"]["name"])] = value if isinstance(value, int) else 0
+        except (RuntimeError, OSError, ValueError, KeyError, subprocess.TimeoutExpired):
+            pass
+    return queue_of(quota, bindings, classes, now)
+
+
 def import_frq(
     namespace: str | None, all_namespaces: bool, kubeconfig: str | None, context: str | None
 ) -> str:
@@ -265,7 +378,9 @@ def main(argv: list[str] | None = None) -> int:
     except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    sys.stdout.write(_output(quota, datetime.now(UTC), args.output))
+    now = datetime.now(UTC)
+    queue = fetch_queue(quota, args.kubeconfig, args.context, now)
+    sys.stdout.write(_output(quota, now, args.output, queue))
     return 0
 
 

@@ -67,6 +67,7 @@ def binding_doc(
     rv: int | None = None,
     generation: int = 1,
     deleting: bool = False,
+    created: str | None = None,
 ) -> dict[str, Any]:
     """A ResourceBinding on the wire, as karmada-controller-manager writes it.
 
@@ -109,6 +110,8 @@ def binding_doc(
         metadata["resourceVersion"] = str(rv)
     if deleting:
         metadata["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    if created is not None:
+        metadata["creationTimestamp"] = created
     return {
         "apiVersion": "work.karmada.io/v1alpha2",
         "kind": "ResourceBinding",

@@ -500,6 +500,22 @@ def test_the_registration_is_fail_closed_fast_and_skips_system_namespaces() -> N
         assert {f: w.get(f) for f in same} == same
 
 
+def test_the_queue_registration_is_the_kustomize_one() -> None:
+    """The MutatingWebhookConfiguration (queueing): CREATE only, the enforced namespaces, Ignore
+    on failure (the validating webhook alone charges), at the chart's Service URL."""
+    (mwc,) = karmada_objects(render())["mutatingwebhookconfiguration.yaml"]
+    kust = yaml.safe_load((REPO / "webhook/karmada/mutatingwebhookconfiguration.yaml").read_text())
+    assert mwc["metadata"]["name"] == kust["metadata"]["name"] == "karmadaquota"
+    ((w,), (k,)) = (mwc["webhooks"], kust["webhooks"])
+    assert w["clientConfig"] == {
+        "url": "https://karmadaquota-webhook.karmada-system.svc:443/mutate-resourcebinding"
+    }
+    assert w["namespaceSelector"]["matchLabels"] == k["namespaceSelector"]["matchLabels"]
+    assert w["rules"][0]["operations"] == ["CREATE"]
+    same = {f: v for f, v in k.items() if f not in ("clientConfig", "namespaceSelector")}
+    assert {f: w.get(f) for f in same} == same
+
+
 def test_the_webhook_url_host_is_overridable_and_in_the_certificate() -> None:
     docs = render("karmadaApiserver.webhookURLHost=quota.example.internal")
     for w in _registration(docs)["webhooks"]:

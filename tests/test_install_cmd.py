@@ -29,6 +29,7 @@ from karmadaquota.kube.client import KubeClient
 REPO = Path(__file__).resolve().parents[1]
 CRD = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/karmadaquotas.quota.karmada.io"
 VWC = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/karmadaquota"
+MWC = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/karmadaquota"
 CA_PEM = b"-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"
 
 
@@ -183,6 +184,9 @@ async def test_apply_fills_every_webhooks_ca_bundle(
     for w in webhooks:
         assert base64.b64decode(w["clientConfig"]["caBundle"]) == CA_PEM
         assert w["clientConfig"]["url"].startswith("https://karmadaquota-webhook.")
+    (queue,) = api.bodies[MWC]["webhooks"]
+    assert base64.b64decode(queue["clientConfig"]["caBundle"]) == CA_PEM
+    assert queue["clientConfig"]["url"].endswith("/mutate-resourcebinding")
     # the manifest on disk is not touched
     on_disk = yaml.safe_load(
         (manifests / "webhook-validatingwebhookconfiguration.yaml").read_text()
@@ -222,8 +226,10 @@ async def test_the_registration_waits_for_a_ready_webhook(
     assert api.readyz_calls == 3
     ready = api.log.index(("GET", "/readyz"), 0)
     last_ready = len(api.log) - 1 - api.log[::-1].index(("GET", "/readyz"))
-    # everything but the registration is in place before the webhook is asked; it comes after
-    assert set(api.applied()[:-1]) <= {p for m, p in api.log[:ready] if m == "PATCH"}
+    # everything but the registrations is in place before the webhook is asked; they come after
+    assert api.applied()[-2:] == [MWC, VWC]
+    assert set(api.applied()[:-2]) <= {p for m, p in api.log[:ready] if m == "PATCH"}
+    assert api.log.index(("PATCH", MWC)) > last_ready
     assert api.log.index(("PATCH", VWC)) > last_ready
 
 

@@ -111,13 +111,24 @@ def test_main_fetches_with_kubectl_and_prints(
 ) -> None:
     fake = tmp_path / "kubectl"
     log = tmp_path / "args"
-    fake.write_text(f"#!/bin/sh\necho \"$@\" > {log}\ncat <<'EOF'\n{json.dumps(FULL)}\nEOF\n")
+    fake.write_text(f"#!/bin/sh\necho \"$@\" >> {log}\ncat <<'EOF'\n{json.dumps(FULL)}\nEOF\n")
     fake.chmod(0o755)
     monkeypatch.setenv("KUBECTL", str(fake))
     code = kubectl_plugin.main(["describe", "team", "-n", "team-a", "--kubeconfig", "/k"])
     assert code == 0
     assert "requests.cpu" in capsys.readouterr().out
-    assert log.read_text().split() == [
+    quota_call, bindings_call = log.read_text().splitlines()
+    # the queue: the namespace's bindings, with the same kubeconfig
+    assert bindings_call.split() == [
+        "--kubeconfig=/k",
+        "get",
+        "resourcebindings.work.karmada.io",
+        "-o",
+        "json",
+        "-n",
+        "team-a",
+    ]
+    assert quota_call.split() == [
         "--kubeconfig=/k",
         "get",
         "karmadaquotas.quota.karmada.io",
@@ -171,3 +182,42 @@ def test_waiting_workloads_listed_oldest_first_with_request_and_age() -> None:
     assert lines[start + 4].split()[0] == "Deployment/late"
     assert "(2m ago)" in lines[start + 4]
     assert "Waiting:      <none>" in render(kq(), NOW)
+
+
+def _queued(name: str, pods: int, created: str, klass: str = "", quota: str = "team") -> Any:
+    from karmadaquota import queued
+    from tests.conftest import binding_doc
+
+    doc = binding_doc(pods, {"cpu": "1"}, name=name, priority_class=klass, created=created)
+    doc["metadata"]["annotations"] = {queued.ANNOTATION: quota}
+    doc["spec"]["suspension"] = {"scheduling": True}
+    return doc
+
+
+def test_describe_lists_the_queue_with_position_priority_and_wait() -> None:
+    from datetime import timedelta
+
+    from tests.conftest import binding_doc
+
+    quota = kq()
+    quota["spec"]["onExceed"] = "Queue"
+    bindings = [
+        _queued("old", 2, "2026-01-01T00:00:00Z"),
+        _queued("vip", 1, "2026-01-01T00:10:00Z", klass="high"),
+        _queued("elsewhere", 1, "2026-01-01T00:00:00Z", quota="other"),
+        binding_doc(1, {"cpu": "1"}, name="running"),
+    ]
+    now = kubectl_plugin.api.parse_time("2026-01-01T00:20:00Z")
+    assert now is not None
+    queue = kubectl_plugin.queue_of(quota, bindings, {"high": 1000}, now)
+    assert [(e["position"], e["workload"], e["priority"]) for e in queue] == [
+        (1, "Deployment/vip", 1000),
+        (2, "Deployment/old", 0),
+    ]
+    assert queue[1]["waitSeconds"] == int(timedelta(minutes=20).total_seconds())
+    out = render(quota, now, queue)
+    assert "Queued (onExceed: Queue, queueingStrategy: BestEffortFIFO;" in out
+    assert "1          Deployment/vip   1000 (high)" in out
+    assert "20m" in out.split("Deployment/old")[1]
+    assert "Queued:       <none>" in render(quota, now, [])
+    assert "Queued" not in render(quota, now)  # bindings not readable: not shown

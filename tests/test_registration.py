@@ -13,6 +13,7 @@ from pathlib import Path
 
 import yaml
 
+from karmadaquota import queued
 from karmadaquota.api import ResourceBindingSpec
 
 REPO = Path(__file__).resolve().parents[1]
@@ -34,7 +35,22 @@ def test_the_match_condition_compares_every_charged_field_and_only_those() -> No
     presence = set(
         re.findall(r"has\(object\.spec\.(\w+)\) != has\(oldObject\.spec\.\1\)", expression)
     )
-    assert compared == presence == set(ResourceBindingSpec.model_fields)
+    assert compared == presence == set(ResourceBindingSpec.model_fields) - NOT_CHARGED
+
+
+# read for queue order only: a change of it changes no charge
+NOT_CHARGED = {"schedulePriority"}
+
+
+def test_the_match_condition_sends_a_change_of_the_queued_annotation() -> None:
+    """Removing (or adding) `quota.karmada.io/queued-by` alone moves a suspended, unplaced
+    binding out of (into) the queue, from charged nothing to charged in full: such an UPDATE
+    must reach the webhook."""
+    (condition,) = binding_webhook()["matchConditions"]  # type: ignore[misc]
+    expression = condition["expression"]
+    key = f"'{queued.ANNOTATION}'"
+    assert f"{key} in object.metadata.annotations" in expression
+    assert f"{key} in oldObject.metadata.annotations" in expression
 
 
 def test_creates_are_always_sent() -> None:

@@ -54,15 +54,17 @@ REPLICAS = [(0, 2), (1, 8), (2, 6), (3, 4), (5, 2), (2147483647, 1), (-1, 1)]
 PRIORITY = [("", 6), ("high", 3), ("low", 2)]
 
 
-def quotas(namespace: str) -> list[JSON]:
-    """Overlapping quotas: plain, PriorityClass-scoped, BestEffort and NotBestEffort."""
+def quotas(namespace: str, on_exceed: str | None = None) -> list[JSON]:
+    """Overlapping quotas: plain, PriorityClass-scoped, BestEffort and NotBestEffort; with
+    `on_exceed` ("Queue"), every one says so (what does not fit is queued, not refused)."""
+    mode = {"onExceed": on_exceed} if on_exceed else {}
 
     def q(name: str, hard: dict[str, str], **spec: Any) -> JSON:
         return {
             "apiVersion": "quota.karmada.io/v1alpha1",
             "kind": "KarmadaQuota",
             "metadata": {"name": name, "namespace": namespace},
-            "spec": {"hard": hard, **spec},
+            "spec": {"hard": hard, **spec, **mode},
         }
 
     in_high = {"scopeName": "PriorityClass", "operator": "In", "values": ["high"]}
@@ -355,10 +357,12 @@ async def stack(bed: TestBed, controllers: int = 1, ttl: str = "20s") -> AsyncIt
             c.stop()
 
 
-async def create_quotas(client: KubeClient, namespace: str, timeout: float = 60) -> None:
+async def create_quotas(
+    client: KubeClient, namespace: str, timeout: float = 60, on_exceed: str | None = None
+) -> None:
     """The campaign's quotas, once the controller initialised every one's status.used."""
     path = QUOTA_PATH.format(ns=namespace)
-    wanted = quotas(namespace)
+    wanted = quotas(namespace, on_exceed)
     for q in wanted:
         await client.post(path, q)
     deadline = time.monotonic() + timeout

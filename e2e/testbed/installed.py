@@ -131,21 +131,26 @@ def point_registration_at(bed: TestBed, port: int, ca_bundle: bytes) -> None:
     the applied paths are kept, so a path the webhook does not serve still fails."""
     vwc = bed.get("validatingwebhookconfiguration", VWC)
     assert vwc, "webhook/karmada/ registers the webhook"
-    patch = []
-    for i, hook in enumerate(vwc["webhooks"]):
-        url = urlsplit(hook["clientConfig"]["url"])
-        local = f"https://{bed.webhook_host}:{port}{url.path}"
-        patch.append({"op": "replace", "path": f"/webhooks/{i}/clientConfig/url", "value": local})
-        patch.append(
-            {
-                "op": "replace",
-                "path": f"/webhooks/{i}/clientConfig/caBundle",
-                "value": base64.b64encode(ca_bundle).decode(),
-            }
-        )
-    bed.kubectl(
-        "patch", "validatingwebhookconfiguration", VWC, "--type=json", "-p", json.dumps(patch)
-    )
+    registrations = [("validatingwebhookconfiguration", vwc)]
+    mwc = bed.get("mutatingwebhookconfiguration", VWC)  # the queueing one, same name
+    if mwc:
+        registrations.append(("mutatingwebhookconfiguration", mwc))
+    for kind, obj in registrations:
+        patch = []
+        for i, hook in enumerate(obj["webhooks"]):
+            url = urlsplit(hook["clientConfig"]["url"])
+            local = f"https://{bed.webhook_host}:{port}{url.path}"
+            patch.append(
+                {"op": "replace", "path": f"/webhooks/{i}/clientConfig/url", "value": local}
+            )
+            patch.append(
+                {
+                    "op": "replace",
+                    "path": f"/webhooks/{i}/clientConfig/caBundle",
+                    "value": base64.b64encode(ca_bundle).decode(),
+                }
+            )
+        bed.kubectl("patch", kind, VWC, "--type=json", "-p", json.dumps(patch))
 
 
 def used(bed: TestBed, ns: str, resource: str) -> Quantity | None:

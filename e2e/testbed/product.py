@@ -7,6 +7,7 @@ Shared by the e2e suites and the benchmarks.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import os
 import signal
@@ -28,6 +29,7 @@ from e2e.testbed.ports import free_port, is_listening
 REPO = Path(__file__).resolve().parents[2]
 CRD = REPO / "api" / "crds" / "quota.karmada.io_karmadaquotas.yaml"
 VWC_MANIFEST = REPO / "webhook" / "karmada" / "validatingwebhookconfiguration.yaml"
+MWC_MANIFEST = REPO / "webhook" / "karmada" / "mutatingwebhookconfiguration.yaml"
 WEBHOOK_NAME = "karmadaquota"
 BINDING_RULES = [
     {
@@ -228,7 +230,10 @@ def register(
     skip: Sequence[dict[str, Any]] = (),
 ) -> None:
     """Register the webhook the way webhook/karmada/ does, but at a local URL; `skip` adds
-    namespaceSelector expressions for bindings (e.g. a benchmark's namespaces without it)."""
+    namespaceSelector expressions for bindings (e.g. a benchmark's namespaces without it).
+    The queueing (mutating) registration goes first: karmada-apiserver takes a moment to start
+    calling a new registration, and a binding created in between is refused, not queued."""
+    register_queue(bed, url_base, ca_bundle)
     extra: dict[str, Any] = {
         "matchPolicy": "Equivalent",
         "name": "resourcebinding.quota.karmada.io",
@@ -255,9 +260,36 @@ def register(
     )
 
 
+def shipped_queue_webhook() -> dict[str, Any]:
+    """The queueing (mutating) webhook entry of webhook/karmada/ as shipped."""
+    doc = yaml.safe_load(MWC_MANIFEST.read_text())
+    (hook,) = doc["webhooks"]
+    return dict(hook)
+
+
+def register_queue(bed: TestBed, url_base: str, ca_bundle: bytes) -> None:
+    """Register the queueing webhook as webhook/karmada/ does, at a local URL."""
+    hook = shipped_queue_webhook()
+    hook["clientConfig"] = {
+        "url": f"{url_base}/mutate-resourcebinding",
+        "caBundle": base64.b64encode(ca_bundle).decode(),
+    }
+    bed.apply(
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": f"{WEBHOOK_NAME}-queue"},
+            "webhooks": [hook],
+        }
+    )
+
+
 def unregister(bed: TestBed) -> None:
     bed.unregister_validating_webhook(f"{WEBHOOK_NAME}-bindings")
     bed.unregister_validating_webhook(f"{WEBHOOK_NAME}-quotas")
+    bed.kubectl(
+        "delete", "mutatingwebhookconfiguration", f"{WEBHOOK_NAME}-queue", "--ignore-not-found"
+    )
 
 
 def start_controller(

@@ -27,9 +27,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from karmadaquota import scopes
+from karmadaquota import queued, queueing, scopes
 from karmadaquota.api import ResourceBinding, describe
-from karmadaquota.charge import Charge, charge
+from karmadaquota.charge import Charge, full_charge, queued_charge
 from karmadaquota.kube.versions import parse_rv
 from karmadaquota.quantity import QuantityError
 from karmadaquota.resources import ResourceList
@@ -61,6 +61,10 @@ class IndexedBinding:
     usage: CompactUsage
     # Why part or all of the binding is charged as zero (negative or unreadable values).
     invalid: tuple[str, ...] = ()
+    # queued by a quota (charged nothing meanwhile): what the queue needs to admit it
+    queue: queueing.QueueEntry | None = None
+    # carries queued.ANNOTATION: a metadata change that moves no generation must be re-read
+    marked: bool = False
 
 
 class Interner:
@@ -123,17 +127,25 @@ def observe(obj: Mapping[str, Any], intern: Interner) -> BindingState:
         return BindingState(ns, uid, rv, None)
     try:
         binding = ResourceBinding.model_validate(obj)
-        c = charge(binding)
+        full = full_charge(binding)
     except (ValidationError, QuantityError) as e:
         # Indexed with zero usage rather than skipped, so that the quota can say so and a
         # reservation for it is not held until expiry.
         problem = f"invalid ResourceBinding: {describe(e) if isinstance(e, ValidationError) else e}"
         return BindingState(ns, uid, rv, _uncharged(meta, rv, problem, intern))
+    quota = queued.queued_by(binding)
+    c = queued_charge(full) if quota else full
     usage = compact(c, intern)
     name, generation = intern(binding.metadata.name), binding.metadata.generation
     if c.invalid:
         _log_invalid(ns, name, uid, c.invalid)
-    return BindingState(ns, uid, rv, IndexedBinding(name, generation, rv, usage, c.invalid))
+    entry = queueing.QueueEntry.of(binding, quota, full) if quota else None
+    return BindingState(
+        ns,
+        uid,
+        rv,
+        IndexedBinding(name, generation, rv, usage, c.invalid, entry, queued.marked(obj)),
+    )
 
 
 _NOTHING = CompactUsage(
@@ -165,6 +177,7 @@ class BindingIndex:
         self._tombstones: dict[str, tuple[str, int]] = {}  # uid -> (namespace, rv)
         self.intern = Interner()
         self._count = 0
+        self._queued: dict[str, set[str]] = {}  # namespace -> uids of queued bindings
 
     def __len__(self) -> int:
         return self._count
@@ -177,6 +190,32 @@ class BindingIndex:
 
     def get(self, namespace: str, uid: str) -> IndexedBinding | None:
         return self._by_ns.get(namespace, {}).get(uid)
+
+    def queued(self, namespace: str) -> list[queueing.QueueEntry]:
+        """The namespace's bindings queued by a quota (charged nothing), in no order."""
+        bucket = self._by_ns.get(namespace, {})
+        out = []
+        for uid in self._queued.get(namespace, ()):
+            q = bucket[uid].queue
+            if q is not None:
+                out.append(q)
+        return out
+
+    def has_queued(self, namespace: str) -> bool:
+        return bool(self._queued.get(namespace))
+
+    def queued_namespaces(self) -> list[str]:
+        return sorted(self._queued)
+
+    def _track_queue(self, namespace: str, uid: str, entry: IndexedBinding | None) -> None:
+        if entry is not None and entry.queue is not None:
+            self._queued.setdefault(namespace, set()).add(uid)
+            return
+        uids = self._queued.get(namespace)
+        if uids is not None:
+            uids.discard(uid)
+            if not uids:
+                del self._queued[namespace]
 
     def deleted(self, uid: str) -> bool:
         """True when the index saw this binding deleted (and has not forgotten it yet)."""
@@ -199,6 +238,7 @@ class BindingIndex:
         if current is not None and entry.rv and current.rv > entry.rv:
             return False
         bucket[uid] = entry
+        self._track_queue(namespace, uid, entry)
         if current is None:
             self._count += 1
             return True
@@ -215,6 +255,7 @@ class BindingIndex:
         if rv and bucket[uid].rv > rv:
             return False  # a newer version is known: this deletion is stale
         del bucket[uid]
+        self._track_queue(namespace, uid, None)
         self._count -= 1
         if not bucket:
             del self._by_ns[namespace]

@@ -138,6 +138,33 @@ class ControllerMetrics:
             ["result"],
             registry=r,
         )
+        self.queue_length = Gauge(
+            "karmadaquota_queue_length",
+            "ResourceBindings a KarmadaQuota queued (onExceed: Queue), waiting suspended.",
+            ["quota_namespace", "quota"],
+            registry=r,
+        )
+        self.queue_wait = Histogram(
+            "karmadaquota_queue_wait_seconds",
+            "Time a queued ResourceBinding waited, from its creation to its admission.",
+            buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600),
+            registry=r,
+        )
+        self.queue_admissions = Counter(
+            "karmadaquota_queue_admissions_total",
+            "Queued ResourceBindings admitted (suspension cleared) by the leader, by reason: "
+            "room (its quota has room), quota_refuse_mode (its quota switched to Refuse and "
+            "drains its queue), quota_deleted (its quota is gone).",
+            ["reason"],
+            registry=r,
+        )
+        self.queue_attempts = Counter(
+            "karmadaquota_queue_admission_attempts_total",
+            "Admission attempts of queued ResourceBindings by result: admitted, refused (the "
+            "webhook refused the charge: it stays queued), conflict, gone, error.",
+            ["result"],
+            registry=r,
+        )
         # every labelled series published per quota, to drop the stale ones
         self._quota_series: dict[tuple[str, str], set[tuple[Gauge, tuple[str, ...]]]] = {}
         for reason in ("observed", "expired"):
@@ -146,6 +173,10 @@ class ControllerMetrics:
             self.status_writes.labels(result)
         for result in ("woken", "gone", "error"):
             self.wakeups.labels(result)
+        for reason in ("room", "quota_refuse_mode", "quota_deleted"):
+            self.queue_admissions.labels(reason)
+        for result in ("admitted", "refused", "conflict", "gone", "error"):
+            self.queue_attempts.labels(result)
 
     def set_quota(
         self,

@@ -147,6 +147,11 @@ def _still_waiting(
     ]
 
 
+def queue_length(quota: str, bindings: Mapping[str, IndexedBinding]) -> int:
+    """How many of the namespace's bindings this quota queued (status.queued)."""
+    return sum(1 for b in bindings.values() if b.queue is not None and b.queue.quota == quota)
+
+
 def _quantities(nanos: Mapping[str, int], hard: Mapping[str, Quantity]) -> ResourceList:
     """Sums in the format of the hard limit they are compared with (2Gi stays binary).
 
@@ -208,6 +213,7 @@ def recompute(quota: KarmadaQuota, inputs: NamespaceSnapshot, now: datetime) -> 
         current.reservations, inputs.bindings, inputs.deleted, now
     )
     still_waiting = _still_waiting(current.waiting, inputs)
+    queued = queue_length(quota.metadata.name, inputs.bindings)
     errors = validation.validate_spec(quota.spec)
     hard: ResourceList = {}
     if not errors:
@@ -226,6 +232,7 @@ def recompute(quota: KarmadaQuota, inputs: NamespaceSnapshot, now: datetime) -> 
             aggregatedStatus=[],
             reservations=kept,
             waiting=still_waiting,
+            queued=queued,
             summary="invalid spec: see the Valid condition",
             conditions=st.merge_conditions(current.conditions, _at(wanted, generation), now),
             observedGeneration=generation,
@@ -272,6 +279,7 @@ def recompute(quota: KarmadaQuota, inputs: NamespaceSnapshot, now: datetime) -> 
         aggregatedStatus=aggregated,
         reservations=kept,
         waiting=still_waiting,
+        queued=queued,
         summary=st.summary(used, hard),
         conditions=st.merge_conditions(conditions, _at(wanted, generation), now),
         observedGeneration=generation,

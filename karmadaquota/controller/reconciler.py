@@ -8,9 +8,9 @@ when its status differs: a JSON patch that compare-and-swaps on the controller's
 (`status.status_write`), so the webhook's writes of pending charges do not make it lose; a lost
 write (another controller wrote, or an entry it removes moved) re-reads the quota and re-applies
 the recompute to the fresh version (`kube.retry`). Each recompute on the leader then feeds the
-queues of the jobs that follow it — the orphan audit, waking waiting workloads — so a slow GET
-or PATCH of theirs never delays a recompute. Nothing is written before bindings and quotas have
-been listed in full.
+queues of the jobs that follow it — the orphan audit, admitting queued bindings that fit
+(`controller.admit`), waking waiting workloads — so a slow GET or PATCH of theirs never delays a
+recompute. Nothing is written before bindings and quotas have been listed in full.
 """
 
 from __future__ import annotations
@@ -27,8 +27,10 @@ from typing import Any, Protocol
 
 import aiohttp
 
+from karmadaquota import queued
 from karmadaquota.controller import recompute as rc
 from karmadaquota.controller import status as st
+from karmadaquota.controller.admit import Admitter
 from karmadaquota.controller.dirty import DirtyQueue
 from karmadaquota.controller.index import BindingIndex, safe_observe
 from karmadaquota.controller.members import Members
@@ -103,8 +105,11 @@ class Controller:
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         waker: Waker | None = None,
         namespace_api: namespaces.Patcher | None = None,
+        admitter: Admitter | None = None,
     ) -> None:
         self.api = api
+        # admits queued bindings as room appears (None: queued bindings stay queued)
+        self.admitter = admitter
         # None: the enforcement label is neither checked nor written (Enforced not reported)
         self.namespace_api = namespace_api
         self._enforced: set[str] = set()  # namespaces seen labelled; forgotten at each relist
@@ -126,6 +131,9 @@ class Controller:
         # and waking waiting workloads (PATCHes of their templates, seconds of budget).
         self.audits = DirtyQueue(self._audit, quiet=0.0, max_delay=0.0, name="orphan-audit")
         self.wakes = DirtyQueue(self._wake, quiet=0.0, max_delay=0.0, name="wake")
+        # admitting queued bindings (merge patches of bindings, charged by the webhook); on
+        # followers it only publishes the queue lengths
+        self.admissions = DirtyQueue(self._admit, quiet=0.0, max_delay=0.0, name="admit")
         self.binding_informer = Informer(
             paths.bindings(),
             _BindingFeed(self),
@@ -149,11 +157,13 @@ class Controller:
     # ---- inputs ----------------------------------------------------------------------------
 
     def _mark(self, namespace: str) -> None:
-        if self.quotas.has(namespace):
+        # a namespace whose quota is gone still has its queued bindings to admit
+        if self.quotas.has(namespace) or self.index.has_queued(namespace):
             self.dirty.mark(namespace)
 
     def mark_all(self) -> None:
         self.dirty.mark_many(self.quotas.namespaces())
+        self.dirty.mark_many(self.index.queued_namespaces())
 
     def member_changed(self, namespaces: Collection[str] | None) -> None:
         if namespaces is None:
@@ -246,6 +256,8 @@ class Controller:
         if contended:  # another controller is writing: come back very soon
             loop = asyncio.get_running_loop()
             self.dirty.mark_at(namespace, loop.time() + 0.05 + random.random() * 0.1)
+        if self.admitter is not None:
+            self.admissions.mark(namespace)
         if self._can_write():
             self.audits.mark(namespace)
             if self.waker is not None:
@@ -253,11 +265,16 @@ class Controller:
 
     def idle(self) -> bool:
         """Nothing marked or running in any of the controller's queues."""
-        return self.dirty.idle() and self.audits.idle() and self.wakes.idle()
+        return (
+            self.dirty.idle()
+            and self.audits.idle()
+            and self.wakes.idle()
+            and self.admissions.idle()
+        )
 
     async def run_queues(self) -> None:
         """The recompute queue and the queues of the jobs that follow it, until cancelled."""
-        queues = (self.dirty, self.audits, self.wakes)
+        queues = (self.dirty, self.audits, self.wakes, self.admissions)
         tasks = [asyncio.create_task(q.run(), name=f"queue/{q.name}") for q in queues]
         try:
             await asyncio.gather(*tasks)
@@ -271,6 +288,19 @@ class Controller:
         recomputed at once."""
         if self._can_write() and await self._audit_orphans(namespace):
             self._mark(namespace)
+
+    async def _admit(self, namespace: str) -> None:
+        """Publish the namespace's queue lengths; on the leader, admit what fits."""
+        if self.admitter is None:
+            return
+        entries = self.index.queued(namespace)
+        self.admitter.publish(namespace, entries)
+        if not self._can_write():
+            return
+        quotas = [r.quota for r in self.quotas.quotas(namespace) if r.quota is not None]
+        again = await self.admitter.admit(namespace, quotas, entries, self._clock())
+        if again is not None:
+            self.admissions.mark_at(namespace, again)
 
     async def _enforce(self, namespace: str) -> None:
         """Label a namespace holding a quota for enforcement if it is not (a quota created
@@ -452,6 +482,8 @@ class Controller:
 
     def leadership_changed(self, leader: bool) -> None:
         self.metrics.leader.set(1 if leader else 0)
+        if not leader and self.admitter is not None:
+            self.admitter.forget()
         if leader:
             self.mark_all()  # a new leader writes whatever its predecessor left undone
 
@@ -482,9 +514,14 @@ class _BindingFeed:
             and generation > 0
             and have.generation == generation
             and not meta.get("deletionTimestamp")
+            and have.marked == queued.marked(obj)
+            and have.queue is None
         ):
             # A status or metadata update: the charge reads only the spec, and every change
             # of a ResourceBinding's spec bumps its generation (status is a subresource).
+            # Except our queued-by annotation (a metadata change that moves a binding in or
+            # out of the queue), and a queued binding's resourceVersion (its admission's
+            # precondition): those are always read again.
             return
         self.added(obj)
 
@@ -521,6 +558,8 @@ class _QuotaFeed:
                 # its waiting workloads may fit now; the namespace may have no quota left
                 self.c.waker.quota_deleted(have.quota)
                 self.c.dirty.mark(ns)
+            if self.c.index.has_queued(ns):
+                self.c.dirty.mark(ns)  # what it queued is admitted now (quota_deleted)
 
     def relisted(self, resource_version: int) -> None:
         self.c._relisted()

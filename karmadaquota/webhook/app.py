@@ -1,31 +1,35 @@
 """The webhook's HTTPS server: routes, TLS with certificate reload, and the admission handlers.
 
 `/validate-resourcebinding` charges ResourceBindings (CREATE, UPDATE) through the per-namespace
-batcher; `/validate-karmadaquota` rejects quotas that CEL cannot fully check; `/healthz`,
+batcher; `/mutate-resourcebinding` queues a new binding that a quota with `onExceed: Queue`
+cannot take (karmadaquota.queueing; it charges nothing, the validating route does);
+`/validate-karmadaquota` rejects quotas that CEL cannot fully check; `/healthz`,
 `/readyz` (ready once the quota cache has synced) and `/metrics` serve operations.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import logging
 import os
 import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import timedelta
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import aiohttp
+import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 
-from karmadaquota import api, charge, durations, validation
+from karmadaquota import api, charge, durations, queued, queueing, validation
 from karmadaquota.api import KarmadaQuota, ResourceBinding
-from karmadaquota.evaluate import Decision, LimitedResource
+from karmadaquota.evaluate import Decision, LimitedResource, QuotaView
 from karmadaquota.kube import namespaces, paths
 from karmadaquota.kube.client import JSON, KubeClient, KubeError, user_agent
 from karmadaquota.quantity import QuantityError
@@ -51,6 +55,9 @@ REASON_TIMEOUT = "Timeout"
 # wait in its namespace's queue; past it the API server has given up, so reserving for the
 # review would hold quota for a binding that will not be created.
 DEADLINE_SHARE = 0.9
+# how long this replica counts a binding it queued towards its quota's queue, before the
+# controller's `status.queued` surely has it (its reaction time is tens of milliseconds)
+QUEUED_RECENTLY = 2.0
 
 
 def review_budget(timeout: str | None) -> float | None:
@@ -140,6 +147,9 @@ class Webhook:
         self.draining = False
         self.metrics = metrics
         self.refusals = refusals
+        # (namespace, quota) -> monotonic times this replica queued a binding for it: a StrictFIFO
+        # quota's `status.queued` lags by the controller's reaction time, this covers that window
+        self._queued_at: dict[tuple[str, str], list[float]] = {}
         # per namespace, cumulative seconds of quota API calls (KubeQuotaStore.api_seconds)
         self.api_seconds: Mapping[str, float] = api_seconds if api_seconds is not None else {}
 
@@ -196,9 +206,65 @@ class Webhook:
             dry_run=req.dryRun,
         )
         decision = await self._submit(pending, budget)
-        if self.refusals is not None and not req.dryRun:
+        # a refused clear of a queued binding (the controller admitting it) leaves it queued:
+        # it is no refused workload to requeue by annotation
+        from_queue = old is not None and bool(queued.queued_by(old))
+        if self.refusals is not None and not req.dryRun and not from_queue:
             self.refusals.observe(req.namespace, new, old, new_charge, old_charge, decision)
         return decision
+
+    def mutate_binding(self, req: review.Request) -> queueing.QueueDecision | None:
+        """Whether a new binding is created queued (suspended, naming the quota); None leaves
+        it as it is. Never refuses: whatever is wrong with the binding, the validating route
+        says, and a binding left unqueued is charged there in full (the safe side)."""
+        if req.resource.group != api.BINDING_GROUP or req.resource.resource != api.BINDING_PLURAL:
+            raise review.MalformedReview(
+                f"this endpoint mutates {api.BINDING_PLURAL}.{api.BINDING_GROUP}, got "
+                f"{req.resource.resource}.{req.resource.group}"
+            )
+        if req.operation != "CREATE" or req.subResource or req.object is None:
+            return None
+        if not self.cache.synced.is_set() or not self.cache.has_quotas(req.namespace):
+            return None
+        if queueing.suspended(req.object):
+            return None  # suspended by someone else: theirs to clear, charged as it asks
+        quotas = self.cache.quotas(req.namespace)
+        policies = {q.metadata.name: self._policy(req.namespace, q) for q in quotas}
+        if not any(p.queue for p in policies.values()):
+            return None
+        try:
+            full = charge.full_charge(ResourceBinding.model_validate(req.object))
+            views = [QuotaView.of(q, datetime.now(UTC)) for q in quotas]
+        except (ValidationError, QuantityError):
+            return None
+        if full.invalid:
+            return None
+        decision = queueing.decide(views, policies, full)
+        if decision is not None and not req.dryRun:
+            now = time.monotonic()
+            if len(self._queued_at) > 1024:  # bounded: forget quotas not queued for recently
+                since = now - QUEUED_RECENTLY
+                self._queued_at = {k: v for k, v in self._queued_at.items() if v[-1] > since}
+            self._queued_at.setdefault((req.namespace, decision.quota), []).append(now)
+        return decision
+
+    def _policy(self, namespace: str, quota: KarmadaQuota) -> queueing.Policy:
+        """The quota's policy, its queue at least as long as what this replica queued for it
+        within the last `QUEUED_RECENTLY` seconds (not yet in the controller's count)."""
+        policy = queueing.Policy.of(quota)
+        key = (namespace, policy.name)
+        stamps = self._queued_at.get(key)
+        if not stamps:
+            return policy
+        since = time.monotonic() - QUEUED_RECENTLY
+        recent = [t for t in stamps if t > since]
+        if recent:
+            self._queued_at[key] = recent
+        else:
+            del self._queued_at[key]
+        if len(recent) <= policy.queued:
+            return policy
+        return replace(policy, queued=len(recent))
 
     async def _submit(self, pending: Pending, budget: float | None) -> Decision:
         if budget is None:
@@ -363,6 +429,33 @@ def build_app(webhook: Webhook, decisions: DecisionLog | None = None) -> web.App
     async def bindings(request: web.Request) -> web.Response:
         return await handle(request, "binding")
 
+    async def mutate(request: web.Request) -> web.Response:
+        try:
+            req = review.parse(await request.read())
+            queue = webhook.mutate_binding(req)
+        except review.MalformedReview as e:
+            metrics.decisions.labels("malformed", "BadRequest").inc()
+            log.warning("malformed admission review", extra={"path": request.path, "error": str(e)})
+            return web.Response(status=400, text=f"{e}\n")
+        body = review.response(req.uid, True)
+        if queue is not None and req.object is not None:
+            patch = queueing.queue_patch(req.object, queue.quota)
+            body["response"]["patchType"] = "JSONPatch"
+            body["response"]["patch"] = base64.b64encode(orjson.dumps(patch)).decode()
+            metrics.queued.labels(queue.reason).inc()
+            log.info(
+                "binding queued",
+                extra={
+                    "namespace": req.namespace,
+                    "binding": (req.object.get("metadata") or {}).get("name", req.name),
+                    "quota": queue.quota,
+                    "reason": queue.reason,
+                    "detail": queue.message,
+                    "dry_run": req.dryRun,
+                },
+            )
+        return web.Response(body=review.dump(body), content_type="application/json")
+
     async def quotas(request: web.Request) -> web.Response:
         return await handle(request, "quota")
 
@@ -384,6 +477,7 @@ def build_app(webhook: Webhook, decisions: DecisionLog | None = None) -> web.App
 
     app = web.Application(client_max_size=MAX_BODY_BYTES)
     app.router.add_post("/validate-resourcebinding", bindings)
+    app.router.add_post("/mutate-resourcebinding", mutate)
     app.router.add_post("/validate-karmadaquota", quotas)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)

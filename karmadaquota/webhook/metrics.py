@@ -76,6 +76,13 @@ class WebhookMetrics:
             ["result", "reason"],
             registry=r,
         )
+        self.queued = Counter(
+            "karmadaquota_queued_total",
+            "New ResourceBindings created suspended in a quota's queue (onExceed: Queue), by "
+            "reason: Exceeded (did not fit) or BehindQueue (StrictFIFO, others queued ahead).",
+            ["reason"],
+            registry=r,
+        )
         self.conflicts = Counter(
             "karmadaquota_status_write_conflicts_total",
             "KarmadaQuota status writes that lost the compare-and-swap and were re-checked.",

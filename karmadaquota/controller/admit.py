@@ -1,0 +1,263 @@
+"""Admit queued ResourceBindings as room appears: the controller leader's side of queueing.
+
+After a namespace's quotas were recomputed, the leader picks the queued bindings that fit
+(`queueing.select`: priority, then age; BestEffortFIFO or StrictFIFO per quota) and clears each
+one's suspension with a merge patch on the resourceVersion it decided from. That UPDATE goes
+through the validating webhook, which charges it exactly: a pick that no longer fits (another
+webhook replica admitted something meanwhile) is refused there and stays queued, a newer
+version answers 409 and is looked at again. Nothing here ever charges or writes a quota.
+
+Priority is the binding's `spec.schedulePriority.priority` where Karmada set one, else the
+value of the PriorityClass its pods name (read from karmada-apiserver, cached a minute).
+Events go on the resource template: `Queued` once per binding per leader term, `Admitted`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from karmadaquota import api, queueing
+from karmadaquota.api import KarmadaQuota
+from karmadaquota.controller.metrics import ControllerMetrics
+from karmadaquota.evaluate import QuotaView
+from karmadaquota.kube import paths
+from karmadaquota.kube.client import JSON, Api, Conflict, KubeError, NotFound
+from karmadaquota.quantity import QuantityError
+
+log = logging.getLogger("karmadaquota.admit")
+
+MERGE_PATCH = "application/merge-patch+json"
+COMPONENT = "karmadaquota-controller"
+EVENT_QUEUED = "Queued"
+EVENT_ADMITTED = "Admitted"
+
+
+@dataclass
+class AdmitSettings:
+    patch_timeout: float = 5.0
+    # a PriorityClass value is read again after this long
+    class_ttl: float = 60.0
+    # after a lost precondition or an error, look at the namespace again this soon
+    retry_after: float = 0.5
+    events: bool = True
+
+
+def priority_class_path(name: str) -> str:
+    return f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}"
+
+
+class Admitter:
+    def __init__(
+        self, api: Api, metrics: ControllerMetrics, settings: AdmitSettings | None = None
+    ) -> None:
+        self.api = api
+        self.metrics = metrics
+        self.settings = settings or AdmitSettings()
+        self._classes: dict[str, tuple[int, float]] = {}  # name -> (value, loop time read)
+        self._announced: dict[str, set[str]] = {}  # namespace -> uids a Queued event named
+        self._lengths: dict[str, set[str]] = {}  # namespace -> quotas with a queue gauge
+
+    # ---- figures (every replica) -----------------------------------------------------------
+
+    def publish(self, namespace: str, entries: Sequence[queueing.QueueEntry]) -> None:
+        """The queue-length gauge of each quota of `namespace` that queued something."""
+        counts: dict[str, int] = {}
+        for e in entries:
+            counts[e.quota] = counts.get(e.quota, 0) + 1
+        for stale in self._lengths.get(namespace, set()) - counts.keys():
+            self.metrics.queue_length.remove(namespace, stale)
+        for quota, n in counts.items():
+            self.metrics.queue_length.labels(namespace, quota).set(n)
+        if counts:
+            self._lengths[namespace] = set(counts)
+        else:
+            self._lengths.pop(namespace, None)
+
+    # ---- the leader ------------------------------------------------------------------------
+
+    async def admit(
+        self,
+        namespace: str,
+        quotas: Sequence[KarmadaQuota],
+        entries: Sequence[queueing.QueueEntry],
+        now: datetime,
+    ) -> float | None:
+        """Admit what fits in `namespace`; the loop time to look again, if any."""
+        await self._announce(namespace, entries, now)
+        if not entries:
+            return None
+        try:
+            views = [QuotaView.of(q, now) for q in quotas]
+        except QuantityError:
+            return None  # an unreadable quota refuses everything: nothing can be admitted
+        policies = {q.metadata.name: queueing.Policy.of(q) for q in quotas}
+        classes = await self._class_values({e.priority_class for e in entries})
+        picks = queueing.select(entries, views, policies, classes)
+        again: float | None = None
+        stopped: set[str] = set()  # StrictFIFO queues whose pick was not admitted
+        for pick in picks:
+            e = pick.entry
+            if e.quota in stopped:
+                continue
+            result = await self._clear(namespace, pick, now, classes)
+            if result == "admitted":
+                continue
+            policy = policies.get(e.quota)
+            if policy is not None and policy.strict:
+                stopped.add(e.quota)
+            if result in ("conflict", "error"):
+                loop = asyncio.get_running_loop()
+                again = loop.time() + self.settings.retry_after
+        return again
+
+    async def _clear(
+        self, namespace: str, pick: queueing.Pick, now: datetime, classes: Mapping[str, int]
+    ) -> str:
+        e = pick.entry
+        extra = {
+            "namespace": namespace,
+            "binding": e.name,
+            "uid": e.uid,
+            "quota": e.quota,
+            "priority": queueing.priority(e, classes),
+        }
+        try:
+            await self.api.request(
+                "PATCH",
+                f"{paths.bindings(namespace)}/{e.name}",
+                queueing.admit_patch(e.resource_version),
+                timeout=self.settings.patch_timeout,
+                content_type=MERGE_PATCH,
+            )
+        except Conflict:
+            result = "conflict"  # a newer version: its event brings it back
+        except NotFound:
+            result = "gone"
+        except KubeError as err:
+            # 403 QuotaExceeded: the webhook, which alone charges, found no room after all
+            result = "refused" if err.status == 403 else "error"
+            log.info("queued binding not admitted", extra={**extra, "error": str(err)})
+        except (TimeoutError, OSError) as err:
+            result = "error"
+            log.warning("queued binding not admitted", extra={**extra, "error": str(err)})
+        else:
+            result = "admitted"
+        self.metrics.queue_attempts.labels(result).inc()
+        if result != "admitted":
+            return result
+        waited = (now - e.created).total_seconds() if e.created is not None else None
+        self.metrics.queue_admissions.labels(pick.reason).inc()
+        if waited is not None:
+            self.metrics.queue_wait.observe(max(0.0, waited))
+        self._announced.get(namespace, set()).discard(e.uid)
+        log.info(
+            "queued binding admitted",
+            extra={
+                **extra,
+                "reason": pick.reason,
+                "requested": queueing.resources_of(e),
+                "waited_seconds": round(waited, 3) if waited is not None else None,
+            },
+        )
+        waited_text = f" after {waited:.1f}s" if waited is not None else ""
+        await self._event(
+            namespace,
+            e,
+            EVENT_ADMITTED,
+            f"admitted from the queue of quota {e.quota}{waited_text} ({pick.reason}): "
+            f"scheduling resumed for {e.name}",
+            now,
+        )
+        return result
+
+    async def _announce(
+        self, namespace: str, entries: Sequence[queueing.QueueEntry], now: datetime
+    ) -> None:
+        """One Queued event per binding (again after a restart or a change of leader)."""
+        seen = self._announced.setdefault(namespace, set())
+        live = {e.uid for e in entries}
+        seen &= live
+        for e in entries:
+            if e.uid in seen:
+                continue
+            seen.add(e.uid)
+            await self._event(
+                namespace,
+                e,
+                EVENT_QUEUED,
+                f"queued by quota {e.quota} (onExceed: Queue): {e.name} requests "
+                f"{queueing.resources_of(e)}; scheduling is suspended until it fits",
+                now,
+            )
+        if not seen:
+            self._announced.pop(namespace, None)
+
+    def forget(self) -> None:
+        """Leadership lost: the next leader term announces every queued binding again."""
+        self._announced.clear()
+
+    async def _event(
+        self, namespace: str, e: queueing.QueueEntry, reason: str, message: str, now: datetime
+    ) -> None:
+        if not self.settings.events:
+            return
+        stamp = api.format_time(now)
+        t = e.template
+        body: JSON = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{t.name}.", "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": t.api_version,
+                "kind": t.kind,
+                "name": t.name,
+                "namespace": namespace,
+                "uid": t.uid,
+            },
+            "reason": reason,
+            "message": message,
+            "type": "Normal",
+            "source": {"component": COMPONENT},
+            "reportingComponent": COMPONENT,
+            "reportingInstance": COMPONENT,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+        try:
+            await self.api.request(
+                "POST", f"/api/v1/namespaces/{namespace}/events", body, timeout=2.0
+            )
+        except (KubeError, TimeoutError, OSError) as err:
+            log.warning(
+                "event not recorded",
+                extra={"namespace": namespace, "reason": reason, "error": str(err)},
+            )
+
+    async def _class_values(self, names: set[str]) -> dict[str, int]:
+        """PriorityClass values by name (a missing class counts as 0), cached."""
+        loop_now = asyncio.get_running_loop().time()
+        out: dict[str, int] = {}
+        for name in sorted(n for n in names if n):
+            held = self._classes.get(name)
+            if held is not None and held[1] + self.settings.class_ttl > loop_now:
+                out[name] = held[0]
+                continue
+            try:
+                obj = await self.api.get(priority_class_path(name))
+                value = obj.get("value", 0)
+                out[name] = int(value) if isinstance(value, int) else 0
+            except NotFound:
+                out[name] = 0
+            except (KubeError, TimeoutError, OSError) as err:
+                out[name] = held[0] if held is not None else 0
+                log.warning(
+                    "priority class not read", extra={"priority_class": name, "error": str(err)}
+                )
+                continue
+            self._classes[name] = (out[name], loop_now)
+        return out

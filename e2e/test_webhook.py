@@ -558,6 +558,8 @@ async def test_only_namespaces_with_a_quota_call_the_webhook_and_enforcement_sta
     # stored before the quota was: no moment where the quota exists unenforced by label
     labels = (await api.get(f"/api/v1/namespaces/{ns}"))["metadata"]["labels"]
     assert labels["quota.karmada.io/enforced"] == "true"
+    # a quota that only refuses: the queueing (mutating) webhook is not called here at all
+    assert "quota.karmada.io/queueing" not in labels
 
     # the ten bindings created before are counted; the next one past the quota is refused
     # (until the controller's first status the webhook refuses with "status unknown")

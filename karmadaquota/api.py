@@ -51,6 +51,9 @@ OPERATOR_ENUM: list[JsonValue] = ["In", "NotIn", "Exists", "DoesNotExist"]
 # webhook's namespaceSelector matches it.
 ENFORCED_LABEL = "quota.karmada.io/enforced"
 ENFORCED_VALUE = "true"
+# on namespaces holding a KarmadaQuota with onExceed: Queue: the queueing (mutating) webhook's
+# namespaceSelector, so that a namespace whose quotas only refuse pays no second call per create
+QUEUEING_LABEL = "quota.karmada.io/queueing"
 
 QuantityValue = str | int
 

@@ -38,7 +38,8 @@ from typing import Any
 import aiohttp
 import yaml
 
-from karmadaquota.api import ENFORCED_LABEL, ENFORCED_VALUE, parse_time
+from karmadaquota.api import ON_EXCEED_QUEUE, parse_time
+from karmadaquota.kube import namespaces
 from karmadaquota.kube.client import JSON, Api, KubeError, NotFound
 
 log = logging.getLogger("karmadaquota.install")
@@ -269,20 +270,25 @@ async def label_quota_namespaces(api: Api) -> None:
         listed = await _call(api, what, "GET", "/apis/quota.karmada.io/v1alpha1/karmadaquotas")
     except NotFound:  # the CRD is applied above; a server that lost it has nothing to label
         return
-    spaces = sorted(
-        {(q.get("metadata") or {}).get("namespace", "") for q in listed.get("items", [])}
-    )
-    body = {"metadata": {"labels": {ENFORCED_LABEL: ENFORCED_VALUE}}}
-    for ns in filter(None, spaces):
+    queueing: dict[str, bool] = {}  # namespace -> one of its quotas says onExceed: Queue
+    for q in listed.get("items", []):
+        ns = str((q.get("metadata") or {}).get("namespace", ""))
+        says_queue = (q.get("spec") or {}).get("onExceed") == ON_EXCEED_QUEUE
+        queueing[ns] = queueing.get(ns, False) or says_queue
+    for ns in sorted(filter(None, queueing)):
+        labels = namespaces.labels(queueing[ns])
         await _call(
             api,
-            f"label namespace {ns} {ENFORCED_LABEL}={ENFORCED_VALUE}",
+            f"label namespace {ns} " + ",".join(f"{k}={v}" for k, v in labels.items()),
             "PATCH",
-            f"/api/v1/namespaces/{ns}",
-            body=body,
+            namespaces.path(ns),
+            body={"metadata": {"labels": labels}},
             content_type="application/merge-patch+json",
         )
-        log.info("namespace labelled for enforcement", extra={"namespace": ns})
+        log.info(
+            "namespace labelled for enforcement",
+            extra={"namespace": ns, "queueing": queueing[ns]},
+        )
 
 
 async def apply(

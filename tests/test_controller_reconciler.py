@@ -745,6 +745,25 @@ async def test_the_leader_labels_a_quotas_namespace_for_enforcement_once(env: An
     assert ns.patches == 1
 
 
+async def test_a_quota_switched_to_queue_gets_its_namespace_labelled_for_queueing(
+    env: Any,
+) -> None:
+    """Labelled for enforcement first; once a quota of the namespace says onExceed: Queue (an
+    update the webhook could not label, or one from before the label existed), the leader adds
+    the queueing label — and a namespace whose quotas only refuse never gets it."""
+    api, c, _ = env
+    ns = Namespaces(api)
+    c.namespace_api = ns
+    api.add_quota("q", {"pods": "10"})
+    await c.resync()
+    await until(lambda: (enforced_condition(api) or {}).get("status") == "True")
+    assert ns.labels == {"quota.karmada.io/enforced": "true"}
+    api.quotas["q"]["spec"]["onExceed"] = "Queue"
+    c.quota_event("MODIFIED", copy.deepcopy(api._bump(api.quotas["q"])))
+    await until(lambda: ns.labels.get("quota.karmada.io/queueing") == "true")
+    assert ns.labels["quota.karmada.io/enforced"] == "true" and ns.patches == 2
+
+
 async def test_an_already_labelled_namespace_is_not_patched_and_followers_never_label(
     env: Any,
 ) -> None:

@@ -498,16 +498,19 @@ async def test_namespaces_holding_quotas_are_labelled_before_the_registration(
         "items": [
             {"metadata": {"name": "q1", "namespace": "team-b"}},
             {"metadata": {"name": "q2", "namespace": "team-a"}},
-            {"metadata": {"name": "q3", "namespace": "team-a"}},
+            {"metadata": {"name": "q3", "namespace": "team-a"}, "spec": {"onExceed": "Queue"}},
         ]
     }
     await install.apply(client, install.load_manifests(manifests), CA_PEM, timeout=10, poll=0.01)
     patched = api.applied()
     labelled = [p for p in patched if p.count("/") == 4 and p.startswith("/api/v1/namespaces/")]
     assert labelled == ["/api/v1/namespaces/team-a", "/api/v1/namespaces/team-b"]
+    enforced = {"quota.karmada.io/enforced": "true"}
+    # team-a holds a quota that queues: the queueing webhook's label too; team-b only refuses
     assert api.bodies[labelled[0]] == {
-        "metadata": {"labels": {"quota.karmada.io/enforced": "true"}}
+        "metadata": {"labels": {**enforced, "quota.karmada.io/queueing": "true"}}
     }
+    assert api.bodies[labelled[1]] == {"metadata": {"labels": enforced}}
     assert patched.index(labelled[-1]) < patched.index(VWC)
     (request,) = [r for r in api.requests if r.path == labelled[0]]
     assert request.headers["Content-Type"] == "application/merge-patch+json"

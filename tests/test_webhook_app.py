@@ -556,6 +556,28 @@ async def test_an_admitted_quota_labels_its_namespace_for_enforcement_first() ->
     assert len(labels.patches) == 1
 
 
+async def test_a_queue_quota_labels_its_namespace_for_queueing_too() -> None:
+    """The queueing (mutating) webhook's namespaceSelector: only namespaces where some quota
+    queues pay its call."""
+    labels = NamespaceLabels()
+    doc = quota_doc(hard={"pods": "5"})
+    doc["spec"]["onExceed"] = "Queue"
+    assert (await labelled(labels, doc))["allowed"] is True
+    assert labels.patches == [
+        (
+            "/api/v1/namespaces/ns",
+            {
+                "metadata": {
+                    "labels": {
+                        "quota.karmada.io/enforced": "true",
+                        "quota.karmada.io/queueing": "true",
+                    }
+                }
+            },
+        )
+    ]
+
+
 async def test_a_label_that_cannot_be_written_refuses_the_quota_retryably() -> None:
     from karmadaquota.kube.client import KubeError
 

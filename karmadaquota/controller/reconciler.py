@@ -28,6 +28,7 @@ from typing import Any, Protocol
 import aiohttp
 
 from karmadaquota import queued
+from karmadaquota.api import ON_EXCEED_QUEUE
 from karmadaquota.controller import recompute as rc
 from karmadaquota.controller import status as st
 from karmadaquota.controller.admit import Admitter
@@ -112,7 +113,8 @@ class Controller:
         self.admitter = admitter
         # None: the enforcement label is neither checked nor written (Enforced not reported)
         self.namespace_api = namespace_api
-        self._enforced: set[str] = set()  # namespaces seen labelled; forgotten at each relist
+        # namespaces seen labelled (True: for queueing too); forgotten at each relist
+        self._enforced: dict[str, bool] = {}
         self.metrics = metrics
         self.leadership = leadership
         self.settings = tuning or Tuning()
@@ -306,12 +308,21 @@ class Controller:
         """Label a namespace holding a quota for enforcement if it is not (a quota created
         before the label existed: the webhook labels the namespace of every quota it admits).
         One GET per namespace per resync period; a failure is retried in 2 s."""
-        if self.namespace_api is None or namespace in self._enforced:
+        queueing = any(
+            r.quota is not None and r.quota.spec.onExceed == ON_EXCEED_QUEUE
+            for r in self.quotas.quotas(namespace)
+        )
+        seen = self._enforced.get(namespace)  # None: not seen labelled since the last relist
+        if self.namespace_api is None or (seen is not None and (seen or not queueing)):
             return
         try:
-            if not namespaces.enforced(await self.api.get(namespaces.path(namespace))):
-                await namespaces.enforce(self.namespace_api, namespace)
-                log.info("namespace labelled for enforcement", extra={"namespace": namespace})
+            got = await self.api.get(namespaces.path(namespace))
+            if not namespaces.enforced(got, queueing):
+                await namespaces.enforce(self.namespace_api, namespace, queueing)
+                log.info(
+                    "namespace labelled for enforcement",
+                    extra={"namespace": namespace, "queueing": queueing},
+                )
         except (KubeError, aiohttp.ClientError, TimeoutError) as e:
             log.warning(
                 "cannot label namespace for enforcement",
@@ -319,7 +330,7 @@ class Controller:
             )
             self.dirty.mark_at(namespace, asyncio.get_running_loop().time() + 2.0)
             return
-        self._enforced.add(namespace)
+        self._enforced[namespace] = queueing
 
     async def _wake(self, namespace: str) -> None:
         """Requeue the namespace's waiting workloads that now fit (leader only)."""

@@ -11,13 +11,19 @@ What remains between a quota's creation and its enforcement is karmada-apiserver
 namespace informer catching up with the label (its webhook dispatcher reads namespaces from
 it): milliseconds, once. Bindings created before that are counted by the controller like any
 other, and the quota refuses what would exceed it from then on.
+
+A namespace holding a quota with `onExceed: Queue` also gets `quota.karmada.io/queueing=true`,
+the queueing (mutating) webhook's namespaceSelector, the same way and at the same moments: a
+namespace whose quotas only refuse is never sent to it. Neither label is removed when the last
+such quota goes (a stale label costs one call per create that changes nothing); remove it by
+hand to stop the calls.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
-from karmadaquota.api import ENFORCED_LABEL, ENFORCED_VALUE
+from karmadaquota.api import ENFORCED_LABEL, ENFORCED_VALUE, QUEUEING_LABEL
 from karmadaquota.kube.client import JSON
 
 
@@ -25,20 +31,32 @@ class Patcher(Protocol):
     async def merge_patch(self, path: str, body: JSON, timeout: float = 10.0) -> JSON: ...
 
 
-__all__ = ["ENFORCED_LABEL", "ENFORCED_VALUE", "enforce", "enforced", "path"]
+__all__ = ["ENFORCED_LABEL", "ENFORCED_VALUE", "QUEUEING_LABEL", "enforce", "enforced", "path"]
 
 
 def path(namespace: str) -> str:
     return f"/api/v1/namespaces/{namespace}"
 
 
-def enforced(namespace_object: JSON) -> bool:
-    labels = (namespace_object.get("metadata") or {}).get("labels") or {}
-    return bool(labels.get(ENFORCED_LABEL) == ENFORCED_VALUE)
+def labels(queueing: bool = False) -> dict[str, str]:
+    """The labels a namespace holding quotas needs (`queueing`: one of them says Queue)."""
+    wanted = {ENFORCED_LABEL: ENFORCED_VALUE}
+    if queueing:
+        wanted[QUEUEING_LABEL] = ENFORCED_VALUE
+    return wanted
 
 
-async def enforce(api: Patcher, namespace: str, timeout: float = 10.0) -> JSON:
-    """Label `namespace` so that karmada-apiserver sends its bindings to the webhook (a JSON
-    merge patch: idempotent, touches no other label); the namespace as stored."""
-    body = {"metadata": {"labels": {ENFORCED_LABEL: ENFORCED_VALUE}}}
+def enforced(namespace_object: JSON, queueing: bool = False) -> bool:
+    """The namespace carries every label `labels(queueing)` asks for."""
+    have = (namespace_object.get("metadata") or {}).get("labels") or {}
+    return all(have.get(k) == v for k, v in labels(queueing).items())
+
+
+async def enforce(
+    api: Patcher, namespace: str, queueing: bool = False, timeout: float = 10.0
+) -> JSON:
+    """Label `namespace` so that karmada-apiserver sends its bindings to the webhook — and to
+    the queueing webhook too with `queueing` (a JSON merge patch: idempotent, touches no other
+    label); the namespace as stored."""
+    body = {"metadata": {"labels": labels(queueing)}}
     return await api.merge_patch(path(namespace), body, timeout=timeout)

@@ -281,16 +281,18 @@ class Webhook:
             )
 
     async def admit_quota(self, req: review.Request) -> Decision:
-        """Validate a KarmadaQuota; a valid one's namespace is labelled for enforcement before
-        the answer, so that no quota is stored in a namespace whose bindings skip the webhook
-        (kube.namespaces). A label that cannot be written refuses the quota: try again."""
+        """Validate a KarmadaQuota; a valid one's namespace is labelled for enforcement (and for
+        queueing, when it says `onExceed: Queue`) before the answer, so that no quota is stored
+        in a namespace whose bindings skip the webhook (kube.namespaces). A label that cannot be
+        written refuses the quota: try again."""
         decision = self.validate_quota(req)
         if not decision.allowed or req.dryRun or self.namespace_api is None:
             return decision
         if req.operation not in ("CREATE", "UPDATE") or req.subResource:
             return decision
+        queueing = ((req.object or {}).get("spec") or {}).get("onExceed") == api.ON_EXCEED_QUEUE
         try:
-            await namespaces.enforce(self.namespace_api, req.namespace, timeout=1.5)
+            await namespaces.enforce(self.namespace_api, req.namespace, queueing, timeout=1.5)
         except (KubeError, aiohttp.ClientError, TimeoutError) as e:
             log.warning(
                 "could not label namespace for enforcement",

@@ -137,6 +137,7 @@ def _schema() -> dict[str, Any]:
     expr["items"]["properties"]["values"]["maxItems"] = 64
     expr["items"]["properties"]["values"]["items"]["maxLength"] = 253
     spec["properties"]["scopes"]["maxItems"] = 2
+    spec["properties"]["clusterHard"]["maxProperties"] = 256
     return schema
 
 

@@ -32,6 +32,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from karmadaquota.controller import operator
+from karmadaquota.controller.guard_keeper import GuardKeeper
 from karmadaquota.controller.leader import DEFAULT_LEASE_NAME, LeaderElector, identity
 from karmadaquota.controller.members import Members
 from karmadaquota.controller.metrics import ControllerMetrics
@@ -167,6 +168,7 @@ async def serve(cfg: ControllerConfig) -> int:
         members,
         waker=Waker(client, metrics, cfg.requeue) if cfg.requeue is not None else None,
         namespace_api=client,
+        guards=GuardKeeper(members, metrics),
     )
     if elector is None:
         controller.leadership_changed(True)

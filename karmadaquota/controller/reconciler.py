@@ -25,6 +25,7 @@ import aiohttp
 
 from karmadaquota.controller import recompute as rc
 from karmadaquota.controller.dirty import DirtyQueue
+from karmadaquota.controller.guard_keeper import FINALIZER, GuardKeeper
 from karmadaquota.controller.index import BindingIndex, safe_observe
 from karmadaquota.controller.members import Members
 from karmadaquota.controller.metrics import ControllerMetrics
@@ -98,8 +99,12 @@ class Controller:
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         waker: Waker | None = None,
         namespace_api: namespaces.Patcher | None = None,
+        guards: GuardKeeper | None = None,
     ) -> None:
         self.api = api
+        # None: memberEnforcement ResourceQuota counts observed usage but keeps no guards
+        self.guards = guards
+        self._outcomes: dict[tuple[str, str], rc.Outcome] = {}
         # None: the enforcement label is neither checked nor written (Enforced not reported)
         self.namespace_api = namespace_api
         self._enforced: set[str] = set()  # namespaces seen labelled; forgotten at each relist
@@ -218,6 +223,8 @@ class Controller:
             snapshot = replace(snapshot, gone=functools.partial(self.waker.gone, namespace))
         if self.namespace_api is not None:
             snapshot = replace(snapshot, enforced=namespace in self._enforced)
+        if self.guards is not None:
+            snapshot = replace(snapshot, guards=functools.partial(self.guards.shown, namespace))
         return snapshot
 
     async def flush(self, namespace: str) -> None:
@@ -232,6 +239,8 @@ class Controller:
         contended = False
         for record in self.quotas.quotas(namespace):
             contended = not await self._sync_quota(record) or contended
+        if self.guards is not None and self._can_write():
+            await self._sync_guards(namespace)
         if contended:  # the webhook is busy writing reservations: come back very soon
             loop = asyncio.get_running_loop()
             self.dirty.mark_at(namespace, loop.time() + 0.05 + random.random() * 0.1)
@@ -258,6 +267,71 @@ class Controller:
             self.dirty.mark_at(namespace, asyncio.get_running_loop().time() + 2.0)
             return
         self._enforced.add(namespace)
+
+    async def _sync_guards(self, namespace: str) -> None:
+        """Leader: move the member guards of the namespace's quotas (controller.guards);
+        remove them, then the finalizer, where memberEnforcement is off or the quota is being
+        deleted. A member that failed is retried shortly; the others do not wait for it."""
+        assert self.guards is not None
+        loop = asyncio.get_running_loop()
+        for record in self.quotas.quotas(namespace):
+            quota = record.quota
+            if quota is None:
+                continue
+            finalizers = list((record.raw.get("metadata") or {}).get("finalizers") or [])
+            live = quota.spec.guarded and not quota.metadata.deletionTimestamp
+            if not live:
+                if FINALIZER not in finalizers:
+                    continue
+                if await self.guards.remove(quota):
+                    await self._set_finalizer(record.raw, [f for f in finalizers if f != FINALIZER])
+                else:
+                    self.dirty.mark_at(namespace, loop.time() + self.guards.retry)
+                continue
+            outcome = self._outcomes.get((namespace, record.name))
+            if outcome is None or outcome.guard is None:
+                continue  # an invalid spec: the guards stay as they are
+            # first the finalizer: a guard must never outlive the quota unnoticed
+            if FINALIZER not in finalizers and not await self._set_finalizer(
+                record.raw, [*finalizers, FINALIZER]
+            ):
+                self.dirty.mark_at(namespace, loop.time() + 1.0)
+                continue
+            result = await self.guards.sync(quota, outcome.guard)
+            if result.changed:
+                self.dirty.mark(namespace)  # the status shows the guards as written
+            if result.retry_at is not None:
+                self.dirty.mark_at(namespace, loop.time() + (result.retry_at - time.monotonic()))
+
+    async def _set_finalizer(self, raw: Mapping[str, Any], finalizers: list[str]) -> bool:
+        """Write the quota's finalizers, conditional on the version read; False if it lost."""
+        meta = raw.get("metadata") or {}
+        ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+        body = {
+            "metadata": {"finalizers": finalizers, "resourceVersion": meta.get("resourceVersion")}
+        }
+        try:
+            result = await self.api.request(
+                "PATCH",
+                paths.quota(ns, name),
+                body,
+                timeout=self.settings.write_timeout,
+                content_type="application/merge-patch+json",
+            )
+        except NotFound:
+            return False
+        except (KubeError, aiohttp.ClientError, TimeoutError) as e:
+            log.info(
+                "quota finalizer not written; retrying",
+                extra={"namespace": ns, "quota": name, "error": str(e)},
+            )
+            return False
+        self._fold_quota(result)
+        log.info(
+            "quota finalizer written",
+            extra={"namespace": ns, "quota": name, "finalizers": finalizers},
+        )
+        return True
 
     async def _wake(self, namespace: str) -> None:
         """Requeue the namespace's waiting workloads that now fit (leader only)."""
@@ -337,6 +411,7 @@ class Controller:
             now = self._clock()
             started = time.perf_counter()
             outcome = rc.recompute(current.quota, self._snapshot(ns), now)
+            self._outcomes[(ns, name)] = outcome
             desired = rc.status_to_write(current.raw.get("status"), outcome)
             self.metrics.recompute_duration.observe(time.perf_counter() - started)
             self.metrics.set_quota(ns, name, outcome.used, outcome.hard, outcome.status)
@@ -461,6 +536,9 @@ class _QuotaFeed:
         have = self.c.quotas.get(ns, name)
         if self.c.quotas.remove(ns, name):
             self.c.metrics.forget_quota(ns, name)
+            self.c._outcomes.pop((ns, name), None)
+            if self.c.guards is not None:
+                self.c.guards.forget(ns, name)
             if self.c.waker is not None and have is not None and have.quota is not None:
                 # its waiting workloads may fit now; the namespace may have no quota left
                 self.c.waker.quota_deleted(have.quota)

@@ -8,12 +8,14 @@ hard ≤ the global hard at every moment**, for every resource name.
 Share policy, per resource name (all arithmetic in exact nano-units):
 
 1. A member that cannot be reached keeps the guard it has (it cannot be changed), so it is
-   *fixed*: its last known hard — or, never known (a new leader, a failed write whose outcome
-   is unknown), the most it could hold: its clusterHard cap, else the global hard. The budget
-   of the reachable members is what the fixed ones leave: `B = hard − Σ fixed`.
+   *fixed*: its last known hard — or, never known (a new leader that could not read it yet),
+   the most it could hold: the whole global hard (not its clusterHard cap, which may have been
+   lowered since its guard was written). The budget of the reachable members is what the fixed
+   ones leave: `B = hard − Σ fixed`.
 2. Each reachable member first gets its *usage* (the larger of what Karmada placed there and
-   what its pods request), capped by clusterHard; scaled down in proportion if they do not all
-   fit B (a lowered hard, an outage's fixed share): then pods past it are refused there.
+   what its pods request), capped by clusterHard; scaled down in proportion (in whole granules)
+   if they do not all fit B (a lowered hard, an outage's fixed share): then new pods are
+   refused there until usage drops.
 3. The *headroom* `B − Σ usage − reserved` is shared, where `reserved` is admitted usage not
    yet in any member (pending charges, replicas not yet scheduled): it will land in a member as
    a usage that step 2 covers, so it is not handed out twice. Headroom is split evenly in whole
@@ -82,11 +84,12 @@ class GuardInputs:
     caps: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # clusterHard
 
 
-def assumed(m: MemberState, hard: Mapping[str, int], caps: Mapping[str, int]) -> Nanos:
-    """What member `m` may hold at most: its known guard, else its cap, else the hard."""
+def assumed(m: MemberState, hard: Mapping[str, int]) -> Nanos:
+    """What member `m` may hold at most: its known guard, else the whole hard. Not its
+    clusterHard cap: the cap may have been lowered after its guard was last written."""
     if m.guard is not None:
         return {n: m.guard.get(n, 0) for n in hard}
-    return {n: min(caps.get(n, hard[n]), hard[n]) for n in hard}
+    return dict(hard)
 
 
 def _split(units: int, order: Sequence[str], limits: Mapping[str, int | None]) -> dict[str, int]:
@@ -120,11 +123,7 @@ def desired(inputs: GuardInputs) -> dict[str, Nanos]:
     reachable = [m for m in inputs.members if m.reachable]
     out: dict[str, Nanos] = {m.name: {} for m in reachable}
     for name, limit in hard.items():
-        fixed = sum(
-            assumed(m, hard, inputs.caps.get(m.name, {}))[name]
-            for m in inputs.members
-            if not m.reachable
-        )
+        fixed = sum(assumed(m, hard)[name] for m in inputs.members if not m.reachable)
         budget = max(0, limit - fixed)
         caps = {m.name: inputs.caps.get(m.name, {}).get(name) for m in reachable}
         floors = {}
@@ -133,11 +132,11 @@ def desired(inputs: GuardInputs) -> dict[str, Nanos]:
             use = max(0, m.usage.get(name, 0))
             floors[m.name] = use if cap is None else min(use, cap)
         total = sum(floors.values())
-        if total > budget:
-            floors = {c: f * budget // total for c, f in floors.items()}
+        g = granule(name)
+        if total > budget:  # in whole granules: a guard of 0.9 pods is of no use to anyone
+            floors = {c: f * budget // total // g * g for c, f in floors.items()}
             total = sum(floors.values())
         headroom = max(0, budget - total - max(0, inputs.reserved.get(name, 0)))
-        g = granule(name)
         order = [
             m.name for m in sorted(reachable, key=lambda m: (-m.out_of_band.get(name, 0), m.name))
         ]

@@ -166,6 +166,7 @@ class Model:
     caps: dict[str, dict[str, int]] = field(default_factory=dict)
     reserved: int = 0
     worst: int = 0
+    stale: set[str] = field(default_factory=set)  # a write failed: read it again
 
     def check(self) -> None:
         total = sum(g.get(P, 0) for g in self.actual.values())
@@ -175,20 +176,26 @@ class Model:
     def write(self, c: str, hard: dict[str, int], lowering: bool) -> bool:
         """One guard write as the I/O shell does it; True when it is known to have held."""
         if c in self.down:
+            self.stale.add(c)
             return False
         if lowering and c in self.stuck:
             # the spec is lowered but the member keeps enforcing the old status.hard
             self.check()
+            self.stale.add(c)
             return False
         self.actual[c] = dict(hard)
         self.check()
-        return c not in self.lossy
+        if c in self.lossy:
+            self.stale.add(c)
+            return False
+        return True
 
     def round(self) -> None:
         """One sync of the controller (guard_keeper.GuardKeeper.sync)."""
-        for c in MEMBERS:  # reachable members are read when unknown
-            if c not in self.down and self.known.get(c) is None:
+        for c in MEMBERS:  # reachable members are read when unknown or after a failed write
+            if c not in self.down and (self.known.get(c) is None or c in self.stale):
                 self.known[c] = dict(self.actual.get(c, {}))
+                self.stale.discard(c)
         states = [
             gd.MemberState(
                 c,
@@ -205,10 +212,10 @@ class Model:
         plan = gd.transition({c: self.known.get(c) for c in wanted}, wanted)
         ok = True
         for c, low in plan.lower.items():
-            if not self.write(c, low, lowering=True):
+            if self.write(c, low, lowering=True):
+                self.known[c] = dict(low)  # confirmed
+            else:
                 ok = False  # what it may hold stays what was known (the larger)
-                if c in self.down:
-                    self.known[c] = self.known.get(c)
         if not ok:
             return
         for c, want in plan.final.items():
@@ -217,9 +224,6 @@ class Model:
                 self.known[c] = dict(want)
             else:  # unknown outcome: assume it was applied if that is the larger
                 self.known[c] = {k: max(before.get(k, 0), want.get(k, 0)) for k in want}
-        for c, low in plan.lower.items():
-            if c not in self.down and c not in self.stuck and c not in self.lossy:
-                self.known[c] = self.known.get(c) if c in plan.final else dict(low)
 
 
 EVENTS = st.lists(

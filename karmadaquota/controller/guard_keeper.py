@@ -206,6 +206,10 @@ class GuardKeeper:
 
     def _failed(self, member: str, op: str, e: BaseException) -> None:
         self._down[member] = self._clock() + self.retry
+        # what its guards may hold is kept for planning, but read again once it is back
+        for key, known in self._known.items():
+            if key[2] == member:
+                self._known[key] = replace(known, read_at=float("-inf"))
         self.errors[member] = describe_error(e)
         if self.metrics is not None:
             self.metrics.guard_writes.labels(member, op, "error").inc()

@@ -298,7 +298,7 @@ class GuardKeeper:
         deadline = self._clock() + self.confirm_timeout
         obj = written
         while not confirmed(obj, lowered):
-            if self._clock() > deadline:
+            if self._clock() >= deadline:
                 raise GuardError(
                     f"the quota controller of {member} did not take the lowered guard into "
                     f"status.hard within {self.confirm_timeout:g}s"

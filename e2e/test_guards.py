@@ -227,6 +227,22 @@ async def running(s: Stack, member: str, ns: str, prefix: str) -> int:
     )
 
 
+async def quota_gone(s: Stack, ns: str) -> None:
+    """Delete the quota and wait until its finalizer let it go (its guards removed), so that
+    no guard outlives the test and the namespace's deletion is not held up."""
+    await s.bed.akubectl("delete", "kq", "team", "-n", ns, "--wait=false", "--ignore-not-found")
+
+    async def gone() -> bool:
+        try:
+            await quota(s, ns)
+        except NotFound:
+            return True
+        return False
+
+    await eventually(gone, 30, "the quota deleted once its guards are gone")
+    assert all(g is None for g in (await guards(s, ns)).values())
+
+
 def guarded_quota(ns: str, hard: Mapping[str, str], **spec: Any) -> JSON:
     return product.quota(ns, "team", dict(hard), memberEnforcement="ResourceQuota", **spec)
 
@@ -303,6 +319,7 @@ async def test_pods_made_around_karmada_count_and_are_held_to_the_global_headroo
         await eventually(its_pod, 60, "more's pod created in the member")
         print(f"more's pod created {time.monotonic() - placed_at:.2f} s after it was placed")
         await used_pods(s, ns, 3)
+        await quota_gone(s, ns)
 
 
 async def test_cluster_hard_caps_what_one_member_holds(stack: Stack, namespace: str) -> None:
@@ -322,6 +339,7 @@ async def test_cluster_hard_caps_what_one_member_holds(stack: Stack, namespace: 
         assert "exceeded quota: " + GUARD in refusal, refusal
         other = s.bed.members[0]
         assert pods((await guard(s, other, ns) or {})["spec"]["hard"]["pods"]) == 8
+        await quota_gone(s, ns)
 
 
 async def test_switching_to_none_or_deleting_the_quota_removes_every_guard(
@@ -347,17 +365,7 @@ async def test_switching_to_none_or_deleting_the_quota_removes_every_guard(
 
     await s.bed.aapply(guarded_quota(ns, hard))
     await guards_ready(s, ns)
-    await s.bed.akubectl("delete", "kq", "team", "-n", ns, "--wait=false")
-    await eventually(no_guards, 30, "every guard removed after deleting the quota")
-
-    async def gone() -> bool:
-        try:
-            await quota(s, ns)
-        except NotFound:
-            return True
-        return False
-
-    await eventually(gone, 30, "the quota deleted once its guards are gone")
+    await quota_gone(s, ns)
 
 
 async def test_the_guards_need_only_resourcequotas_in_the_namespace_and_pods_to_watch(

@@ -43,6 +43,7 @@ class GuardedKarmada(FakeKarmada):
         if method != "PATCH":
             return await super().request(method, path, body, params, timeout)
         await asyncio.sleep(0)
+        self.patches.append(copy.deepcopy(body or {}))
         assert content_type == "application/merge-patch+json" and body is not None
         name = path.split("/karmadaquotas/")[1]
         current = self.quotas.get(name)
@@ -56,6 +57,12 @@ class GuardedKarmada(FakeKarmada):
             del self.quotas[name]
             return copy.deepcopy(current)
         return copy.deepcopy(self._bump(current))
+
+    patches: list[JSON]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.patches = []
 
     def edit(self, name: str, **spec: Any) -> JSON:
         q = self.quotas[name]
@@ -201,6 +208,10 @@ async def test_deleting_the_quota_removes_every_guard_before_it_goes(env: Any) -
     c.quota_event("MODIFIED", api.delete("q"))
     await until(lambda: "q" not in api.quotas)
     assert guard_pods(fleet) == {"member1": None, "member2": None, "member3": None}
+    # the controller's patch right on quotas is used for the finalizer only (docs/security.md)
+    assert [p["metadata"]["finalizers"] for p in api.patches] == [[FINALIZER], []]
+    assert all(set(p) == {"metadata"} for p in api.patches)
+    assert all(set(p["metadata"]) == {"finalizers", "resourceVersion"} for p in api.patches)
 
 
 async def test_a_follower_writes_no_guard(env: Any) -> None:

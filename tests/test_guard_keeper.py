@@ -274,3 +274,24 @@ async def test_the_fleets_guards_never_hold_more_than_the_hard(
         clock.now += 5
         await k.sync(kq(), inputs(usage, reserved=reserved))
     assert fleet.worst.get(P, 0) <= 10 * NANO
+
+
+async def test_a_member_that_stays_down_is_tried_less_and_less_often() -> None:
+    fleet = Fleet(MEMBERS, {P: 10 * NANO})
+    clock = Clock()
+    k = keeper(fleet, clock, retry=2.0, max_retry=8.0)
+    await k.sync(kq(), inputs({}))
+    fleet.members["member3"].down = True
+    clock.now += 100  # past the re-read period
+    waits = []
+    for _ in range(5):
+        result = await k.sync(kq(), inputs({}))
+        assert result.retry_at is not None
+        waits.append(result.retry_at - clock.now)
+        clock.now = result.retry_at
+    assert waits == [2.0, 4.0, 8.0, 8.0, 8.0]
+    tries = [r for r in fleet.requests if r[0] == "member3"]
+    fleet.members["member3"].down = False
+    await k.sync(kq(), inputs({}))
+    assert len([r for r in fleet.requests if r[0] == "member3"]) > len(tries)
+    assert "member3" not in k.errors

@@ -171,6 +171,7 @@ class GuardKeeper:
         confirm_timeout: float = 5.0,
         poll: float = 0.05,
         retry: float = 2.0,
+        max_retry: float = 30.0,
         reread_period: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -184,6 +185,8 @@ class GuardKeeper:
         self._clock = clock
         self._known: dict[tuple[str, str, str], _Known] = {}  # (ns, quota, member)
         self._down: dict[str, float] = {}  # member -> unreachable until this time
+        self._failures: dict[str, int] = {}  # member -> failures in a row (the backoff)
+        self.max_retry = max_retry
         self.errors: dict[str, str] = {}  # member -> why the last request failed
 
     # ---- what the status shows -------------------------------------------------------------
@@ -205,7 +208,10 @@ class GuardKeeper:
         return self._down.get(member, 0.0) <= self._clock()
 
     def _failed(self, member: str, op: str, e: BaseException) -> None:
-        self._down[member] = self._clock() + self.retry
+        # doubling up to max_retry: a member that is down costs a namespace's flush one request
+        # timeout per period, not per event
+        n = self._failures[member] = self._failures.get(member, 0) + 1
+        self._down[member] = self._clock() + min(self.max_retry, self.retry * 2 ** (n - 1))
         # what its guards may hold is kept for planning, but read again once it is back
         for key, known in self._known.items():
             if key[2] == member:
@@ -220,6 +226,7 @@ class GuardKeeper:
 
     def _ok(self, member: str, op: str) -> None:
         self.errors.pop(member, None)
+        self._failures.pop(member, None)
         if self.metrics is not None:
             self.metrics.guard_writes.labels(member, op, "ok").inc()
 
@@ -321,6 +328,9 @@ class GuardKeeper:
             self._remember(ns, name, member, await self._read(member, ns, name))
         except (KubeError, GuardError) as e:
             self._failed(member, "read", e)
+            return
+        self._failures.pop(member, None)
+        self.errors.pop(member, None)
 
     async def sync(self, quota: KarmadaQuota, inputs: gd.GuardInputs) -> SyncResult:
         """Move every reachable member's guard to its share (decreases confirmed first)."""
@@ -416,7 +426,11 @@ class GuardKeeper:
                 },
             )
         unreachable = any(not s.reachable for s in states if s.name in registered)
-        retry_at = self._clock() + self.retry if failed or unreachable else None
+        retry_at = None
+        if failed or unreachable:  # when the first member that is down may be tried again
+            now = self._clock()
+            waits = [t for m, t in self._down.items() if m in registered and t > now]
+            retry_at = min(waits) if waits else now + self.retry
         return SyncResult(changed, retry_at)
 
     async def remove(self, quota: KarmadaQuota) -> bool:

@@ -304,7 +304,8 @@ async def test_pods_made_around_karmada_count_and_are_held_to_the_global_headroo
             rebalanced.append(time.monotonic() - created)
         print(f"\ndirect pods created after {', '.join(f'{w:.2f}' for w in waits)} s")
         print(f"counted in status.used after {', '.join(f'{w:.2f}' for w in reflected)} s")
-        print(f"every member's guard rebalanced after {', '.join(f'{w:.2f}' for w in rebalanced)} s")
+        moved = ", ".join(f"{w:.2f}" for w in rebalanced)
+        print(f"every member's guard rebalanced after {moved} s")
         q = await used_pods(s, ns, 6)
         by = {c["clusterName"]: c for c in q["status"]["aggregatedStatus"]}
         assert pods(by[direct]["observed"]["pods"]) == 4 and pods(by[direct]["used"]["pods"]) == 0

@@ -107,8 +107,12 @@ class Invariant:
     violations: list[str] = field(default_factory=list)
 
     async def run(self) -> None:
+        held: dict[str, dict[str, int]] = {}
         while True:
-            held = {m: gk.may_hold(g) for m, g in (await guards(self.s, self.ns)).items()}
+            for m in self.s.members:
+                # a member that is down: its guard stays what it was (its etcd keeps it)
+                with contextlib.suppress(KubeError, OSError, TimeoutError):
+                    held[m] = gk.may_hold(await guard(self.s, m, self.ns))
             self.polls += 1
             for name, limit in self.hard.items():
                 total = sum(h.get(name, 0) for h in held.values())
@@ -398,6 +402,38 @@ async def test_switching_to_none_or_deleting_the_quota_removes_every_guard(
 
     await s.bed.aapply(guarded_quota(ns, hard))
     await guards_ready(s, ns)
+    await quota_gone(s, ns)
+
+
+async def test_an_unreachable_member_keeps_its_share_and_the_others_never_grow_meanwhile(
+    stack: Stack, namespace: str
+) -> None:
+    s, ns = stack, namespace
+    if s.bed.supervisor is None:
+        pytest.skip("stopping a member's API server needs a bed started by this session")
+    busy, down = s.bed.members[0], s.bed.members[1]
+    hard = {"pods": "6"}
+    await s.bed.aapply(guarded_quota(ns, hard))
+    await member_namespace(s, ns)
+    async with invariant(s, ns, hard):
+        ready = await guards_ready(s, ns)
+        assert {m: pods(g["spec"]["hard"]["pods"]) for m, g in ready.items()} == {busy: 3, down: 3}
+        await asyncio.to_thread(s.bed.kill, f"{down}-kube-apiserver")
+        try:
+            for i in range(3):  # busy's own share
+                await created_eventually(s, busy, ns, f"busy-{i}")
+            await used_pods(s, ns, 3)
+            # the 3 left are down's, which cannot be lowered while it is down: refused here
+            refusal = await create_pod(s, busy, ns, "busy-3")
+            assert "exceeded quota: " + GUARD in refusal, refusal
+            assert pods((await guard(s, busy, ns) or {})["spec"]["hard"]["pods"]) == 3
+        finally:
+            took = await asyncio.to_thread(s.bed.restart, f"{down}-kube-apiserver")
+            print(f"\n{down}'s kube-apiserver back in {took:.1f} s")
+        # back: down's share is lowered first, then busy's raised; busy-3 goes through
+        waited = await created_eventually(s, busy, ns, "busy-3")
+        print(f"busy-3 created {waited:.2f} s after {down} was healthy again")
+        await used_pods(s, ns, 4)
     await quota_gone(s, ns)
 
 

@@ -295,3 +295,21 @@ async def test_a_member_that_stays_down_is_tried_less_and_less_often() -> None:
     await k.sync(kq(), inputs({}))
     assert len([r for r in fleet.requests if r[0] == "member3"]) > len(tries)
     assert "member3" not in k.errors
+
+
+async def test_a_member_whose_pod_watch_recovered_is_tried_at_once() -> None:
+    fleet = Fleet(MEMBERS, {P: 10 * NANO})
+    clock = Clock()
+    k = keeper(fleet, clock)
+    await k.sync(kq(), inputs({}))
+    fleet.members["member3"].down = True
+    clock.now += 100
+    await k.sync(kq(), inputs({"member1": 4}))  # member3 found down: backoff
+    fleet.members["member3"].down = False
+    before = len([r for r in fleet.requests if r[0] == "member3"])
+    await k.sync(kq(), inputs({"member1": 4}))
+    assert len([r for r in fleet.requests if r[0] == "member3"]) == before  # still backing off
+    k.recovered(["member3"])
+    result = await k.sync(kq(), inputs({"member1": 4}))
+    assert result.retry_at is None
+    assert held(fleet) == {"member1": "6", "member2": "2", "member3": "2"}

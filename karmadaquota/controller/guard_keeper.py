@@ -171,7 +171,7 @@ class GuardKeeper:
         confirm_timeout: float = 5.0,
         poll: float = 0.05,
         retry: float = 2.0,
-        max_retry: float = 30.0,
+        max_retry: float = 10.0,
         reread_period: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -223,6 +223,14 @@ class GuardKeeper:
             "member guard request failed; the member keeps the guard it has",
             extra={"cluster": member, "operation": op, "error": describe_error(e)},
         )
+
+    def recovered(self, members: list[str]) -> None:
+        """These members' pod watches are healthy again: try their guards at once rather than
+        at the end of the backoff."""
+        for m in members:
+            if m in self._down:
+                self._down.pop(m, None)
+                self._failures.pop(m, None)
 
     def _ok(self, member: str, op: str) -> None:
         self.errors.pop(member, None)

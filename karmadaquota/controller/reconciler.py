@@ -151,6 +151,10 @@ class Controller:
 
     def member_changed(self, namespaces: Collection[str] | None) -> None:
         if namespaces is None:
+            if self.guards is not None and self.members is not None:
+                self.guards.recovered(
+                    [m.name for m in self.members.views() if m.synced and not m.error]
+                )
             self.mark_all()
         else:
             for ns in namespaces:

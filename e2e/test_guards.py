@@ -27,6 +27,7 @@ from karmadaquota.api import KarmadaQuota
 from karmadaquota.controller import guard_keeper as gk
 from karmadaquota.controller import guards as gd
 from karmadaquota.controller.members import Members, MemberWatch, cluster_access
+from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.kube.client import JSON, KubeClient, KubeError, NotFound
 from karmadaquota.quantity import NANO, Quantity
 
@@ -340,7 +341,9 @@ async def test_pods_made_around_karmada_count_and_are_held_to_the_global_headroo
         # the direct pods go: more is admitted, placed, and its pod is not held up by a guard
         for i in range(4):
             await s.members[direct].request(
-                "DELETE", f"/api/v1/namespaces/{ns}/pods/direct-{i}", {"gracePeriodSeconds": 0}
+                "DELETE",
+                f"/api/v1/namespaces/{ns}/pods/direct-{i}",
+                {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0},
             )
         await used_pods(s, ns, 2)
 
@@ -463,30 +466,48 @@ async def test_the_guards_need_only_resourcequotas_in_the_namespace_and_pods_to_
     members.apply(cluster)
     watch = members.get(member)
     assert isinstance(watch, MemberWatch)
-    keeper = gk.GuardKeeper(members, poll=0.05)
+    keeper = gk.GuardKeeper(members, ControllerMetrics(), poll=0.05)
     kq = product.quota(ns, "least", {"pods": "4"}, memberEnforcement="ResourceQuota")
     kq["metadata"]["uid"] = "least-uid"
     model = KarmadaQuota.model_validate(kq)
     try:
         await eventually(lambda: watch.synced and not watch.error, 30, "pods listed and watched")
-        n = 4 * NANO
-        for usage in (0, 2, 0):
-            result = await keeper.sync(
-                model,
-                gd.GuardInputs(
-                    hard={"pods": n},
-                    members=[gd.MemberState(member, usage={"pods": usage * NANO})],
-                ),
-            )
-            assert result.retry_at is None, keeper.errors
+
+        # created; lowered (written, then confirmed by reading status.hard); raised
+        for pods_hard in (4, 3, 5):
+
+            async def moved(pods_hard: int = pods_hard) -> bool:
+                keeper.recovered([member])  # no backoff between attempts here
+                result = await keeper.sync(
+                    model,
+                    gd.GuardInputs(
+                        hard={"pods": pods_hard * NANO}, members=[gd.MemberState(member)]
+                    ),
+                )
+                return result.retry_at is None
+
+            await eventually(moved, 30, f"guard moved to {pods_hard}")
         rq = await s.members[member].get(gk.rq_path(ns, gk.guard_name("least")))
-        assert rq["spec"]["hard"] == {"pods": "4"}
+        assert rq["spec"]["hard"] == {"pods": "5"}
+        ops = {op for (m, op, result) in _writes(keeper) if result == "ok"}
+        assert ops >= {"create", "lower", "raise"}, ops
         assert await keeper.remove(model), keeper.errors
         with pytest.raises(NotFound):
             await s.members[member].get(gk.rq_path(ns, gk.guard_name("least")))
     finally:
         await members.close()
         await cleanup()
+
+
+def _writes(keeper: gk.GuardKeeper) -> list[tuple[str, str, str]]:
+    """(member, operation, result) of every guard request counted in the keeper's metrics."""
+    assert keeper.metrics is not None
+    return [
+        (x.labels["member_cluster"], x.labels["operation"], x.labels["result"])
+        for metric in keeper.metrics.registry.collect()
+        for x in metric.samples
+        if x.name == "karmadaquota_guard_writes_total" and x.value > 0
+    ]
 
 
 async def restricted_token(

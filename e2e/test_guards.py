@@ -13,6 +13,7 @@ import asyncio
 import base64
 import contextlib
 import secrets
+import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -44,14 +45,24 @@ class Stack:
     bed: TestBed
     api: KubeClient
     members: dict[str, KubeClient]
-    metrics_port: int
+    controller: product.Proc
+    lease: str
+    started: int = 0
+
+    def start_controller(self) -> None:
+        self.started += 1
+        self.controller, _ = product.start_controller(
+            self.bed,
+            f"controller-guards-{self.started}",
+            env={"KARMADAQUOTA_LEASE_NAME": self.lease},
+        )
 
 
 @pytest.fixture(scope="module")
 async def stack(testbed: TestBed) -> AsyncIterator[Stack]:
     await asyncio.to_thread(product.install_crd, testbed)
     lease = f"kq-guards-{secrets.token_hex(4)}"
-    controller, port = product.start_controller(
+    controller, _ = product.start_controller(
         testbed, "controller-guards", env={"KARMADAQUOTA_LEASE_NAME": lease}
     )
     hook = await product.start_webhook(testbed, "webhook-guards")
@@ -59,14 +70,15 @@ async def stack(testbed: TestBed) -> AsyncIterator[Stack]:
     members = {
         m: await KubeClient.connect(str(testbed.member_kubeconfig(m))) for m in testbed.members
     }
+    s = Stack(testbed, api, members, controller, lease)
     try:
         await asyncio.to_thread(product.register, testbed, hook.base, hook.ca_bundle)
-        yield Stack(testbed, api, members, port)
+        yield s
     finally:
         await asyncio.to_thread(product.unregister, testbed)
         hook.proc.stop()
-        controller.stop()
-        print(f"--- controller log ---\n{controller.tail(60)}")
+        s.controller.stop()
+        print(f"--- controller log ---\n{s.controller.tail(60)}")
         await api.close()
         for c in members.values():
             await c.close()
@@ -437,6 +449,34 @@ async def test_an_unreachable_member_keeps_its_share_and_the_others_never_grow_m
         waited = await created_eventually(s, busy, ns, "busy-3")
         print(f"busy-3 created {waited:.2f} s after {down} was healthy again")
         await used_pods(s, ns, 4)
+    await quota_gone(s, ns)
+
+
+async def test_a_controller_failover_keeps_the_guards_within_the_hard(
+    stack: Stack, namespace: str
+) -> None:
+    s, ns = stack, namespace
+    one, other = s.bed.members[0], s.bed.members[1]
+    hard = {"pods": "4"}
+    await s.bed.aapply(guarded_quota(ns, hard))
+    await member_namespace(s, ns)
+    async with invariant(s, ns, hard):
+        await guards_ready(s, ns)
+        s.controller.stop(signal.SIGKILL)
+        # the guards hold without a controller: other's share (2) still takes a pod
+        assert await create_pod(s, other, ns, "while-down") == ""
+        started = time.monotonic()
+        s.start_controller()  # takes the Lease once the killed one's lapses
+
+        async def rebalanced() -> bool:
+            got = await guards(s, ns)
+            held = {m: gk.may_hold(g).get("pods", 0) // NANO for m, g in got.items() if g}
+            # usage 1 in other: 3 to share, one each, the odd one to other (out of band)
+            return held == {one: 1, other: 3}
+
+        await eventually(rebalanced, 60, "the new leader rebalanced the guards", interval=0.1)
+        print(f"\nnew leader rebalanced the guards {time.monotonic() - started:.1f} s after start")
+        await used_pods(s, ns, 1)
     await quota_gone(s, ns)
 
 

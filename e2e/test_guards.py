@@ -438,7 +438,13 @@ async def test_an_unreachable_member_keeps_its_share_and_the_others_never_grow_m
             for i in range(3):  # busy's own share
                 await created_eventually(s, busy, ns, f"busy-{i}")
             await used_pods(s, ns, 3)
-            # the 3 left are down's, which cannot be lowered while it is down: refused here
+            # the 3 left are down's, which cannot be lowered while it is down: busy's guard
+            # never grows (watched for a while: the controller sees busy's usage at once, and
+            # would otherwise have given it two of down's three within tens of milliseconds)
+            observed_until = time.monotonic() + 3.0
+            while time.monotonic() < observed_until:
+                assert pods((await guard(s, busy, ns) or {})["spec"]["hard"]["pods"]) == 3
+                await asyncio.sleep(0.1)  # an observation window, not synchronisation
             refusal = await create_pod(s, busy, ns, "busy-3")
             assert "exceeded quota: " + GUARD in refusal, refusal
             assert pods((await guard(s, busy, ns) or {})["spec"]["hard"]["pods"]) == 3

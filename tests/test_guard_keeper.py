@@ -313,3 +313,18 @@ async def test_a_member_whose_pod_watch_recovered_is_tried_at_once() -> None:
     result = await k.sync(kq(), inputs({"member1": 4}))
     assert result.retry_at is None
     assert held(fleet) == {"member1": "6", "member2": "2", "member3": "2"}
+
+
+async def test_a_leader_losing_its_lease_after_lowering_raises_nothing() -> None:
+    fleet = Fleet(MEMBERS, {P: 10 * NANO})
+    k = keeper(fleet)
+    await k.sync(kq(), inputs({"member1": 4}))
+    asked = []
+
+    def lease_running_out() -> bool:
+        asked.append(True)
+        return len(asked) < 2  # still the leader for the lowering, not for the raise
+
+    result = await k.sync(kq(), inputs({"member1": 4, "member2": 4}), may_write=lease_running_out)
+    assert result.retry_at is not None
+    assert held(fleet) == {"member1": "5", "member2": "2", "member3": "0"}  # lowered only

@@ -340,8 +340,16 @@ class GuardKeeper:
         self._failures.pop(member, None)
         self.errors.pop(member, None)
 
-    async def sync(self, quota: KarmadaQuota, inputs: gd.GuardInputs) -> SyncResult:
-        """Move every reachable member's guard to its share (decreases confirmed first)."""
+    async def sync(
+        self,
+        quota: KarmadaQuota,
+        inputs: gd.GuardInputs,
+        may_write: Callable[[], bool] = lambda: True,
+    ) -> SyncResult:
+        """Move every reachable member's guard to its share (decreases confirmed first).
+
+        `may_write` is asked before each phase: a leader whose Lease is running out raises
+        nothing (its successor plans from what the members hold then)."""
         ns, name = quota.metadata.namespace, quota.metadata.name
         registered = {m.name for m in self.members.views()}
         await asyncio.gather(
@@ -412,10 +420,14 @@ class GuardKeeper:
             self._ok(member, op)
             return True
 
+        if (plan.lower or plan.final) and not may_write():
+            return SyncResult(False, self._clock() + self.retry)
         if plan.lower:
             results = await asyncio.gather(*(lower(c, h) for c, h in sorted(plan.lower.items())))
             changed = True
             failed = not all(results)
+        if plan.final and not failed and not may_write():
+            failed = True
         if plan.final and not failed:
             results = await asyncio.gather(*(raise_(c, h) for c, h in sorted(plan.final.items())))
             changed = True

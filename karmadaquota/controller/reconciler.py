@@ -301,7 +301,7 @@ class Controller:
             ):
                 self.dirty.mark_at(namespace, loop.time() + 1.0)
                 continue
-            result = await self.guards.sync(quota, outcome.guard)
+            result = await self.guards.sync(quota, outcome.guard, may_write=self._can_write)
             if result.changed:
                 self.dirty.mark(namespace)  # the status shows the guards as written
             if result.retry_at is not None:

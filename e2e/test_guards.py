@@ -370,6 +370,13 @@ async def test_pods_made_around_karmada_count_and_are_held_to_the_global_headroo
 
         await eventually(its_pod, 60, "more's pod created in the member")
         print(f"more's pod created {time.monotonic() - placed_at:.2f} s after it was placed")
+        events = await s.members[karmada_member].get(f"/api/v1/namespaces/{ns}/events")
+        held_up = [
+            e
+            for e in events.get("items", [])
+            if e.get("reason") == "FailedCreate" and "exceeded quota" in e.get("message", "")
+        ]
+        print(f"Karmada's pods refused by a guard in {karmada_member}: {len(held_up)} time(s)")
         await used_pods(s, ns, 3)
         await quota_gone(s, ns)
 

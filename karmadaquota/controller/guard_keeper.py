@@ -184,6 +184,8 @@ class GuardKeeper:
         self.reread_period = reread_period
         self._clock = clock
         self._known: dict[tuple[str, str, str], _Known] = {}  # (ns, quota, member)
+        # (ns, quota, member) -> when a ResourceQuota not ours was found holding the guard's name
+        self._foreign: dict[tuple[str, str, str], float] = {}
         self._down: dict[str, float] = {}  # member -> unreachable until this time
         self._failures: dict[str, int] = {}  # member -> failures in a row (the backoff)
         self.max_retry = max_retry
@@ -196,8 +198,9 @@ class GuardKeeper:
         return None if known is None or not known.shown else known.shown
 
     def forget(self, namespace: str, quota: str) -> None:
-        for key in [k for k in self._known if k[0] == namespace and k[1] == quota]:
-            del self._known[key]
+        for table in (self._known, self._foreign):
+            for key in [k for k in table if k[0] == namespace and k[1] == quota]:
+                del table[key]
 
     # ---- requests --------------------------------------------------------------------------
 
@@ -332,11 +335,23 @@ class GuardKeeper:
         known = self._known.get((ns, name, member))
         if known is not None and self._clock() - known.read_at < self.reread_period:
             return
+        foreign = self._foreign.get((ns, name, member))
+        if foreign is not None and self._clock() - foreign < self.reread_period:
+            return
         try:
             self._remember(ns, name, member, await self._read(member, ns, name))
+        except NotOurs as e:
+            # no guard of ours can be put there: it holds nothing of ours (counted at its
+            # usage), reported, and looked at again after the re-read period
+            self._foreign[(ns, name, member)] = self._clock()
+            self._known.pop((ns, name, member), None)
+            self.errors[member] = describe_error(e)
+            log.warning("no guard in this member", extra={"cluster": member, "error": str(e)})
+            return
         except (KubeError, GuardError) as e:
             self._failed(member, "read", e)
             return
+        self._foreign.pop((ns, name, member), None)
         self._failures.pop(member, None)
         self.errors.pop(member, None)
 
@@ -358,9 +373,10 @@ class GuardKeeper:
         states = []
         for m in inputs.members:
             known = self._known.get((ns, name, m.name))
-            if m.name not in registered:
-                # a cluster we cannot reach at all (not a registered member): it has no guard,
-                # and what it holds stays out of everyone else's share
+            if m.name not in registered or (ns, name, m.name) in self._foreign:
+                # a cluster we cannot reach at all (not a registered member), or one where our
+                # guard's name is taken: it has no guard of ours, and what it holds stays out
+                # of everyone else's share
                 states.append(replace(m, reachable=False, guard=dict(m.usage)))
                 continue
             states.append(
@@ -371,6 +387,9 @@ class GuardKeeper:
                 )
             )
         for member in sorted(registered - {m.name for m in inputs.members}):
+            if (ns, name, member) in self._foreign:
+                states.append(gd.MemberState(member, reachable=False, guard={}))
+                continue
             known = self._known.get((ns, name, member))
             states.append(
                 gd.MemberState(
@@ -445,7 +464,11 @@ class GuardKeeper:
                     "complete": not failed,
                 },
             )
-        unreachable = any(not s.reachable for s in states if s.name in registered)
+        unreachable = any(
+            not s.reachable
+            for s in states
+            if s.name in registered and (ns, name, s.name) not in self._foreign
+        )
         retry_at = None
         if failed or unreachable:  # when the first member that is down may be tried again
             now = self._clock()

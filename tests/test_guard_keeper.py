@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from karmadaquota.api import KarmadaQuota
+from karmadaquota.controller import guard_keeper as gk
 from karmadaquota.controller import guards as gd
 from karmadaquota.controller.guard_keeper import (
     GUARD_LABEL,
@@ -329,3 +330,25 @@ async def test_a_leader_losing_its_lease_after_lowering_raises_nothing() -> None
     result = await k.sync(kq(), inputs({"member1": 4, "member2": 4}), may_write=lease_running_out)
     assert result.retry_at is not None
     assert held(fleet) == {"member1": "5", "member2": "2", "member3": "0"}  # lowered only
+
+
+async def test_a_change_of_the_quotas_scopes_is_carried_to_every_guard() -> None:
+    fleet = Fleet(MEMBERS, {P: 10 * NANO})
+    k = keeper(fleet)
+    await k.sync(kq(), inputs({}))
+    high = {
+        "matchExpressions": [{"scopeName": "PriorityClass", "operator": "In", "values": ["high"]}]
+    }
+    result = await k.sync(kq(scopeSelector=high), inputs({}))
+    assert result.changed
+    for m in MEMBERS:
+        g = fleet.guard(m, NS, "team")
+        assert g is not None and g["spec"]["scopeSelector"] == high
+    assert not (await k.sync(kq(scopeSelector=high), inputs({}))).changed
+
+
+def test_a_guards_scope_selector_is_written_as_the_api_server_returns_it() -> None:
+    # values: [] would be dropped by the API server (omitempty): then every read would differ
+    exists = {"matchExpressions": [{"scopeName": "PriorityClass", "operator": "Exists"}]}
+    body = gk.guard_body(kq(scopeSelector=exists), {P: NANO})
+    assert body["spec"]["scopeSelector"] == exists

@@ -122,7 +122,9 @@ def guard_body(quota: KarmadaQuota, hard: Mapping[str, int]) -> JSON:
     if quota.spec.scopes:
         spec["scopes"] = list(quota.spec.scopes)
     if quota.spec.scopeSelector is not None and quota.spec.scopeSelector.matchExpressions:
-        spec["scopeSelector"] = quota.spec.scopeSelector.model_dump(exclude_none=True)
+        spec["scopeSelector"] = quota.spec.scopeSelector.model_dump(
+            exclude_none=True, exclude_defaults=True
+        )
     meta = quota.metadata
     return {
         "apiVersion": "v1",
@@ -150,6 +152,12 @@ class _Known:
     hold: dict[str, int]  # what it may hold now; {} when there is no guard
     shown: dict[str, str]  # its spec.hard as written, for the quota's status
     read_at: float
+    scoping: tuple[Any, Any] = (None, None)  # its spec.scopes and spec.scopeSelector
+
+
+def scoping(spec: Mapping[str, Any]) -> tuple[Any, Any]:
+    """What decides which pods a ResourceQuota counts: its scopes and scopeSelector."""
+    return (spec.get("scopes") or None, spec.get("scopeSelector") or None)
 
 
 @dataclass(frozen=True)
@@ -279,7 +287,10 @@ class GuardKeeper:
         shown = {
             str(k): str(v) for k, v in (((obj or {}).get("spec") or {}).get("hard") or {}).items()
         }
-        self._known[(namespace, quota, member)] = _Known(may_hold(obj), shown, self._clock())
+        spec = (obj or {}).get("spec") or {}
+        self._known[(namespace, quota, member)] = _Known(
+            may_hold(obj), shown, self._clock(), scoping(spec)
+        )
 
     async def _write(self, member: str, quota: KarmadaQuota, hard: Mapping[str, int]) -> JSON:
         ns, name = quota.metadata.namespace, quota.metadata.name
@@ -404,6 +415,11 @@ class GuardKeeper:
             for c in wanted
         }
         plan = gd.transition(current, wanted)
+        scoped = scoping(guard_body(quota, {})["spec"])
+        for c, want in wanted.items():
+            known = self._known.get((ns, name, c))
+            if known is not None and known.hold and known.scoping != scoped:
+                plan.final.setdefault(c, dict(want))  # the quota's scopes changed: rewrite
         changed = False
         failed = False
 

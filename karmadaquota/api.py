@@ -472,7 +472,8 @@ class ClusterUsage(_Lenient):
 
 class Condition(_Lenient):
     type: str = Field(
-        description="Ready, Valid, MemberObserved, BindingsCharged, Enforced or OutOfBandUsage."
+        description="Ready, Valid, MemberObserved, BindingsCharged, Enforced, OutOfBandUsage or "
+        "Guarded."
     )
     status: Literal["True", "False", "Unknown"]
     reason: str = Field(default="", description="CamelCase reason for the last transition.")
@@ -542,7 +543,8 @@ class KarmadaQuotaStatus(_Lenient):
     summary: str = Field(default="", description="used/hard per resource, for kubectl get.")
     conditions: list[Condition] = Field(
         default_factory=list,
-        description="Ready, Valid, MemberObserved, BindingsCharged, Enforced, OutOfBandUsage.",
+        description="Ready, Valid, MemberObserved, BindingsCharged, Enforced, OutOfBandUsage, "
+        "Guarded.",
     )
     observedGeneration: int = Field(
         default=0, description="The quota generation the controller last computed status for."

@@ -223,3 +223,24 @@ async def test_a_follower_writes_no_guard(env: Any) -> None:
     await until(lambda: quiet(c))
     assert guard_pods(fleet) == {"member1": None, "member2": None, "member3": None}
     assert fleet.requests == []
+
+
+def conditions(api: GuardedKarmada) -> dict[str, Any]:
+    return {c["type"]: c for c in api.quotas["q"]["status"].get("conditions", [])}
+
+
+async def test_the_guarded_condition_names_a_member_without_its_guard(env: Any) -> None:
+    api, c, fleet, members = env
+    api.add_quota("q", HARD)
+    api.quotas["q"]["spec"]["memberEnforcement"] = "ResourceQuota"
+    await c.resync()
+    await until(lambda: conditions(api).get("Guarded", {}).get("status") == "True")
+    fleet.members["member3"].down = True
+    run_pods(c, members, "member1", "a")  # a rebalance: member3 is found down
+    await until(lambda: conditions(api)["Guarded"]["status"] == "False")
+    message = conditions(api)["Guarded"]["message"]
+    assert message.startswith("member3: unreachable, keeps the guard it has:"), message
+    assert conditions(api)["Guarded"]["reason"] == "MemberNotGuarded"
+    fleet.members["member3"].down = False
+    c.member_changed(None)  # its pod watch recovered
+    await until(lambda: conditions(api)["Guarded"]["status"] == "True", timeout=10)

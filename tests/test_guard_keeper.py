@@ -190,7 +190,8 @@ async def test_a_resource_quota_of_someone_else_is_left_alone() -> None:
     assert fleet.members["member2"].quotas[(NS, guard_name("team"))]["spec"]["hard"] == {
         "pods": "100"
     }
-    assert "not managed by karmadaquota" in k.errors["member2"]
+    assert "not managed by karmadaquota" in k.problems(NS, "team")["member2"]
+    assert set(k.problems(NS, "team")) == {"member2"}
     # member2 gets no guard of ours and holds nothing of the others' shares
     assert held(fleet) == {"member1": "5", "member2": "100", "member3": "5"}
     clock.now += 10

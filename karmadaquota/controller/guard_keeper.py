@@ -193,7 +193,7 @@ class GuardKeeper:
         self._clock = clock
         self._known: dict[tuple[str, str, str], _Known] = {}  # (ns, quota, member)
         # (ns, quota, member) -> when a ResourceQuota not ours was found holding the guard's name
-        self._foreign: dict[tuple[str, str, str], float] = {}
+        self._foreign: dict[tuple[str, str, str], tuple[float, str]] = {}
         self._down: dict[str, float] = {}  # member -> unreachable until this time
         self._failures: dict[str, int] = {}  # member -> failures in a row (the backoff)
         self.max_retry = max_retry
@@ -204,6 +204,20 @@ class GuardKeeper:
     def shown(self, namespace: str, quota: str, member: str) -> Mapping[str, str] | None:
         known = self._known.get((namespace, quota, member))
         return None if known is None or not known.shown else known.shown
+
+    def problems(self, namespace: str, quota: str) -> dict[str, str]:
+        """Why some member holds no guard of this quota as wanted (member -> reason)."""
+        out: dict[str, str] = {}
+        for watch in self.members.views():
+            m = watch.name
+            foreign = self._foreign.get((namespace, quota, m))
+            if watch.access.problem:
+                out[m] = watch.access.problem
+            elif foreign is not None:
+                out[m] = foreign[1]
+            elif m in self.errors:
+                out[m] = f"unreachable, keeps the guard it has: {self.errors[m]}"
+        return out
 
     def forget(self, namespace: str, quota: str) -> None:
         for table in (self._known, self._foreign):
@@ -347,16 +361,15 @@ class GuardKeeper:
         if known is not None and self._clock() - known.read_at < self.reread_period:
             return
         foreign = self._foreign.get((ns, name, member))
-        if foreign is not None and self._clock() - foreign < self.reread_period:
+        if foreign is not None and self._clock() - foreign[0] < self.reread_period:
             return
         try:
             self._remember(ns, name, member, await self._read(member, ns, name))
         except NotOurs as e:
             # no guard of ours can be put there: it holds nothing of ours (counted at its
             # usage), reported, and looked at again after the re-read period
-            self._foreign[(ns, name, member)] = self._clock()
+            self._foreign[(ns, name, member)] = (self._clock(), describe_error(e))
             self._known.pop((ns, name, member), None)
-            self.errors[member] = describe_error(e)
             log.warning("no guard in this member", extra={"cluster": member, "error": str(e)})
             return
         except (KubeError, GuardError) as e:

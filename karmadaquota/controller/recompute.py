@@ -59,6 +59,8 @@ REASON_DISABLED = "MemberWatchDisabled"
 REASON_INVALID_BINDINGS = "InvalidBindings"
 REASON_OBSERVED_EXCEEDS_PLACED = "ObservedExceedsPlaced"
 REASON_WITHIN_PLACEMENT = "WithinPlacement"
+REASON_GUARDED = "EveryMemberGuarded"
+REASON_NOT_GUARDED = "MemberNotGuarded"
 
 
 class MemberView(Protocol):
@@ -96,6 +98,8 @@ class NamespaceSnapshot:
     enforced: bool | None = None
     # (quota name, member) -> the hard of that member's guard as last confirmed (None: unknown)
     guards: Callable[[str, str], Mapping[str, str] | None] = lambda quota, member: None
+    # quota name -> member -> why it holds no guard as wanted (None: guards not kept here)
+    guard_problems: Callable[[str], Mapping[str, str]] | None = None
 
 
 @dataclass(frozen=True)
@@ -292,8 +296,10 @@ def recompute(quota: KarmadaQuota, inputs: NamespaceSnapshot, now: datetime) -> 
         conditions = [c for c in conditions if c.type != st.COND_BINDINGS_CHARGED]
     if guarded:
         wanted.append(_out_of_band_condition(beyond, hard))
+        if inputs.guard_problems is not None:
+            wanted.append(_guarded_condition(inputs.guard_problems(quota.metadata.name)))
     else:
-        conditions = [c for c in conditions if c.type != st.COND_OUT_OF_BAND]
+        conditions = [c for c in conditions if c.type not in (st.COND_OUT_OF_BAND, st.COND_GUARDED)]
     new_status = KarmadaQuotaStatus(
         hard=resources.format_resource_list(hard),
         used=resources.format_resource_list(used),
@@ -386,6 +392,19 @@ def _out_of_band_condition(
         False,
         REASON_WITHIN_PLACEMENT,
         "no member's pods request more than Karmada placed there",
+    )
+
+
+def _guarded_condition(problems: Mapping[str, str]) -> Condition:
+    """Guarded: True while every member holds its guard as the share policy wants."""
+    if problems:
+        text = "; ".join(f"{m}: {why}" for m, why in sorted(problems.items()))
+        return _condition(st.COND_GUARDED, False, REASON_NOT_GUARDED, text)
+    return _condition(
+        st.COND_GUARDED,
+        True,
+        REASON_GUARDED,
+        "every member holds a guard ResourceQuota with its usage and share of the headroom",
     )
 
 

@@ -228,7 +228,11 @@ class Controller:
         if self.namespace_api is not None:
             snapshot = replace(snapshot, enforced=namespace in self._enforced)
         if self.guards is not None:
-            snapshot = replace(snapshot, guards=functools.partial(self.guards.shown, namespace))
+            snapshot = replace(
+                snapshot,
+                guards=functools.partial(self.guards.shown, namespace),
+                guard_problems=functools.partial(self.guards.problems, namespace),
+            )
         return snapshot
 
     async def flush(self, namespace: str) -> None:

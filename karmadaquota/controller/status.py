@@ -18,6 +18,8 @@ COND_BINDINGS_CHARGED = "BindingsCharged"
 COND_ENFORCED = "Enforced"
 # memberEnforcement ResourceQuota: some member's pods request more than Karmada placed there
 COND_OUT_OF_BAND = "OutOfBandUsage"
+# memberEnforcement ResourceQuota: every member holds its guard as the share policy wants
+COND_GUARDED = "Guarded"
 CONDITION_ORDER = (
     COND_READY,
     COND_VALID,
@@ -25,6 +27,7 @@ CONDITION_ORDER = (
     COND_BINDINGS_CHARGED,
     COND_ENFORCED,
     COND_OUT_OF_BAND,
+    COND_GUARDED,
 )
 
 _ZERO = Quantity.zero()

@@ -331,6 +331,7 @@ async def test_pods_made_around_karmada_count_and_are_held_to_the_global_headroo
         assert pods(by[direct]["observed"]["pods"]) == 4 and pods(by[direct]["used"]["pods"]) == 0
         conds = {c["type"]: c for c in q["status"]["conditions"]}
         assert conds["OutOfBandUsage"]["status"] == "True", conds
+        assert conds["Guarded"]["status"] == "True", conds
 
         # past the global headroom: refused by the member's own API server, and it stays so
         async def settled() -> bool:
@@ -458,6 +459,14 @@ async def test_an_unreachable_member_keeps_its_share_and_the_others_never_grow_m
             refusal = await create_pod(s, busy, ns, "busy-3")
             assert "exceeded quota: " + GUARD in refusal, refusal
             assert pods((await guard(s, busy, ns) or {})["spec"]["hard"]["pods"]) == 3
+
+            async def reported() -> JSON | None:
+                conds = {c["type"]: c for c in (await quota(s, ns))["status"]["conditions"]}
+                guarded = conds.get("Guarded", {})
+                return guarded if guarded.get("status") == "False" else None
+
+            guarded = await eventually(reported, 30, "Guarded=False naming the down member")
+            assert guarded["message"].startswith(f"{down}: unreachable"), guarded
         finally:
             took = await asyncio.to_thread(s.bed.restart, f"{down}-kube-apiserver")
             print(f"\n{down}'s kube-apiserver back in {took:.1f} s")

@@ -199,7 +199,9 @@ def _field_rows(schema: dict[str, Any], prefix: str, rows: list[tuple[str, str, 
         if prop.get("x-kubernetes-int-or-string"):
             kind = "quantity"
         elif kind == "object" and "additionalProperties" in prop:
-            kind = "map[string]quantity"
+            inner = prop["additionalProperties"]
+            nested = inner.get("type") == "object" and "additionalProperties" in inner
+            kind = "map[string]map[string]quantity" if nested else "map[string]quantity"
         elif kind == "array":
             kind = f"[]{prop['items'].get('type', '')}"
         if "enum" in prop:

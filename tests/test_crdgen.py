@@ -388,3 +388,8 @@ def test_api_reference_matches_the_models() -> None:
 
     committed = (Path(__file__).resolve().parents[1] / "docs" / "api.md").read_text()
     assert committed == crdgen.render_markdown(), "docs/api.md is stale: run hack/gen-crds"
+
+
+def test_a_sample_shows_member_enforcement_with_a_cluster_cap() -> None:
+    specs = [KarmadaQuota.model_validate(load(p)).spec for p in SAMPLES]
+    assert any(s.guarded and s.clusterHard for s in specs)

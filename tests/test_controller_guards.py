@@ -244,3 +244,14 @@ async def test_the_guarded_condition_names_a_member_without_its_guard(env: Any) 
     fleet.members["member3"].down = False
     c.member_changed(None)  # its pod watch recovered
     await until(lambda: conditions(api)["Guarded"]["status"] == "True", timeout=10)
+
+
+async def test_an_object_placed_in_several_members_counts_once(env: Any) -> None:
+    api, c, _, members = env
+    api.add_quota("q", HARD)
+    api.quotas["q"]["spec"]["memberEnforcement"] = "ResourceQuota"
+    api.add_binding("web", replicas=4, requests={"cpu": "1"}, clusters={"member1": 2, "member2": 2})
+    await c.resync()
+    run_pods(c, members, "member3", "x")  # and one pod around Karmada
+    await until(lambda: used(api).get("pods") == "5")
+    assert used(api) == {"count/deployments.apps": "1", "pods": "5", "requests.cpu": "5"}

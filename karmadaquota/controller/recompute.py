@@ -322,15 +322,16 @@ def _member_usage(
     kept: Sequence[Reservation],
     hard: ResourceList,
 ) -> tuple[ResourceList, gd.GuardInputs]:
-    """memberEnforcement ResourceQuota: `used` per name = Σ over members of max(placed,
-    observed) + what bindings charge but no member holds yet (replicas not yet scheduled), and
-    what the share policy reads (pending charges count as reserved: admitted, in no member)."""
+    """memberEnforcement ResourceQuota: `used` per name = what the bindings charge + Σ over
+    members of what their pods request beyond what Karmada placed there — the same as Σ over
+    members of max(placed, observed) + what no member holds yet (replicas not yet scheduled),
+    without counting an object (count/*) once per cluster it is placed in — and what the share
+    policy reads (pending charges count as reserved: admitted, in no member)."""
     nanos: dict[str, int] = {}
     unplaced: dict[str, int] = {}
     for n in hard:
-        in_members = sum(h.get(n, 0) for h in held.values())
         unplaced[n] = max(0, charged.get(n, 0) - placed.get(n, 0))
-        nanos[n] = in_members + unplaced[n]
+        nanos[n] = charged.get(n, 0) + sum(b.get(n, 0) for b in beyond.values())
     used = _quantities(nanos, hard)
     names = gd.guarded_names(hard)
     reserved = {n: unplaced[n] for n in names}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Sequence
@@ -78,4 +79,7 @@ async def installed(
         elif controller is not None:
             controller.stop()
         bed.stop()
-        shutil.rmtree(home, ignore_errors=True)
+        if os.environ.get("KARMADAQUOTA_BENCH_KEEP"):  # its logs and profiles/ stay for a look
+            print(f"bed home kept: {home}", flush=True)
+        else:
+            shutil.rmtree(home, ignore_errors=True)

@@ -549,6 +549,13 @@ class KarmadaQuotaStatus(_Lenient):
     observedGeneration: int = Field(
         default=0, description="The quota generation the controller last computed status for."
     )
+    controllerRevision: int = Field(
+        default=0,
+        description="Counts the controller's status writes. The controller compare-and-swaps "
+        "on it (a JSON patch that tests it) instead of on resourceVersion, so that the "
+        "webhook's writes of pending charges in between never make it lose; the webhook "
+        "carries it over unchanged.",
+    )
 
     @model_validator(mode="before")
     @classmethod

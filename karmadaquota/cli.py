@@ -6,29 +6,28 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import re
 import signal
 import sys
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from karmadaquota import logs
+from karmadaquota import durations, logs
 
 if TYPE_CHECKING:
     from karmadaquota.webhook.app import WebhookSettings
 
 log = logging.getLogger("karmadaquota.webhook")
 
-_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
-
 
 def duration(text: str) -> timedelta:
-    """Go-style durations as Kubernetes flags take them: 90s, 5m, 1h30m."""
-    m = _DURATION.match(text)
-    if not text or m is None:
-        raise argparse.ArgumentTypeError(f"invalid duration {text!r}: use e.g. 30s, 5m, 1h")
-    h, mi, s = (int(g) if g else 0 for g in m.groups())
-    return timedelta(hours=h, minutes=mi, seconds=s)
+    """A duration flag (`durations.parse`: 90s, 5m, 1h30m); never negative."""
+    try:
+        value = durations.parse(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if value < timedelta(0):
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r}: must not be negative")
+    return value
 
 
 def requeue_kind(text: str) -> str:

@@ -1,11 +1,11 @@
 """Short garbage-collector pauses: what a process holds for life is taken out of their reach.
 
-A full (generation 2) collection walks every tracked object. After start-up (kopf, pydantic,
-aiohttp, prometheus-client and kubernetes_asyncio's generated client, imported only for its
-kubeconfig loader) that is ~90,000 objects and 40–55 ms on a 2-core machine (`bench_batch`): a
-pause that every review waiting on the event loop at that moment pays. `gc.freeze()` moves
-everything allocated so far into a permanent generation that collections skip (0.00 ms after);
-what is allocated later (quotas, bindings, requests) is collected as before.
+A full (generation 2) collection walks every tracked object, and after start-up (kopf,
+pydantic, aiohttp, prometheus-client and kubernetes_asyncio's generated client, imported only
+for its kubeconfig loader) there are tens of thousands: a pause that every review waiting on
+the event loop at that moment pays (measured in docs/benchmarks.md, `bench_batch`).
+`gc.freeze()` moves everything allocated so far into a permanent generation that collections
+skip; what is allocated later (quotas, bindings, requests) is collected as before.
 """
 
 from __future__ import annotations

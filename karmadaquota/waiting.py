@@ -29,6 +29,7 @@ from karmadaquota.api import (
     KarmadaQuota,
     ObjectReference,
     WaitingWorkload,
+    format_time,
     parse_time,
 )
 from karmadaquota.charge import Charge
@@ -46,11 +47,6 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 def key(ref: ObjectReference | BindingResource) -> str:
     """The identity of a waiting workload: its template's uid (a re-created one is another)."""
     return ref.uid or f"{ref.apiVersion}/{ref.kind}/{ref.name}"
-
-
-def stamp(now: datetime) -> str:
-    """RFC 3339 with microseconds (as metav1.MicroTime): refusals within a second stay ordered."""
-    return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,8 +75,8 @@ class Refusal:
             requested=resources.format_resource_list(self.requested),
             priorityClassName=self.traits.priority_class,
             bestEffort=self.traits.best_effort,
-            firstRefused=stamp(self.first or self.at),
-            lastRefused=stamp(self.at),
+            firstRefused=format_time(self.first or self.at, micro=True),
+            lastRefused=format_time(self.at, micro=True),
             refusals=self.count,
         )
 

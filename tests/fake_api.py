@@ -2,7 +2,8 @@
 
 Every write takes the next value of one resourceVersion counter (as etcd's revision), a status
 PUT is a compare-and-swap on the object's resourceVersion (409 Conflict when it moved, 404 when
-the object is gone), and reads return copies, so a test can never share state with the code
+the object is gone), a status JSON patch applies to whatever is stored (422 when one of its
+tests fails), and reads return copies, so a test can never share state with the code
 under test by accident. `interfere(n)` makes another writer win the next `n` status writes, the
 way a second webhook replica or the controller does.
 
@@ -17,8 +18,11 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
+import jsonpatch
+import jsonpointer
+
 from karmadaquota.api import KarmadaQuota
-from karmadaquota.kube.client import JSON, Conflict, NotFound
+from karmadaquota.kube.client import JSON, Conflict, KubeError, NotFound
 from tests import conftest
 
 Key = tuple[str, str]  # (namespace, name)
@@ -33,6 +37,8 @@ class FakeApiServer:
         self.bindings: dict[str, JSON] = {}  # uid -> ResourceBinding
         self.puts = 0  # status writes that succeeded
         self.conflicts = 0  # status writes refused with 409
+        self.patches = 0  # JSON patches of a status applied
+        self.rejected_patches = 0  # JSON patches refused with 422 (a test failed)
         self._interfere = 0
 
     def _stamp(self, obj: JSON) -> JSON:
@@ -97,6 +103,25 @@ class FakeApiServer:
             raise Conflict(409, "Conflict", "the object has been modified")
         self.puts += 1
         current["status"] = copy.deepcopy(body["status"])
+        return copy.deepcopy(self._stamp(current))
+
+    async def patch_quota_status(self, namespace: str, name: str, ops: list[JSON]) -> JSON:
+        """PATCH .../karmadaquotas/<name>/status with a JSON patch: applied to the version
+        stored now (no resourceVersion), all or nothing; a failed `test` or a missing path is
+        422, as the API server answers. Only the status changes (the status subresource)."""
+        current = self.quotas.get((namespace, name))
+        if current is None:
+            raise NotFound(404, "NotFound", f"{name} not found")
+        if self._interfere > 0:
+            self._interfere -= 1
+            self._stamp(current)
+        try:
+            patched = jsonpatch.apply_patch(current, ops)
+        except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException) as e:
+            self.rejected_patches += 1
+            raise KubeError(422, "", str(e)) from None
+        self.patches += 1
+        current["status"] = copy.deepcopy(patched.get("status", {}))
         return copy.deepcopy(self._stamp(current))
 
 

@@ -35,15 +35,15 @@ class GuardedKarmada(FakeKarmada):
         self,
         method: str,
         path: str,
-        body: JSON | None = None,
+        body: Any = None,
         params: Mapping[str, str] | None = None,
         timeout: float = 10.0,
         content_type: str = "application/json",
     ) -> JSON:
-        if method != "PATCH":
-            return await super().request(method, path, body, params, timeout)
+        if method != "PATCH" or path.endswith("/status"):
+            return await super().request(method, path, body, params, timeout, content_type)
         await asyncio.sleep(0)
-        self.patches.append(copy.deepcopy(body or {}))
+        self.finalizer_patches.append(copy.deepcopy(body or {}))
         assert content_type == "application/merge-patch+json" and body is not None
         name = path.split("/karmadaquotas/")[1]
         current = self.quotas.get(name)
@@ -58,11 +58,11 @@ class GuardedKarmada(FakeKarmada):
             return copy.deepcopy(current)
         return copy.deepcopy(self._bump(current))
 
-    patches: list[JSON]
+    finalizer_patches: list[JSON]
 
     def __init__(self) -> None:
         super().__init__()
-        self.patches = []
+        self.finalizer_patches = []
 
     def edit(self, name: str, **spec: Any) -> JSON:
         q = self.quotas[name]
@@ -99,7 +99,7 @@ async def env() -> AsyncIterator[tuple[GuardedKarmada, Controller, Fleet, Member
         members=members,
         guards=GuardKeeper(members, poll=0.0),
     )
-    task = asyncio.create_task(c.dirty.run())
+    task = asyncio.create_task(c.run_queues())
     try:
         yield api, c, fleet, members
     finally:
@@ -209,9 +209,10 @@ async def test_deleting_the_quota_removes_every_guard_before_it_goes(env: Any) -
     await until(lambda: "q" not in api.quotas)
     assert guard_pods(fleet) == {"member1": None, "member2": None, "member3": None}
     # the controller's patch right on quotas is used for the finalizer only (docs/security.md)
-    assert [p["metadata"]["finalizers"] for p in api.patches] == [[FINALIZER], []]
-    assert all(set(p) == {"metadata"} for p in api.patches)
-    assert all(set(p["metadata"]) == {"finalizers", "resourceVersion"} for p in api.patches)
+    sent = api.finalizer_patches
+    assert [p["metadata"]["finalizers"] for p in sent] == [[FINALIZER], []]
+    assert all(set(p) == {"metadata"} for p in sent)
+    assert all(set(p["metadata"]) == {"finalizers", "resourceVersion"} for p in sent)
 
 
 async def test_a_follower_writes_no_guard(env: Any) -> None:

@@ -8,13 +8,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import jsonpatch
+import jsonpointer
 import pytest
 
 from karmadaquota.api import KarmadaQuota, ObjectReference, Reservation, format_time
 from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.controller.reconciler import Controller, Tuning
 from karmadaquota.kube import paths
-from karmadaquota.kube.client import JSON, Conflict, KubeError, NotFound
+from karmadaquota.kube.client import JSON, JSON_PATCH, Body, Conflict, KubeError, NotFound
 from tests.conftest import raw_binding
 from tests.polling import until
 
@@ -29,6 +31,8 @@ class FakeKarmada:
         self.quotas: dict[str, JSON] = {}
         self.bindings: dict[str, JSON] = {}
         self.puts = 0
+        self.patches = 0  # JSON patches applied
+        self.rejected_patches = 0  # JSON patches refused with 422 (a test failed)
         self.before_put: Callable[[JSON], Awaitable[None]] | None = None
         self.keep_hook = 1  # how many PUTs the hook runs before
         self.binding_gets = 0  # GETs of one binding by name (the orphan audit)
@@ -97,9 +101,10 @@ class FakeKarmada:
         self,
         method: str,
         path: str,
-        body: JSON | None = None,
+        body: Body | None = None,
         params: Mapping[str, str] | None = None,
         timeout: float = 10.0,
+        content_type: str = "application/json",
     ) -> JSON:
         await asyncio.sleep(0)
         params = params or {}
@@ -125,17 +130,28 @@ class FakeKarmada:
             if name not in self.quotas:
                 raise NotFound(404, "NotFound", name)
             return copy.deepcopy(self.quotas[name])
-        assert method == "PUT" and path.endswith("/status") and body is not None
+        assert method in ("PUT", "PATCH") and path.endswith("/status") and body is not None
         if self.before_put is not None:
             hook = self.before_put
             self.keep_hook -= 1
             if self.keep_hook <= 0:
                 self.before_put = None
             await hook(body)
-        self.puts += 1
         current = self.quotas.get(name)
         if current is None:
             raise NotFound(404, "NotFound", name)
+        if method == "PATCH":  # a JSON patch: applied to what is stored now, all or nothing
+            assert content_type == JSON_PATCH and isinstance(body, list)
+            try:
+                patched = jsonpatch.apply_patch(current, body)
+            except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException) as e:
+                self.rejected_patches += 1
+                raise KubeError(422, "", str(e)) from None
+            self.patches += 1
+            current["status"] = copy.deepcopy(patched.get("status", {}))
+            return copy.deepcopy(self._bump(current))
+        assert isinstance(body, dict)
+        self.puts += 1
         if body["metadata"]["resourceVersion"] != current["metadata"]["resourceVersion"]:
             raise Conflict(409, "Conflict", name)
         current["status"] = copy.deepcopy(body["status"])
@@ -163,7 +179,7 @@ async def env() -> AsyncIterator[tuple[FakeKarmada, Controller, Lead]]:
         lead,
         Tuning(quiet=0.01, max_delay=0.1, page_size=2, member_watch=False),
     )
-    task = asyncio.create_task(c.dirty.run())
+    task = asyncio.create_task(c.run_queues())
     try:
         yield api, c, lead
     finally:
@@ -186,7 +202,7 @@ def sample(c: Controller, name: str, **labels: str) -> float | None:
 
 
 def quiet(c: Controller) -> bool:
-    return c.dirty.idle()  # nothing marked, nothing flushing (expiry timers may be armed)
+    return c.idle()  # nothing marked, nothing flushing (expiry timers may be armed)
 
 
 async def test_nothing_is_written_before_the_full_list(env: Any) -> None:
@@ -236,21 +252,71 @@ async def test_storm_of_events_is_a_few_writes(env: Any) -> None:
     assert c.writes - writes <= 5
 
 
-async def test_conflict_rereads_and_keeps_the_webhooks_reservation(env: Any) -> None:
+async def test_a_webhook_write_in_between_does_not_make_the_controller_lose(env: Any) -> None:
+    """The controller's patch compare-and-swaps on its own revision: a reservation the webhook
+    wrote after the controller's read is kept, and the controller neither loses nor re-reads."""
+    api, c, _ = env
+    api.add_quota("q", {"pods": "10"})
+    api.add_reservation("q", "uid-web", {"pods": "2"}, binding="web")
+    await c.resync()
+    await until(lambda: used(api) == {"pods": "0"})
+    gets = api.quota_gets
+
+    async def webhook_writes_first(_: Any) -> None:
+        api.add_reservation("q", "uid-late", {"pods": "3"})
+
+    api.before_put = webhook_writes_first
+    c.binding_event("ADDED", api.add_binding("web", replicas=2, uid="uid-web"))
+    await until(lambda: used(api) == {"pods": "2"})
+    assert [r.reservedBy.uid for r in held(api)] == ["uid-late"]
+    assert sample(c, "karmadaquota_status_writes_total", result="conflict") == 0
+    assert api.patches >= 2 and api.quota_gets == gets
+
+
+async def test_another_controllers_write_in_between_is_a_conflict(env: Any) -> None:
+    """Two controllers (an old leader's late write) still compare-and-swap: a write of the
+    controller revision in between makes the patch fail; the fresh version is re-read."""
     api, c, _ = env
     api.add_quota("q", {"pods": "10"})
     await c.resync()
     await until(lambda: used(api) == {"pods": "0"})
 
-    async def webhook_writes_first(_: JSON) -> None:
-        api.add_reservation("q", "uid-late", {"pods": "3"})
+    async def other_controller_writes_first(_: Any) -> None:
+        q = api.quotas["q"]
+        q["status"]["controllerRevision"] += 1
+        api._bump(q)
 
-    api.before_put = webhook_writes_first
+    api.before_put = other_controller_writes_first
     c.binding_event("ADDED", api.add_binding("web", replicas=2))
     await until(lambda: used(api) == {"pods": "2"})
-    assert [r.reservedBy.uid for r in held(api)] == ["uid-late"]
     assert sample(c, "karmadaquota_status_writes_total", result="conflict") == 1
+    assert api.rejected_patches == 1
     assert api.quota_gets >= 1  # nothing newer was watched: the quota was read back
+
+
+async def test_an_entry_that_moved_fails_the_patch_which_is_retried(env: Any) -> None:
+    """Pending entries are removed by index after a test of their value: when the webhook's
+    write in between moved them (it dropped an entry before them), the patch fails as a whole
+    and the retry removes exactly the observed one."""
+    api, c, _ = env
+    api.add_quota("q", {"pods": "10"})
+    api.add_reservation("q", "uid-gone", {"pods": "1"}, binding="gone")
+    api.add_reservation("q", "uid-web", {"pods": "1"}, binding="web")
+    api.add_reservation("q", "uid-late", {"pods": "1"}, binding="late")
+    await c.resync()
+    await until(lambda: used(api) == {"pods": "0"})
+
+    async def webhook_drops_the_first(_: Any) -> None:
+        q = api.quotas["q"]
+        q["status"]["pending"][0]["bindings"].pop(0)
+        api._bump(q)
+
+    api.before_put = webhook_drops_the_first
+    c.binding_event("ADDED", api.add_binding("web", replicas=1, uid="uid-web"))
+    await until(lambda: used(api) == {"pods": "1"})
+    assert [r.reservedBy.uid for r in held(api)] == ["uid-late"]
+    assert api.rejected_patches == 1
+    assert sample(c, "karmadaquota_status_writes_total", result="conflict") == 1
 
 
 async def test_an_old_layout_is_rewritten_as_pending_by_the_first_write(env: Any) -> None:
@@ -287,17 +353,20 @@ async def test_an_old_layout_is_rewritten_as_pending_by_the_first_write(env: Any
 
 
 async def test_after_a_lost_cas_the_watched_version_is_used_without_a_read(env: Any) -> None:
-    """The webhook's winning write reaches the controller by watch before its retry: the
-    retry is computed from that version, the quota is not read back from the server."""
+    """Another controller's winning write reaches the controller by watch before its retry:
+    the retry is computed from that version, the quota is not read back from the server."""
     api, c, _ = env
     api.add_quota("q", {"pods": "10"})
     await c.resync()
     await until(lambda: used(api) == {"pods": "0"})
 
-    async def webhook_writes_first(_: JSON) -> None:
-        c.quota_event("MODIFIED", api.add_reservation("q", "uid-late", {"pods": "3"}))
+    async def other_controller_writes_first(_: Any) -> None:
+        api.add_reservation("q", "uid-late", {"pods": "3"})
+        q = api.quotas["q"]
+        q["status"]["controllerRevision"] += 1
+        c.quota_event("MODIFIED", copy.deepcopy(api._bump(q)))
 
-    api.before_put = webhook_writes_first
+    api.before_put = other_controller_writes_first
     gets = api.quota_gets
     c.binding_event("ADDED", api.add_binding("web", replicas=2))
     await until(lambda: used(api) == {"pods": "2"})
@@ -394,20 +463,24 @@ async def test_quota_deleted_during_write_is_not_an_error(env: Any) -> None:
 
 
 async def test_sustained_contention_backs_off_and_gets_through(env: Any) -> None:
-    """The webhook wins the CAS more times than we retry: no error, a retry soon after."""
+    """Another controller wins the CAS more times than we retry (while writing reservations
+    that must survive): no error, a retry soon after."""
     api, c, _ = env
     api.add_quota("q", {"pods": "10"})
     await c.resync()
     await until(lambda: used(api) == {"pods": "0"})
     n = 0
 
-    async def webhook_writes_first(_: JSON) -> None:
+    async def other_writes_first(_: Any) -> None:
         nonlocal n
         n += 1
         api.add_reservation("q", f"uid-{n}", {"pods": "1"})
+        q = api.quotas["q"]
+        q["status"]["controllerRevision"] += 1
+        api._bump(q)
 
     api.keep_hook = c.settings.max_attempts + 2
-    api.before_put = webhook_writes_first
+    api.before_put = other_writes_first
     c.binding_event("ADDED", api.add_binding("web", replicas=2))
     await until(lambda: used(api) == {"pods": "2"})
     kept = {r.reservedBy.uid for r in held(api)}
@@ -486,7 +559,7 @@ async def test_a_binding_update_at_the_same_generation_is_not_charged_again(env:
     status_update["metadata"]["resourceVersion"] = str(api.rv + 1)
     status_update["spec"]["replicas"] = 7  # a marker: the API server bumps generation for this
     c.binding_event("MODIFIED", status_update)
-    assert c.index.get(NS, b["metadata"]["uid"]) is entry and c.dirty.idle()
+    assert c.index.get(NS, b["metadata"]["uid"]) is entry and c.idle()
     status_update["metadata"]["generation"] = 2
     status_update["metadata"]["resourceVersion"] = str(api.rv + 2)
     c.binding_event("MODIFIED", status_update)
@@ -532,6 +605,44 @@ async def test_room_freed_wakes_the_waiting_workload_and_the_list_survives_statu
     await until(lambda: templates.patched() == ["b"])
     assert used(api) == {"pods": "0"}
     assert [w["template"]["name"] for w in api.quotas["q"]["status"]["waiting"]] == ["b"]
+
+
+async def test_a_slow_wake_never_holds_up_the_recompute_that_releases_quota(env: Any) -> None:
+    """Waking has a queue of its own: while a template PATCH hangs, a deleted binding is still
+    released in the quota's next write, and the wake completes once the PATCH answers."""
+    from karmadaquota.controller.wake import Waker, WakeSettings
+    from tests.test_wake import FakeTemplates
+
+    class SlowTemplates(FakeTemplates):
+        def __init__(self) -> None:
+            super().__init__("b", namespace=NS)
+            self.answer = asyncio.Event()
+
+        async def merge_patch(self, path: str, body: JSON, timeout: float = 10.0) -> JSON:
+            await self.answer.wait()  # the API server is slow to answer, not synchronisation
+            return await super().merge_patch(path, body, timeout)
+
+    api, c, _ = env
+    templates = SlowTemplates()
+    c.waker = Waker(templates, c.metrics, WakeSettings())  # type: ignore[arg-type]
+    entry = {
+        "template": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "b", "uid": "uid-b"},
+        "binding": "b-deployment",
+        "requested": {"pods": "1"},
+        "firstRefused": "2026-01-01T00:00:00.000000Z",
+    }
+    api.add_quota("q", {"pods": "3"}, waiting=[entry])
+    a = api.add_binding("a", replicas=2)
+    other = api.add_binding("other", replicas=1)
+    await c.resync()
+    await until(lambda: used(api) == {"pods": "3"})
+    c.binding_event("DELETED", a)  # room for b: its wake starts and hangs on the PATCH
+    await until(lambda: used(api) == {"pods": "1"} and not c.wakes.idle())
+    c.binding_event("DELETED", other)
+    await until(lambda: used(api) == {"pods": "0"})  # released while the wake still hangs
+    assert templates.patches == [] and not c.wakes.idle()
+    templates.answer.set()
+    await until(lambda: templates.patched() == ["b"])
 
 
 async def test_deleting_the_refusing_quota_wakes_its_waiting_workload(env: Any) -> None:

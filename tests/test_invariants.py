@@ -43,7 +43,7 @@ from karmadaquota.controller import status as st_
 from karmadaquota.controller.index import BindingIndex, parse_rv, safe_observe
 from karmadaquota.evaluate import Decision
 from karmadaquota.evaluate import evaluate as real_evaluate
-from karmadaquota.kube.client import JSON, Conflict, KubeClient
+from karmadaquota.kube.client import JSON, Conflict, KubeClient, KubeError
 from karmadaquota.quantity import Quantity, QuantityError
 from karmadaquota.resources import ResourceList
 from karmadaquota.webhook import review
@@ -346,10 +346,19 @@ class Controller:
             assert got == {n: q.nanos for n, q in expected.items()}, (
                 f"recompute of {name} is not the sum of the charges of the live bindings"
             )
+            change = st_.status_write(raw.get("status"), st_.dump(outcome.status))
             try:
-                await self.api.put_quota_status({**raw, "status": st_.dump(outcome.status)})
+                if change is None:
+                    return
+                if change.patch is not None:  # the controller's write: reconciler._sync_quota
+                    await self.api.patch_quota_status(NS, name, change.patch)
+                else:
+                    await self.api.put_quota_status({**raw, "status": change.status})
                 return
             except Conflict:
+                await asyncio.sleep(0)
+            except KubeError as e:
+                assert e.status == 422, e
                 await asyncio.sleep(0)
         raise AssertionError(f"the controller never got its write of {name} through")
 

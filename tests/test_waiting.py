@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from karmadaquota import waiting
-from karmadaquota.api import KarmadaQuota, ObjectReference, WaitingWorkload
+from karmadaquota.api import KarmadaQuota, ObjectReference, WaitingWorkload, format_time
 from karmadaquota.evaluate import QuotaView
 from karmadaquota.scopes import BindingTraits
 from tests.conftest import NOW, rl, view
@@ -48,8 +48,8 @@ def test_refused_again_keeps_its_place_and_first_time_and_counts_refusals() -> N
     entries = waiting.record([], [refusal("x", 2, 0), refusal("y", 1, 1)])
     again = waiting.record(entries, [refusal("x", 3, 5)])
     assert names(again) == ["x", "y"]
-    assert again[0].firstRefused == waiting.stamp(NOW)
-    assert again[0].lastRefused == waiting.stamp(NOW + timedelta(seconds=5))
+    assert again[0].firstRefused == format_time(NOW, micro=True)
+    assert again[0].lastRefused == format_time(NOW + timedelta(seconds=5), micro=True)
     assert again[0].refusals == 2
     assert again[0].requested == {"pods": "3"}  # the latest request is what must fit
 
@@ -82,7 +82,7 @@ def test_remove_and_union_of_a_namespace() -> None:
     )
     union = waiting.of_namespace([q1, q2])
     assert names(union) == ["y", "z"]
-    assert union[0].firstRefused == waiting.stamp(NOW - timedelta(seconds=5))
+    assert union[0].firstRefused == format_time(NOW - timedelta(seconds=5), micro=True)
 
 
 def test_a_refused_create_that_lost_to_an_admitted_one_is_settled() -> None:
@@ -181,3 +181,10 @@ def test_never_wakes_more_than_fits(
     candidates = [w for w in waiting.fifo(entries) if waiting.key(w.template) not in fly]
     if candidates and int(candidates[0].requested["pods"]) <= room - held:
         assert picked[0] == candidates[0]
+
+
+def test_refusal_times_are_utc_microtime_whatever_the_clock_gives() -> None:
+    """A naive clock value means UTC (never the machine's local zone)."""
+    naive = NOW.replace(tzinfo=None)
+    assert format_time(naive, micro=True) == format_time(NOW, micro=True)
+    assert format_time(NOW, micro=True).endswith("Z") and "." in format_time(NOW, micro=True)

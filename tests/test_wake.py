@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from karmadaquota import waiting
-from karmadaquota.api import KarmadaQuota, ObjectReference
+from karmadaquota.api import KarmadaQuota, ObjectReference, format_time
 from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.controller.wake import Kind, Waker, WakeSettings, kinds
 from karmadaquota.kube.client import JSON, NotFound
@@ -86,7 +86,7 @@ async def test_wakes_in_order_what_fits_with_the_annotation_and_a_uid_preconditi
     assert api.patched() == ["x"]
     body = api.patches[0][1]
     assert body["metadata"]["uid"] == "uid-x"
-    assert body["metadata"]["annotations"] == {waiting.ANNOTATION: waiting.stamp(NOW)}
+    assert body["metadata"]["annotations"] == {waiting.ANNOTATION: format_time(NOW, micro=True)}
     assert w.metrics.waiting._value.get() == 3
     # same state again (x not admitted yet): x holds its room, nobody else is woken
     await w.wake("ns", [q], NOW)

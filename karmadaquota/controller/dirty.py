@@ -37,8 +37,10 @@ class DirtyQueue:
         max_delay: float = 0.25,
         concurrency: int = 16,
         retry_delay: float = 1.0,
+        name: str = "recompute",
     ) -> None:
         self._flush = flush
+        self.name = name  # the job, in task names and logs
         self.quiet = quiet
         self.max_delay = max_delay
         self.retry_delay = retry_delay
@@ -116,7 +118,7 @@ class DirtyQueue:
 
     def _start(self, namespace: str) -> None:
         self._running[namespace] = asyncio.create_task(
-            self._one(namespace), name=f"recompute/{namespace}"
+            self._one(namespace), name=f"{self.name}/{namespace}"
         )
 
     async def _one(self, namespace: str) -> None:
@@ -127,7 +129,9 @@ class DirtyQueue:
         except asyncio.CancelledError:
             raise
         except Exception:
-            log.exception("recompute failed; retrying", extra={"namespace": namespace})
+            log.exception(
+                "flush failed; retrying", extra={"job": self.name, "namespace": namespace}
+            )
             self.mark_at(namespace, self._now() + self.retry_delay)
         finally:
             self._running.pop(namespace, None)

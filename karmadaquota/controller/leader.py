@@ -39,11 +39,6 @@ def lease_path(namespace: str, name: str | None = None) -> str:
     return f"{base}/{name}" if name else base
 
 
-def micro_time(now: datetime) -> str:
-    """metav1.MicroTime, as Lease times are written."""
-    return format_time(now, micro=True)
-
-
 class LeaderElector:
     def __init__(
         self,
@@ -112,7 +107,7 @@ class LeaderElector:
             "holderIdentity": holder,
             "leaseDurationSeconds": int(self.lease_duration),
             "acquireTime": acquire,
-            "renewTime": micro_time(now),
+            "renewTime": format_time(now, micro=True),
             "leaseTransitions": transitions,
         }
 
@@ -127,7 +122,7 @@ class LeaderElector:
                 "apiVersion": "coordination.k8s.io/v1",
                 "kind": "Lease",
                 "metadata": {"name": self.name, "namespace": self.namespace},
-                "spec": self._record(self.holder, 0, micro_time(now), now),
+                "spec": self._record(self.holder, 0, format_time(now, micro=True), now),
             }
             try:
                 created = await self._call("POST", lease_path(self.namespace), body)
@@ -151,9 +146,9 @@ class LeaderElector:
             return False
         transitions = int(spec.get("leaseTransitions") or 0)
         if holder == self.holder:
-            acquire = str(spec.get("acquireTime") or micro_time(now))
+            acquire = str(spec.get("acquireTime") or format_time(now, micro=True))
         else:
-            acquire = micro_time(now)
+            acquire = format_time(now, micro=True)
             transitions += 1
         updated = dict(lease)
         updated["spec"] = {**spec, **self._record(self.holder, transitions, acquire, now)}
@@ -182,7 +177,7 @@ class LeaderElector:
             spec: dict[str, Any] = dict(lease.get("spec") or {})
             if spec.get("holderIdentity") != self.holder:
                 return
-            now = micro_time(self._wall())
+            now = format_time(self._wall(), micro=True)
             spec.update({"holderIdentity": "", "leaseDurationSeconds": 1, "renewTime": now})
             await self._call("PUT", lease_path(self.namespace, self.name), {**lease, "spec": spec})
             log.info(

@@ -40,6 +40,14 @@ def connection_info(creds: Credentials) -> kopf.ConnectionInfo:
     )
 
 
+async def login_with(client: KubeClient) -> kopf.ConnectionInfo:
+    """kopf's login handler: what the controller's client holds now, loaded again first (kopf
+    logs in again after a 401: a rotated token reaches both watch stacks), so kopf and the
+    informer run on one credential path — never kopf's own kubeconfig discovery."""
+    await client.refresh_credentials()
+    return connection_info(client.credentials)
+
+
 def settings() -> kopf.OperatorSettings:
     s = kopf.OperatorSettings()
     s.posting.enabled = False  # no k8s Events from kopf's own logging
@@ -56,10 +64,7 @@ def registry(members: Members, client: KubeClient) -> kopf.OperatorRegistry:
 
     @kopf.on.login(registry=reg)
     async def login(**_: Any) -> kopf.ConnectionInfo:
-        # kopf logs in again after a 401: hand it what the client holds now, reloaded first
-        # (a rotated token), so both watch stacks run on one credential path
-        await client.refresh_credentials()
-        return connection_info(client.credentials)
+        return await login_with(client)
 
     @kopf.on.event(CLUSTER_GROUP, CLUSTER_VERSION, CLUSTER_PLURAL, registry=reg)
     async def on_cluster(event: kopf.RawEvent, **_: Any) -> None:

@@ -464,10 +464,9 @@ def _at(conditions: list[Condition], generation: int) -> list[Condition]:
 # what the controller does with an outcome (pure decisions; the I/O is in `controller.reconciler`)
 
 
-def status_to_write(current: Mapping[str, Any] | None, outcome: Outcome) -> dict[str, Any] | None:
-    """The status to PUT, or None when the quota's status already says it."""
-    desired = st.dump(outcome.status)
-    return desired if st.needs_write(current, desired) else None
+def status_to_write(current: Mapping[str, Any] | None, outcome: Outcome) -> st.StatusWrite | None:
+    """The write that gives the quota `outcome`'s status, or None when it already says it."""
+    return st.status_write(current, st.dump(outcome.status))
 
 
 def unobserved_reservations(

@@ -4,9 +4,13 @@ Two informers (`kube.informer`) feed ResourceBindings into the binding index and
 into the quota table, in version order; member pod watches feed the member pod tables. Each
 change marks its namespace dirty; the `DirtyQueue` then flushes each dirty namespace: every
 quota of it is recomputed from scratch (`recompute.recompute`) and, on the leader only, written
-with compare-and-swap (`kube.retry`) when its status differs. A lost CAS re-reads the quota and
-re-applies the recompute to the fresh object, so reservations the webhook added in the meantime
-are kept. Nothing is written before bindings and quotas have been listed in full.
+when its status differs: a JSON patch that compare-and-swaps on the controller's own revision
+(`status.status_write`), so the webhook's writes of pending charges do not make it lose; a lost
+write (another controller wrote, or an entry it removes moved) re-reads the quota and re-applies
+the recompute to the fresh version (`kube.retry`). Each recompute on the leader then feeds the
+queues of the jobs that follow it — the orphan audit, waking waiting workloads — so a slow GET
+or PATCH of theirs never delays a recompute. Nothing is written before bindings and quotas have
+been listed in full.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Any, Protocol
 import aiohttp
 
 from karmadaquota.controller import recompute as rc
+from karmadaquota.controller import status as st
 from karmadaquota.controller.dirty import DirtyQueue
 from karmadaquota.controller.guard_keeper import FINALIZER, GuardKeeper
 from karmadaquota.controller.index import BindingIndex, safe_observe
@@ -32,7 +37,7 @@ from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.controller.quotas import QuotaRecord, QuotaTable
 from karmadaquota.controller.wake import Waker
 from karmadaquota.kube import namespaces, paths
-from karmadaquota.kube.client import JSON, Api, KubeError, NotFound
+from karmadaquota.kube.client import JSON, JSON_PATCH, Api, Conflict, KubeError, NotFound
 from karmadaquota.kube.informer import Informer, Lister
 from karmadaquota.kube.retry import Backoff, ConflictsExhausted, retry_on_conflict
 from karmadaquota.kube.versions import parse_rv
@@ -120,6 +125,14 @@ class Controller:
         self.dirty = DirtyQueue(
             self.flush, quiet=self.settings.quiet, max_delay=self.settings.max_delay
         )
+        # The jobs that follow a namespace's recompute on the leader, each in a queue of its
+        # own (the Kubernetes quota controller's way: a queue per job), so that a slow one
+        # never holds up the recompute that releases quota: the orphan audit (binding GETs)
+        # and waking waiting workloads (PATCHes of their templates, seconds of budget).
+        self.audits = DirtyQueue(self._audit, quiet=0.0, max_delay=0.0, name="orphan-audit")
+        self.wakes = DirtyQueue(self._wake, quiet=0.0, max_delay=0.0, name="wake")
+        # and the member guards (requests to every member, a confirmation wait per lowering)
+        self.guarding = DirtyQueue(self._guard, quiet=0.0, max_delay=0.0, name="guards")
         self.binding_informer = Informer(
             paths.bindings(),
             _BindingFeed(self),
@@ -203,7 +216,7 @@ class Controller:
     async def run(self) -> None:
         """Watch bindings and quotas and flush dirty namespaces until cancelled."""
         tasks = [
-            asyncio.create_task(self.dirty.run(), name="recompute-queue"),
+            asyncio.create_task(self.run_queues(), name="queues"),
             asyncio.create_task(self.binding_informer.run(), name="binding-informer"),
             asyncio.create_task(self.quota_informer.run(), name="quota-informer"),
         ]
@@ -247,15 +260,43 @@ class Controller:
         contended = False
         for record in self.quotas.quotas(namespace):
             contended = not await self._sync_quota(record) or contended
-        if self.guards is not None and self._can_write():
-            await self._sync_guards(namespace)
-        if contended:  # the webhook is busy writing reservations: come back very soon
+        if contended:  # another controller is writing: come back very soon
             loop = asyncio.get_running_loop()
             self.dirty.mark_at(namespace, loop.time() + 0.05 + random.random() * 0.1)
+        if self._can_write():
+            self.audits.mark(namespace)
+            if self.waker is not None:
+                self.wakes.mark(namespace)
+            if self.guards is not None:
+                self.guarding.mark(namespace)
+
+    def idle(self) -> bool:
+        """Nothing marked or running in any of the controller's queues."""
+        return (
+            self.dirty.idle() and self.audits.idle() and self.wakes.idle() and self.guarding.idle()
+        )
+
+    async def run_queues(self) -> None:
+        """The recompute queue and the queues of the jobs that follow it, until cancelled."""
+        queues = (self.dirty, self.audits, self.wakes, self.guarding)
+        tasks = [asyncio.create_task(q.run(), name=f"queue/{q.name}") for q in queues]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _guard(self, namespace: str) -> None:
+        """The member guards of one namespace's quotas (leader only)."""
+        if self.guards is not None and self._can_write():
+            await self._sync_guards(namespace)
+
+    async def _audit(self, namespace: str) -> None:
+        """The orphan audit of one namespace (leader only): a released reservation is
+        recomputed at once."""
         if self._can_write() and await self._audit_orphans(namespace):
             self._mark(namespace)
-        if self.waker is not None and self._can_write():
-            await self._wake(namespace)
 
     async def _enforce(self, namespace: str) -> None:
         """Label a namespace holding a quota for enforcement if it is not (a quota created
@@ -343,7 +384,8 @@ class Controller:
 
     async def _wake(self, namespace: str) -> None:
         """Requeue the namespace's waiting workloads that now fit (leader only)."""
-        assert self.waker is not None
+        if self.waker is None or not self._can_write():
+            return
         quotas = [r.quota for r in self.quotas.quotas(namespace) if r.quota is not None]
         again = await self.waker.wake(namespace, quotas, self._clock())
         if again is not None:
@@ -400,6 +442,7 @@ class Controller:
             return True  # unreadable (logged): nothing to recompute until it changes
         extra = {"namespace": ns, "quota": name, "uid": record.quota.metadata.uid}
         outcome: rc.Outcome | None = None
+        computed = (self._clock(), 0.0)  # when the last outcome was computed, and how long it took
         tried = 0  # resourceVersion of the last version a write was computed from
 
         async def read() -> QuotaRecord:
@@ -411,8 +454,10 @@ class Controller:
                 return held
             return self._fold_quota(await self.api.get(paths.quota(ns, name))) or record
 
-        def mutate(current: QuotaRecord) -> JSON | None:
-            nonlocal outcome, tried
+        def mutate(current: QuotaRecord) -> tuple[QuotaRecord, st.StatusWrite] | None:
+            # pure but for the clock: called again after each lost compare-and-swap, so the
+            # side effects of an outcome (metrics, its expiry timer) follow the last one, below
+            nonlocal outcome, tried, computed
             tried = _rv(current)
             if current.quota is None:
                 return None
@@ -420,17 +465,27 @@ class Controller:
             started = time.perf_counter()
             outcome = rc.recompute(current.quota, self._snapshot(ns), now)
             self._outcomes[(ns, name)] = outcome
+            computed = (now, time.perf_counter() - started)
             desired = rc.status_to_write(current.raw.get("status"), outcome)
-            self.metrics.recompute_duration.observe(time.perf_counter() - started)
-            self.metrics.set_quota(ns, name, outcome.used, outcome.hard, outcome.status)
-            self._schedule_expiry(ns, outcome.next_expiry, now)
             if desired is None or not self._can_write():
                 return None  # followers keep their figures warm; the leader writes
-            return {**current.raw, "status": desired}
+            return current, desired
 
-        async def write(body: JSON) -> JSON:
+        async def write(change: tuple[QuotaRecord, st.StatusWrite]) -> JSON:
+            current, desired = change
             path = paths.quota_status(ns, name)
-            return await self.api.request("PUT", path, body, timeout=self.settings.write_timeout)
+            timeout = self.settings.write_timeout
+            if desired.patch is None:  # compare-and-swap on resourceVersion
+                body = {**current.raw, "status": desired.status}
+                return await self.api.request("PUT", path, body, timeout=timeout)
+            try:  # compare-and-swap on the controller's revision (status.status_write)
+                return await self.api.request(
+                    "PATCH", path, desired.patch, timeout=timeout, content_type=JSON_PATCH
+                )
+            except KubeError as e:
+                if e.status == 422:  # a test of the patch failed: the version moved
+                    raise Conflict(e.status, e.reason, e.message) from e
+                raise
 
         try:
             result = await retry_on_conflict(
@@ -443,6 +498,7 @@ class Controller:
                 on_conflict=self.metrics.status_writes.labels("conflict").inc,
             )
         except ConflictsExhausted:
+            self._computed(ns, name, outcome, *computed)
             log.info("status write contended; retrying shortly", extra=extra)
             return False
         except NotFound:
@@ -451,6 +507,7 @@ class Controller:
         except KubeError:
             self.metrics.status_writes.labels("error").inc()
             raise
+        self._computed(ns, name, outcome, *computed)
         if result is None or outcome is None:
             return True
         self.metrics.status_writes.labels("ok").inc()
@@ -469,11 +526,19 @@ class Controller:
         )
         return True
 
-    def _schedule_expiry(self, namespace: str, expiry: datetime | None, now: datetime) -> None:
-        if expiry is None:
+    def _computed(
+        self, ns: str, name: str, outcome: rc.Outcome | None, now: datetime, seconds: float
+    ) -> None:
+        """What a quota's last computed outcome publishes: its metrics (followers keep their
+        figures warm too) and a recompute when its earliest reservation lapses."""
+        if outcome is None:
             return
-        loop = asyncio.get_running_loop()
-        self.dirty.mark_at(namespace, loop.time() + (expiry - now).total_seconds() + 0.05)
+        self.metrics.recompute_duration.observe(seconds)
+        self.metrics.set_quota(ns, name, outcome.used, outcome.hard, outcome.status)
+        if outcome.next_expiry is not None:
+            loop = asyncio.get_running_loop()
+            due = loop.time() + (outcome.next_expiry - now).total_seconds() + 0.05
+            self.dirty.mark_at(ns, due)
 
     # ---- leadership ------------------------------------------------------------------------
 

@@ -1,12 +1,25 @@
-"""Status helpers (pure): the human summary, condition bookkeeping, and the write decision."""
+"""Status helpers (pure): the human summary, condition bookkeeping, and the write decision.
+
+The controller shares the quota's status with the webhook, which appends pending charges to it
+several times a second in a storm. A whole-status PUT compare-and-swaps on resourceVersion, so
+every webhook write in between made the controller's write lose, re-read and retry — and pending
+charges piled up in the object, which then cost every write and watch event more. So the
+controller writes a JSON patch (RFC 6902) that touches only what it changes and compare-and-swaps
+on what only it writes (`status.controllerRevision`): the webhook's writes in between no longer
+make it lose. Pending entries are removed one by one, each after a `test` that it is still the
+entry at that index, so a patch computed from an older version either removes exactly the
+entries it meant or fails as a whole (422) and is retried like a conflict.
+"""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from karmadaquota.api import Condition, KarmadaQuotaStatus, format_time
+from karmadaquota.api import Condition, KarmadaQuotaStatus, charge_key, format_time
 from karmadaquota.quantity import Quantity
 
 COND_READY = "Ready"
@@ -83,7 +96,109 @@ def needs_write(current: Mapping[str, Any] | None, desired: Mapping[str, Any]) -
 
 def _normal(value: Any) -> Any:
     if isinstance(value, Mapping):
-        return {k: _normal(v) for k, v in value.items() if v not in ({}, [], None, "")}
+        return {k: _normal(v) for k, v in value.items() if v not in _EMPTY}
     if isinstance(value, list):
         return [_normal(v) for v in value]
     return value
+
+
+# written by the webhook too: a patch that changes it tests that it is still as read
+SHARED_FIELDS = ("waiting",)
+REVISION = "controllerRevision"
+_PENDING = ("pending", "reservations")
+_EMPTY: tuple[Any, ...] = (None, {}, [], "")
+
+
+@dataclass(frozen=True)
+class StatusWrite:
+    """One status write of the controller: a JSON patch, or a whole status to PUT."""
+
+    patch: list[dict[str, Any]] | None = None
+    status: dict[str, Any] | None = None
+
+
+def status_write(
+    current: Mapping[str, Any] | None, desired: Mapping[str, Any]
+) -> StatusWrite | None:
+    """How to turn the status as read (`current`) into `desired`; None when nothing changes.
+
+    A JSON patch when the status carries a controller revision and pending charges in the
+    current layout, and `desired` only drops pending entries (the controller never adds any);
+    otherwise (the first write, an old layout, anything unexpected) a whole status with the next
+    revision, for a PUT that compare-and-swaps on resourceVersion as before.
+    """
+    current = current or {}
+    revision = current.get(REVISION)
+    if not needs_write(_without(current, REVISION), _without(desired, REVISION)):
+        return None
+    put = StatusWrite(status={**desired, REVISION: _next(revision)})
+    if not isinstance(revision, int) or isinstance(revision, bool) or "reservations" in current:
+        return put
+    removals = pending_removals(current.get("pending"), desired.get("pending"))
+    if removals is None:
+        return put
+    ops: list[dict[str, Any]] = []
+    for name in sorted((set(current) | set(desired)) - {REVISION, *_PENDING}):
+        have, want = current.get(name), desired.get(name)
+        if _normal(have) == _normal(want):
+            continue
+        path = f"/status/{name}"
+        if name in SHARED_FIELDS and name in current:
+            ops.append({"op": "test", "path": path, "value": have})
+        if want in _EMPTY:
+            if name in current:
+                ops.append({"op": "remove", "path": path})
+        else:
+            ops.append({"op": "add", "path": path, "value": want})
+    for group, entry, value in reversed(removals):
+        path = f"/status/pending/{group}/bindings/{entry}"
+        ops += [{"op": "test", "path": path, "value": value}, {"op": "remove", "path": path}]
+    if not ops:
+        return None  # only empty groups differ: the webhook's next write drops them
+    revision_ops = [
+        {"op": "test", "path": f"/status/{REVISION}", "value": revision},
+        {"op": "replace", "path": f"/status/{REVISION}", "value": revision + 1},
+    ]
+    return StatusWrite(patch=revision_ops + ops)
+
+
+def pending_removals(current: Any, desired: Any) -> list[tuple[int, int, Any]] | None:
+    """(group index, entry index, entry) of every wire `pending` entry of `current` that
+    `desired` no longer holds, in index order; None when `desired` holds an entry `current`
+    does not (or either is not the layout `encode_pending` writes): then no patch can say it."""
+    if not current:
+        current = []
+    if not desired:
+        desired = []
+    if not isinstance(current, list) or not isinstance(desired, list):
+        return None
+    wanted: Counter[tuple[Any, str]] = Counter()
+    for group in desired:
+        if not isinstance(group, Mapping) or not isinstance(group.get("charge", {}), Mapping):
+            return None
+        key = charge_key(group.get("charge") or {})
+        for entry in group.get("bindings") or []:
+            wanted[(key, entry)] += 1
+    removals: list[tuple[int, int, Any]] = []
+    for g, group in enumerate(current):
+        if not isinstance(group, Mapping) or not isinstance(group.get("charge", {}), Mapping):
+            return None
+        entries = group.get("bindings") or []
+        if not isinstance(entries, list):
+            return None
+        key = charge_key(group.get("charge") or {})
+        for i, entry in enumerate(entries):
+            if isinstance(entry, str) and wanted[(key, entry)] > 0:
+                wanted[(key, entry)] -= 1
+            else:
+                removals.append((g, i, entry))
+    return None if +wanted else removals
+
+
+def _next(revision: Any) -> int:
+    ok = isinstance(revision, int) and not isinstance(revision, bool) and revision >= 0
+    return revision + 1 if ok else 1
+
+
+def _without(status: Mapping[str, Any], name: str) -> dict[str, Any]:
+    return {k: v for k, v in status.items() if k != name}

@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import Protocol
 
 from karmadaquota import waiting
-from karmadaquota.api import KarmadaQuota, WaitingWorkload, parse_time
+from karmadaquota.api import KarmadaQuota, WaitingWorkload, format_time, parse_time
 from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.evaluate import QuotaView
 from karmadaquota.kube.client import JSON, Conflict, KubeError, NotFound
@@ -174,7 +174,7 @@ class Waker:
         if kind is None:
             return
         k = waiting.key(w.template)
-        meta: JSON = {"annotations": {waiting.ANNOTATION: waiting.stamp(now)}}
+        meta: JSON = {"annotations": {waiting.ANNOTATION: format_time(now, micro=True)}}
         if w.template.uid:
             meta["uid"] = w.template.uid  # precondition: never touch a re-created template
         extra = _fields(namespace, w)

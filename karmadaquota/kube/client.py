@@ -26,6 +26,9 @@ from kubernetes_asyncio.config import load_incluster_config, load_kube_config
 from karmadaquota import __version__
 
 JSON = dict[str, Any]
+# a request body: an object, or the operations of a JSON patch (RFC 6902)
+Body = JSON | list[JSON]
+JSON_PATCH = "application/json-patch+json"
 USER_AGENT = f"karmadaquota/{__version__}"
 # a 429 whose Retry-After is not a number of seconds waits this long
 _DEFAULT_RETRY_AFTER = 1.0
@@ -83,7 +86,7 @@ class Api(Protocol):
         self,
         method: str,
         path: str,
-        body: JSON | None = None,
+        body: Body | None = None,
         params: Mapping[str, str] | None = None,
         timeout: float = 10.0,
         content_type: str = "application/json",
@@ -258,7 +261,7 @@ class KubeClient:
         self,
         method: str,
         path: str,
-        body: JSON | None = None,
+        body: Body | None = None,
         params: Mapping[str, str] | None = None,
         timeout: float = 10.0,
         content_type: str = "application/json",

@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import re
 import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -24,7 +23,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 
-from karmadaquota import api, charge, validation
+from karmadaquota import api, charge, durations, validation
 from karmadaquota.api import KarmadaQuota, ResourceBinding
 from karmadaquota.evaluate import Decision, LimitedResource
 from karmadaquota.kube import namespaces, paths
@@ -52,17 +51,16 @@ REASON_TIMEOUT = "Timeout"
 # wait in its namespace's queue; past it the API server has given up, so reserving for the
 # review would hold quota for a binding that will not be created.
 DEADLINE_SHARE = 0.9
-_GO_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m)$")
 
 
 def review_budget(timeout: str | None) -> float | None:
     """Seconds a review may take, from the API server's `timeout` query parameter (a Go
-    duration such as `3s` or `500ms`); None when absent or not understood."""
-    m = _GO_DURATION.match(timeout or "")
-    if m is None:
+    duration such as `3s` or `500ms`); None when absent, not understood or not positive."""
+    try:
+        seconds = durations.parse(timeout or "").total_seconds()
+    except ValueError:
         return None
-    scale = {"ms": 0.001, "s": 1.0, "m": 60.0}[m.group(2)]
-    return float(m.group(1)) * scale * DEADLINE_SHARE
+    return seconds * DEADLINE_SHARE if seconds > 0 else None
 
 
 @dataclass

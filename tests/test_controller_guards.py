@@ -256,3 +256,15 @@ async def test_an_object_placed_in_several_members_counts_once(env: Any) -> None
     run_pods(c, members, "member3", "x")  # and one pod around Karmada
     await until(lambda: used(api).get("pods") == "5")
     assert used(api) == {"count/deployments.apps": "1", "pods": "5", "requests.cpu": "5"}
+
+
+async def test_admitted_charges_not_yet_in_a_member_are_kept_out_of_the_shares(env: Any) -> None:
+    api, c, fleet, _ = env
+    api.add_quota("q", HARD)
+    api.quotas["q"]["spec"]["memberEnforcement"] = "ResourceQuota"
+    await c.resync()
+    await until(lambda: guard_pods(fleet) == {"member1": "4", "member2": "3", "member3": "3"})
+    # the webhook admitted a binding of 4 pods the controller has not seen yet
+    c.quota_event("MODIFIED", api.add_reservation("q", "uid-new", {"pods": "4"}))
+    await until(lambda: guard_pods(fleet) == {"member1": "2", "member2": "2", "member3": "2"})
+    assert fleet.worst["pods"] <= 10 * NANO

@@ -41,12 +41,19 @@ class Installed:
 
 @contextlib.asynccontextmanager
 async def installed(
-    webhook_args: Sequence[str] = (), karmada_apiserver_args: Sequence[str] = ()
+    webhook_args: Sequence[str] = (),
+    karmada_apiserver_args: Sequence[str] = (),
+    members: Sequence[str] = ("member1",),
 ) -> AsyncIterator[Installed]:
-    """One member cluster, the CRD, a controller and a registered webhook; torn down on exit."""
+    """Member clusters (one by default), the CRD, a controller and a registered webhook; torn
+    down on exit."""
     home = Path(tempfile.mkdtemp(prefix="karmadaquota-bench-"))
     bed = TestBed.start(
-        home, ["member1"], ephemeral=True, quiet=True, karmada_apiserver_args=karmada_apiserver_args
+        home,
+        list(members),
+        ephemeral=True,
+        quiet=True,
+        karmada_apiserver_args=karmada_apiserver_args,
     )
     controller: product.Proc | None = None
     hook: product.WebhookProc | None = None

@@ -18,6 +18,7 @@ import pytest
 from e2e.testbed import TestBed, product
 from e2e.testbed.storm import binding
 from e2e.testbed.workloads import deployment
+from karmadaquota.controller.guard_keeper import FINALIZER
 from karmadaquota.kube.client import KubeClient, KubeError
 
 pytestmark = pytest.mark.e2e
@@ -178,6 +179,12 @@ async def test_the_controller_can_make_every_call_it_makes_and_nothing_else(
         content_type="application/merge-patch+json",
     )
     assert admitted["metadata"]["name"] == "b"
+    # member guards: the merge patch of the finalizer the reconciler sends (_set_finalizer)
+    for finalizers in ([FINALIZER], []):
+        rv = (await c.get(quota))["metadata"]["resourceVersion"]
+        body = {"metadata": {"finalizers": finalizers, "resourceVersion": rv}}
+        got_q = await c.request("PATCH", quota, body, content_type="application/merge-patch+json")
+        assert got_q["metadata"].get("finalizers", []) == finalizers
     held = await c.get(f"{LEASES}/karmadaquota-controller")
     assert await status_of(c, "PUT", f"{LEASES}/karmadaquota-controller", held) == 200
 

@@ -66,6 +66,12 @@ STRATEGY_BEST_EFFORT: QueueingStrategy = "BestEffortFIFO"
 STRATEGY_STRICT: QueueingStrategy = "StrictFIFO"
 RawResourceList = dict[str, QuantityValue]
 
+# spec.memberEnforcement: None (admission only, today's behaviour) or ResourceQuota (usage made
+# around Karmada counts, and a guard ResourceQuota in every member holds the budget there)
+ENFORCEMENT_NONE = "None"
+ENFORCEMENT_RESOURCE_QUOTA = "ResourceQuota"
+ENFORCEMENT_ENUM: list[JsonValue] = [ENFORCEMENT_NONE, ENFORCEMENT_RESOURCE_QUOTA]
+
 
 def parse_time(value: str) -> datetime | None:
     """An RFC 3339 time from the wire, in UTC; None when unreadable.
@@ -183,6 +189,26 @@ class KarmadaQuotaSpec(_Lenient):
         "BestEffortFIFO (the default) admits every queued workload that fits; StrictFIFO admits "
         "none past the first that does not fit, and queues new workloads behind it.",
     )
+    memberEnforcement: str = Field(
+        default=ENFORCEMENT_NONE,
+        description="None: only what Karmada places is charged. ResourceQuota: usage per member "
+        "is the larger of what Karmada placed there and what the member's pods request, and the "
+        "controller keeps a guard ResourceQuota in every member so that pods created around "
+        "Karmada cannot pass the global hard.",
+        json_schema_extra={"enum": ENFORCEMENT_ENUM},
+    )
+    clusterHard: dict[str, RawResourceList] = Field(
+        default_factory=dict,
+        description="Per member cluster caps (cluster name to resource list): the most of the "
+        "global hard one member's guard may hold. Names must be in hard, values at most hard. "
+        "Only with memberEnforcement ResourceQuota.",
+        json_schema_extra={"additionalProperties": {"x-kq-resource-list": True}},
+    )
+
+    @property
+    def guarded(self) -> bool:
+        """Whether member guards (and observed usage) are on for this quota."""
+        return self.memberEnforcement == ENFORCEMENT_RESOURCE_QUOTA
 
 
 class ObjectReference(_Lenient):
@@ -462,10 +488,19 @@ class ClusterUsage(_Lenient):
         description="Usage summed from non-terminal pods seen in the member cluster itself.",
         json_schema_extra={"x-kq-resource-list": True},
     )
+    guard: RawResourceList | None = Field(
+        default=None,
+        description="The hard of this member's guard ResourceQuota as the controller last "
+        "confirmed it (memberEnforcement ResourceQuota).",
+        json_schema_extra={"x-kq-resource-list": True},
+    )
 
 
 class Condition(_Lenient):
-    type: str = Field(description="Ready, Valid, MemberObserved, BindingsCharged or Enforced.")
+    type: str = Field(
+        description="Ready, Valid, MemberObserved, BindingsCharged, Enforced, OutOfBandUsage or "
+        "Guarded."
+    )
     status: Literal["True", "False", "Unknown"]
     reason: str = Field(default="", description="CamelCase reason for the last transition.")
     message: str = Field(default="", description="Human-readable details.")
@@ -537,7 +572,9 @@ class KarmadaQuotaStatus(_Lenient):
     )
     summary: str = Field(default="", description="used/hard per resource, for kubectl get.")
     conditions: list[Condition] = Field(
-        default_factory=list, description="Ready, Valid, MemberObserved, BindingsCharged, Enforced."
+        default_factory=list,
+        description="Ready, Valid, MemberObserved, BindingsCharged, Enforced, OutOfBandUsage, "
+        "Guarded.",
     )
     observedGeneration: int = Field(
         default=0, description="The quota generation the controller last computed status for."

@@ -137,6 +137,7 @@ def _schema() -> dict[str, Any]:
     expr["items"]["properties"]["values"]["maxItems"] = 64
     expr["items"]["properties"]["values"]["items"]["maxLength"] = 253
     spec["properties"]["scopes"]["maxItems"] = 2
+    spec["properties"]["clusterHard"]["maxProperties"] = 256
     return schema
 
 
@@ -204,7 +205,9 @@ def _field_rows(schema: dict[str, Any], prefix: str, rows: list[tuple[str, str, 
         if prop.get("x-kubernetes-int-or-string"):
             kind = "quantity"
         elif kind == "object" and "additionalProperties" in prop:
-            kind = "map[string]quantity"
+            inner = prop["additionalProperties"]
+            nested = inner.get("type") == "object" and "additionalProperties" in inner
+            kind = "map[string]map[string]quantity" if nested else "map[string]quantity"
         elif kind == "array":
             kind = f"[]{prop['items'].get('type', '')}"
         if "enum" in prop:

@@ -1,8 +1,9 @@
 """`kubectl karmadaquota describe NAME -n NS` — a KarmadaQuota as `kubectl describe quota` shows
-a ResourceQuota, plus one `used/observed` column per member cluster, usage bars per resource
-and member (`karmadaquota.usage_view`), the pending reservations, the workloads waiting for
-room, the workloads queued by the quota (`onExceed: Queue`: position, priority, wait) and the
-conditions; `--output json|yaml` gives the same for scripts.
+a ResourceQuota, plus one `used/observed` column per member cluster (`placed/observed/guard`
+with memberEnforcement ResourceQuota: the hard of that member's guard ResourceQuota), usage
+bars per resource and member (`karmadaquota.usage_view`), the pending reservations, the
+workloads waiting for room, the workloads queued by the quota (`onExceed: Queue`: position,
+priority, wait) and the conditions; `--output json|yaml` gives the same for scripts.
 `kubectl karmadaquota import-frq [-n NS | -A]` prints a KarmadaQuota for each
 FederatedResourceQuota (`karmadaquota.frq`).
 
@@ -151,7 +152,14 @@ def render(
     scopes = describe_scopes(api.KarmadaQuotaSpec.model_validate(spec))
     if scopes:
         lines.append(f"Scopes:       {'; '.join(scopes)}")
-    header = ["Resource", "Used", "Hard", *(f"{c['clusterName']} used/observed" for c in clusters)]
+    guarded = spec.get("memberEnforcement") == api.ENFORCEMENT_RESOURCE_QUOTA
+    if guarded:
+        lines.append("Members:      ResourceQuota (observed usage counts; a guard in every member)")
+        for cluster, caps in sorted((spec.get("clusterHard") or {}).items()):
+            text = ",".join(f"{k}={caps[k]}" for k in sorted(caps))
+            lines.append(f"  clusterHard {cluster}: {text}")
+    column = "placed/observed/guard" if guarded else "used/observed"
+    header = ["Resource", "Used", "Hard", *(f"{c['clusterName']} {column}" for c in clusters)]
     rows: list[list[str]] = [header, ["-" * len(h) for h in header]]
     for name in sorted(hard):
         row = [name, str(used.get(name, _NONE)), str(hard[name])]
@@ -159,7 +167,11 @@ def render(
             c_used = (c.get("used") or {}).get(name, _NONE)
             observed = c.get("observed")
             c_obs = _NONE if observed is None else observed.get(name, _NONE)
-            row.append(f"{c_used}/{c_obs}")
+            cell = f"{c_used}/{c_obs}"
+            if guarded:
+                g = c.get("guard")
+                cell += f"/{_NONE if g is None else g.get(name, _NONE)}"
+            row.append(cell)
         rows.append(row)
     lines.extend(_table(rows))
     lines.extend(usage_view.bars(usage_view.summarize(quota, now)))

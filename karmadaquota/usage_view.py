@@ -82,13 +82,16 @@ def summarize(quota: Mapping[str, Any], now: datetime) -> dict[str, Any]:
             observed = c.get("observed")
             c_used = (c.get("used") or {}).get(name)
             c_obs = None if observed is None else observed.get(name)
-            members.append(
-                {
-                    "name": str(c["clusterName"]),
-                    "used": _text(_q(c_used)) if c_used is not None else None,
-                    "observed": _text(_q(c_obs)) if c_obs is not None else None,
-                }
-            )
+            member = {
+                "name": str(c["clusterName"]),
+                "used": _text(_q(c_used)) if c_used is not None else None,
+                "observed": _text(_q(c_obs)) if c_obs is not None else None,
+            }
+            guard = c.get("guard")
+            if guard is not None:  # memberEnforcement ResourceQuota: the member's guard hard
+                g = guard.get(name)
+                member["guard"] = _text(_q(g)) if g is not None else None
+            members.append(member)
         resources.append(
             {
                 "name": name,

@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 
 from karmadaquota import resources
-from karmadaquota.api import KarmadaQuotaSpec
-from karmadaquota.quantity import QuantityError
+from karmadaquota.api import ENFORCEMENT_ENUM, KarmadaQuotaSpec
+from karmadaquota.quantity import Quantity, QuantityError
 from karmadaquota.resources import parse_resource_list
 from karmadaquota.scopes import BEST_EFFORT, NOT_BEST_EFFORT, validate_scopes
 
@@ -101,4 +101,61 @@ def validate_spec(spec: KarmadaQuotaSpec) -> list[str]:
                 f'"{BEST_EFFORT}", "{NOT_BEST_EFFORT}"'
             )
     errors.extend(validate_scopes(spec))
+    errors.extend(validate_member_enforcement(spec))
+    return errors
+
+
+_CLUSTER_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+
+
+def validate_member_enforcement(spec: KarmadaQuotaSpec) -> list[str]:
+    """memberEnforcement is known; clusterHard names member clusters, caps only names of
+    `hard`, each at least 0 and at most the global hard, and only with ResourceQuota."""
+    errors: list[str] = []
+    if spec.memberEnforcement not in ENFORCEMENT_ENUM:
+        supported = ", ".join(f'"{v}"' for v in ENFORCEMENT_ENUM)
+        errors.append(
+            f'spec.memberEnforcement: Unsupported value: "{spec.memberEnforcement}": '
+            f"supported values: {supported}"
+        )
+    if spec.clusterHard and not spec.guarded:
+        errors.append(
+            "spec.clusterHard: Forbidden: per-cluster caps need memberEnforcement ResourceQuota "
+            "(only member guards can hold a member to them)"
+        )
+    hard: dict[str, Quantity] = {}
+    for name in spec.hard:
+        try:
+            hard[name] = parse_resource_list({name: spec.hard[name]}, "spec.hard")[name]
+        except QuantityError:
+            continue  # reported for spec.hard
+    for cluster in sorted(spec.clusterHard):
+        if not _CLUSTER_NAME.match(cluster) or len(cluster) > 253:
+            errors.append(
+                f'spec.clusterHard[{cluster}]: Invalid value: "{cluster}": must be a member '
+                "cluster name (a DNS subdomain)"
+            )
+        caps = spec.clusterHard[cluster]
+        where = f"spec.clusterHard[{cluster}]"
+        for name in sorted(caps):
+            path = f"spec.clusterHard[{cluster}][{name}]"
+            if name not in spec.hard:
+                errors.append(
+                    f'{path}: Invalid value: "{name}": must be a resource named in spec.hard'
+                )
+                continue
+            try:
+                value = parse_resource_list({name: caps[name]}, where)[name]
+            except QuantityError as e:
+                errors.append(str(e))
+                continue
+            if value.sign < 0:
+                errors.append(
+                    f'{path}: Invalid value: "{value}": must be greater than or equal to 0'
+                )
+            elif name in hard and value > hard[name]:
+                errors.append(
+                    f'{path}: Invalid value: "{value}": must be less than or equal to '
+                    f"spec.hard[{name}] ({hard[name]})"
+                )
     return errors

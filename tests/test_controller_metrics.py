@@ -73,3 +73,29 @@ def test_reservations_and_members_are_published_and_stale_series_dropped() -> No
     m.forget_quota("ns", "q")
     for name in ("hard", "used", "reserved", "reservations", "member_used"):
         assert samples(m, f"karmadaquota_quota_{name}") == {}
+
+
+def test_member_guards_are_published_per_member_and_dropped_with_the_quota() -> None:
+    m = ControllerMetrics()
+    hard = rl({"pods": "10"})
+    m.set_quota(
+        "ns",
+        "q",
+        rl({"pods": "3"}),
+        hard,
+        status(
+            aggregatedStatus=[
+                {"clusterName": "m1", "used": {"pods": "2"}, "guard": {"pods": "6"}},
+                {"clusterName": "m2", "used": {"pods": "0"}, "guard": {"pods": "4"}},
+            ],
+        ),
+    )
+    m.guard_rebalances.labels("ns", "q").inc()
+    assert samples(m, "karmadaquota_quota_member_guard_hard") == {
+        ("ns", "q", "pods", "m1"): 6.0,
+        ("ns", "q", "pods", "m2"): 4.0,
+    }
+    assert samples(m, "karmadaquota_guard_rebalances_total") == {("ns", "q"): 1.0}
+    m.forget_quota("ns", "q")
+    assert samples(m, "karmadaquota_quota_member_guard_hard") == {}
+    assert samples(m, "karmadaquota_guard_rebalances_total") == {}

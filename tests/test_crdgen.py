@@ -155,9 +155,10 @@ def test_any_of_only_in_the_int_or_string_quantity_form() -> None:
             assert node["pattern"] == crdgen.QUANTITY_PATTERN, path
         if node.get("x-kubernetes-int-or-string"):
             assert "anyOf" in node, path
-    # spec.hard, status.hard, status.used, aggregatedStatus[].used/observed,
-    # pending[].charge, reservations[].reserved (deprecated), waiting[].requested
-    assert quantities == 8
+    # spec.hard, spec.clusterHard[*], status.hard, status.used,
+    # aggregatedStatus[].used/observed/guard, pending[].charge, reservations[].reserved
+    # (deprecated), waiting[].requested
+    assert quantities == 10
 
 
 def test_properties_and_additional_properties_never_together() -> None:
@@ -387,3 +388,8 @@ def test_api_reference_matches_the_models() -> None:
 
     committed = (Path(__file__).resolve().parents[1] / "docs" / "api.md").read_text()
     assert committed == crdgen.render_markdown(), "docs/api.md is stale: run hack/gen-crds"
+
+
+def test_a_sample_shows_member_enforcement_with_a_cluster_cap() -> None:
+    specs = [KarmadaQuota.model_validate(load(p)).spec for p in SAMPLES]
+    assert any(s.guarded and s.clusterHard for s in specs)

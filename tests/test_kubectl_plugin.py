@@ -221,3 +221,44 @@ def test_describe_lists_the_queue_with_position_priority_and_wait() -> None:
     assert "20m" in out.split("Deployment/old")[1]
     assert "Queued:       <none>" in render(quota, now, [])
     assert "Queued" not in render(quota, now)  # bindings not readable: not shown
+
+
+def test_member_enforcement_shows_placed_observed_and_guard_per_member() -> None:
+    quota = kq(
+        used={"requests.cpu": "13", "pods": "31", "count/deployments.apps": "2"},
+        aggregatedStatus=[
+            {
+                "clusterName": "member1",
+                "used": {"requests.cpu": "8", "pods": "20"},
+                "observed": {"requests.cpu": "8", "pods": "20"},
+                "guard": {"requests.cpu": "50", "pods": "250"},
+            },
+            {
+                "clusterName": "member2",
+                "used": {"requests.cpu": "4", "pods": "10"},
+                "observed": {"requests.cpu": "5", "pods": "11"},
+            },
+        ],
+    )
+    quota["spec"]["memberEnforcement"] = "ResourceQuota"
+    quota["spec"]["clusterHard"] = {"member2": {"pods": "100"}}
+    out = render(quota, NOW)
+    assert "Members:      ResourceQuota" in out
+    assert "clusterHard member2: pods=100" in out
+    assert "member1 placed/observed/guard" in out
+    row = next(line for line in out.splitlines() if line.startswith("pods "))
+    assert "20/20/250" in row and "10/11/-" in row
+    data = kubectl_plugin.describe_data(quota, NOW)
+    pods = next(r for r in data["resources"] if r["name"] == "pods")
+    assert pods["clusters"][0] == {
+        "name": "member1",
+        "used": "20",
+        "observed": "20",
+        "guard": "250",
+    }
+    assert "guard" not in pods["clusters"][1]
+
+
+def test_without_member_enforcement_the_columns_are_used_and_observed() -> None:
+    out = render(FULL, NOW)
+    assert "used/observed" in out and "guard" not in out

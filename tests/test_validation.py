@@ -204,3 +204,59 @@ def test_many_problems_are_all_reported() -> None:
     assert any("must be greater than or equal to 0" in e for e in errors)
     # every name but pods is outside a BestEffort quota's scope, invalid names included
     assert sum("unsupported scope applied to resource" in e for e in errors) == 4
+
+
+# ---------------------------------------------------------------------------------------------
+# memberEnforcement and clusterHard
+
+
+def guarded(**raw: object) -> KarmadaQuotaSpec:
+    return KarmadaQuotaSpec.model_validate(
+        {"hard": {"pods": "10", "requests.cpu": "2"}, "memberEnforcement": "ResourceQuota"} | raw
+    )
+
+
+def test_member_enforcement_defaults_to_none_and_accepts_resource_quota() -> None:
+    assert KarmadaQuotaSpec().memberEnforcement == "None"
+    assert not KarmadaQuotaSpec().guarded
+    assert validate_spec(guarded()) == []
+    assert (
+        validate_spec(guarded(clusterHard={"member1": {"pods": "10", "requests.cpu": "1"}})) == []
+    )
+
+
+def test_an_unknown_member_enforcement_is_refused_in_kubernetes_words() -> None:
+    assert validate_spec(guarded(memberEnforcement="Strict")) == [
+        'spec.memberEnforcement: Unsupported value: "Strict": supported values: "None", '
+        '"ResourceQuota"'
+    ]
+
+
+def test_cluster_hard_needs_resource_quota() -> None:
+    errors = validate_spec(guarded(memberEnforcement="None", clusterHard={"m1": {"pods": "1"}}))
+    assert errors == [
+        "spec.clusterHard: Forbidden: per-cluster caps need memberEnforcement ResourceQuota "
+        "(only member guards can hold a member to them)"
+    ]
+
+
+def test_cluster_hard_is_within_hard_name_by_name() -> None:
+    errors = validate_spec(
+        guarded(
+            clusterHard={
+                "member1": {"pods": "11", "requests.memory": "1Gi", "requests.cpu": "-1"},
+                "Member_2": {"pods": "x"},
+            }
+        )
+    )
+    assert errors == [
+        'spec.clusterHard[Member_2]: Invalid value: "Member_2": must be a member cluster name '
+        "(a DNS subdomain)",
+        'invalid quantity "x" for spec.clusterHard[Member_2][pods]: missing number',
+        'spec.clusterHard[member1][pods]: Invalid value: "11": must be less than or equal to '
+        "spec.hard[pods] (10)",
+        'spec.clusterHard[member1][requests.cpu]: Invalid value: "-1": must be greater than or '
+        "equal to 0",
+        'spec.clusterHard[member1][requests.memory]: Invalid value: "requests.memory": must be a '
+        "resource named in spec.hard",
+    ]

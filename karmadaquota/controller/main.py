@@ -33,6 +33,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from karmadaquota.controller import operator
 from karmadaquota.controller.admit import Admitter
+from karmadaquota.controller.guard_keeper import GuardKeeper
 from karmadaquota.controller.leader import DEFAULT_LEASE_NAME, LeaderElector, identity
 from karmadaquota.controller.members import Members
 from karmadaquota.controller.metrics import ControllerMetrics
@@ -169,6 +170,7 @@ async def serve(cfg: ControllerConfig) -> int:
         waker=Waker(client, metrics, cfg.requeue) if cfg.requeue is not None else None,
         namespace_api=client,
         admitter=Admitter(client, metrics),
+        guards=GuardKeeper(members, metrics),
     )
     if elector is None:
         controller.leadership_changed(True)

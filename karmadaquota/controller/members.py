@@ -112,6 +112,7 @@ class MemberWatch:
         self._metrics = metrics
         self._client_factory = client_factory
         self.table = PodTable()
+        self._api: KubeClient | None = None  # requests of the member guards (not the watch)
         self._synced = False
         self._error = access.problem
         self.informer = Informer(
@@ -173,6 +174,21 @@ class MemberWatch:
         ca = _secret_value(secret, "caBundle")
         return self._client_factory(a.endpoint, token.decode(), ca, a.insecure)
 
+    async def api(self) -> KubeClient:
+        """A client for this member's API server (the guards' requests), built from the
+        Cluster's credentials and kept until `reset_api` (after an error)."""
+        if self.access.problem:
+            raise ValueError(self.access.problem)
+        if self._api is None:
+            self._api = await self._client()
+        return self._api
+
+    async def reset_api(self) -> None:
+        """Forget the guards' client: the next request re-reads the credentials."""
+        api, self._api = self._api, None
+        if api is not None:
+            await api.close()
+
     async def _disconnect(self, client: Lister) -> None:
         await cast(KubeClient, client).close()
 
@@ -224,6 +240,7 @@ class Members:
         self._client_factory = client_factory
         self._watches: dict[str, MemberWatch] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._closing: set[asyncio.Task[None]] = set()
 
     def views(self) -> list[MemberWatch]:
         return [self._watches[n] for n in sorted(self._watches)]
@@ -267,6 +284,9 @@ class Members:
         task = self._tasks.pop(name, None)
         if task is not None:
             task.cancel()
+        watch = self._watches.get(name)
+        if watch is not None and watch._api is not None:
+            self._closing.add(asyncio.create_task(watch.reset_api()))
 
     async def close(self) -> None:
         tasks = list(self._tasks.values())
@@ -274,3 +294,4 @@ class Members:
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*(w.reset_api() for w in self._watches.values()), *self._closing)

@@ -9,6 +9,7 @@ cluster `member_cluster`. docs/operations.md explains the choice.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -127,6 +128,25 @@ class ControllerMetrics:
             [*labels, "member_cluster"],
             registry=r,
         )
+        self.quota_member_guard = Gauge(
+            "karmadaquota_quota_member_guard_hard",
+            "The hard of a KarmadaQuota's guard ResourceQuota in one member cluster: its usage "
+            "plus its share of the headroom (memberEnforcement ResourceQuota).",
+            [*labels, "member_cluster"],
+            registry=r,
+        )
+        self.guard_rebalances = Counter(
+            "karmadaquota_guard_rebalances_total",
+            "Rounds that changed some member guard of a KarmadaQuota (leader).",
+            ["quota_namespace", "quota"],
+            registry=r,
+        )
+        self.guard_writes = Counter(
+            "karmadaquota_guard_writes_total",
+            "Requests writing member guards: lower, raise, create, delete; result ok or error.",
+            ["member_cluster", "operation", "result"],
+            registry=r,
+        )
         self.waiting = Gauge(
             "karmadaquota_waiting_workloads",
             "Workloads refused for quota and waiting for room (leader; all namespaces).",
@@ -209,6 +229,9 @@ class ControllerMetrics:
                 for name, value in _parsed(c.observed or {}).items():
                     member = (namespace, quota, name, c.clusterName)
                     series[(self.quota_member_observed, member)] = value
+                for name, value in _parsed(c.guard or {}).items():
+                    member = (namespace, quota, name, c.clusterName)
+                    series[(self.quota_member_guard, member)] = value
         for gauge, stale in self._quota_series.get(key, set()) - set(series):
             gauge.remove(*stale)
         for (gauge, values), value in series.items():
@@ -218,6 +241,8 @@ class ControllerMetrics:
     def forget_quota(self, namespace: str, quota: str) -> None:
         for gauge, values in self._quota_series.pop((namespace, quota), set()):
             gauge.remove(*values)
+        with contextlib.suppress(KeyError):
+            self.guard_rebalances.remove(namespace, quota)
 
 
 def _parsed(raw: Mapping[str, str | int]) -> dict[str, float]:

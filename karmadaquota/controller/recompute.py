@@ -37,6 +37,7 @@ from karmadaquota.api import (
     Reservation,
     WaitingWorkload,
 )
+from karmadaquota.controller import guards as gd
 from karmadaquota.controller import status as st
 from karmadaquota.controller.index import IndexedBinding, aggregate
 from karmadaquota.quantity import MAX_BASE_UNITS, NANO, Format, Quantity, QuantityError
@@ -56,6 +57,10 @@ REASON_UNREACHABLE = "MemberUnreachable"
 REASON_SYNCING = "MemberSyncing"
 REASON_DISABLED = "MemberWatchDisabled"
 REASON_INVALID_BINDINGS = "InvalidBindings"
+REASON_OBSERVED_EXCEEDS_PLACED = "ObservedExceedsPlaced"
+REASON_WITHIN_PLACEMENT = "WithinPlacement"
+REASON_GUARDED = "EveryMemberGuarded"
+REASON_NOT_GUARDED = "MemberNotGuarded"
 
 
 class MemberView(Protocol):
@@ -91,6 +96,10 @@ class NamespaceSnapshot:
     gone: Callable[[str], bool] = lambda key: False
     # the namespace carries the enforcement label (None: not known here, e.g. not the leader)
     enforced: bool | None = None
+    # (quota name, member) -> the hard of that member's guard as last confirmed (None: unknown)
+    guards: Callable[[str, str], Mapping[str, str] | None] = lambda quota, member: None
+    # quota name -> member -> why it holds no guard as wanted (None: guards not kept here)
+    guard_problems: Callable[[str], Mapping[str, str]] | None = None
 
 
 @dataclass(frozen=True)
@@ -101,6 +110,9 @@ class Outcome:
     released: Mapping[str, int] = field(default_factory=dict)
     # earliest expirationTime among the reservations kept (to recompute when it lapses)
     next_expiry: datetime | None = None
+    # memberEnforcement ResourceQuota: what the share policy reads (reachability and the
+    # guards' current hard are the I/O shell's to fill in); None otherwise
+    guard: gd.GuardInputs | None = None
 
 
 def prune_reservations(
@@ -246,20 +258,36 @@ def recompute(quota: KarmadaQuota, inputs: NamespaceSnapshot, now: datetime) -> 
     members = {m.name: m for m in inputs.members}
     clusters = sorted(set(members) | set(totals.per_cluster))
     aggregated: list[ClusterUsage] = []
+    guarded = quota.spec.guarded
+    held: dict[str, dict[str, int]] = {}  # guarded: per member, max(placed, observed)
+    beyond: dict[str, dict[str, int]] = {}  # guarded: per member, max(0, observed - placed)
     for name in clusters:
-        cluster_used = _quantities(totals.per_cluster.get(name, zero_cluster), hard)
+        placed = totals.per_cluster.get(name, zero_cluster)
+        cluster_used = _quantities(placed, hard)
         observed: dict[str, str] | None = None
         member = members.get(name)
+        seen: ResourceList = {}
         if inputs.member_watch and member is not None and member.synced:
-            rl = member.observed(quota.metadata.namespace, hard.keys(), exprs)
-            observed = resources.format_resource_list(_in_format(rl, hard))
+            seen = member.observed(quota.metadata.namespace, hard.keys(), exprs)
+            observed = resources.format_resource_list(_in_format(seen, hard))
+        if guarded:
+            held[name] = {n: max(placed.get(n, 0), seen[n].nanos if n in seen else 0) for n in hard}
+            beyond[name] = {
+                n: max(0, (seen[n].nanos if n in seen else 0) - placed.get(n, 0)) for n in hard
+            }
+        guard = inputs.guards(quota.metadata.name, name) if guarded else None
         aggregated.append(
             ClusterUsage(
                 clusterName=name,
                 used=resources.format_resource_list(cluster_used),
                 observed=observed,
+                guard=dict(guard) if guard is not None else None,
             )
         )
+    guard_inputs: gd.GuardInputs | None = None
+    if guarded:
+        placed_sum = {n: sum(p.get(n, 0) for p in totals.per_cluster.values()) for n in totals.used}
+        used, guard_inputs = _member_usage(quota, totals.used, placed_sum, held, beyond, kept, hard)
     wanted = [
         _condition(st.COND_READY, True, REASON_CALCULATED, _CALCULATED),
         _condition(st.COND_VALID, True, REASON_VALID, ""),
@@ -273,6 +301,12 @@ def recompute(quota: KarmadaQuota, inputs: NamespaceSnapshot, now: datetime) -> 
         wanted.append(invalid)
     else:
         conditions = [c for c in conditions if c.type != st.COND_BINDINGS_CHARGED]
+    if guarded:
+        wanted.append(_out_of_band_condition(beyond, hard))
+        if inputs.guard_problems is not None:
+            wanted.append(_guarded_condition(inputs.guard_problems(quota.metadata.name)))
+    else:
+        conditions = [c for c in conditions if c.type not in (st.COND_OUT_OF_BAND, st.COND_GUARDED)]
     new_status = KarmadaQuotaStatus(
         hard=resources.format_resource_list(hard),
         used=resources.format_resource_list(used),
@@ -284,7 +318,103 @@ def recompute(quota: KarmadaQuota, inputs: NamespaceSnapshot, now: datetime) -> 
         conditions=st.merge_conditions(conditions, _at(wanted, generation), now),
         observedGeneration=generation,
     )
-    return Outcome(new_status, used, hard, released, next_expiry)
+    return Outcome(new_status, used, hard, released, next_expiry, guard_inputs)
+
+
+def _member_usage(
+    quota: KarmadaQuota,
+    charged: Mapping[str, int],
+    placed: Mapping[str, int],
+    held: Mapping[str, Mapping[str, int]],
+    beyond: Mapping[str, Mapping[str, int]],
+    kept: Sequence[Reservation],
+    hard: ResourceList,
+) -> tuple[ResourceList, gd.GuardInputs]:
+    """memberEnforcement ResourceQuota: `used` per name = what the bindings charge + Σ over
+    members of what their pods request beyond what Karmada placed there — the same as Σ over
+    members of max(placed, observed) + what no member holds yet (replicas not yet scheduled),
+    without counting an object (count/*) once per cluster it is placed in — and what the share
+    policy reads (pending charges count as reserved: admitted, in no member)."""
+    nanos: dict[str, int] = {}
+    unplaced: dict[str, int] = {}
+    for n in hard:
+        unplaced[n] = max(0, charged.get(n, 0) - placed.get(n, 0))
+        nanos[n] = charged.get(n, 0) + sum(b.get(n, 0) for b in beyond.values())
+    used = _quantities(nanos, hard)
+    names = gd.guarded_names(hard)
+    reserved = {n: unplaced[n] for n in names}
+    for r in kept:
+        try:
+            charge = resources.parse_resource_list(r.reserved, "pending")
+        except QuantityError:
+            continue  # admission fails closed on it; the guards need not
+        for n in names:
+            if n in charge:
+                reserved[n] += max(0, charge[n].nanos)
+    caps: dict[str, dict[str, int]] = {}
+    for cluster, raw in quota.spec.clusterHard.items():
+        try:
+            parsed = resources.parse_resource_list(raw, f"spec.clusterHard[{cluster}]")
+        except QuantityError:
+            continue  # validate_spec refuses it first
+        caps[cluster] = {n: parsed[n].nanos for n in names if n in parsed}
+    inputs = gd.GuardInputs(
+        hard={n: hard[n].nanos for n in names},
+        members=[
+            gd.MemberState(
+                name=c,
+                usage={n: h.get(n, 0) for n in names},
+                out_of_band={n: beyond[c].get(n, 0) for n in names},
+            )
+            for c, h in held.items()
+        ],
+        reserved=reserved,
+        caps=caps,
+    )
+    return used, inputs
+
+
+def _out_of_band_condition(
+    beyond: Mapping[str, Mapping[str, int]], hard: ResourceList
+) -> Condition:
+    """OutOfBandUsage: True naming the members whose pods request more than Karmada placed."""
+    found = []
+    for cluster in sorted(beyond):
+        over = {n: v for n, v in sorted(beyond[cluster].items()) if v > 0}
+        if over:
+            text = ", ".join(
+                f"{n}={Quantity(v, hard[n].format if n in hard else Format.DECIMAL_SI)}"
+                for n, v in over.items()
+            )
+            found.append(f"{cluster}: {text}")
+    if found:
+        return _condition(
+            st.COND_OUT_OF_BAND,
+            True,
+            REASON_OBSERVED_EXCEEDS_PLACED,
+            "pods created around Karmada request more than it placed in "
+            + "; ".join(found)
+            + " (counted in used)",
+        )
+    return _condition(
+        st.COND_OUT_OF_BAND,
+        False,
+        REASON_WITHIN_PLACEMENT,
+        "no member's pods request more than Karmada placed there",
+    )
+
+
+def _guarded_condition(problems: Mapping[str, str]) -> Condition:
+    """Guarded: True while every member holds its guard as the share policy wants."""
+    if problems:
+        text = "; ".join(f"{m}: {why}" for m, why in sorted(problems.items()))
+        return _condition(st.COND_GUARDED, False, REASON_NOT_GUARDED, text)
+    return _condition(
+        st.COND_GUARDED,
+        True,
+        REASON_GUARDED,
+        "every member holds a guard ResourceQuota with its usage and share of the headroom",
+    )
 
 
 _SHOWN_INVALID = 5

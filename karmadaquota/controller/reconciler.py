@@ -33,6 +33,7 @@ from karmadaquota.controller import recompute as rc
 from karmadaquota.controller import status as st
 from karmadaquota.controller.admit import Admitter
 from karmadaquota.controller.dirty import DirtyQueue
+from karmadaquota.controller.guard_keeper import FINALIZER, GuardKeeper
 from karmadaquota.controller.index import BindingIndex, safe_observe
 from karmadaquota.controller.members import Members
 from karmadaquota.controller.metrics import ControllerMetrics
@@ -107,10 +108,14 @@ class Controller:
         waker: Waker | None = None,
         namespace_api: namespaces.Patcher | None = None,
         admitter: Admitter | None = None,
+        guards: GuardKeeper | None = None,
     ) -> None:
         self.api = api
         # admits queued bindings as room appears (None: queued bindings stay queued)
         self.admitter = admitter
+        # None: memberEnforcement ResourceQuota counts observed usage but keeps no guards
+        self.guards = guards
+        self._outcomes: dict[tuple[str, str], rc.Outcome] = {}
         # None: the enforcement label is neither checked nor written (Enforced not reported)
         self.namespace_api = namespace_api
         # namespaces seen labelled (True: for queueing too); forgotten at each relist
@@ -136,6 +141,9 @@ class Controller:
         # admitting queued bindings (merge patches of bindings, charged by the webhook); on
         # followers it only publishes the queue lengths
         self.admissions = DirtyQueue(self._admit, quiet=0.0, max_delay=0.0, name="admit")
+        # and the member guards (requests to every member, a confirmation wait per lowering)
+        self.guarding = DirtyQueue(self._guard, quiet=0.0, max_delay=0.0, name="guards")
+        self._queues = (self.dirty, self.audits, self.wakes, self.admissions, self.guarding)
         self.binding_informer = Informer(
             paths.bindings(),
             _BindingFeed(self),
@@ -169,6 +177,10 @@ class Controller:
 
     def member_changed(self, namespaces: Collection[str] | None) -> None:
         if namespaces is None:
+            if self.guards is not None and self.members is not None:
+                self.guards.recovered(
+                    [m.name for m in self.members.views() if m.synced and not m.error]
+                )
             self.mark_all()
         else:
             for ns in namespaces:
@@ -241,6 +253,12 @@ class Controller:
             snapshot = replace(snapshot, gone=functools.partial(self.waker.gone, namespace))
         if self.namespace_api is not None:
             snapshot = replace(snapshot, enforced=namespace in self._enforced)
+        if self.guards is not None:
+            snapshot = replace(
+                snapshot,
+                guards=functools.partial(self.guards.shown, namespace),
+                guard_problems=functools.partial(self.guards.problems, namespace),
+            )
         return snapshot
 
     async def flush(self, namespace: str) -> None:
@@ -264,26 +282,27 @@ class Controller:
             self.audits.mark(namespace)
             if self.waker is not None:
                 self.wakes.mark(namespace)
+            if self.guards is not None:
+                self.guarding.mark(namespace)
 
     def idle(self) -> bool:
         """Nothing marked or running in any of the controller's queues."""
-        return (
-            self.dirty.idle()
-            and self.audits.idle()
-            and self.wakes.idle()
-            and self.admissions.idle()
-        )
+        return all(q.idle() for q in self._queues)
 
     async def run_queues(self) -> None:
         """The recompute queue and the queues of the jobs that follow it, until cancelled."""
-        queues = (self.dirty, self.audits, self.wakes, self.admissions)
-        tasks = [asyncio.create_task(q.run(), name=f"queue/{q.name}") for q in queues]
+        tasks = [asyncio.create_task(q.run(), name=f"queue/{q.name}") for q in self._queues]
         try:
             await asyncio.gather(*tasks)
         finally:
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _guard(self, namespace: str) -> None:
+        """The member guards of one namespace's quotas (leader only)."""
+        if self.guards is not None and self._can_write():
+            await self._sync_guards(namespace)
 
     async def _audit(self, namespace: str) -> None:
         """The orphan audit of one namespace (leader only): a released reservation is
@@ -331,6 +350,71 @@ class Controller:
             self.dirty.mark_at(namespace, asyncio.get_running_loop().time() + 2.0)
             return
         self._enforced[namespace] = queueing
+
+    async def _sync_guards(self, namespace: str) -> None:
+        """Leader: move the member guards of the namespace's quotas (controller.guards);
+        remove them, then the finalizer, where memberEnforcement is off or the quota is being
+        deleted. A member that failed is retried shortly; the others do not wait for it."""
+        assert self.guards is not None
+        loop = asyncio.get_running_loop()
+        for record in self.quotas.quotas(namespace):
+            quota = record.quota
+            if quota is None:
+                continue
+            finalizers = list((record.raw.get("metadata") or {}).get("finalizers") or [])
+            live = quota.spec.guarded and not quota.metadata.deletionTimestamp
+            if not live:
+                if FINALIZER not in finalizers:
+                    continue
+                if await self.guards.remove(quota):
+                    await self._set_finalizer(record.raw, [f for f in finalizers if f != FINALIZER])
+                else:
+                    self.dirty.mark_at(namespace, loop.time() + self.guards.retry)
+                continue
+            outcome = self._outcomes.get((namespace, record.name))
+            if outcome is None or outcome.guard is None:
+                continue  # an invalid spec: the guards stay as they are
+            # first the finalizer: a guard must never outlive the quota unnoticed
+            if FINALIZER not in finalizers and not await self._set_finalizer(
+                record.raw, [*finalizers, FINALIZER]
+            ):
+                self.dirty.mark_at(namespace, loop.time() + 1.0)
+                continue
+            result = await self.guards.sync(quota, outcome.guard, may_write=self._can_write)
+            if result.changed:
+                self.dirty.mark(namespace)  # the status shows the guards as written
+            if result.retry_at is not None:
+                self.dirty.mark_at(namespace, loop.time() + (result.retry_at - time.monotonic()))
+
+    async def _set_finalizer(self, raw: Mapping[str, Any], finalizers: list[str]) -> bool:
+        """Write the quota's finalizers, conditional on the version read; False if it lost."""
+        meta = raw.get("metadata") or {}
+        ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+        body = {
+            "metadata": {"finalizers": finalizers, "resourceVersion": meta.get("resourceVersion")}
+        }
+        try:
+            result = await self.api.request(
+                "PATCH",
+                paths.quota(ns, name),
+                body,
+                timeout=self.settings.write_timeout,
+                content_type="application/merge-patch+json",
+            )
+        except NotFound:
+            return False
+        except (KubeError, aiohttp.ClientError, TimeoutError) as e:
+            log.info(
+                "quota finalizer not written; retrying",
+                extra={"namespace": ns, "quota": name, "error": str(e)},
+            )
+            return False
+        self._fold_quota(result)
+        log.info(
+            "quota finalizer written",
+            extra={"namespace": ns, "quota": name, "finalizers": finalizers},
+        )
+        return True
 
     async def _wake(self, namespace: str) -> None:
         """Requeue the namespace's waiting workloads that now fit (leader only)."""
@@ -414,6 +498,7 @@ class Controller:
             now = self._clock()
             started = time.perf_counter()
             outcome = rc.recompute(current.quota, self._snapshot(ns), now)
+            self._outcomes[(ns, name)] = outcome
             computed = (now, time.perf_counter() - started)
             desired = rc.status_to_write(current.raw.get("status"), outcome)
             if desired is None or not self._can_write():
@@ -565,6 +650,9 @@ class _QuotaFeed:
         have = self.c.quotas.get(ns, name)
         if self.c.quotas.remove(ns, name):
             self.c.metrics.forget_quota(ns, name)
+            self.c._outcomes.pop((ns, name), None)
+            if self.c.guards is not None:
+                self.c.guards.forget(ns, name)
             if self.c.waker is not None and have is not None and have.quota is not None:
                 # its waiting workloads may fit now; the namespace may have no quota left
                 self.c.waker.quota_deleted(have.quota)

@@ -29,12 +29,18 @@ COND_MEMBER_OBSERVED = "MemberObserved"
 COND_BINDINGS_CHARGED = "BindingsCharged"
 # karmada-apiserver sends the namespace's bindings to the webhook (kube.namespaces' label)
 COND_ENFORCED = "Enforced"
+# memberEnforcement ResourceQuota: some member's pods request more than Karmada placed there
+COND_OUT_OF_BAND = "OutOfBandUsage"
+# memberEnforcement ResourceQuota: every member holds its guard as the share policy wants
+COND_GUARDED = "Guarded"
 CONDITION_ORDER = (
     COND_READY,
     COND_VALID,
     COND_MEMBER_OBSERVED,
     COND_BINDINGS_CHARGED,
     COND_ENFORCED,
+    COND_OUT_OF_BAND,
+    COND_GUARDED,
 )
 
 _ZERO = Quantity.zero()

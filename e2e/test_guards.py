@@ -1,0 +1,636 @@
+"""Member guards on the real bed (issue 21): usage created around Karmada counts, and a
+ResourceQuota in every member holds the global budget there.
+
+Our webhook and controller run as processes against karmada-apiserver; pods are created directly
+in a member's namespace with the member's admin credentials (around Karmada). Throughout each
+test a poller reads every member's guard and checks Σ over members of what the guards may hold
+(max(spec.hard, status.hard): the member's admission enforces status.hard) ≤ the global hard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import secrets
+import signal
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from e2e.testbed import TestBed, product
+from e2e.testbed.aio import eventually
+from e2e.testbed.workloads import deployment, divided_policy
+from karmadaquota.api import KarmadaQuota
+from karmadaquota.controller import guard_keeper as gk
+from karmadaquota.controller import guards as gd
+from karmadaquota.controller.members import Members, MemberWatch, cluster_access
+from karmadaquota.controller.metrics import ControllerMetrics
+from karmadaquota.kube.client import JSON, KubeClient, KubeError, NotFound
+from karmadaquota.quantity import NANO, Quantity
+
+pytestmark = pytest.mark.e2e
+
+CPU = {"cpu": "100m"}
+QUOTAS = "/apis/quota.karmada.io/v1alpha1/namespaces/{ns}/karmadaquotas"
+BINDINGS = "/apis/work.karmada.io/v1alpha2/namespaces/{ns}/resourcebindings"
+GUARD = gk.guard_name("team")
+
+
+@dataclass
+class Stack:
+    bed: TestBed
+    api: KubeClient
+    members: dict[str, KubeClient]
+    controller: product.Proc
+    lease: str
+    started: int = 0
+
+    def start_controller(self) -> None:
+        self.started += 1
+        self.controller, _ = product.start_controller(
+            self.bed,
+            f"controller-guards-{self.started}",
+            env={"KARMADAQUOTA_LEASE_NAME": self.lease},
+        )
+
+
+@pytest.fixture(scope="module")
+async def stack(testbed: TestBed) -> AsyncIterator[Stack]:
+    await asyncio.to_thread(product.install_crd, testbed)
+    lease = f"kq-guards-{secrets.token_hex(4)}"
+    controller, _ = product.start_controller(
+        testbed, "controller-guards", env={"KARMADAQUOTA_LEASE_NAME": lease}
+    )
+    hook = await product.start_webhook(testbed, "webhook-guards")
+    api = await KubeClient.connect(str(testbed.karmada_kubeconfig))
+    members = {
+        m: await KubeClient.connect(str(testbed.member_kubeconfig(m))) for m in testbed.members
+    }
+    s = Stack(testbed, api, members, controller, lease)
+    try:
+        await asyncio.to_thread(product.register, testbed, hook.base, hook.ca_bundle)
+        yield s
+    finally:
+        await asyncio.to_thread(product.unregister, testbed)
+        hook.proc.stop()
+        s.controller.stop()
+        print(f"--- controller log ---\n{s.controller.tail(60)}")
+        await api.close()
+        for c in members.values():
+            await c.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+
+def pods(value: Any) -> int:
+    return int(Quantity.parse(str(value)).nanos // NANO) if value is not None else 0
+
+
+async def quota(s: Stack, ns: str) -> JSON:
+    return await s.api.get(QUOTAS.format(ns=ns) + "/team")
+
+
+async def guard(s: Stack, member: str, ns: str) -> JSON | None:
+    try:
+        return await s.members[member].get(gk.rq_path(ns, GUARD))
+    except NotFound:
+        return None
+
+
+async def guards(s: Stack, ns: str) -> dict[str, JSON | None]:
+    return {m: await guard(s, m, ns) for m in s.members}
+
+
+@dataclass
+class Invariant:
+    """Polls every member's guard; Σ of what they may hold ≤ hard at every poll."""
+
+    s: Stack
+    ns: str
+    hard: Mapping[str, int]  # nano-units
+    caps: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    polls: int = 0
+    worst: dict[str, int] = field(default_factory=dict)
+    violations: list[str] = field(default_factory=list)
+
+    async def run(self) -> None:
+        held: dict[str, dict[str, int]] = {}
+        while True:
+            for m in self.s.members:
+                # a member that is down: its guard stays what it was (its etcd keeps it)
+                with contextlib.suppress(KubeError, OSError, TimeoutError):
+                    held[m] = gk.may_hold(await guard(self.s, m, self.ns))
+            self.polls += 1
+            for name, limit in self.hard.items():
+                total = sum(h.get(name, 0) for h in held.values())
+                self.worst[name] = max(self.worst.get(name, 0), total)
+                if total > limit:
+                    self.violations.append(f"Σ {name} = {total / NANO} > {limit / NANO}: {held}")
+            for member, caps in self.caps.items():
+                for name, cap in caps.items():
+                    if held.get(member, {}).get(name, 0) > cap:
+                        self.violations.append(f"{member} holds {held[member]} past its cap")
+            await asyncio.sleep(0.1)  # the poll period of the invariant check
+
+
+@contextlib.asynccontextmanager
+async def invariant(
+    s: Stack, ns: str, hard: Mapping[str, str], caps: Mapping[str, Mapping[str, str]] = {}
+) -> AsyncIterator[Invariant]:
+    inv = Invariant(
+        s,
+        ns,
+        {n: Quantity.parse(v).nanos for n, v in hard.items() if n in gd.guarded_names(hard)},
+        {m: {n: Quantity.parse(v).nanos for n, v in c.items()} for m, c in caps.items()},
+    )
+    task = asyncio.create_task(inv.run())
+    try:
+        yield inv
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    print(f"\ninvariant: {inv.polls} polls, largest Σ {inv.worst}")
+    assert inv.polls > 0
+    assert not inv.violations, inv.violations[:5]
+
+
+def bare_pod(name: str, cpu: str = "100m") -> JSON:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "containers": [{"name": "c", "image": "nginx", "resources": {"requests": {"cpu": cpu}}}]
+        },
+    }
+
+
+async def create_pod(s: Stack, member: str, ns: str, name: str) -> str:
+    """Create a pod directly in `member`: "" when created, else the refusal's message."""
+    try:
+        await s.members[member].post(f"/api/v1/namespaces/{ns}/pods", bare_pod(name))
+    except KubeError as e:
+        if e.status == 403:
+            return str(e)
+        raise
+    return ""
+
+
+async def created_eventually(s: Stack, member: str, ns: str, name: str) -> float:
+    """Create a pod that fits the global headroom: the guard may refuse it for a moment (its
+    share grows as the others' shrink); seconds until it was created."""
+    started = time.monotonic()
+
+    async def attempt() -> bool:
+        return await create_pod(s, member, ns, name) == ""
+
+    await eventually(attempt, 30, f"pod {name} created in {member}", interval=0.1)
+    return time.monotonic() - started
+
+
+async def member_namespace(s: Stack, ns: str) -> None:
+    """The namespace is in every member, with its default ServiceAccount (until the member's
+    controller makes it, pods are refused for want of it: not a quota refusal)."""
+
+    async def present() -> bool:
+        for c in s.members.values():
+            try:
+                await c.get(f"/api/v1/namespaces/{ns}/serviceaccounts/default")
+            except NotFound:
+                return False
+        return True
+
+    await eventually(present, 60, f"namespace {ns} propagated to every member")
+
+
+async def guards_ready(s: Stack, ns: str) -> dict[str, JSON]:
+    """Every member has our guard and its quota controller enforces it (status.hard)."""
+
+    async def ready() -> dict[str, JSON] | None:
+        got = await guards(s, ns)
+        if any(g is None or not (g.get("status") or {}).get("hard") for g in got.values()):
+            return None
+        return {m: g for m, g in got.items() if g is not None}
+
+    return await eventually(ready, 60, "a guard in every member")
+
+
+async def used_pods(s: Stack, ns: str, want: int, timeout: float = 30) -> JSON:
+    async def check() -> JSON | None:
+        q = await quota(s, ns)
+        return q if pods((q.get("status") or {}).get("used", {}).get("pods")) == want else None
+
+    return await eventually(check, timeout, f"status.used.pods == {want}", interval=0.05)
+
+
+async def placed(s: Stack, ns: str, name: str) -> dict[str, int]:
+    try:
+        rb = await s.api.get(BINDINGS.format(ns=ns) + f"/{name}-deployment")
+    except NotFound:
+        return {}
+    return {c["name"]: int(c.get("replicas", 0)) for c in rb["spec"].get("clusters") or []}
+
+
+async def running(s: Stack, member: str, ns: str, prefix: str) -> int:
+    got = await s.members[member].get(f"/api/v1/namespaces/{ns}/pods")
+    return sum(
+        1
+        for p in got.get("items", [])
+        if p["metadata"]["name"].startswith(prefix) and not p["metadata"].get("deletionTimestamp")
+    )
+
+
+async def quota_gone(s: Stack, ns: str) -> None:
+    """Delete the quota and wait until its finalizer let it go (its guards removed), so that
+    no guard outlives the test and the namespace's deletion is not held up."""
+    await s.bed.akubectl("delete", "kq", "team", "-n", ns, "--wait=false", "--ignore-not-found")
+
+    async def gone() -> bool:
+        try:
+            await quota(s, ns)
+        except NotFound:
+            return True
+        return False
+
+    await eventually(gone, 30, "the quota deleted once its guards are gone")
+    assert all(g is None for g in (await guards(s, ns)).values())
+
+
+def guarded_quota(ns: str, hard: Mapping[str, str], **spec: Any) -> JSON:
+    return product.quota(ns, "team", dict(hard), memberEnforcement="ResourceQuota", **spec)
+
+
+# ---------------------------------------------------------------------------------------------
+# tests
+
+
+async def test_pods_made_around_karmada_count_and_are_held_to_the_global_headroom(
+    stack: Stack, namespace: str
+) -> None:
+    s, ns = stack, namespace
+    karmada_member, direct = s.bed.members[0], s.bed.members[1]
+    hard = {"pods": "6", "requests.cpu": "6"}
+    await s.bed.aapply(divided_policy(ns, "one", [karmada_member]))
+    await s.bed.aapply(guarded_quota(ns, hard))
+    await member_namespace(s, ns)
+    async with invariant(s, ns, hard):
+        await s.bed.aapply(deployment(ns, "web", 2, CPU))
+
+        async def web_placed() -> bool:
+            return await placed(s, ns, "web") == {karmada_member: 2}
+
+        await eventually(web_placed, 60, "web placed on one member")
+        await used_pods(s, ns, 2)
+        await guards_ready(s, ns)
+
+        # pods made directly in the other member: they fit the headroom (6 - 2), one by one;
+        # each is counted in the quota's usage and the guards are rebalanced (the figures are
+        # printed: the targets are 2 s for both, docs/benchmarks.md)
+        waits, reflected, rebalanced = [], [], []
+        for i in range(4):
+            waits.append(await created_eventually(s, direct, ns, f"direct-{i}"))
+            created = time.monotonic()
+            await used_pods(s, ns, 2 + i + 1)
+            reflected.append(time.monotonic() - created)
+            want = gd.desired(
+                gd.GuardInputs(
+                    hard={"pods": 6 * NANO},
+                    members=[
+                        gd.MemberState(karmada_member, usage={"pods": 2 * NANO}),
+                        gd.MemberState(
+                            direct,
+                            usage={"pods": (i + 1) * NANO},
+                            out_of_band={"pods": (i + 1) * NANO},
+                        ),
+                    ],
+                )
+            )
+
+            async def as_wanted(want: dict[str, gd.Nanos] = want) -> bool:
+                got = await guards(s, ns)
+                return all(
+                    g is not None and gk.may_hold(g).get("pods") == want[m]["pods"]
+                    for m, g in got.items()
+                )
+
+            await eventually(as_wanted, 30, f"guards rebalanced to {want}", interval=0.02)
+            rebalanced.append(time.monotonic() - created)
+        print(f"\ndirect pods created after {', '.join(f'{w:.2f}' for w in waits)} s")
+        print(f"counted in status.used after {', '.join(f'{w:.2f}' for w in reflected)} s")
+        moved = ", ".join(f"{w:.2f}" for w in rebalanced)
+        print(f"every member's guard rebalanced after {moved} s")
+        q = await used_pods(s, ns, 6)
+        by = {c["clusterName"]: c for c in q["status"]["aggregatedStatus"]}
+        assert pods(by[direct]["observed"]["pods"]) == 4 and pods(by[direct]["used"]["pods"]) == 0
+        conds = {c["type"]: c for c in q["status"]["conditions"]}
+        assert conds["OutOfBandUsage"]["status"] == "True", conds
+        assert conds["Guarded"]["status"] == "True", conds
+
+        # past the global headroom: refused by the member's own API server, and it stays so
+        async def settled() -> bool:
+            got = await guards(s, ns)
+            held = [(g or {}).get("spec", {}).get("hard", {}).get("pods") for g in got.values()]
+            return sum(pods(h) for h in held) == 6
+
+        await eventually(settled, 30, "the guards hand out the whole hard")
+        refusal = await create_pod(s, direct, ns, "direct-past")
+        assert "exceeded quota: " + GUARD in refusal, refusal
+        assert "requested: pods=1" in refusal or "requested: " in refusal
+
+        # a further Karmada Deployment no longer fits: refused by our webhook
+        await s.bed.aapply(deployment(ns, "more", 1, CPU))
+
+        async def refused() -> bool:
+            waiting = (await quota(s, ns)).get("status", {}).get("waiting") or []
+            return any(w["template"]["name"] == "more" for w in waiting)
+
+        await eventually(refused, 60, "more refused for quota and waiting")
+        assert await placed(s, ns, "more") == {}
+
+        # the direct pods go: more is admitted, placed, and its pod is not held up by a guard
+        for i in range(4):
+            await s.members[direct].request(
+                "DELETE",
+                f"/api/v1/namespaces/{ns}/pods/direct-{i}",
+                {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0},
+            )
+        # (no wait for used == 2: the controller wakes `more` as soon as it is, and its
+        # admission may make it 3 before a poll sees 2)
+
+        async def more_placed() -> bool:
+            return await placed(s, ns, "more") == {karmada_member: 1}
+
+        await eventually(more_placed, 90, "more admitted and placed")
+        placed_at = time.monotonic()
+
+        async def its_pod() -> bool:
+            return await running(s, karmada_member, ns, "more-") == 1
+
+        await eventually(its_pod, 60, "more's pod created in the member")
+        print(f"more's pod created {time.monotonic() - placed_at:.2f} s after it was placed")
+        events = await s.members[karmada_member].get(f"/api/v1/namespaces/{ns}/events")
+        held_up = [
+            e
+            for e in events.get("items", [])
+            if e.get("reason") == "FailedCreate" and "exceeded quota" in e.get("message", "")
+        ]
+        print(f"Karmada's pods refused by a guard in {karmada_member}: {len(held_up)} time(s)")
+        await used_pods(s, ns, 3)
+        await quota_gone(s, ns)
+
+
+async def test_cluster_hard_caps_what_one_member_holds(stack: Stack, namespace: str) -> None:
+    s, ns = stack, namespace
+    direct = s.bed.members[1]
+    hard = {"pods": "10"}
+    caps = {direct: {"pods": "2"}}
+    await s.bed.aapply(guarded_quota(ns, hard, clusterHard=caps))
+    await member_namespace(s, ns)
+    async with invariant(s, ns, hard, caps):
+        ready = await guards_ready(s, ns)
+        assert pods(ready[direct]["spec"]["hard"]["pods"]) == 2
+        for i in range(2):
+            await created_eventually(s, direct, ns, f"capped-{i}")
+        await used_pods(s, ns, 2)
+        refusal = await create_pod(s, direct, ns, "capped-past")
+        assert "exceeded quota: " + GUARD in refusal, refusal
+        other = s.bed.members[0]
+        assert pods((await guard(s, other, ns) or {})["spec"]["hard"]["pods"]) == 8
+        await quota_gone(s, ns)
+
+
+async def test_switching_to_none_or_deleting_the_quota_removes_every_guard(
+    stack: Stack, namespace: str
+) -> None:
+    s, ns = stack, namespace
+    hard = {"pods": "4"}
+    await s.bed.aapply(guarded_quota(ns, hard))
+    await member_namespace(s, ns)
+    await guards_ready(s, ns)
+    q = await quota(s, ns)
+    assert gk.FINALIZER in q["metadata"].get("finalizers", [])
+
+    async def no_guards() -> bool:
+        return all(g is None for g in (await guards(s, ns)).values())
+
+    async def no_finalizer() -> bool:
+        return gk.FINALIZER not in (await quota(s, ns))["metadata"].get("finalizers", [])
+
+    await s.bed.aapply(product.quota(ns, "team", hard, memberEnforcement="None"))
+    await eventually(no_guards, 30, "every guard removed after switching to None")
+    await eventually(no_finalizer, 30, "the finalizer removed after the guards")
+
+    await s.bed.aapply(guarded_quota(ns, hard))
+    await guards_ready(s, ns)
+    await quota_gone(s, ns)
+
+
+async def test_an_unreachable_member_keeps_its_share_and_the_others_never_grow_meanwhile(
+    stack: Stack, namespace: str
+) -> None:
+    s, ns = stack, namespace
+    if s.bed.supervisor is None:
+        pytest.skip("stopping a member's API server needs a bed started by this session")
+    busy, down = s.bed.members[0], s.bed.members[1]
+    hard = {"pods": "6"}
+    await s.bed.aapply(guarded_quota(ns, hard))
+    await member_namespace(s, ns)
+    async with invariant(s, ns, hard):
+        ready = await guards_ready(s, ns)
+        assert {m: pods(g["spec"]["hard"]["pods"]) for m, g in ready.items()} == {busy: 3, down: 3}
+        await asyncio.to_thread(s.bed.kill, f"{down}-kube-apiserver")
+        try:
+            for i in range(3):  # busy's own share
+                await created_eventually(s, busy, ns, f"busy-{i}")
+            await used_pods(s, ns, 3)
+            # the 3 left are down's, which cannot be lowered while it is down: busy's guard
+            # never grows (watched for a while: the controller sees busy's usage at once, and
+            # would otherwise have given it two of down's three within tens of milliseconds)
+            observed_until = time.monotonic() + 3.0
+            while time.monotonic() < observed_until:
+                assert pods((await guard(s, busy, ns) or {})["spec"]["hard"]["pods"]) == 3
+                await asyncio.sleep(0.1)  # an observation window, not synchronisation
+            refusal = await create_pod(s, busy, ns, "busy-3")
+            assert "exceeded quota: " + GUARD in refusal, refusal
+            assert pods((await guard(s, busy, ns) or {})["spec"]["hard"]["pods"]) == 3
+
+            async def reported() -> JSON | None:
+                conds = {c["type"]: c for c in (await quota(s, ns))["status"]["conditions"]}
+                guarded = conds.get("Guarded", {})
+                return guarded if guarded.get("status") == "False" else None
+
+            guarded = await eventually(reported, 30, "Guarded=False naming the down member")
+            assert guarded["message"].startswith(f"{down}: unreachable"), guarded
+        finally:
+            took = await asyncio.to_thread(s.bed.restart, f"{down}-kube-apiserver")
+            print(f"\n{down}'s kube-apiserver back in {took:.1f} s")
+        # back: down's share is lowered first, then busy's raised; busy-3 goes through
+        waited = await created_eventually(s, busy, ns, "busy-3")
+        print(f"busy-3 created {waited:.2f} s after {down} was healthy again")
+        await used_pods(s, ns, 4)
+    await quota_gone(s, ns)
+
+
+async def test_a_controller_failover_keeps_the_guards_within_the_hard(
+    stack: Stack, namespace: str
+) -> None:
+    s, ns = stack, namespace
+    one, other = s.bed.members[0], s.bed.members[1]
+    hard = {"pods": "4"}
+    await s.bed.aapply(guarded_quota(ns, hard))
+    await member_namespace(s, ns)
+    async with invariant(s, ns, hard):
+        await guards_ready(s, ns)
+        s.controller.stop(signal.SIGKILL)
+        # the guards hold without a controller: other's share (2) still takes a pod
+        await created_eventually(s, other, ns, "while-down")
+        started = time.monotonic()
+        s.start_controller()  # takes the Lease once the killed one's lapses
+
+        async def rebalanced() -> bool:
+            got = await guards(s, ns)
+            held = {m: gk.may_hold(g).get("pods", 0) // NANO for m, g in got.items() if g}
+            # usage 1 in other: 3 to share, one each, the odd one to other (out of band)
+            return held == {one: 1, other: 3}
+
+        await eventually(rebalanced, 60, "the new leader rebalanced the guards", interval=0.1)
+        print(f"\nnew leader rebalanced the guards {time.monotonic() - started:.1f} s after start")
+        await used_pods(s, ns, 1)
+    await quota_gone(s, ns)
+
+
+async def test_the_guards_need_only_resourcequotas_in_the_namespace_and_pods_to_watch(
+    stack: Stack, namespace: str
+) -> None:
+    """Least privilege, on a real member API server: a credential allowed only resourcequotas
+    get/create/update/delete in the namespace and pods list/watch runs the member pod watch
+    and moves, confirms and removes guards (any other request would be refused 403)."""
+    s, ns = stack, namespace
+    member = s.bed.members[1]
+    await member_namespace(s, ns)
+    token, cleanup = await restricted_token(s, member, ns)
+    cluster = await s.api.get(f"/apis/cluster.karmada.io/v1alpha1/clusters/{member}")
+    access = cluster_access(cluster)
+    secret = await s.api.get(
+        f"/api/v1/namespaces/{access.secret_namespace}/secrets/{access.secret_name}"
+    )
+
+    async def restricted(_ns: str, _name: str) -> JSON:
+        data = {"token": base64.b64encode(token.encode()).decode()}
+        if "caBundle" in (secret.get("data") or {}):
+            data["caBundle"] = secret["data"]["caBundle"]
+        return {"data": data}
+
+    members = Members(restricted, lambda _: None)
+    members.apply(cluster)
+    watch = members.get(member)
+    assert isinstance(watch, MemberWatch)
+    keeper = gk.GuardKeeper(members, ControllerMetrics(), poll=0.05)
+    kq = product.quota(ns, "least", {"pods": "4"}, memberEnforcement="ResourceQuota")
+    kq["metadata"]["uid"] = "least-uid"
+    model = KarmadaQuota.model_validate(kq)
+    try:
+        await eventually(lambda: watch.synced and not watch.error, 30, "pods listed and watched")
+
+        # created; lowered (written, then confirmed by reading status.hard); raised
+        for pods_hard in (4, 3, 5):
+
+            async def moved(pods_hard: int = pods_hard) -> bool:
+                keeper.recovered([member])  # no backoff between attempts here
+                result = await keeper.sync(
+                    model,
+                    gd.GuardInputs(
+                        hard={"pods": pods_hard * NANO}, members=[gd.MemberState(member)]
+                    ),
+                )
+                return result.retry_at is None
+
+            await eventually(moved, 30, f"guard moved to {pods_hard}")
+        rq = await s.members[member].get(gk.rq_path(ns, gk.guard_name("least")))
+        assert rq["spec"]["hard"] == {"pods": "5"}
+        ops = {op for (m, op, result) in _writes(keeper) if result == "ok"}
+        assert ops >= {"create", "lower", "raise"}, ops
+        assert await keeper.remove(model), keeper.errors
+        with pytest.raises(NotFound):
+            await s.members[member].get(gk.rq_path(ns, gk.guard_name("least")))
+    finally:
+        await members.close()
+        await cleanup()
+
+
+def _writes(keeper: gk.GuardKeeper) -> list[tuple[str, str, str]]:
+    """(member, operation, result) of every guard request counted in the keeper's metrics."""
+    assert keeper.metrics is not None
+    return [
+        (x.labels["member_cluster"], x.labels["operation"], x.labels["result"])
+        for metric in keeper.metrics.registry.collect()
+        for x in metric.samples
+        if x.name == "karmadaquota_guard_writes_total" and x.value > 0
+    ]
+
+
+async def restricted_token(
+    s: Stack, member: str, ns: str
+) -> tuple[str, Callable[[], Awaitable[None]]]:
+    """A service account in `member` with only what docs/security.md lists for the guards."""
+    c = s.members[member]
+    name = f"kq-least-{secrets.token_hex(3)}"
+    await c.post(f"/api/v1/namespaces/{ns}/serviceaccounts", {"metadata": {"name": name}})
+    await c.post(
+        f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
+        {
+            "metadata": {"name": name},
+            "rules": [
+                {
+                    "apiGroups": [""],
+                    "resources": ["resourcequotas"],
+                    "verbs": ["get", "create", "update", "delete"],
+                }
+            ],
+        },
+    )
+    await c.post(
+        f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
+        {
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}],
+        },
+    )
+    await c.post(
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+        {
+            "metadata": {"name": name},
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]}],
+        },
+    )
+    await c.post(
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        {
+            "metadata": {"name": name},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": name,
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}],
+        },
+    )
+    got = await c.post(
+        f"/api/v1/namespaces/{ns}/serviceaccounts/{name}/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+    )
+
+    async def cleanup() -> None:
+        for kind in ("clusterrolebindings", "clusterroles"):
+            with contextlib.suppress(NotFound):
+                await c.request("DELETE", f"/apis/rbac.authorization.k8s.io/v1/{kind}/{name}")
+
+    return str(got["status"]["token"]), cleanup

@@ -1,0 +1,538 @@
+"""Member guards' I/O: one ResourceQuota per member, moved as `controller.guards` decides.
+
+The leader keeps, for every KarmadaQuota with `memberEnforcement: ResourceQuota`, a
+ResourceQuota named `guard_name(quota)` in the quota's namespace of every member cluster,
+labelled `quota.karmada.io/guard-of=<quota>` and `app.kubernetes.io/managed-by=karmadaquota`.
+A ResourceQuota without that label (one Karmada propagated, one a user made) is never touched;
+one holding our name is reported instead.
+
+What a guard *may hold* is, per name, the larger of its `spec.hard` and its `status.hard`: the
+member's admission enforces `status.hard`, which its quota controller copies from the spec a
+moment after each write. A lowering counts as done only once `status.hard` shows it
+(`confirm`); until then the old value is assumed. A write whose outcome is unknown (timeout,
+connection lost) is assumed to have been applied if it raised, not if it lowered. A member that
+fails is unreachable for `retry` seconds: it keeps the guard it has, and `guards.desired` plans
+around it.
+
+Requests to a member, all in the quota's namespace, with the credentials Karmada holds for it
+(the Cluster's secret): resourcequotas get, create, update, delete. Nothing else (the pod
+watch in `controller.members` lists and watches pods).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import aiohttp
+
+from karmadaquota import resources
+from karmadaquota.api import KarmadaQuota
+from karmadaquota.controller import guards as gd
+from karmadaquota.controller.members import Members, describe_error
+from karmadaquota.controller.metrics import ControllerMetrics
+from karmadaquota.kube.client import JSON, Api, KubeError, NotFound
+from karmadaquota.kube.retry import Backoff, retry_on_conflict
+from karmadaquota.quantity import Format, Quantity, QuantityError
+
+log = logging.getLogger("karmadaquota.controller.guards")
+
+GUARD_LABEL = "quota.karmada.io/guard-of"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "karmadaquota"
+QUOTA_UID_ANNOTATION = "quota.karmada.io/quota-uid"
+# on a KarmadaQuota while guards of it may exist in some member: removed once all are deleted
+FINALIZER = "quota.karmada.io/member-guards"
+_PREFIX = "karmadaquota-"
+
+
+def _hashed(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    digest = hashlib.sha256(text.encode()).hexdigest()[:10]
+    return f"{text[: limit - 11].rstrip('.-')}-{digest}"
+
+
+def guard_name(quota: str) -> str:
+    """The guard ResourceQuota's name: `karmadaquota-<quota>` (hashed past 253 characters)."""
+    return _hashed(_PREFIX + quota, 253)
+
+
+def label_value(quota: str) -> str:
+    """The guard-of label: the quota's name (hashed past 63 characters)."""
+    return _hashed(quota, 63)
+
+
+def rq_path(namespace: str, name: str | None = None) -> str:
+    base = f"/api/v1/namespaces/{namespace}/resourcequotas"
+    return base if name is None else f"{base}/{name}"
+
+
+def _nanos(raw: Any) -> dict[str, int]:
+    out: dict[str, int] = {}
+    if not isinstance(raw, Mapping):
+        return out
+    for name, value in raw.items():
+        try:
+            out[str(name)] = Quantity.parse(str(value)).nanos
+        except QuantityError:
+            continue
+    return out
+
+
+def may_hold(obj: Mapping[str, Any] | None) -> dict[str, int]:
+    """Per name, the most a guard can let pods use now: max(spec.hard, status.hard)."""
+    if obj is None:
+        return {}
+    spec = _nanos((obj.get("spec") or {}).get("hard"))
+    status = _nanos((obj.get("status") or {}).get("hard"))
+    return {n: max(spec.get(n, 0), status.get(n, 0)) for n in spec.keys() | status.keys()}
+
+
+def confirmed(obj: Mapping[str, Any], lowered: Mapping[str, int]) -> bool:
+    """The member's quota controller enforces the lowered values (status.hard ≤ them)."""
+    status = _nanos((obj.get("status") or {}).get("hard"))
+    return all(status.get(n, 0) <= v for n, v in lowered.items())
+
+
+def is_ours(obj: Mapping[str, Any], quota: str) -> bool:
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return bool(
+        labels.get(GUARD_LABEL) == label_value(quota) and labels.get(MANAGED_BY_LABEL) == MANAGED_BY
+    )
+
+
+def guard_body(quota: KarmadaQuota, hard: Mapping[str, int]) -> JSON:
+    """The guard ResourceQuota of `quota` with `hard`: the quota's scopes carried over (a
+    ResourceQuota supports the same PriorityClass/BestEffort/NotBestEffort scopes)."""
+    formats = {}
+    for name, value in quota.spec.hard.items():
+        try:
+            formats[name] = Quantity.parse(str(value)).format
+        except QuantityError:
+            continue
+    rl = {n: Quantity(v, formats.get(n, Format.DECIMAL_SI)) for n, v in hard.items()}
+    spec: dict[str, Any] = {"hard": resources.format_resource_list(rl)}
+    if quota.spec.scopes:
+        spec["scopes"] = list(quota.spec.scopes)
+    if quota.spec.scopeSelector is not None and quota.spec.scopeSelector.matchExpressions:
+        spec["scopeSelector"] = quota.spec.scopeSelector.model_dump(
+            exclude_none=True, exclude_defaults=True
+        )
+    meta = quota.metadata
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {
+            "name": guard_name(meta.name),
+            "namespace": meta.namespace,
+            "labels": {GUARD_LABEL: label_value(meta.name), MANAGED_BY_LABEL: MANAGED_BY},
+            "annotations": {QUOTA_UID_ANNOTATION: meta.uid},
+        },
+        "spec": spec,
+    }
+
+
+class GuardError(Exception):
+    """A guard could not be read or written in one member (it counts as unreachable)."""
+
+
+class NotOurs(GuardError):
+    """Another ResourceQuota holds the guard's name in a member: it is left alone."""
+
+
+@dataclass(frozen=True)
+class _Known:
+    hold: dict[str, int]  # what it may hold now; {} when there is no guard
+    shown: dict[str, str]  # its spec.hard as written, for the quota's status
+    read_at: float
+    scoping: tuple[Any, Any] = (None, None)  # its spec.scopes and spec.scopeSelector
+
+
+def scoping(spec: Mapping[str, Any]) -> tuple[Any, Any]:
+    """What decides which pods a ResourceQuota counts: its scopes and scopeSelector."""
+    return (spec.get("scopes") or None, spec.get("scopeSelector") or None)
+
+
+@dataclass(frozen=True)
+class SyncResult:
+    changed: bool  # some guard was written (the quota's status should show it)
+    retry_at: float | None  # monotonic time to try again (a member failed), else None
+
+
+class GuardKeeper:
+    """Moves every guard of a quota to what `guards.desired` says, in `guards.transition`'s
+    order; forgets nothing it cannot confirm."""
+
+    def __init__(
+        self,
+        members: Members,
+        metrics: ControllerMetrics | None = None,
+        *,
+        request_timeout: float = 3.0,
+        confirm_timeout: float = 5.0,
+        poll: float = 0.05,
+        retry: float = 2.0,
+        max_retry: float = 10.0,
+        reread_period: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.members = members
+        self.metrics = metrics
+        self.request_timeout = request_timeout
+        self.confirm_timeout = confirm_timeout
+        self.poll = poll
+        self.retry = retry
+        self.reread_period = reread_period
+        self._clock = clock
+        self._known: dict[tuple[str, str, str], _Known] = {}  # (ns, quota, member)
+        # (ns, quota, member) -> when a ResourceQuota not ours was found holding the guard's name
+        self._foreign: dict[tuple[str, str, str], tuple[float, str]] = {}
+        self._down: dict[str, float] = {}  # member -> unreachable until this time
+        self._failures: dict[str, int] = {}  # member -> failures in a row (the backoff)
+        self.max_retry = max_retry
+        self.errors: dict[str, str] = {}  # member -> why the last request failed
+
+    # ---- what the status shows -------------------------------------------------------------
+
+    def shown(self, namespace: str, quota: str, member: str) -> Mapping[str, str] | None:
+        known = self._known.get((namespace, quota, member))
+        return None if known is None or not known.shown else known.shown
+
+    def problems(self, namespace: str, quota: str) -> dict[str, str]:
+        """Why some member holds no guard of this quota as wanted (member -> reason)."""
+        out: dict[str, str] = {}
+        for watch in self.members.views():
+            m = watch.name
+            foreign = self._foreign.get((namespace, quota, m))
+            if watch.access.problem:
+                out[m] = watch.access.problem
+            elif foreign is not None:
+                out[m] = foreign[1]
+            elif m in self.errors:
+                out[m] = f"unreachable, keeps the guard it has: {self.errors[m]}"
+        return out
+
+    def forget(self, namespace: str, quota: str) -> None:
+        for table in (self._known, self._foreign):
+            for key in [k for k in table if k[0] == namespace and k[1] == quota]:
+                del table[key]
+
+    # ---- requests --------------------------------------------------------------------------
+
+    def _reachable(self, member: str) -> bool:
+        watch = self.members.get(member)
+        if watch is None or watch.access.problem:
+            return False
+        return self._down.get(member, 0.0) <= self._clock()
+
+    def _failed(self, member: str, op: str, e: BaseException) -> None:
+        # doubling up to max_retry: a member that is down costs a namespace's flush one request
+        # timeout per period, not per event
+        n = self._failures[member] = self._failures.get(member, 0) + 1
+        self._down[member] = self._clock() + min(self.max_retry, self.retry * 2 ** (n - 1))
+        # what its guards may hold is kept for planning, but read again once it is back
+        for key, known in self._known.items():
+            if key[2] == member:
+                self._known[key] = replace(known, read_at=float("-inf"))
+        self.errors[member] = describe_error(e)
+        if self.metrics is not None:
+            self.metrics.guard_writes.labels(member, op, "error").inc()
+        log.warning(
+            "member guard request failed; the member keeps the guard it has",
+            extra={"cluster": member, "operation": op, "error": describe_error(e)},
+        )
+
+    def recovered(self, members: list[str]) -> None:
+        """These members' pod watches are healthy again: try their guards at once rather than
+        at the end of the backoff."""
+        for m in members:
+            if m in self._down:
+                self._down.pop(m, None)
+                self._failures.pop(m, None)
+
+    def _ok(self, member: str, op: str) -> None:
+        self.errors.pop(member, None)
+        self._failures.pop(member, None)
+        if self.metrics is not None:
+            self.metrics.guard_writes.labels(member, op, "ok").inc()
+
+    async def _api(self, member: str) -> Api:
+        watch = self.members.get(member)
+        if watch is None:
+            raise GuardError(f"member {member} is not registered")
+        return await watch.api()
+
+    async def _call(self, member: str, what: Callable[[Api], Any]) -> Any:
+        try:
+            async with asyncio.timeout(self.request_timeout):
+                return await what(await self._api(member))
+        except (KubeError, GuardError):
+            raise
+        except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as e:
+            watch = self.members.get(member)
+            if watch is not None:
+                await watch.reset_api()
+            raise GuardError(describe_error(e)) from e
+
+    async def _read(self, member: str, namespace: str, quota: str) -> JSON | None:
+        """Our guard in the member, None when absent; GuardError when another object holds
+        its name."""
+        try:
+            obj: JSON = await self._call(
+                member, lambda api: api.get(rq_path(namespace, guard_name(quota)))
+            )
+        except NotFound:
+            return None
+        if not is_ours(obj, quota):
+            raise NotOurs(
+                f"ResourceQuota {namespace}/{guard_name(quota)} in {member} is not managed by "
+                "karmadaquota: left alone, no guard there"
+            )
+        return obj
+
+    def _remember(self, namespace: str, quota: str, member: str, obj: JSON | None) -> None:
+        shown = {
+            str(k): str(v) for k, v in (((obj or {}).get("spec") or {}).get("hard") or {}).items()
+        }
+        spec = (obj or {}).get("spec") or {}
+        self._known[(namespace, quota, member)] = _Known(
+            may_hold(obj), shown, self._clock(), scoping(spec)
+        )
+
+    async def _write(self, member: str, quota: KarmadaQuota, hard: Mapping[str, int]) -> JSON:
+        ns, name = quota.metadata.namespace, quota.metadata.name
+        body = guard_body(quota, hard)
+
+        async def read() -> JSON | None:
+            return await self._read(member, ns, name)
+
+        def mutate(current: JSON | None) -> JSON:
+            if current is None:
+                return body
+            meta = {**current["metadata"]}
+            meta["labels"] = {**(meta.get("labels") or {}), **body["metadata"]["labels"]}
+            return {**current, "metadata": meta, "spec": body["spec"]}
+
+        async def write(obj: JSON) -> JSON:
+            rv = (obj.get("metadata") or {}).get("resourceVersion")
+            if rv:
+                path = rq_path(ns, guard_name(name))
+                return await self._call(member, lambda api: api.request("PUT", path, obj))  # type: ignore[no-any-return]
+            return await self._call(member, lambda api: api.request("POST", rq_path(ns), obj))  # type: ignore[no-any-return]
+
+        result = await retry_on_conflict(
+            read, mutate, write, attempts=4, backoff=Backoff(0.02, 0.2)
+        )
+        assert result is not None
+        return result
+
+    async def _confirm(
+        self, member: str, quota: KarmadaQuota, lowered: Mapping[str, int], written: JSON
+    ) -> JSON:
+        """Wait (bounded) until the member's quota controller enforces the lowered values."""
+        ns, name = quota.metadata.namespace, quota.metadata.name
+        deadline = self._clock() + self.confirm_timeout
+        obj = written
+        while not confirmed(obj, lowered):
+            if self._clock() >= deadline:
+                raise GuardError(
+                    f"the quota controller of {member} did not take the lowered guard into "
+                    f"status.hard within {self.confirm_timeout:g}s"
+                )
+            await asyncio.sleep(self.poll)  # polling the member with a deadline
+            got = await self._read(member, ns, name)
+            if got is None:
+                raise GuardError(f"guard {ns}/{guard_name(name)} vanished from {member}")
+            obj = got
+        return obj
+
+    # ---- one quota -------------------------------------------------------------------------
+
+    async def _refresh(self, quota: KarmadaQuota, member: str) -> None:
+        ns, name = quota.metadata.namespace, quota.metadata.name
+        known = self._known.get((ns, name, member))
+        if known is not None and self._clock() - known.read_at < self.reread_period:
+            return
+        foreign = self._foreign.get((ns, name, member))
+        if foreign is not None and self._clock() - foreign[0] < self.reread_period:
+            return
+        try:
+            self._remember(ns, name, member, await self._read(member, ns, name))
+        except NotOurs as e:
+            # no guard of ours can be put there: it holds nothing of ours (counted at its
+            # usage), reported, and looked at again after the re-read period
+            self._foreign[(ns, name, member)] = (self._clock(), describe_error(e))
+            self._known.pop((ns, name, member), None)
+            log.warning("no guard in this member", extra={"cluster": member, "error": str(e)})
+            return
+        except (KubeError, GuardError) as e:
+            self._failed(member, "read", e)
+            return
+        self._foreign.pop((ns, name, member), None)
+        self._failures.pop(member, None)
+        self.errors.pop(member, None)
+
+    async def sync(
+        self,
+        quota: KarmadaQuota,
+        inputs: gd.GuardInputs,
+        may_write: Callable[[], bool] = lambda: True,
+    ) -> SyncResult:
+        """Move every reachable member's guard to its share (decreases confirmed first).
+
+        `may_write` is asked before each phase: a leader whose Lease is running out raises
+        nothing (its successor plans from what the members hold then)."""
+        ns, name = quota.metadata.namespace, quota.metadata.name
+        registered = {m.name for m in self.members.views()}
+        await asyncio.gather(
+            *(self._refresh(quota, m) for m in sorted(registered) if self._reachable(m))
+        )
+        states = []
+        for m in inputs.members:
+            known = self._known.get((ns, name, m.name))
+            if m.name not in registered or (ns, name, m.name) in self._foreign:
+                # a cluster we cannot reach at all (not a registered member), or one where our
+                # guard's name is taken: it has no guard of ours, and what it holds stays out
+                # of everyone else's share
+                states.append(replace(m, reachable=False, guard=dict(m.usage)))
+                continue
+            states.append(
+                replace(
+                    m,
+                    reachable=self._reachable(m.name) and known is not None,
+                    guard=None if known is None else known.hold,
+                )
+            )
+        for member in sorted(registered - {m.name for m in inputs.members}):
+            if (ns, name, member) in self._foreign:
+                states.append(gd.MemberState(member, reachable=False, guard={}))
+                continue
+            known = self._known.get((ns, name, member))
+            states.append(
+                gd.MemberState(
+                    member,
+                    reachable=self._reachable(member) and known is not None,
+                    guard=None if known is None else known.hold,
+                )
+            )
+        wanted = gd.desired(replace(inputs, members=states))
+        current = {
+            c: (self._known[(ns, name, c)].hold if (ns, name, c) in self._known else None)
+            for c in wanted
+        }
+        plan = gd.transition(current, wanted)
+        scoped = scoping(guard_body(quota, {})["spec"])
+        for c, want in wanted.items():
+            known = self._known.get((ns, name, c))
+            if known is not None and known.hold and known.scoping != scoped:
+                plan.final.setdefault(c, dict(want))  # the quota's scopes changed: rewrite
+        changed = False
+        failed = False
+
+        async def lower(member: str, hard: Mapping[str, int]) -> bool:
+            try:
+                written = await self._write(member, quota, hard)
+                self._remember(ns, name, member, written)  # may still hold the old values
+                held = await self._confirm(member, quota, hard, written)
+            except (KubeError, GuardError) as e:
+                self._failed(member, "lower", e)
+                return False
+            self._remember(ns, name, member, held)
+            self._ok(member, "lower")
+            return True
+
+        async def raise_(member: str, hard: Mapping[str, int]) -> bool:
+            before = current.get(member) or {}
+            op = "raise" if before else "create"
+            try:
+                written = await self._write(member, quota, hard)
+            except (KubeError, GuardError) as e:
+                # the write may have been applied: assume the larger of both
+                self._known[(ns, name, member)] = _Known(
+                    {n: max(before.get(n, 0), hard.get(n, 0)) for n in set(before) | set(hard)},
+                    self._known[(ns, name, member)].shown
+                    if (ns, name, member) in self._known
+                    else {},
+                    self._clock(),
+                )
+                self._failed(member, op, e)
+                return False
+            self._remember(ns, name, member, written)
+            self._ok(member, op)
+            return True
+
+        if (plan.lower or plan.final) and not may_write():
+            return SyncResult(False, self._clock() + self.retry)
+        if plan.lower:
+            results = await asyncio.gather(*(lower(c, h) for c, h in sorted(plan.lower.items())))
+            changed = True
+            failed = not all(results)
+        if plan.final and not failed and not may_write():
+            failed = True
+        if plan.final and not failed:
+            results = await asyncio.gather(*(raise_(c, h) for c, h in sorted(plan.final.items())))
+            changed = True
+            failed = not all(results)
+        if changed and self.metrics is not None:
+            self.metrics.guard_rebalances.labels(ns, name).inc()
+        if changed:
+            log.info(
+                "member guards moved",
+                extra={
+                    "namespace": ns,
+                    "quota": name,
+                    "lowered": sorted(plan.lower),
+                    "raised": sorted(plan.final),
+                    "complete": not failed,
+                },
+            )
+        unreachable = any(
+            not s.reachable
+            for s in states
+            if s.name in registered and (ns, name, s.name) not in self._foreign
+        )
+        retry_at = None
+        if failed or unreachable:  # when the first member that is down may be tried again
+            now = self._clock()
+            waits = [t for m, t in self._down.items() if m in registered and t > now]
+            retry_at = min(waits) if waits else now + self.retry
+        return SyncResult(changed, retry_at)
+
+    async def remove(self, quota: KarmadaQuota) -> bool:
+        """Delete the quota's guard in every registered member; True once none is left."""
+        ns, name = quota.metadata.namespace, quota.metadata.name
+
+        async def one(member: str) -> bool:
+            if not self._reachable(member):
+                return False
+            try:
+                try:
+                    obj = await self._read(member, ns, name)
+                except NotOurs:
+                    obj = None  # not ours to delete: nothing of ours there
+                if obj is not None:
+                    uid = obj["metadata"].get("uid")
+                    options = {"kind": "DeleteOptions", "apiVersion": "v1"}
+                    if uid:
+                        options["preconditions"] = {"uid": uid}  # type: ignore[assignment]
+                    path = rq_path(ns, guard_name(name))
+                    with contextlib.suppress(NotFound):
+                        await self._call(member, lambda api: api.request("DELETE", path, options))
+                    self._ok(member, "delete")
+            except (KubeError, GuardError) as e:
+                self._failed(member, "delete", e)
+                return False
+            self._known.pop((ns, name, member), None)
+            return True
+
+        done = await asyncio.gather(*(one(m.name) for m in self.members.views()))
+        if all(done):
+            self.forget(ns, name)
+        return all(done)

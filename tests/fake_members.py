@@ -1,0 +1,188 @@
+"""Fake member API servers holding ResourceQuotas, for the member guards' unit tests.
+
+Each `FakeMember` keeps ResourceQuotas with etcd's rules (a resourceVersion counter, PUT is a
+compare-and-swap, POST of an existing name is 409), and plays the member's quota controller,
+whose copy of `spec.hard` into `status.hard` is what the member's admission enforces: with
+`lag=False` at once, with `lag=True` by the next GET (a quick controller), and never while
+`stuck`. `down` refuses connections;
+`lose_replies` applies a write and then loses the answer (an unknown outcome).
+
+`Fleet` is the set of members: every applied change is checked against Σ over members of what a
+guard may hold (max(spec.hard, status.hard)) ≤ the global hard, and every request is recorded as
+(member, verb, path) so a test can assert which verbs on which resources the guards use.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+from karmadaquota.api import KarmadaQuota
+from karmadaquota.controller.guard_keeper import may_hold
+from karmadaquota.controller.members import Members
+from karmadaquota.kube.client import JSON, Conflict, KubeError, NotFound
+
+PREFIX = "/api/v1/namespaces/"
+
+
+class FakeMember:
+    def __init__(self, fleet: Fleet, name: str, lag: bool = False) -> None:
+        self.fleet = fleet
+        self.name = name
+        self.lag = lag
+        self.rv = 0
+        self.quotas: dict[tuple[str, str], JSON] = {}
+        self.down = False
+        self.lose_replies = 0
+        self.namespaces: set[str] | None = None  # None: every namespace exists
+        self.stuck = False
+
+    def sync_status(self) -> None:
+        """The member's quota controller: status.hard := spec.hard everywhere."""
+        if self.stuck:
+            return
+        for obj in self.quotas.values():
+            obj.setdefault("status", {})["hard"] = dict(obj["spec"].get("hard") or {})
+        self.fleet.check()
+
+    def _stamp(self, obj: JSON) -> JSON:
+        self.rv += 1
+        obj["metadata"]["resourceVersion"] = str(self.rv)
+        obj["metadata"].setdefault("uid", f"{self.name}-uid-{self.rv}")
+        return obj
+
+    def _key(self, path: str) -> tuple[str, str | None]:
+        assert path.startswith(PREFIX), path
+        parts = path[len(PREFIX) :].split("/")
+        assert parts[1] == "resourcequotas", path
+        return parts[0], parts[2] if len(parts) > 2 else None
+
+    def handle(self, method: str, path: str, body: JSON | None) -> JSON:
+        self.fleet.requests.append((self.name, method, path))
+        if self.down:
+            raise OSError(f"connect {self.name}: connection refused")
+        ns, name = self._key(path)
+        if self.namespaces is not None and ns not in self.namespaces:
+            raise NotFound(404, "NotFound", f'namespaces "{ns}" not found')
+        result = self._apply(method, ns, name, body)
+        if method != "GET" and self.lose_replies > 0:
+            self.lose_replies -= 1
+            raise TimeoutError(f"{self.name}: the reply was lost")
+        return result
+
+    def _apply(self, method: str, ns: str, name: str | None, body: JSON | None) -> JSON:
+        if method == "GET":
+            assert name is not None
+            if self.lag:
+                self.sync_status()
+            obj = self.quotas.get((ns, name))
+            if obj is None:
+                raise NotFound(404, "NotFound", f'resourcequotas "{name}" not found')
+            return copy.deepcopy(obj)
+        if method == "POST":
+            assert body is not None
+            key = (ns, body["metadata"]["name"])
+            if key in self.quotas:
+                raise Conflict(409, "AlreadyExists", "already exists")
+            obj = self._stamp(copy.deepcopy(body))
+            obj.pop("status", None)
+            self.quotas[key] = obj
+        elif method == "PUT":
+            assert body is not None and name is not None
+            have = self.quotas.get((ns, name))
+            if have is None:
+                raise NotFound(404, "NotFound", "gone")
+            if body["metadata"].get("resourceVersion") != have["metadata"]["resourceVersion"]:
+                raise Conflict(409, "Conflict", "the object has been modified")
+            obj = self._stamp(copy.deepcopy(body))
+            obj["status"] = copy.deepcopy(have.get("status") or {})  # PUT never writes status
+            self.quotas[(ns, name)] = obj
+        elif method == "DELETE":
+            assert name is not None
+            if (ns, name) not in self.quotas:
+                raise NotFound(404, "NotFound", "gone")
+            uid = ((body or {}).get("preconditions") or {}).get("uid")
+            if uid and uid != self.quotas[(ns, name)]["metadata"]["uid"]:
+                raise Conflict(409, "Conflict", "uid precondition")
+            del self.quotas[(ns, name)]
+            self.fleet.check()
+            return {"kind": "Status", "status": "Success"}
+        else:
+            raise KubeError(405, "MethodNotAllowed", method)
+        self.fleet.check()  # before the quota controller: the spec alone must fit
+        if not self.lag and not self.stuck:
+            obj.setdefault("status", {})["hard"] = dict(obj["spec"].get("hard") or {})
+            self.fleet.check()
+        return copy.deepcopy(obj)
+
+
+class FakeMemberClient:
+    def __init__(self, member: FakeMember) -> None:
+        self.member = member
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: JSON | None = None,
+        params: Mapping[str, str] | None = None,
+        timeout: float = 10.0,
+        content_type: str = "application/json",
+    ) -> JSON:
+        return self.member.handle(method, path, body)
+
+    async def get(self, path: str, params: Mapping[str, str] | None = None) -> JSON:
+        return self.member.handle("GET", path, None)
+
+    async def close(self) -> None:
+        return None
+
+
+class Fleet:
+    """Every fake member, the global hard to hold them to, and the requests they saw."""
+
+    def __init__(self, names: list[str], hard: Mapping[str, int], lag: bool = False) -> None:
+        self.hard = dict(hard)  # nano-units
+        self.members = {n: FakeMember(self, n, lag) for n in names}
+        self.requests: list[tuple[str, str, str]] = []
+        self.worst: dict[str, int] = {}  # the largest Σ seen per name
+
+    def check(self) -> None:
+        for name, limit in self.hard.items():
+            total = sum(
+                may_hold(obj).get(name, 0)
+                for m in self.members.values()
+                for obj in m.quotas.values()
+            )
+            self.worst[name] = max(self.worst.get(name, 0), total)
+            assert total <= limit, f"Σ guards of {name} = {total} > hard {limit}"
+
+    def guard(self, member: str, ns: str, quota: KarmadaQuota | str) -> JSON | None:
+        from karmadaquota.controller.guard_keeper import guard_name
+
+        name = quota if isinstance(quota, str) else quota.metadata.name
+        return self.members[member].quotas.get((ns, guard_name(name)))
+
+    def factory(self, host: str, token: str, ca: bytes | None, insecure: bool) -> Any:
+        return FakeMemberClient(self.members[host.removeprefix("https://")])
+
+    def cluster(self, name: str) -> JSON:
+        return {
+            "metadata": {"name": name},
+            "spec": {
+                "apiEndpoint": f"https://{name}",
+                "secretRef": {"namespace": "karmada-cluster", "name": name},
+            },
+        }
+
+    def registry(self) -> Members:
+        """Members (no pod watches) whose clients reach these fakes."""
+
+        async def secrets(ns: str, name: str) -> JSON:
+            return {"data": {"token": "dG9rZW4="}}
+
+        members = Members(secrets, lambda _: None, enabled=False, client_factory=self.factory)
+        for name in self.members:
+            members.apply(self.cluster(name))
+        return members

@@ -39,6 +39,7 @@ from e2e.testbed.aio import eventually
 from e2e.testbed.storm import StormResult, binding, storm
 from karmadaquota.api import KarmadaQuota
 from karmadaquota.kube.client import KubeClient
+from karmadaquota.quantity import Quantity
 
 STORMS = ("quota", "floor", "no-quota", "no-webhook")
 RB = "/apis/work.karmada.io/v1alpha2/namespaces/{ns}/resourcebindings"
@@ -78,7 +79,9 @@ def observed(bed: TestBed, ns: str, admitted: int) -> bool:
     """The controller counts every admitted binding and holds no pending charge any more."""
     q = bed.get("karmadaquota", "storm", namespace=ns) or {}
     held = KarmadaQuota.model_validate(q).status.reservations if q else []
-    return q.get("status", {}).get("used", {}).get("pods") == str(admitted) and not held
+    pods = q.get("status", {}).get("used", {}).get("pods")
+    # canonical quantities: 5000 pods read "5k"
+    return pods is not None and Quantity.parse(pods) == Quantity.parse(str(admitted)) and not held
 
 
 class Sizes:
@@ -302,7 +305,8 @@ async def run(args: argparse.Namespace) -> str:
                     paths[key].append(await user_path(it, quota, args.deployments, f"{key}-{r}"))
         text = report(args, rows, paths)
         if args.long:
-            text += "\n\n" + await long_storm(it, pids, args)
+            print(text, flush=True)  # the rounds' figures survive a failing long storm
+            return await long_storm(it, pids, args)
         return text
 
 

@@ -1,6 +1,9 @@
 """The adversarial campaign: generated bindings created, updated and deleted concurrently through
 the real karmada-apiserver and two webhook replicas against overlapping quotas; afterwards the
-quota invariant is checked from the API alone (see e2e/testbed/campaign.py).
+quota invariant is checked from the API alone (see e2e/testbed/campaign.py). One quota has
+member guards: pods are created directly in a member meanwhile (around Karmada), and Σ over
+members of the guards' hard ≤ the quota's hard is polled throughout the storm and at every
+convergence poll (e2e/testbed/guards.py).
 
 Seeded: the seed is printed (shown on failure); `KARMADAQUOTA_SEED=<n>` replays a run.
 `KARMADAQUOTA_LONG=1` runs the larger local size.
@@ -8,13 +11,17 @@ Seeded: the seed is printed (shown on failure); `KARMADAQUOTA_SEED=<n>` replays 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 
 from e2e.testbed import TestBed, campaign
-from karmadaquota.kube.client import KubeClient
+from e2e.testbed import guards as gi
+from e2e.testbed.aio import eventually
+from karmadaquota.controller import guard_keeper as gk
+from karmadaquota.kube.client import KubeClient, NotFound
 
 pytestmark = pytest.mark.e2e
 
@@ -34,10 +41,17 @@ async def api(testbed: TestBed) -> AsyncIterator[KubeClient]:
     await client.close()
 
 
+@pytest.fixture(scope="module")
+async def members(testbed: TestBed) -> AsyncIterator[dict[str, KubeClient]]:
+    async with gi.member_clients(testbed) as clients:
+        yield clients
+
+
 async def test_generated_storm_never_over_admits_and_usage_converges(
     testbed: TestBed,
     stack: campaign.Stack,
     api: KubeClient,
+    members: dict[str, KubeClient],
     namespace: str,
     record_property: Callable[[str, Any], None],
 ) -> None:
@@ -46,12 +60,25 @@ async def test_generated_storm_never_over_admits_and_usage_converges(
     print(f"campaign seed={seed} ops={ops} names={names} (replay: KARMADAQUOTA_SEED={seed})")
     record_property("seed", seed)
     await campaign.create_quotas(api, namespace)
+    direct = testbed.members[-1]
+    await gi.member_namespace(members, namespace)
+    await gi.guards_ready(members, namespace, campaign.GUARDED)
 
-    stats = await campaign.run(
-        api, namespace, testbed.members, seed, ops, concurrency=concurrency, names=names
-    )
-    print(stats.summary())
-    verdict, seconds = await campaign.converge(api, namespace, timeout=TTL_S + 60)
+    guard_check = campaign.guard_invariant(members, namespace)
+    async with gi.watching(guard_check):
+        stats, (pod_stats, pods_left) = await asyncio.gather(
+            campaign.run(
+                api, namespace, testbed.members, seed, ops, concurrency=concurrency, names=names
+            ),
+            campaign.direct_pods(members[direct], namespace, seed, ops // 10),
+        )
+        print(stats.summary())
+        print(f"pods made in {direct} around Karmada: {pod_stats.summary()}")
+        # they count in the guarded quota's usage: gone, `used` is the bindings' charges again
+        await campaign.delete_pods(members[direct], namespace, pods_left)
+        verdict, seconds = await campaign.converge(
+            api, namespace, timeout=TTL_S + 60, guards=guard_check
+        )
     print(f"converged {seconds:.1f}s after the storm")
     record_property("converge_seconds", round(seconds, 1))
 
@@ -63,6 +90,23 @@ async def test_generated_storm_never_over_admits_and_usage_converges(
     # and never failed inside: a refusal is a decision, not a crash
     assert "quota admission failed" not in messages, stats.summary()
     assert verdict.converged
+    # pods were made around Karmada while the guards moved (some may be refused by a guard)
+    assert pod_stats.outcomes["pod-create:ok"] > 0, pod_stats.summary()
+    guard_refusal = f"exceeded quota: {gk.guard_name(campaign.GUARDED)}"
+    assert all(guard_refusal in m for m in pod_stats.messages), pod_stats.summary()
+
+    # the guarded quota goes with its guards before the namespace does
+    path = campaign.QUOTA_PATH.format(ns=namespace) + f"/{campaign.GUARDED}"
+    await api.request("DELETE", path)
+
+    async def gone() -> bool:
+        try:
+            await api.get(path)
+        except NotFound:
+            return True
+        return False
+
+    await eventually(gone, 30, "the guarded quota deleted once its guards are gone")
 
     # what the programs logged through all of it: decisions, never objects or credentials
     for proc in [*(w.proc for w in stack.webhooks), *stack.controllers]:

@@ -4,7 +4,8 @@ ResourceQuota in every member holds the global budget there.
 Our webhook and controller run as processes against karmada-apiserver; pods are created directly
 in a member's namespace with the member's admin credentials (around Karmada). Throughout each
 test a poller reads every member's guard and checks Σ over members of what the guards may hold
-(max(spec.hard, status.hard): the member's admission enforces status.hard) ≤ the global hard.
+(max(spec.hard, status.hard): the member's admission enforces status.hard) ≤ the global hard
+(e2e/testbed/guards.py, shared with the campaign and fault suites).
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ import secrets
 import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from e2e.testbed import TestBed, product
+from e2e.testbed import guards as gi
 from e2e.testbed.aio import eventually
 from e2e.testbed.workloads import deployment, divided_policy
 from karmadaquota.api import KarmadaQuota
@@ -107,58 +109,14 @@ async def guards(s: Stack, ns: str) -> dict[str, JSON | None]:
     return {m: await guard(s, m, ns) for m in s.members}
 
 
-@dataclass
-class Invariant:
-    """Polls every member's guard; Σ of what they may hold ≤ hard at every poll."""
-
-    s: Stack
-    ns: str
-    hard: Mapping[str, int]  # nano-units
-    caps: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
-    polls: int = 0
-    worst: dict[str, int] = field(default_factory=dict)
-    violations: list[str] = field(default_factory=list)
-
-    async def run(self) -> None:
-        held: dict[str, dict[str, int]] = {}
-        while True:
-            for m in self.s.members:
-                # a member that is down: its guard stays what it was (its etcd keeps it)
-                with contextlib.suppress(KubeError, OSError, TimeoutError):
-                    held[m] = gk.may_hold(await guard(self.s, m, self.ns))
-            self.polls += 1
-            for name, limit in self.hard.items():
-                total = sum(h.get(name, 0) for h in held.values())
-                self.worst[name] = max(self.worst.get(name, 0), total)
-                if total > limit:
-                    self.violations.append(f"Σ {name} = {total / NANO} > {limit / NANO}: {held}")
-            for member, caps in self.caps.items():
-                for name, cap in caps.items():
-                    if held.get(member, {}).get(name, 0) > cap:
-                        self.violations.append(f"{member} holds {held[member]} past its cap")
-            await asyncio.sleep(0.1)  # the poll period of the invariant check
-
-
 @contextlib.asynccontextmanager
 async def invariant(
     s: Stack, ns: str, hard: Mapping[str, str], caps: Mapping[str, Mapping[str, str]] = {}
-) -> AsyncIterator[Invariant]:
-    inv = Invariant(
-        s,
-        ns,
-        {n: Quantity.parse(v).nanos for n, v in hard.items() if n in gd.guarded_names(hard)},
-        {m: {n: Quantity.parse(v).nanos for n, v in c.items()} for m, c in caps.items()},
-    )
-    task = asyncio.create_task(inv.run())
-    try:
-        yield inv
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-    print(f"\ninvariant: {inv.polls} polls, largest Σ {inv.worst}")
-    assert inv.polls > 0
-    assert not inv.violations, inv.violations[:5]
+) -> AsyncIterator[gi.GuardInvariant]:
+    """Σ over members of what the guards may hold ≤ hard (and each ≤ its cap), polled
+    throughout (e2e/testbed/guards.py)."""
+    async with gi.watching(gi.GuardInvariant(s.members, ns, [gi.guarded("team", hard, caps)])) as w:
+        yield w
 
 
 def bare_pod(name: str, cpu: str = "100m") -> JSON:
@@ -196,30 +154,12 @@ async def created_eventually(s: Stack, member: str, ns: str, name: str) -> float
 
 
 async def member_namespace(s: Stack, ns: str) -> None:
-    """The namespace is in every member, with its default ServiceAccount (until the member's
-    controller makes it, pods are refused for want of it: not a quota refusal)."""
-
-    async def present() -> bool:
-        for c in s.members.values():
-            try:
-                await c.get(f"/api/v1/namespaces/{ns}/serviceaccounts/default")
-            except NotFound:
-                return False
-        return True
-
-    await eventually(present, 60, f"namespace {ns} propagated to every member")
+    await gi.member_namespace(s.members, ns)
 
 
 async def guards_ready(s: Stack, ns: str) -> dict[str, JSON]:
     """Every member has our guard and its quota controller enforces it (status.hard)."""
-
-    async def ready() -> dict[str, JSON] | None:
-        got = await guards(s, ns)
-        if any(g is None or not (g.get("status") or {}).get("hard") for g in got.values()):
-            return None
-        return {m: g for m, g in got.items() if g is not None}
-
-    return await eventually(ready, 60, "a guard in every member")
+    return await gi.guards_ready(s.members, ns, "team")
 
 
 async def used_pods(s: Stack, ns: str, want: int, timeout: float = 30) -> JSON:

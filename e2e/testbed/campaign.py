@@ -10,7 +10,12 @@ conflict, API unavailable during a fault); what must hold afterwards is the inva
 * for every quota and resource it tracks, Σ charges of the live bindings it matches ≤ hard
   (charges computed with `karmadaquota.charge`, negative values as zero);
 * `status.used` equals that sum once the controller converged;
-* no reservation is left once the reservation TTL passed.
+* no reservation is left once the reservation TTL passed;
+* for the guarded quota (`memberEnforcement: ResourceQuota`), Σ over members of what its guard
+  ResourceQuotas may hold ≤ its hard, at every poll (e2e/testbed/guards.py).
+
+Out-of-band pods (`direct_pods`) can be created in a member meanwhile: they count in the guarded
+quota's usage, so they are deleted before `used` is compared with the bindings' charges.
 
 Shared by e2e/test_campaign.py and e2e/test_faults.py.
 """
@@ -32,6 +37,7 @@ from typing import Any
 import aiohttp
 
 from e2e.testbed import TestBed, product
+from e2e.testbed import guards as gi
 from karmadaquota import scopes
 from karmadaquota.api import KarmadaQuota, ResourceBinding
 from karmadaquota.charge import charge
@@ -52,6 +58,16 @@ MEMORY = [
 ]  # fmt: skip
 REPLICAS = [(0, 2), (1, 8), (2, 6), (3, 4), (5, 2), (2147483647, 1), (-1, 1)]
 PRIORITY = [("", 6), ("high", 3), ("low", 2)]
+POD_CPU = ["100m", "250m", "500m", "1", "2"]
+POD_MEMORY = ["64Mi", "256Mi", "1Gi"]
+
+GUARDED = "guarded"  # the quota with member guards
+GUARDED_HARD = {
+    "pods": "80",
+    "requests.cpu": "30",
+    "requests.memory": "48Gi",
+    "count/deployments.apps": "50",  # not guarded: admission only
+}
 
 
 def quotas(namespace: str, on_exceed: str | None = None) -> list[JSON]:
@@ -75,7 +91,23 @@ def quotas(namespace: str, on_exceed: str | None = None) -> list[JSON]:
         q("high", {"pods": "20", "requests.cpu": "10"}, scopeSelector=high),
         q("best-effort", {"pods": "10"}, scopes=["BestEffort"]),
         q("not-best-effort", {"cpu": "30"}, scopes=["NotBestEffort"]),
+        # guards in every member for pods, cpu and memory (not for the count, which only
+        # admission holds), rebalanced on every placement the storm makes
+        q(GUARDED, GUARDED_HARD, memberEnforcement="ResourceQuota"),
     ]
+
+
+def guard_invariant(members: dict[str, KubeClient], namespace: str) -> gi.GuardInvariant:
+    """The Σ-of-guards check for every guarded quota of `quotas(namespace)`."""
+    return gi.GuardInvariant(
+        members,
+        namespace,
+        [
+            gi.guarded(q["metadata"]["name"], q["spec"]["hard"], q["spec"].get("clusterHard"))
+            for q in quotas(namespace)
+            if q["spec"].get("memberEnforcement") == "ResourceQuota"
+        ],
+    )
 
 
 def _pick(rng: random.Random, table: Sequence[tuple[Any, int]]) -> Any:
@@ -231,24 +263,33 @@ class Verdict:
     over: list[str] = field(default_factory=list)  # Σ > hard
     drift: list[str] = field(default_factory=list)  # used != Σ
     reservations: list[str] = field(default_factory=list)
+    guards_over: list[str] = field(default_factory=list)  # Σ over members of guards > hard
 
     @property
     def safe(self) -> bool:
-        return not self.over
+        return not self.over and not self.guards_over
 
     @property
     def converged(self) -> bool:
-        return not self.over and not self.drift and not self.reservations
+        return self.safe and not self.drift and not self.reservations
 
     def __str__(self) -> str:
         return json.dumps(
-            {"over_hard": self.over, "used_drift": self.drift, "reservations": self.reservations},
+            {
+                "over_hard": self.over,
+                "used_drift": self.drift,
+                "reservations": self.reservations,
+                "guards_over_hard": self.guards_over,
+            },
             indent=1,
         )
 
 
-async def verdict(client: KubeClient, namespace: str) -> Verdict:
-    """Compare every quota of the namespace with the charges of the live bindings."""
+async def verdict(
+    client: KubeClient, namespace: str, guards: gi.GuardInvariant | None = None
+) -> Verdict:
+    """Compare every quota of the namespace with the charges of the live bindings; with
+    `guards`, poll the member guards too (Σ over members ≤ hard)."""
     bindings = (await client.get(RB_PATH.format(ns=namespace)))["items"]
     charges = []
     for b in bindings:
@@ -274,16 +315,24 @@ async def verdict(client: KubeClient, namespace: str) -> Verdict:
                 v.drift.append(f"{name}/{resource}: used {used} != Σ charges {total}")
         if q.status.reservations:
             v.reservations.append(f"{name}: {len(q.status.reservations)} reservations")
+    if guards is not None:
+        v.guards_over = await guards.poll()
     return v
 
 
-async def converge(client: KubeClient, namespace: str, timeout: float) -> tuple[Verdict, float]:
-    """Poll until the invariant holds fully; (verdict, seconds it took). Σ ≤ hard must hold at
-    every poll; convergence (used == Σ, no reservation) within `timeout`."""
+async def converge(
+    client: KubeClient,
+    namespace: str,
+    timeout: float,
+    guards: gi.GuardInvariant | None = None,
+) -> tuple[Verdict, float]:
+    """Poll until the invariant holds fully; (verdict, seconds it took). Σ ≤ hard (and, with
+    `guards`, Σ of the member guards ≤ hard) must hold at every poll; convergence (used == Σ,
+    no reservation) within `timeout`."""
     started = time.monotonic()
     while True:
         try:
-            v = await verdict(client, namespace)
+            v = await verdict(client, namespace, guards)
         except (KubeError, aiohttp.ClientError, OSError, TimeoutError):
             v = None  # the API server is still coming back
         if v is not None:
@@ -376,6 +425,57 @@ async def create_quotas(
         if time.monotonic() > deadline:
             raise AssertionError(f"quotas in {namespace} not initialised: {items}")
         await asyncio.sleep(0.2)  # polling interval
+
+
+def _pod(name: str, rng: random.Random) -> JSON:
+    requests = {"cpu": rng.choice(POD_CPU), "memory": rng.choice(POD_MEMORY)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "containers": [{"name": "c", "image": "nginx", "resources": {"requests": requests}}]
+        },
+    }
+
+
+async def direct_pods(
+    member: KubeClient, namespace: str, seed: int, ops: int, pace: float = 0.15
+) -> tuple[Stats, list[str]]:
+    """Pods created (and some deleted) directly in a member, around Karmada: `ops` seeded
+    operations, one at a time, spread over `ops × pace / 2` seconds on average so that they
+    land while the storm runs. (Stats, names of the pods left)."""
+    rng = random.Random(seed ^ 0x5EED)
+    path = f"/api/v1/namespaces/{namespace}/pods"
+    stats, live = Stats(), list[str]()
+    for i in range(ops):
+        try:
+            if live and rng.random() < 0.25:
+                name = live.pop(rng.randrange(len(live)))
+                await member.request("DELETE", f"{path}/{name}", _NOW)
+                stats.record("pod-delete", "ok")
+            else:
+                name = f"direct-{i:03d}"
+                await member.post(path, _pod(name, rng))
+                live.append(name)
+                stats.record("pod-create", "ok")
+        except KubeError as e:  # past the member's guard: exceeded quota
+            stats.record("pod", "refused", e.message)
+        except (aiohttp.ClientError, OSError, TimeoutError) as e:
+            stats.record("pod", "unavailable", type(e).__name__)
+        await asyncio.sleep(rng.uniform(0, pace))  # spreads the pods over the storm (pacing)
+    return stats, live
+
+
+_NOW = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0}
+
+
+async def delete_pods(member: KubeClient, namespace: str, names: Sequence[str]) -> None:
+    """Delete the direct pods (at once: they run nowhere), so that the guarded quota's usage
+    is the bindings' charges again."""
+    for name in names:
+        with contextlib.suppress(NotFound):
+            await member.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", _NOW)
 
 
 def seed_from_env() -> int:

@@ -116,13 +116,23 @@ class FakeApiServer:
             self._interfere -= 1
             self._stamp(current)
         try:
-            patched = jsonpatch.apply_patch(current, ops)
-        except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException) as e:
+            patch_status(current, ops)
+        except KubeError:
             self.rejected_patches += 1
-            raise KubeError(422, "", str(e)) from None
+            raise
         self.patches += 1
-        current["status"] = copy.deepcopy(patched.get("status", {}))
         return copy.deepcopy(self._stamp(current))
+
+
+def patch_status(current: JSON, ops: list[JSON]) -> None:
+    """A status JSON patch as the API server applies it: to the object stored now, all or
+    nothing (a failed `test` or a missing path is 422), only the status kept (the status
+    subresource). Changes `current` in place; the caller stamps its new resourceVersion."""
+    try:
+        patched = jsonpatch.apply_patch(current, ops)
+    except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException) as e:
+        raise KubeError(422, "", str(e)) from None
+    current["status"] = copy.deepcopy(patched.get("status", {}))
 
 
 class FakeStore:

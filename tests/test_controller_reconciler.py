@@ -8,8 +8,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import jsonpatch
-import jsonpointer
 import pytest
 
 from karmadaquota.api import KarmadaQuota, ObjectReference, Reservation, format_time
@@ -18,6 +16,7 @@ from karmadaquota.controller.reconciler import Controller, Tuning
 from karmadaquota.kube import paths
 from karmadaquota.kube.client import JSON, JSON_PATCH, Body, Conflict, KubeError, NotFound
 from tests.conftest import raw_binding
+from tests.fake_api import patch_status
 from tests.polling import until
 
 NS = "team-a"
@@ -143,12 +142,11 @@ class FakeKarmada:
         if method == "PATCH":  # a JSON patch: applied to what is stored now, all or nothing
             assert content_type == JSON_PATCH and isinstance(body, list)
             try:
-                patched = jsonpatch.apply_patch(current, body)
-            except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException) as e:
+                patch_status(current, body)
+            except KubeError:
                 self.rejected_patches += 1
-                raise KubeError(422, "", str(e)) from None
+                raise
             self.patches += 1
-            current["status"] = copy.deepcopy(patched.get("status", {}))
             return copy.deepcopy(self._bump(current))
         assert isinstance(body, dict)
         self.puts += 1

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from karmadaquota import durations, logs
 
 if TYPE_CHECKING:
-    from karmadaquota.webhook.app import WebhookSettings
+    from karmadaquota.webhook.app import WebhookConfig
 
 log = logging.getLogger("karmadaquota.webhook")
 
@@ -131,12 +131,12 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def webhook_settings(args: argparse.Namespace) -> WebhookSettings:
-    from karmadaquota.webhook.app import WebhookSettings
+def webhook_settings(args: argparse.Namespace) -> WebhookConfig:
+    from karmadaquota.webhook.app import WebhookConfig
     from karmadaquota.webhook.config import load_limited
-    from karmadaquota.webhook.server import ServerLimits
+    from karmadaquota.webhook.server import ServerConfig
 
-    return WebhookSettings(
+    return WebhookConfig(
         kubeconfig=args.kubeconfig,
         cert_file=args.tls_cert_file,
         key_file=args.tls_private_key_file,
@@ -146,7 +146,7 @@ def webhook_settings(args: argparse.Namespace) -> WebhookSettings:
         limited=load_limited(args.limited_resources) if args.limited_resources else [],
         max_reservation_bytes=args.max_reservation_bytes,
         record_waiting=not args.no_waiting_list,
-        limits=ServerLimits(
+        limits=ServerConfig(
             read_timeout=args.read_timeout.total_seconds(), max_connections=args.max_connections
         ),
         metrics_bind_address=args.metrics_bind_address,

@@ -14,7 +14,7 @@ import pytest
 from karmadaquota import queued
 from karmadaquota.controller.admit import Admitter
 from karmadaquota.controller.metrics import ControllerMetrics
-from karmadaquota.controller.reconciler import Controller, Tuning
+from karmadaquota.controller.reconciler import Controller, ReconcilerConfig
 from karmadaquota.kube.client import JSON, Conflict, KubeError, NotFound
 from tests.polling import until
 from tests.test_controller_reconciler import FakeKarmada, Lead, used
@@ -85,7 +85,7 @@ async def env() -> AsyncIterator[tuple[QueueKarmada, Controller, Lead]]:
         api,
         ControllerMetrics(),
         lead,
-        Tuning(quiet=0.01, max_delay=0.1, member_watch=False),
+        ReconcilerConfig(quiet=0.01, max_delay=0.1, member_watch=False),
         admitter=Admitter(api, ControllerMetrics()),
     )
     task = asyncio.create_task(c.run_queues())

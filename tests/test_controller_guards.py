@@ -16,7 +16,7 @@ from karmadaquota.controller import pods as pod_usage
 from karmadaquota.controller.guard_keeper import FINALIZER, GuardKeeper
 from karmadaquota.controller.members import Members
 from karmadaquota.controller.metrics import ControllerMetrics
-from karmadaquota.controller.reconciler import Controller, Tuning
+from karmadaquota.controller.reconciler import Controller, ReconcilerConfig
 from karmadaquota.kube.client import JSON, Conflict, NotFound
 from karmadaquota.quantity import NANO
 from tests.fake_members import Fleet
@@ -95,7 +95,7 @@ async def env() -> AsyncIterator[tuple[GuardedKarmada, Controller, Fleet, Member
         api,
         ControllerMetrics(),
         Lead(),
-        Tuning(quiet=0.01, max_delay=0.1, member_watch=True),
+        ReconcilerConfig(quiet=0.01, max_delay=0.1, member_watch=True),
         members=members,
         guards=GuardKeeper(members, poll=0.0),
     )

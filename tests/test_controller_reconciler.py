@@ -12,7 +12,7 @@ import pytest
 
 from karmadaquota.api import KarmadaQuota, ObjectReference, Reservation, format_time
 from karmadaquota.controller.metrics import ControllerMetrics
-from karmadaquota.controller.reconciler import Controller, Tuning
+from karmadaquota.controller.reconciler import Controller, ReconcilerConfig
 from karmadaquota.kube import paths
 from karmadaquota.kube.client import JSON, JSON_PATCH, Body, Conflict, KubeError, NotFound
 from tests.conftest import raw_binding
@@ -175,7 +175,7 @@ async def env() -> AsyncIterator[tuple[FakeKarmada, Controller, Lead]]:
         api,
         ControllerMetrics(),
         lead,
-        Tuning(quiet=0.01, max_delay=0.1, page_size=2, member_watch=False),
+        ReconcilerConfig(quiet=0.01, max_delay=0.1, page_size=2, member_watch=False),
     )
     task = asyncio.create_task(c.run_queues())
     try:
@@ -567,12 +567,12 @@ async def test_a_binding_update_at_the_same_generation_is_not_charged_again(env:
 async def test_room_freed_wakes_the_waiting_workload_and_the_list_survives_status_writes(
     env: Any,
 ) -> None:
-    from karmadaquota.controller.wake import Waker, WakeSettings
+    from karmadaquota.controller.wake import WakeConfig, Waker
     from tests.test_wake import FakeTemplates
 
     api, c, _ = env
     templates = FakeTemplates("b", namespace=NS)
-    settings = WakeSettings(audit_period=0.0)
+    settings = WakeConfig(audit_period=0.0)
     c.waker = Waker(templates, c.metrics, settings)  # type: ignore[arg-type]
     entry = {
         "template": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "b", "uid": "uid-b"},
@@ -608,7 +608,7 @@ async def test_room_freed_wakes_the_waiting_workload_and_the_list_survives_statu
 async def test_a_slow_wake_never_holds_up_the_recompute_that_releases_quota(env: Any) -> None:
     """Waking has a queue of its own: while a template PATCH hangs, a deleted binding is still
     released in the quota's next write, and the wake completes once the PATCH answers."""
-    from karmadaquota.controller.wake import Waker, WakeSettings
+    from karmadaquota.controller.wake import WakeConfig, Waker
     from tests.test_wake import FakeTemplates
 
     class SlowTemplates(FakeTemplates):
@@ -622,7 +622,7 @@ async def test_a_slow_wake_never_holds_up_the_recompute_that_releases_quota(env:
 
     api, c, _ = env
     templates = SlowTemplates()
-    c.waker = Waker(templates, c.metrics, WakeSettings())  # type: ignore[arg-type]
+    c.waker = Waker(templates, c.metrics, WakeConfig())  # type: ignore[arg-type]
     entry = {
         "template": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "b", "uid": "uid-b"},
         "binding": "b-deployment",
@@ -644,12 +644,12 @@ async def test_a_slow_wake_never_holds_up_the_recompute_that_releases_quota(env:
 
 
 async def test_deleting_the_refusing_quota_wakes_its_waiting_workload(env: Any) -> None:
-    from karmadaquota.controller.wake import Waker, WakeSettings
+    from karmadaquota.controller.wake import WakeConfig, Waker
     from tests.test_wake import FakeTemplates
 
     api, c, _ = env
     templates = FakeTemplates("b", namespace=NS)
-    c.waker = Waker(templates, c.metrics, WakeSettings())  # type: ignore[arg-type]
+    c.waker = Waker(templates, c.metrics, WakeConfig())  # type: ignore[arg-type]
     entry = {
         "template": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "b", "uid": "uid-b"},
         "binding": "b-deployment",

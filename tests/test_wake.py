@@ -11,7 +11,7 @@ import pytest
 from karmadaquota import waiting
 from karmadaquota.api import KarmadaQuota, ObjectReference, format_time
 from karmadaquota.controller.metrics import ControllerMetrics
-from karmadaquota.controller.wake import Kind, Waker, WakeSettings, kinds
+from karmadaquota.controller.wake import Kind, WakeConfig, Waker, kinds
 from karmadaquota.kube.client import JSON, NotFound
 from karmadaquota.scopes import BindingTraits
 from tests.conftest import NOW, rl
@@ -75,7 +75,7 @@ def quota(
 
 
 def waker(api: FakeTemplates, **kw: Any) -> Waker:
-    return Waker(api, ControllerMetrics(), WakeSettings(**kw))  # type: ignore[arg-type]
+    return Waker(api, ControllerMetrics(), WakeConfig(**kw))  # type: ignore[arg-type]
 
 
 async def test_wakes_in_order_what_fits_with_the_annotation_and_a_uid_precondition() -> None:

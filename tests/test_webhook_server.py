@@ -30,7 +30,7 @@ from karmadaquota.webhook.app import Webhook, build_app
 from karmadaquota.webhook.batcher import Batcher
 from karmadaquota.webhook.cache import QuotaCache
 from karmadaquota.webhook.metrics import WebhookMetrics
-from karmadaquota.webhook.server import MAX_BODY_BYTES, Listener, ServerLimits, serve, tls_context
+from karmadaquota.webhook.server import MAX_BODY_BYTES, Listener, ServerConfig, serve, tls_context
 from tests.fake_api import FakeStore, quota_doc
 from tests.test_webhook_app import review
 from tests.webhook_fakes import binding_doc
@@ -92,7 +92,7 @@ class Served:
 
 
 async def start(
-    tmp_path: Path, limits: ServerLimits, events: Counter[str] | None = None
+    tmp_path: Path, limits: ServerConfig, events: Counter[str] | None = None
 ) -> tuple[Listener, str]:
     cert_file, key_file = self_signed(tmp_path)
     store = FakeStore(quota_doc(hard={"requests.cpu": "1000", "pods": "1000"}))
@@ -114,7 +114,7 @@ async def start(
 
 @pytest.fixture
 async def served(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Served]:
-    limits = getattr(request, "param", ServerLimits(read_timeout=1.0, max_connections=400))
+    limits = getattr(request, "param", ServerConfig(read_timeout=1.0, max_connections=400))
     events: Counter[str] = Counter()
     listener, cert_file = await start(tmp_path, limits, events)
     try:
@@ -218,7 +218,7 @@ async def test_a_slow_body_gets_408(served: Served) -> None:
 
 
 @pytest.mark.parametrize(
-    "served", [ServerLimits(read_timeout=30.0, max_connections=5)], indirect=True
+    "served", [ServerConfig(read_timeout=30.0, max_connections=5)], indirect=True
 )
 async def test_connections_over_the_limit_are_closed_at_once_not_queued(served: Served) -> None:
     held = [await served.open_raw() for _ in range(5)]

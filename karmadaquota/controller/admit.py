@@ -37,7 +37,7 @@ EVENT_ADMITTED = "Admitted"
 
 
 @dataclass
-class AdmitSettings:
+class AdmitConfig:
     patch_timeout: float = 5.0
     # a PriorityClass value is read again after this long
     class_ttl: float = 60.0
@@ -52,11 +52,11 @@ def priority_class_path(name: str) -> str:
 
 class Admitter:
     def __init__(
-        self, api: Api, metrics: ControllerMetrics, settings: AdmitSettings | None = None
+        self, api: Api, metrics: ControllerMetrics, settings: AdmitConfig | None = None
     ) -> None:
         self.api = api
         self.metrics = metrics
-        self.settings = settings or AdmitSettings()
+        self.settings = settings or AdmitConfig()
         self._classes: dict[str, tuple[int, float]] = {}  # name -> (value, loop time read)
         self._announced: dict[str, set[str]] = {}  # namespace -> uids a Queued event named
         self._lengths: dict[str, set[str]] = {}  # namespace -> quotas with a queue gauge

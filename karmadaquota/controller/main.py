@@ -2,7 +2,7 @@
 
 Flags come from cli.py (--kubeconfig, --resync-period, --admission-window,
 --metrics-bind-address, --metrics-port, --namespace for the Lease, --no-member-watch,
---no-requeue, --requeue-kind). Tuning that rarely changes is read from the environment:
+--no-requeue, --requeue-kind). ReconcilerConfig that rarely changes is read from the environment:
 
 | variable | default | meaning |
 |---|---|---|
@@ -41,9 +41,9 @@ from karmadaquota.controller.reconciler import (
     DEFAULT_ADMISSION_WINDOW,
     AlwaysLeader,
     Controller,
-    Tuning,
+    ReconcilerConfig,
 )
-from karmadaquota.controller.wake import DEFAULT_KINDS, Waker, WakeSettings, kinds
+from karmadaquota.controller.wake import DEFAULT_KINDS, WakeConfig, Waker, kinds
 from karmadaquota.heap import freeze_startup_heap
 from karmadaquota.kube.client import JSON, CredentialsError, KubeClient, user_agent
 
@@ -66,7 +66,7 @@ class ControllerConfig:
     lease_duration: float = 10.0
     kopf_log_level: str = "warning"
     # None: waking is off (refused workloads wait on Karmada's own backoff)
-    requeue: WakeSettings | None = field(default_factory=WakeSettings)
+    requeue: WakeConfig | None = field(default_factory=WakeConfig)
 
 
 def _bool(text: str) -> bool:
@@ -94,7 +94,7 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> ControllerC
         kopf_log_level=env.get("KARMADAQUOTA_KOPF_LOG_LEVEL", "warning"),
         requeue=None
         if args.no_requeue
-        else WakeSettings(kinds=kinds([*DEFAULT_KINDS, *args.requeue_kind])),
+        else WakeConfig(kinds=kinds([*DEFAULT_KINDS, *args.requeue_kind])),
     )
 
 
@@ -159,7 +159,7 @@ async def serve(cfg: ControllerConfig) -> int:
         client,
         metrics,
         elector or AlwaysLeader(),
-        Tuning(
+        ReconcilerConfig(
             quiet=cfg.quiet,
             max_delay=cfg.max_delay,
             member_watch=cfg.member_watch,

@@ -75,7 +75,7 @@ DEFAULT_ADMISSION_WINDOW = 15.0
 
 
 @dataclass
-class Tuning:
+class ReconcilerConfig:
     quiet: float = 0.03
     max_delay: float = 0.25
     write_timeout: float = 2.0
@@ -102,7 +102,7 @@ class Controller:
         api: ControllerApi,
         metrics: ControllerMetrics,
         leadership: Leadership,
-        tuning: Tuning | None = None,
+        tuning: ReconcilerConfig | None = None,
         members: Members | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         waker: Waker | None = None,
@@ -122,7 +122,7 @@ class Controller:
         self._enforced: dict[str, bool] = {}
         self.metrics = metrics
         self.leadership = leadership
-        self.settings = tuning or Tuning()
+        self.settings = tuning or ReconcilerConfig()
         self.members = members
         self.waker = waker  # None: refused workloads wait on Karmada's own retry backoff
         self._clock = clock

@@ -66,7 +66,7 @@ def kinds(values: Iterable[str]) -> tuple[Kind, ...]:
 
 
 @dataclass
-class WakeSettings:
+class WakeConfig:
     kinds: Sequence[Kind] = field(default_factory=lambda: kinds(DEFAULT_KINDS))
     # how often a template still waiting is checked to exist (deleted ones leave the list)
     audit_period: float = 15.0
@@ -84,11 +84,11 @@ def template_path(namespace: str, w: WaitingWorkload, kind: Kind) -> str:
 
 class Waker:
     def __init__(
-        self, api: Templates, metrics: ControllerMetrics, settings: WakeSettings | None = None
+        self, api: Templates, metrics: ControllerMetrics, settings: WakeConfig | None = None
     ) -> None:
         self.api = api
         self.metrics = metrics
-        self.settings = settings or WakeSettings()
+        self.settings = settings or WakeConfig()
         self._woken: dict[str, tuple[int, float]] = {}  # key -> (refusals seen, loop time)
         self._checked: dict[str, float] = {}  # key -> loop time its template was last seen
         self._gone: dict[str, set[str]] = {}  # namespace -> keys whose template is gone

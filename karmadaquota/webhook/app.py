@@ -44,7 +44,7 @@ from karmadaquota.webhook.batcher import (
 from karmadaquota.webhook.cache import QuotaCache
 from karmadaquota.webhook.metrics import WebhookMetrics, serve_metrics
 from karmadaquota.webhook.refusals import RefusalRecorder
-from karmadaquota.webhook.server import MAX_BODY_BYTES, ServerLimits, serve, tls_context
+from karmadaquota.webhook.server import MAX_BODY_BYTES, ServerConfig, serve, tls_context
 
 log = logging.getLogger("karmadaquota.webhook")
 
@@ -71,7 +71,7 @@ def review_budget(timeout: str | None) -> float | None:
 
 
 @dataclass
-class WebhookSettings:
+class WebhookConfig:
     kubeconfig: str | None = None
     cert_file: str = ""
     key_file: str = ""
@@ -81,7 +81,7 @@ class WebhookSettings:
     limited: list[LimitedResource] = field(default_factory=list)
     cert_check_interval: float = 10.0
     max_reservation_bytes: int = DEFAULT_RESERVATION_BYTES
-    limits: ServerLimits = field(default_factory=ServerLimits)
+    limits: ServerConfig = field(default_factory=ServerConfig)
     # remember refusals for quota in status.waiting[] (the controller requeues them)
     record_waiting: bool = True
     # /metrics over plain HTTP as well (None: only on the HTTPS port)
@@ -524,7 +524,7 @@ class CertReloader:
 
 
 @contextlib.asynccontextmanager
-async def running(settings: WebhookSettings) -> AsyncIterator[tuple[Webhook, int]]:
+async def running(settings: WebhookConfig) -> AsyncIterator[tuple[Webhook, int]]:
     """Start the whole webhook (client, cache, batcher, HTTPS server); yields the bound port."""
     metrics = WebhookMetrics()
     client = await KubeClient.connect(settings.kubeconfig, user_agent=user_agent("webhook"))

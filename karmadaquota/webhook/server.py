@@ -38,7 +38,7 @@ MAX_BODY_BYTES = 3 * 1024 * 1024
 
 
 @dataclass(frozen=True)
-class ServerLimits:
+class ServerConfig:
     read_timeout: float = 10.0
     max_connections: int = 1000
     backlog: int = 1024
@@ -68,7 +68,7 @@ class ConnectionGuard:
     """
 
     def __init__(
-        self, limits: ServerLimits, on_connection: Callable[[str], None] | None = None
+        self, limits: ServerConfig, on_connection: Callable[[str], None] | None = None
     ) -> None:
         self.server: web.Server | None = None  # aiohttp's factory, once the runner is set up
         self._limits = limits
@@ -151,11 +151,11 @@ async def serve(
     host: str,
     port: int,
     ctx: ssl.SSLContext,
-    limits: ServerLimits | None = None,
+    limits: ServerConfig | None = None,
     on_connection: Callable[[str], None] | None = None,
 ) -> Listener:
     """Serve `app` over HTTPS on host:port (0 picks a free port) within `limits`."""
-    limits = limits or ServerLimits()
+    limits = limits or ServerConfig()
     guard = ConnectionGuard(limits, on_connection)
     app.middlewares.append(guard.middleware)
     runner = web.AppRunner(app, access_log=None)

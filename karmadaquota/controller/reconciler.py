@@ -20,7 +20,7 @@ import functools
 import logging
 import random
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Coroutine, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -228,17 +228,13 @@ class Controller:
 
     async def run(self) -> None:
         """Watch bindings and quotas and flush dirty namespaces until cancelled."""
-        tasks = [
-            asyncio.create_task(self.run_queues(), name="queues"),
-            asyncio.create_task(self.binding_informer.run(), name="binding-informer"),
-            asyncio.create_task(self.quota_informer.run(), name="quota-informer"),
-        ]
-        try:
-            await asyncio.gather(*tasks)
-        finally:
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await _together(
+            {
+                "queues": self.run_queues(),
+                "binding-informer": self.binding_informer.run(),
+                "quota-informer": self.quota_informer.run(),
+            }
+        )
 
     # ---- flush -----------------------------------------------------------------------------
 
@@ -291,13 +287,7 @@ class Controller:
 
     async def run_queues(self) -> None:
         """The recompute queue and the queues of the jobs that follow it, until cancelled."""
-        tasks = [asyncio.create_task(q.run(), name=f"queue/{q.name}") for q in self._queues]
-        try:
-            await asyncio.gather(*tasks)
-        finally:
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await _together({f"queue/{q.name}": q.run() for q in self._queues})
 
     async def _guard(self, namespace: str) -> None:
         """The member guards of one namespace's quotas (leader only)."""
@@ -582,6 +572,17 @@ class Controller:
             self.admitter.forget()
         if leader:
             self.mark_all()  # a new leader writes whatever its predecessor left undone
+
+
+async def _together(jobs: Mapping[str, Coroutine[Any, Any, None]]) -> None:
+    """Run `jobs` as named tasks until one fails or the caller is cancelled; then stop all."""
+    tasks = [asyncio.create_task(job, name=name) for name, job in jobs.items()]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _rv(record: QuotaRecord) -> int:

@@ -49,9 +49,9 @@ def test_runnable_block_runs_as_written(where: str, script: str, tmp_path: Path)
 
 
 def test_every_module_docs_architecture_names_exists() -> None:
-    """The module table (and the prose around it) names files as they are: `kube/retry.py`
-    under karmadaquota/, `tests/…` and `e2e/…` from the repository's root. A renamed or
-    deleted module fails here until the page is updated."""
+    """The module tables (and the prose around them) name files as they are: `kube/retry.py`
+    under karmadaquota/, `tests/…` and `e2e/…` from the repository's root — and every module
+    of the package. A renamed, deleted or new module fails here until the page says so."""
     text = (REPO / "docs" / "architecture.md").read_text()
     named = set(re.findall(r"`((?:[a-z_]+/)*[a-z_]+\.py)`", text))
     assert named, "docs/architecture.md names no module"
@@ -61,3 +61,10 @@ def test_every_module_docs_architecture_names_exists() -> None:
         if not (REPO / n).exists() and not (REPO / "karmadaquota" / n).exists()
     ]
     assert not missing, f"docs/architecture.md names modules that do not exist: {missing}"
+    package = REPO / "karmadaquota"
+    unnamed = [
+        str(m.relative_to(package))
+        for m in sorted(package.rglob("*.py"))
+        if m.name != "__init__.py" and str(m.relative_to(package)) not in named
+    ]
+    assert not unnamed, f"modules docs/architecture.md does not name: {unnamed}"

@@ -290,9 +290,9 @@ class Webhook:
             return decision
         if req.operation not in ("CREATE", "UPDATE") or req.subResource:
             return decision
-        queueing = ((req.object or {}).get("spec") or {}).get("onExceed") == api.ON_EXCEED_QUEUE
+        queues = ((req.object or {}).get("spec") or {}).get("onExceed") == api.ON_EXCEED_QUEUE
         try:
-            await namespaces.enforce(self.namespace_api, req.namespace, queueing, timeout=1.5)
+            await namespaces.enforce(self.namespace_api, req.namespace, queues, timeout=1.5)
         except (KubeError, aiohttp.ClientError, TimeoutError) as e:
             log.warning(
                 "could not label namespace for enforcement",

@@ -23,6 +23,7 @@ import jsonpointer
 
 from karmadaquota.api import KarmadaQuota
 from karmadaquota.kube.client import JSON, Conflict, KubeError, NotFound
+from karmadaquota.kube.quotas import QuotaStore
 from tests import conftest
 
 Key = tuple[str, str]  # (namespace, name)
@@ -178,6 +179,14 @@ class FakeStore:
 
     def bump(self, namespace: str, name: str, mutate: Callable[[JSON], None]) -> None:
         self.api.bump(namespace, name, mutate)
+
+    def quota_store(self) -> QuotaStore:
+        """A synced QuotaStore holding what this replica's cache holds (what a Webhook reads)."""
+        quotas = QuotaStore(None)
+        for q in self.cached.values():
+            quotas.fold_quota(q)
+        quotas.synced.set()
+        return quotas
 
     # QuotaBackend
     def quotas(self, namespace: str) -> list[KarmadaQuota]:

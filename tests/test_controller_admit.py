@@ -123,6 +123,7 @@ async def test_admits_by_priority_then_age_on_the_version_it_decided_from(env: A
     await until(lambda: sorted(r for r, _ in api.events) == ["Queued"] * 3)
     assert api.binding_patches == []
 
+    del api.bindings[base["metadata"]["uid"]]
     c.binding_event("DELETED", base)
     await until(lambda: len(api.binding_patches) == 2)
     # room for two: priority, then age

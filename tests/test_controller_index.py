@@ -70,46 +70,29 @@ def test_two_identical_bindings_share_their_compact_parts() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# ordering rules
+# what the index keeps (version order is the informer's: tests/test_kube_informer.py)
 
 
-def test_newer_version_replaces_older_and_not_the_reverse() -> None:
-    index = BindingIndex()
-    ns, uid, e5 = entry(index, rv=5, replicas=5)
-    _, _, e3 = entry(index, rv=3, replicas=3)
-    assert index.upsert(ns, uid, e5)
-    assert not index.upsert(ns, uid, e3)
-    assert index.get(ns, uid) == e5
-    _, _, e7 = entry(index, rv=7, replicas=7)
-    assert index.upsert(ns, uid, e7)
-    assert index.get(ns, uid) == e7
-    assert len(index) == 1
-
-
-def test_same_version_again_is_not_a_change() -> None:
+def test_the_same_entry_again_is_not_a_change() -> None:
     index = BindingIndex()
     ns, uid, e = entry(index, rv=5)
     assert index.upsert(ns, uid, e)
     assert not index.upsert(ns, uid, entry(index, rv=5)[2])
+    assert index.upsert(ns, uid, entry(index, rv=6, replicas=7)[2])
+    assert len(index) == 1
 
 
-def test_delete_leaves_a_tombstone_that_blocks_stale_versions() -> None:
+def test_a_deletion_is_remembered_until_a_later_relist() -> None:
     index = BindingIndex()
     ns, uid, e = entry(index, rv=5)
     index.upsert(ns, uid, e)
     assert index.remove(ns, uid, 9)
-    assert index.deleted(uid)
-    assert len(index) == 0
-    assert not index.upsert(ns, uid, entry(index, rv=8)[2])  # late event from before the delete
-    assert index.bindings(ns) == {}
-
-
-def test_stale_delete_does_not_remove_a_newer_version() -> None:
-    index = BindingIndex()
-    ns, uid, e = entry(index, rv=10)
-    index.upsert(ns, uid, e)
-    assert not index.remove(ns, uid, 4)
-    assert index.get(ns, uid) == e
+    assert not index.remove(ns, uid, 9)  # not indexed any more
+    assert index.deleted(uid) and len(index) == 0 and index.bindings(ns) == {}
+    index.remove("team-a", "uid-later", 15)
+    index.forget_deletions_before(10)  # a list taken at 10 reflects the first deletion
+    assert not index.deleted(uid)
+    assert index.deleted("uid-later")
 
 
 def test_deletion_timestamp_counts_as_deleted() -> None:
@@ -121,33 +104,6 @@ def test_deletion_timestamp_counts_as_deleted() -> None:
     assert index.apply(seen)
     assert index.get(ns, uid) is None
     assert index.deleted(uid)
-
-
-def test_relist_drops_what_it_lacks_unless_newer_and_forgets_old_tombstones() -> None:
-    index = BindingIndex()
-    for name, rv in (("gone", 3), ("kept", 4), ("fresh", 20)):
-        ns, uid, e = entry(index, name=name, rv=rv)
-        index.upsert(ns, uid, e)
-    index.remove("team-a", "uid-old-delete", 2)
-    index.remove("team-a", "uid-new-delete", 15)
-    listed = [observe(raw_binding(name="kept", rv=4), index.intern)]
-    changed = index.replace(listed, list_rv=10)
-    assert changed == {"team-a"}
-    assert set(index.bindings("team-a")) == {"uid-kept", "uid-fresh"}  # fresh: rv 20 > 10
-    assert index.deleted("uid-gone")  # the relist's own deletion is remembered a while
-    assert not index.deleted("uid-old-delete")
-    assert index.deleted("uid-new-delete")
-    assert len(index) == 2
-
-
-def test_relist_does_not_resurrect_a_binding_deleted_after_the_snapshot() -> None:
-    index = BindingIndex()
-    ns, uid, e = entry(index, rv=5)
-    index.upsert(ns, uid, e)
-    index.remove(ns, uid, 12)  # watch saw the delete
-    listed = [observe(raw_binding(rv=5), index.intern)]  # snapshot taken at 10
-    index.replace(listed, list_rv=10)
-    assert index.get(ns, uid) is None
 
 
 def test_malformed_binding_is_indexed_as_zero_and_says_why() -> None:

@@ -171,12 +171,3 @@ def test_table_events_and_observed_sums() -> None:
     assert as_strings(t.observed("team-a", names, ())) == {"requests.cpu": "0", "pods": "0"}
     assert t.apply("DELETED", pod("b")) is None
     assert len(t) == 1
-
-
-def test_table_replace_reports_changed_namespaces() -> None:
-    t = PodTable()
-    t.apply("ADDED", pod("a"))
-    t.apply("ADDED", pod("b", namespace="same"))
-    changed = t.replace([pod("b", namespace="same"), pod("c", namespace="new")])
-    assert changed == {"team-a", "new"}
-    assert t.namespaces() == {"same", "new"}

@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any
 from unittest import mock
 
 from hypothesis import HealthCheck, given, settings
@@ -43,13 +43,12 @@ from karmadaquota.controller import status as st_
 from karmadaquota.controller.index import BindingIndex, parse_rv, safe_observe
 from karmadaquota.evaluate import Decision
 from karmadaquota.evaluate import evaluate as real_evaluate
-from karmadaquota.kube.client import JSON, Conflict, KubeClient, KubeError
+from karmadaquota.kube.client import JSON, Conflict, KubeError
 from karmadaquota.quantity import Quantity, QuantityError
 from karmadaquota.resources import ResourceList
 from karmadaquota.webhook import review
 from karmadaquota.webhook.app import Webhook
 from karmadaquota.webhook.batcher import Batcher, BatcherConfig, Pending
-from karmadaquota.webhook.cache import QuotaCache
 from karmadaquota.webhook.metrics import WebhookMetrics
 from tests.fake_api import FakeApiServer, FakeStore, quota_doc
 
@@ -272,10 +271,7 @@ class Replica:
 def replica(api: FakeApiServer) -> Replica:
     store = FakeStore(api=api)
     store.refresh()
-    cache = QuotaCache(cast(KubeClient, None))
-    for q in store.quotas(NS):
-        cache.update(q)
-    cache.synced.set()
+    cache = store.quota_store()
     # no real waiting between conflicting writes: the interleaving stays deterministic
     batcher = Batcher(store, BatcherConfig(conflict_backoff=0.0), clock=lambda: NOW)
     webhook = Webhook(cache, batcher, WebhookMetrics())
@@ -319,9 +315,14 @@ class Controller:
     events: list[tuple[str, JSON]] = field(default_factory=list)
 
     async def sync(self, relist: bool) -> None:
-        if relist:
-            listed = [safe_observe(d, self.index.intern) for d in self.api.bindings.values()]
-            self.index.replace([s for s in listed if s is not None], self.api.rv)
+        if relist:  # the list supersedes the events before it (the informer's order)
+            self.events.clear()
+            for uid in [u for u in self.index.bindings(NS) if u not in self.api.bindings]:
+                self.index.remove(NS, uid, self.api.rv)
+            for d in self.api.bindings.values():
+                if (listed := safe_observe(d, self.index.intern)) is not None:
+                    self.index.apply(listed)
+            self.index.forget_deletions_before(self.api.rv)
         for kind, obj in self.events:
             meta = obj["metadata"]
             if kind == "DELETED":

@@ -7,16 +7,14 @@ import json
 import logging
 import re
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from karmadaquota import logs
-from karmadaquota.kube.client import KubeClient
 from karmadaquota.webhook.app import Webhook, build_app
 from karmadaquota.webhook.batcher import Batcher
-from karmadaquota.webhook.cache import QuotaCache
 from karmadaquota.webhook.metrics import WebhookMetrics
 from tests.fake_api import FakeStore, quota_doc
 from tests.test_webhook_app import review
@@ -50,10 +48,7 @@ async def test_no_log_line_carries_the_object_or_a_credential(
 ) -> None:
     logs.setup(fmt, "debug")
     store = FakeStore(quota_doc(hard={"requests.cpu": "2", "pods": "100"}))
-    cache = QuotaCache(cast(KubeClient, None))
-    for q in store.quotas("ns"):
-        cache.update(q)
-    cache.synced.set()
+    cache = store.quota_store()
     client = TestClient(TestServer(build_app(Webhook(cache, Batcher(store), WebhookMetrics()))))
     await client.start_server()
     bodies: list[bytes] = [

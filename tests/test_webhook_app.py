@@ -16,16 +16,16 @@ from hypothesis import strategies as st
 from karmadaquota.api import KarmadaQuota
 from karmadaquota.evaluate import Decision
 from karmadaquota.kube.client import KubeClient
+from karmadaquota.kube.quotas import QuotaStore
 from karmadaquota.webhook import review as review_mod
 from karmadaquota.webhook.app import (
     DecisionLog,
-    KubeQuotaStore,
+    KubeQuotaBackend,
     Webhook,
     build_app,
     review_budget,
 )
 from karmadaquota.webhook.batcher import Batcher
-from karmadaquota.webhook.cache import QuotaCache
 from karmadaquota.webhook.metrics import WebhookMetrics
 from tests.fake_api import FakeStore, quota_doc
 from tests.polling import until
@@ -61,10 +61,7 @@ def review(
 @pytest.fixture
 async def setup() -> AsyncIterator[tuple[TestClient[Any, Any], FakeStore, Webhook]]:
     store = FakeStore(quota_doc(hard={"requests.cpu": "10", "pods": "100"}))
-    cache = QuotaCache(cast(KubeClient, None))
-    for q in store.quotas("ns"):
-        cache.update(q)
-    cache.synced.set()
+    cache = store.quota_store()
     webhook = Webhook(cache, Batcher(store), WebhookMetrics())
     client = TestClient(TestServer(build_app(webhook)))
     await client.start_server()
@@ -304,9 +301,9 @@ async def test_readyz_waits_for_the_cache_and_metrics_are_served(setup: Any) -> 
     client, _, webhook = setup
     assert (await client.get("/healthz")).status == 200
     assert (await client.get("/readyz")).status == 200
-    webhook.cache.synced.clear()
+    webhook.quotas.synced.clear()
     assert (await client.get("/readyz")).status == 503
-    webhook.cache.synced.set()
+    webhook.quotas.synced.set()
     await post(client, "/validate-resourcebinding", review(binding_doc("web")))
     text = await (await client.get("/metrics")).text()
     assert "karmadaquota_admission_duration_seconds_bucket" in text
@@ -341,7 +338,7 @@ def test_quota_model_round_trips_reservations() -> None:
 
 async def test_before_the_cache_synced_every_charge_is_refused_not_allowed(setup: Any) -> None:
     client, store, webhook = setup
-    webhook.cache.synced.clear()
+    webhook.quotas.synced.clear()
     doc = binding_doc("web", namespace="no-quota-here")
     status, body = await post(client, "/validate-resourcebinding", review(doc))
     resp = body["response"]
@@ -378,10 +375,7 @@ async def test_own_share_excludes_the_namespaces_api_time() -> None:
         return await real_put(quota)
 
     store.put_status = put_status  # type: ignore[method-assign]
-    cache = QuotaCache(cast(KubeClient, None))
-    for q in store.quotas("ns"):
-        cache.update(q)
-    cache.synced.set()
+    cache = store.quota_store()
     webhook = Webhook(cache, Batcher(store), WebhookMetrics(), api_seconds)
     async with TestClient(TestServer(build_app(webhook))) as client:
         status, body = await post(client, "/validate-resourcebinding", review(binding_doc("web")))
@@ -401,7 +395,7 @@ async def test_kube_store_accounts_api_time_per_namespace() -> None:
         async def put(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
             return body
 
-    store = KubeQuotaStore(cast(KubeClient, Client()), QuotaCache(cast(KubeClient, None)))
+    store = KubeQuotaBackend(cast(KubeClient, Client()), QuotaStore(None))
     await store.put_status({"metadata": {"namespace": "a", "name": "q"}})
     await store.get("b", "q")
     assert set(store.api_seconds) == {"a", "b"}
@@ -524,7 +518,7 @@ async def labelled(
     labels: NamespaceLabels, doc: dict[str, Any], dry_run: bool = False
 ) -> dict[str, Any]:
     store = FakeStore(quota_doc(hard={"pods": "1"}))
-    cache = QuotaCache(cast(KubeClient, None))
+    cache = QuotaStore(None)
     cache.synced.set()
     webhook = Webhook(cache, Batcher(store), WebhookMetrics(), namespace_api=labels)
     client = TestClient(TestServer(build_app(webhook)))

@@ -7,17 +7,15 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import AsyncIterator
-from typing import Any, cast
+from typing import Any
 
 import jsonpatch  # type: ignore[import-untyped]
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from karmadaquota import queued
-from karmadaquota.kube.client import KubeClient
 from karmadaquota.webhook.app import Webhook, build_app
 from karmadaquota.webhook.batcher import Batcher
-from karmadaquota.webhook.cache import QuotaCache
 from karmadaquota.webhook.metrics import WebhookMetrics
 from karmadaquota.webhook.refusals import RefusalRecorder
 from tests.fake_api import FakeStore, quota_doc
@@ -40,10 +38,7 @@ def queue_quota(
 
 async def serve(doc: Any) -> tuple[TestClient[Any, Any], FakeStore, Webhook]:
     store = FakeStore(doc)
-    cache = QuotaCache(cast(KubeClient, None))
-    for q in store.quotas("ns"):
-        cache.update(q)
-    cache.synced.set()
+    cache = store.quota_store()
     webhook = Webhook(cache, Batcher(store), WebhookMetrics())
     client = TestClient(TestServer(build_app(webhook)))
     await client.start_server()

@@ -16,7 +16,6 @@ import warnings
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import cast
 
 import aiohttp
 import pytest
@@ -25,10 +24,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from karmadaquota.kube.client import KubeClient
 from karmadaquota.webhook.app import Webhook, build_app
 from karmadaquota.webhook.batcher import Batcher
-from karmadaquota.webhook.cache import QuotaCache
 from karmadaquota.webhook.metrics import WebhookMetrics
 from karmadaquota.webhook.server import MAX_BODY_BYTES, Listener, ServerConfig, serve, tls_context
 from tests.fake_api import FakeStore, quota_doc
@@ -96,10 +93,7 @@ async def start(
 ) -> tuple[Listener, str]:
     cert_file, key_file = self_signed(tmp_path)
     store = FakeStore(quota_doc(hard={"requests.cpu": "1000", "pods": "1000"}))
-    cache = QuotaCache(cast(KubeClient, None))
-    for q in store.quotas("ns"):
-        cache.update(q)
-    cache.synced.set()
+    cache = store.quota_store()
     app = build_app(Webhook(cache, Batcher(store), WebhookMetrics()))
     listener = await serve(
         app,

@@ -3,15 +3,13 @@
 Each binding is charged ONCE per event with the shared engine (`charge.charge`) and stored in a
 compact form: the resource names as one interned tuple, the usage as exact nano-unit integers
 aligned to those names (total and per target cluster), the scope traits, the generation (for
-reservation pruning) and the resourceVersion (to order events against relists). Recomputing a
-quota then only adds integers; see `aggregate`.
+reservation pruning) and the resourceVersion (a queued binding's admission precondition).
+Recomputing a quota then only adds integers; see `aggregate`.
 
-Events and relists may arrive in any order: an object is replaced only by a version at least as
-new (resourceVersions compared as integers, which etcd-backed API servers guarantee), and a
-deletion leaves a tombstone so that a relist snapshot taken before the deletion cannot bring
-the binding back. A relist drops indexed bindings that it does not contain unless they are
-newer than the list; tombstones older than a relist are forgotten (so memory is bounded by the
-deletions seen between two relists).
+Version order is the informer's job (`kube.informer`: one ordering rule for every kind); the
+index stores what it is given. A deletion leaves a tombstone, so that a pending charge whose
+binding was seen deleted is released at once (`deleted`); tombstones older than a relist are
+forgotten (so memory is bounded by the deletions seen between two relists).
 
 A binding with a deletionTimestamp is treated as deleted: Karmada is removing its workloads,
 and waiting for its finalizer (which lasts as long as an unreachable member stays unreachable)
@@ -229,14 +227,9 @@ class BindingIndex:
     # ---- mutations -------------------------------------------------------------------------
 
     def upsert(self, namespace: str, uid: str, entry: IndexedBinding) -> bool:
-        """Store `entry` unless a newer version or a later deletion is known; True if changed."""
-        tomb = self._tombstones.get(uid)
-        if tomb is not None and tomb[1] >= entry.rv > 0:
-            return False
+        """Store `entry` (the informer delivers versions in order); True if changed."""
         bucket = self._by_ns.setdefault(namespace, {})
         current = bucket.get(uid)
-        if current is not None and entry.rv and current.rv > entry.rv:
-            return False
         bucket[uid] = entry
         self._track_queue(namespace, uid, entry)
         if current is None:
@@ -250,11 +243,8 @@ class BindingIndex:
         if tomb is None or rv > tomb[1]:
             self._tombstones[uid] = (namespace, rv)
         bucket = self._by_ns.get(namespace)
-        if bucket is None or uid not in bucket:
+        if bucket is None or bucket.pop(uid, None) is None:
             return False
-        if rv and bucket[uid].rv > rv:
-            return False  # a newer version is known: this deletion is stale
-        del bucket[uid]
         self._track_queue(namespace, uid, None)
         self._count -= 1
         if not bucket:
@@ -266,25 +256,6 @@ class BindingIndex:
         if seen.entry is None:
             return self.remove(seen.namespace, seen.uid, seen.rv)
         return self.upsert(seen.namespace, seen.uid, seen.entry)
-
-    def replace(self, listed: Iterable[BindingState], list_rv: int) -> set[str]:
-        """Fold in a full list taken at `list_rv`; returns the namespaces that changed.
-
-        Bindings indexed before the list and absent from it were deleted meanwhile.
-        """
-        changed: set[str] = set()
-        present: set[str] = set()
-        for seen in listed:
-            present.add(seen.uid)
-            if self.apply(seen):
-                changed.add(seen.namespace)
-        for ns in list(self._by_ns):
-            for uid, entry in list(self._by_ns[ns].items()):
-                if uid not in present and (list_rv == 0 or entry.rv <= list_rv):
-                    self.remove(ns, uid, list_rv)
-                    changed.add(ns)
-        self.forget_deletions_before(list_rv)
-        return changed
 
     def forget_deletions_before(self, list_rv: int) -> None:
         """A list taken at `list_rv` reflects earlier deletions: forget their tombstones (the

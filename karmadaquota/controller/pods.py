@@ -20,7 +20,7 @@ the BestEffort QoS class (no cpu/memory request or limit in any container).
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -157,19 +157,6 @@ class PodTable:
         ns, uid = str(meta.get("namespace", "")), str(meta.get("uid", ""))
         usage = None if event_type == "DELETED" else pod_usage(pod)
         return ns if self.put(ns, uid, usage) else None
-
-    def replace(self, pods: Iterable[Mapping[str, Any]]) -> set[str]:
-        """Replace everything with a fresh list; the namespaces whose figures changed."""
-        fresh = PodTable()
-        for pod in pods:
-            fresh.apply("ADDED", pod)
-        changed = {
-            ns
-            for ns in self.namespaces() | fresh.namespaces()
-            if self._by_ns.get(ns) != fresh._by_ns.get(ns)
-        }
-        self._by_ns = fresh._by_ns
-        return changed
 
     def observed(
         self, namespace: str, names: Collection[str], exprs: tuple[Expression, ...]

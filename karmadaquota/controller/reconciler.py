@@ -37,11 +37,11 @@ from karmadaquota.controller.guard_keeper import FINALIZER, GuardKeeper
 from karmadaquota.controller.index import BindingIndex, safe_observe
 from karmadaquota.controller.members import Members
 from karmadaquota.controller.metrics import ControllerMetrics
-from karmadaquota.controller.quotas import QuotaRecord, QuotaTable
 from karmadaquota.controller.wake import Waker
 from karmadaquota.kube import namespaces, paths
 from karmadaquota.kube.client import JSON, JSON_PATCH, Api, Conflict, KubeError, NotFound
 from karmadaquota.kube.informer import Informer, Lister
+from karmadaquota.kube.quotas import QuotaRecord, QuotaStore
 from karmadaquota.kube.retry import Backoff, ConflictsExhausted, retry_on_conflict
 from karmadaquota.kube.versions import parse_rv
 
@@ -127,7 +127,14 @@ class Controller:
         self.waker = waker  # None: refused workloads wait on Karmada's own retry backoff
         self._clock = clock
         self.index = BindingIndex()
-        self.quotas = QuotaTable()
+        self.quotas = QuotaStore(
+            api,
+            on_put=lambda record: self.dirty.mark(record.namespace),
+            on_delete=self._quota_deleted,
+            on_relisted=lambda _: self._relisted(),
+            page_size=self.settings.page_size,
+            relist_period=self.settings.resync_period,
+        )
         self.synced = asyncio.Event()
         self.dirty = DirtyQueue(
             self.flush, quiet=self.settings.quiet, max_delay=self.settings.max_delay
@@ -151,14 +158,6 @@ class Controller:
             page_size=self.settings.page_size,
             relist_period=self.settings.resync_period,
             name="resourcebindings",
-        )
-        self.quota_informer = Informer(
-            paths.quotas(),
-            _QuotaFeed(self),
-            api,
-            page_size=self.settings.page_size,
-            relist_period=self.settings.resync_period,
-            name="karmadaquotas",
         )
         self.writes = 0
         self._unseen: dict[str, float] = {}  # reservation uid -> loop time first seen unobserved
@@ -192,27 +191,30 @@ class Controller:
 
     def quota_event(self, event_type: str, obj: Mapping[str, Any]) -> None:
         """One KarmadaQuota watch event, in version order."""
-        self.quota_informer.offer(event_type, obj)
+        self.quotas.informer.offer(event_type, obj)
 
-    def _fold_quota(self, raw: JSON) -> QuotaRecord | None:
-        """A quota our write returned (or a fresh read): stored unless a newer one is held."""
-        meta = raw.get("metadata") or {}
-        ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
-        if self.quota_informer.hold(
-            ns, name, str(meta.get("uid", "")), meta.get("resourceVersion")
-        ):
-            return self.quotas.put(raw)
-        return self.quotas.get(ns, name)
+    def _quota_deleted(self, record: QuotaRecord) -> None:
+        ns, name = record.namespace, record.name
+        self.metrics.forget_quota(ns, name)
+        self._outcomes.pop((ns, name), None)
+        if self.guards is not None:
+            self.guards.forget(ns, name)
+        if self.waker is not None and record.quota is not None:
+            # its waiting workloads may fit now; the namespace may have no quota left
+            self.waker.quota_deleted(record.quota)
+            self.dirty.mark(ns)
+        if self.index.has_queued(ns):
+            self.dirty.mark(ns)  # what it queued is admitted now (quota_deleted)
 
     # ---- full resync -----------------------------------------------------------------------
 
     async def resync(self) -> None:
         """List bindings and quotas in full and fold them in (every quota is recomputed)."""
         await self.binding_informer.relist()
-        await self.quota_informer.relist()
+        await self.quotas.informer.relist()
 
     def _relisted(self) -> None:
-        if not (self.binding_informer.synced.is_set() and self.quota_informer.synced.is_set()):
+        if not (self.binding_informer.synced.is_set() and self.quotas.informer.synced.is_set()):
             return
         self.metrics.bindings_indexed.set(len(self.index))
         self.metrics.resyncs.inc()
@@ -232,7 +234,7 @@ class Controller:
             {
                 "queues": self.run_queues(),
                 "binding-informer": self.binding_informer.run(),
-                "quota-informer": self.quota_informer.run(),
+                "quota-informer": self.quotas.informer.run(),
             }
         )
 
@@ -267,7 +269,7 @@ class Controller:
         if self.quotas.has(namespace) and self._can_write():
             await self._enforce(namespace)
         contended = False
-        for record in self.quotas.quotas(namespace):
+        for record in self.quotas.records(namespace):
             contended = not await self._sync_quota(record) or contended
         if contended:  # another controller is writing: come back very soon
             loop = asyncio.get_running_loop()
@@ -308,7 +310,7 @@ class Controller:
         self.admitter.publish(namespace, entries)
         if not self._can_write():
             return
-        quotas = [r.quota for r in self.quotas.quotas(namespace) if r.quota is not None]
+        quotas = [r.quota for r in self.quotas.records(namespace) if r.quota is not None]
         again = await self.admitter.admit(namespace, quotas, entries, self._clock())
         if again is not None:
             self.admissions.mark_at(namespace, again)
@@ -319,7 +321,7 @@ class Controller:
         One GET per namespace per resync period; a failure is retried in 2 s."""
         queueing = any(
             r.quota is not None and r.quota.spec.onExceed == ON_EXCEED_QUEUE
-            for r in self.quotas.quotas(namespace)
+            for r in self.quotas.records(namespace)
         )
         seen = self._enforced.get(namespace)  # None: not seen labelled since the last relist
         if self.namespace_api is None or (seen is not None and (seen or not queueing)):
@@ -347,7 +349,7 @@ class Controller:
         deleted. A member that failed is retried shortly; the others do not wait for it."""
         assert self.guards is not None
         loop = asyncio.get_running_loop()
-        for record in self.quotas.quotas(namespace):
+        for record in self.quotas.records(namespace):
             quota = record.quota
             if quota is None:
                 continue
@@ -399,7 +401,7 @@ class Controller:
                 extra={"namespace": ns, "quota": name, "error": str(e)},
             )
             return False
-        self._fold_quota(result)
+        self.quotas.fold(result)
         log.info(
             "quota finalizer written",
             extra={"namespace": ns, "quota": name, "finalizers": finalizers},
@@ -410,7 +412,7 @@ class Controller:
         """Requeue the namespace's waiting workloads that now fit (leader only)."""
         if self.waker is None or not self._can_write():
             return
-        quotas = [r.quota for r in self.quotas.quotas(namespace) if r.quota is not None]
+        quotas = [r.quota for r in self.quotas.records(namespace) if r.quota is not None]
         again = await self.waker.wake(namespace, quotas, self._clock())
         if again is not None:
             self.dirty.mark_at(namespace, again)
@@ -419,7 +421,7 @@ class Controller:
         """Release reservations of bindings that do not exist; True when some were found."""
         now = asyncio.get_running_loop().time()
         pending = rc.unobserved_reservations(
-            (r.quota for r in self.quotas.quotas(namespace) if r.quota is not None),
+            (r.quota for r in self.quotas.records(namespace) if r.quota is not None),
             self.index.bindings(namespace),
             self.index.deleted,
         )
@@ -474,15 +476,15 @@ class Controller:
             # version that won: use it instead of reading the whole object back. The server
             # still decides: a version that is stale again just loses the next CAS.
             held = self.quotas.get(ns, name)
-            if held is not None and _rv(held) > tried:
+            if held is not None and held.rv > tried:
                 return held
-            return self._fold_quota(await self.api.get(paths.quota(ns, name))) or record
+            return self.quotas.fold(await self.api.get(paths.quota(ns, name))) or record
 
         def mutate(current: QuotaRecord) -> tuple[QuotaRecord, st.StatusWrite] | None:
             # pure but for the clock: called again after each lost compare-and-swap, so the
             # side effects of an outcome (metrics, its expiry timer) follow the last one, below
             nonlocal outcome, tried, computed
-            tried = _rv(current)
+            tried = current.rv
             if current.quota is None:
                 return None
             now = self._clock()
@@ -538,7 +540,7 @@ class Controller:
         self.writes += 1
         for reason, n in outcome.released.items():
             self.metrics.released.labels(reason).inc(n)
-        self._fold_quota(result)
+        self.quotas.fold(result)
         log.info(
             "quota status written",
             extra={
@@ -585,10 +587,6 @@ async def _together(jobs: Mapping[str, Coroutine[Any, Any, None]]) -> None:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def _rv(record: QuotaRecord) -> int:
-    return parse_rv((record.raw.get("metadata") or {}).get("resourceVersion"))
-
-
 class _BindingFeed:
     """ResourceBinding events into the index (an `informer.Handler`)."""
 
@@ -631,35 +629,4 @@ class _BindingFeed:
 
     def relisted(self, resource_version: int) -> None:
         self.c.index.forget_deletions_before(resource_version)
-        self.c._relisted()
-
-
-class _QuotaFeed:
-    """KarmadaQuota events into the quota table (an `informer.Handler`)."""
-
-    def __init__(self, c: Controller) -> None:
-        self.c = c
-
-    def added(self, obj: Mapping[str, Any]) -> None:
-        self.c.dirty.mark(self.c.quotas.put(obj).namespace)
-
-    modified = added
-
-    def deleted(self, obj: Mapping[str, Any]) -> None:
-        meta = obj.get("metadata") or {}
-        ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
-        have = self.c.quotas.get(ns, name)
-        if self.c.quotas.remove(ns, name):
-            self.c.metrics.forget_quota(ns, name)
-            self.c._outcomes.pop((ns, name), None)
-            if self.c.guards is not None:
-                self.c.guards.forget(ns, name)
-            if self.c.waker is not None and have is not None and have.quota is not None:
-                # its waiting workloads may fit now; the namespace may have no quota left
-                self.c.waker.quota_deleted(have.quota)
-                self.c.dirty.mark(ns)
-            if self.c.index.has_queued(ns):
-                self.c.dirty.mark(ns)  # what it queued is admitted now (quota_deleted)
-
-    def relisted(self, resource_version: int) -> None:
         self.c._relisted()

@@ -32,6 +32,7 @@ from karmadaquota.api import KarmadaQuota, ResourceBinding
 from karmadaquota.evaluate import Decision, LimitedResource, QuotaView
 from karmadaquota.kube import namespaces, paths
 from karmadaquota.kube.client import JSON, KubeClient, KubeError, user_agent
+from karmadaquota.kube.quotas import QuotaStore
 from karmadaquota.quantity import QuantityError
 from karmadaquota.webhook import review
 from karmadaquota.webhook.batcher import (
@@ -41,7 +42,6 @@ from karmadaquota.webhook.batcher import (
     BatcherConfig,
     Pending,
 )
-from karmadaquota.webhook.cache import QuotaCache
 from karmadaquota.webhook.metrics import WebhookMetrics, serve_metrics
 from karmadaquota.webhook.refusals import RefusalRecorder
 from karmadaquota.webhook.server import MAX_BODY_BYTES, ServerConfig, serve, tls_context
@@ -89,12 +89,12 @@ class WebhookConfig:
     metrics_port: int | None = None
 
 
-class KubeQuotaStore:
-    """The batcher's QuotaStore over the API server and the watch cache."""
+class KubeQuotaBackend:
+    """The batcher's QuotaBackend: the quota store for reads, the API server for writes."""
 
-    def __init__(self, client: KubeClient, cache: QuotaCache) -> None:
+    def __init__(self, client: KubeClient, store: QuotaStore) -> None:
         self._client = client
-        self._cache = cache
+        self._store = store
         # Cumulative seconds spent in API calls per namespace: a review's own share of its
         # latency is what remains after the calls its namespace made while it waited.
         self.api_seconds: dict[str, float] = {}
@@ -104,10 +104,10 @@ class KubeQuotaStore:
         self.api_seconds[namespace] = self.api_seconds.get(namespace, 0.0) + elapsed
 
     def quotas(self, namespace: str) -> list[KarmadaQuota]:
-        return self._cache.quotas(namespace)
+        return self._store.quotas(namespace)
 
     def update(self, quota: KarmadaQuota) -> None:
-        self._cache.update(quota)
+        self._store.fold_quota(quota)
 
     async def get(self, namespace: str, name: str) -> JSON:
         started = time.perf_counter()
@@ -132,14 +132,14 @@ class Webhook:
 
     def __init__(
         self,
-        cache: QuotaCache,
+        quotas: QuotaStore,
         batcher: Batcher,
         metrics: WebhookMetrics,
         api_seconds: Mapping[str, float] | None = None,
         refusals: RefusalRecorder | None = None,
         namespace_api: namespaces.Patcher | None = None,
     ) -> None:
-        self.cache = cache
+        self.quotas = quotas
         # labels a quota's namespace for enforcement while admitting the quota (None: tests)
         self.namespace_api = namespace_api
         self.batcher = batcher
@@ -150,7 +150,7 @@ class Webhook:
         # (namespace, quota) -> monotonic times this replica queued a binding for it: a StrictFIFO
         # quota's `status.queued` lags by the controller's reaction time, this covers that window
         self._queued_at: dict[tuple[str, str], list[float]] = {}
-        # per namespace, cumulative seconds of quota API calls (KubeQuotaStore.api_seconds)
+        # per namespace, cumulative seconds of quota API calls (KubeQuotaBackend.api_seconds)
         self.api_seconds: Mapping[str, float] = api_seconds if api_seconds is not None else {}
 
     async def admit_binding(self, req: review.Request, budget: float | None = None) -> Decision:
@@ -169,14 +169,14 @@ class Webhook:
             raise review.MalformedReview(f"request.object is required for {req.operation}")
         if req.operation == "UPDATE" and req.oldObject is None:
             raise review.MalformedReview("request.oldObject is required for UPDATE")
-        if not self.cache.synced.is_set():
+        if not self.quotas.synced.is_set():
             # before the first LIST we cannot know the namespace has no quota: fail closed
             return Decision(
                 False,
                 "karmadaquota webhook is starting: quota cache not synced; try again",
                 REASON_NOT_READY,
             )
-        if not self.cache.has_quotas(req.namespace):
+        if not self.quotas.has(req.namespace):
             return Decision(True)
         try:
             new = ResourceBinding.model_validate(req.object)
@@ -224,11 +224,11 @@ class Webhook:
             )
         if req.operation != "CREATE" or req.subResource or req.object is None:
             return None
-        if not self.cache.synced.is_set() or not self.cache.has_quotas(req.namespace):
+        if not self.quotas.synced.is_set() or not self.quotas.has(req.namespace):
             return None
         if queueing.suspended(req.object):
             return None  # suspended by someone else: theirs to clear, charged as it asks
-        quotas = self.cache.quotas(req.namespace)
+        quotas = self.quotas.quotas(req.namespace)
         policies = {q.metadata.name: self._policy(req.namespace, q) for q in quotas}
         if not any(p.queue for p in policies.values()):
             return None
@@ -467,7 +467,7 @@ def build_app(webhook: Webhook, decisions: DecisionLog | None = None) -> web.App
     async def readyz(_: web.Request) -> web.Response:
         if webhook.draining:
             return web.Response(status=503, text="shutting down\n")
-        if webhook.cache.synced.is_set():
+        if webhook.quotas.synced.is_set():
             return web.Response(text="ok\n")
         return web.Response(status=503, text="quota cache not synced\n")
 
@@ -525,11 +525,15 @@ class CertReloader:
 
 @contextlib.asynccontextmanager
 async def running(settings: WebhookConfig) -> AsyncIterator[tuple[Webhook, int]]:
-    """Start the whole webhook (client, cache, batcher, HTTPS server); yields the bound port."""
+    """Start the whole webhook (client, quotas, batcher, HTTPS server); yields the bound port."""
     metrics = WebhookMetrics()
     client = await KubeClient.connect(settings.kubeconfig, user_agent=user_agent("webhook"))
-    cache = QuotaCache(client, on_change=metrics.cache_quotas.set)
-    store = KubeQuotaStore(client, cache)
+
+    def count(_: object) -> None:
+        metrics.cache_quotas.set(len(quotas))
+
+    quotas = QuotaStore(client, on_put=count, on_delete=count, on_relisted=count)
+    store = KubeQuotaBackend(client, quotas)
     batcher = Batcher(
         store,
         BatcherConfig(
@@ -542,15 +546,15 @@ async def running(settings: WebhookConfig) -> AsyncIterator[tuple[Webhook, int]]
         on_write=metrics.observe_write,
     )
     refusals = RefusalRecorder(store, batcher) if settings.record_waiting else None
-    webhook = Webhook(cache, batcher, metrics, store.api_seconds, refusals, client)
+    webhook = Webhook(quotas, batcher, metrics, store.api_seconds, refusals, client)
     certs = CertReloader(settings.cert_file, settings.key_file, metrics.serving_certificate_loaded)
     tasks: list[asyncio.Task[Any]] = [
-        asyncio.create_task(cache.run(), name="quota-cache"),
+        asyncio.create_task(quotas.run(), name="quota-store"),
         asyncio.create_task(certs.watch(settings.cert_check_interval), name="cert-reload"),
     ]
 
     async def mark_synced() -> None:
-        await cache.synced.wait()
+        await quotas.synced.wait()
         metrics.cache_synced.set(1)
 
     tasks.append(asyncio.create_task(mark_synced()))

@@ -1,4 +1,5 @@
-"""The webhook's quota cache: list, then watch; never rolls back, skips what it holds."""
+"""The one quota store both shells read: list, then watch; never rolls back, skips what it
+holds, and folds in our own writes (as a model or raw)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any, cast
 
 from karmadaquota.api import KarmadaQuota
 from karmadaquota.kube.client import JSON, KubeClient
-from karmadaquota.webhook.cache import QuotaCache
+from karmadaquota.kube.quotas import QuotaRecord, QuotaStore
 from tests.fake_api import quota_doc
 
 
@@ -35,7 +36,7 @@ class FakeApi:
         await asyncio.Event().wait()
 
 
-async def run(api: FakeApi, cache: QuotaCache) -> None:
+async def run(api: FakeApi, cache: QuotaStore) -> None:
     task = asyncio.create_task(cache.run())
     await cache.synced.wait()
     await api.drained.wait()
@@ -51,7 +52,7 @@ async def test_watch_events_update_delete_and_never_roll_back() -> None:
         [quota_doc("a", rv=9), quota_doc("b", rv=9)],
         [("MODIFIED", newer), ("MODIFIED", stale), ("DELETED", gone)],
     )
-    cache = QuotaCache(cast(KubeClient, api))
+    cache = QuotaStore(cast(KubeClient, api))
     await run(api, cache)
     (a,) = cache.quotas("ns")
     assert a.metadata.resourceVersion == "20" and a.spec.hard == {"pods": "5"}
@@ -63,10 +64,10 @@ async def test_a_version_the_cache_already_holds_is_not_parsed_again() -> None:
     echo = {**ours, "spec": {"hard": {"pods": "1"}}}
     api = FakeApi([quota_doc("a", rv=9)], [("MODIFIED", echo)])
     api.gate.clear()
-    cache = QuotaCache(cast(KubeClient, api))
+    cache = QuotaStore(cast(KubeClient, api))
     task = asyncio.create_task(cache.run())
     await cache.synced.wait()
-    cache.update(KarmadaQuota.model_validate(ours))  # folded in from the PUT response
+    cache.fold_quota(KarmadaQuota.model_validate(ours))  # folded in from the PUT response
     api.gate.set()
     await api.drained.wait()
     task.cancel()
@@ -76,3 +77,43 @@ async def test_a_version_the_cache_already_holds_is_not_parsed_again() -> None:
         "requests.cpu": "10",
         "pods": "100",
     }
+
+
+def test_a_record_gives_the_form_it_was_not_given() -> None:
+    doc = quota_doc("a", rv=7)
+    doc["metadata"]["managedFields"] = [{"manager": "kubectl"}]
+    raw = QuotaRecord(doc)
+    assert "managedFields" not in raw.raw["metadata"]  # megabytes over a thousand quotas
+    assert raw.quota is not None and raw.quota.spec.hard == {"requests.cpu": "10", "pods": "100"}
+    assert (raw.namespace, raw.name, raw.uid, raw.rv) == ("ns", "a", "a", 7)
+    parsed = QuotaRecord(None, KarmadaQuota.model_validate(quota_doc("a", rv=8)))
+    assert parsed.rv == 8 and parsed.raw["spec"]["hard"] == {"requests.cpu": "10", "pods": "100"}
+    assert parsed.raw["metadata"]["resourceVersion"] == "8"
+
+
+def test_an_unreadable_quota_is_held_but_never_read() -> None:
+    store = QuotaStore(None)
+    bad = quota_doc("bad", rv=3)
+    bad["spec"]["hard"] = "not a map"
+    store.added(bad)
+    store.added(quota_doc("good", rv=4))
+    assert [r.name for r in store.records("ns")] == ["bad", "good"]
+    assert [q.metadata.name for q in store.quotas("ns")] == ["good"]
+
+
+def test_fold_keeps_the_newer_version_and_reports_each_change() -> None:
+    put: list[tuple[str, int]] = []
+    gone: list[str] = []
+    store = QuotaStore(
+        None, on_put=lambda r: put.append((r.name, r.rv)), on_delete=lambda r: gone.append(r.name)
+    )
+    store.informer.offer("ADDED", quota_doc("a", rv=5))
+    held = store.fold(quota_doc("a", rv=9))  # our write's answer
+    assert held is not None and held.rv == 9
+    stale = store.fold(quota_doc("a", rv=6))  # a late answer never rolls back
+    assert stale is held
+    store.informer.offer("MODIFIED", quota_doc("a", rv=9))  # the echo of our write
+    assert put == [("a", 5), ("a", 9)]
+    store.informer.offer("DELETED", quota_doc("b", rv=10))  # never held: nothing to report
+    store.informer.offer("DELETED", quota_doc("a", rv=11))
+    assert gone == ["a"] and not store.has("ns") and len(store) == 0

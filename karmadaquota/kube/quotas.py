@@ -1,0 +1,171 @@
+"""The one store of KarmadaQuotas both shells read: informer-fed, with "fold my own write".
+
+As client-go's informer store with its `MutationCache`: the quota informer (`kube.informer`:
+list, watch, relist on 410, version order) fills it, and a writer folds the object its write
+returned in at once (`fold`), so its next decision starts from what it wrote; the informer then
+skips the watch's echo of that write, and a late event carrying an older resourceVersion never
+rolls the store back. The webhook reads parsed quotas on every review; the controller reads the
+raw object too (the base of its status write). A record keeps whichever form it was given and
+makes the other on first use: during a storm the webhook writes the quota many times between
+two recomputes, and only the last version is ever parsed by the controller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from karmadaquota.api import KarmadaQuota, read_quota
+from karmadaquota.kube import paths
+from karmadaquota.kube.informer import Informer, Lister
+from karmadaquota.kube.retry import Backoff
+from karmadaquota.kube.versions import parse_rv
+
+RECONNECT = Backoff(1.0, 1.0)
+
+
+class QuotaRecord:
+    """One quota as last stored: the raw object or the model, the other made on first use.
+
+    `metadata.managedFields` (the API server's field-ownership bookkeeping, often the bulk of
+    a quota's metadata) is not kept: a status write that omits it leaves the server's as it
+    is, and with a thousand quotas it would be megabytes held for nothing.
+    """
+
+    __slots__ = ("_quota", "_raw", "name", "namespace", "rv", "uid")
+
+    def __init__(self, raw: Mapping[str, Any] | None, quota: KarmadaQuota | None = None) -> None:
+        if raw is not None:
+            meta = dict(raw.get("metadata") or {})
+            meta.pop("managedFields", None)
+            self._raw: dict[str, Any] | None = {**raw, "metadata": meta}
+            self._quota: KarmadaQuota | bool | None = False  # False: not parsed yet
+        else:
+            assert quota is not None, "a record holds a raw quota or a parsed one"
+            self._raw, self._quota = None, quota
+            m = quota.metadata
+            meta = {"namespace": m.namespace, "name": m.name, "uid": m.uid}
+            meta["resourceVersion"] = m.resourceVersion
+        self.namespace = str(meta.get("namespace") or "")
+        self.name = str(meta.get("name") or "")
+        self.uid = str(meta.get("uid") or "")
+        self.rv = parse_rv(meta.get("resourceVersion"))
+
+    @property
+    def raw(self) -> dict[str, Any]:
+        """The object as the API server has it (dumped from the model when folded as one)."""
+        if self._raw is None:
+            assert isinstance(self._quota, KarmadaQuota)
+            self._raw = self._quota.model_dump(mode="json", exclude_none=True)
+        return self._raw
+
+    @property
+    def quota(self) -> KarmadaQuota | None:
+        """The parsed quota; None (logged once) when it cannot be read."""
+        if self._quota is False:
+            assert self._raw is not None
+            self._quota = read_quota(self._raw)
+        return self._quota if isinstance(self._quota, KarmadaQuota) else None
+
+
+class QuotaStore:
+    """namespace -> name -> QuotaRecord, fed by its informer (this is its `Handler`).
+
+    `on_put` and `on_delete` see each record stored or removed (the controller marks the
+    namespace dirty; the webhook counts its quotas); `on_relisted` follows a full list.
+    """
+
+    def __init__(
+        self,
+        client: Lister | None,
+        *,
+        on_put: Callable[[QuotaRecord], None] | None = None,
+        on_delete: Callable[[QuotaRecord], None] | None = None,
+        on_relisted: Callable[[int], None] | None = None,
+        page_size: int = 500,
+        relist_period: float | None = None,
+        backoff: Backoff = RECONNECT,
+    ) -> None:
+        self._by_ns: dict[str, dict[str, QuotaRecord]] = {}
+        self._on_put = on_put
+        self._on_delete = on_delete
+        self._on_relisted = on_relisted
+        self.informer = Informer(
+            paths.quotas(),
+            self,
+            client,
+            page_size=page_size,
+            relist_period=relist_period,
+            backoff=backoff,
+            name="karmadaquotas",
+        )
+        self.synced = self.informer.synced
+
+    def __len__(self) -> int:
+        return sum(len(b) for b in self._by_ns.values())
+
+    def namespaces(self) -> list[str]:
+        return sorted(self._by_ns)
+
+    def has(self, namespace: str) -> bool:
+        return bool(self._by_ns.get(namespace))
+
+    def records(self, namespace: str) -> list[QuotaRecord]:
+        """The namespace's quotas by name, readable or not."""
+        return sorted(self._by_ns.get(namespace, {}).values(), key=lambda r: r.name)
+
+    def quotas(self, namespace: str) -> list[KarmadaQuota]:
+        """The namespace's readable quotas by name (an unreadable one is logged, and skipped)."""
+        return [q for r in self.records(namespace) if (q := r.quota) is not None]
+
+    def get(self, namespace: str, name: str) -> QuotaRecord | None:
+        return self._by_ns.get(namespace, {}).get(name)
+
+    async def run(self) -> None:
+        """List and watch until cancelled."""
+        await self.informer.run()
+
+    # ---- fold my own write -----------------------------------------------------------------
+
+    def fold(self, raw: Mapping[str, Any]) -> QuotaRecord | None:
+        """Fold in a quota a write of ours returned (or a fresh read) unless a newer version
+        is held; the record held afterwards."""
+        return self._fold(QuotaRecord(raw))
+
+    def fold_quota(self, quota: KarmadaQuota) -> QuotaRecord | None:
+        """`fold` for a quota already parsed (what the webhook's batch wrote)."""
+        return self._fold(QuotaRecord(None, quota))
+
+    def _fold(self, record: QuotaRecord) -> QuotaRecord | None:
+        if self.informer.hold(record.namespace, record.name, record.uid, record.rv):
+            self._put(record)
+            return record
+        return self.get(record.namespace, record.name)
+
+    # ---- informer.Handler --------------------------------------------------------------------
+
+    def added(self, obj: Mapping[str, Any]) -> None:
+        self._put(QuotaRecord(obj))
+
+    modified = added
+
+    def deleted(self, obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        ns, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+        bucket = self._by_ns.get(ns)
+        record = bucket.pop(name, None) if bucket is not None else None
+        if record is None:
+            return
+        if not bucket:
+            del self._by_ns[ns]
+        if self._on_delete is not None:
+            self._on_delete(record)
+
+    def relisted(self, resource_version: int) -> None:
+        if self._on_relisted is not None:
+            self._on_relisted(resource_version)
+
+    def _put(self, record: QuotaRecord) -> None:
+        self._by_ns.setdefault(record.namespace, {})[record.name] = record
+        if self._on_put is not None:
+            self._on_put(record)

@@ -8,9 +8,10 @@ trusts a quota. Returns every problem at once so a user fixes them in one go.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 from karmadaquota import resources
-from karmadaquota.api import ENFORCEMENT_ENUM, KarmadaQuotaSpec
+from karmadaquota.api import ENFORCEMENT_ENUM, KarmadaQuotaSpec, QuantityValue
 from karmadaquota.quantity import Quantity, QuantityError
 from karmadaquota.resources import parse_resource_list
 from karmadaquota.scopes import BEST_EFFORT, NOT_BEST_EFFORT, validate_scopes
@@ -76,6 +77,24 @@ def validate_resource_name(name: str) -> str | None:
     return f'{path}: Invalid value: "{name}": must be a standard resource for quota'
 
 
+def _amount(
+    rl: Mapping[str, QuantityValue], name: str, where: str, errors: list[str]
+) -> Quantity | None:
+    """`rl[name]` as a quantity of at least 0; None (the reason in `errors`) when it is not.
+    One name at a time, so that every bad quantity is reported, not only the first."""
+    try:
+        value = parse_resource_list({name: rl[name]}, where)[name]
+    except QuantityError as e:
+        errors.append(str(e))
+        return None
+    if value.sign < 0:
+        errors.append(
+            f'{where}[{name}]: Invalid value: "{value}": must be greater than or equal to 0'
+        )
+        return None
+    return value
+
+
 def validate_spec(spec: KarmadaQuotaSpec) -> list[str]:
     """Every reason this spec is not a valid KarmadaQuota; empty when it is."""
     errors: list[str] = []
@@ -84,16 +103,7 @@ def validate_spec(spec: KarmadaQuotaSpec) -> list[str]:
         if problem:
             errors.append(problem)
     for name in sorted(spec.hard):
-        # one name at a time, so that every bad quantity is reported, not only the first
-        try:
-            value = parse_resource_list({name: spec.hard[name]}, "spec.hard")[name]
-        except QuantityError as e:
-            errors.append(str(e))
-            continue
-        if value.sign < 0:
-            errors.append(
-                f'spec.hard[{name}]: Invalid value: "{value}": must be greater than or equal to 0'
-            )
+        _amount(spec.hard, name, "spec.hard", errors)
     for i, scope in enumerate(spec.scopes):
         if scope not in (BEST_EFFORT, NOT_BEST_EFFORT):
             errors.append(
@@ -144,16 +154,8 @@ def validate_member_enforcement(spec: KarmadaQuotaSpec) -> list[str]:
                     f'{path}: Invalid value: "{name}": must be a resource named in spec.hard'
                 )
                 continue
-            try:
-                value = parse_resource_list({name: caps[name]}, where)[name]
-            except QuantityError as e:
-                errors.append(str(e))
-                continue
-            if value.sign < 0:
-                errors.append(
-                    f'{path}: Invalid value: "{value}": must be greater than or equal to 0'
-                )
-            elif name in hard and value > hard[name]:
+            value = _amount(caps, name, where, errors)
+            if value is not None and name in hard and value > hard[name]:
                 errors.append(
                     f'{path}: Invalid value: "{value}": must be less than or equal to '
                     f"spec.hard[{name}] ({hard[name]})"

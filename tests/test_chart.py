@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import yaml
 from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from karmadaquota import install
 
@@ -580,6 +581,10 @@ def test_self_signed_secret_holds_the_ca_and_a_certificate_it_signed() -> None:
     ca = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["ca.crt"]))
     cert = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
     cert.verify_directly_issued_by(ca)
+    # ECDSA P-256: each TLS handshake the API server opens costs the webhook one signature
+    for c in (ca, cert):
+        key = c.public_key()
+        assert isinstance(key, ec.EllipticCurvePublicKey) and key.curve.name == "secp256r1"
     # the CA, kept across upgrades (lookup) so the caBundle never changes; never mounted
     ca_secret = one(docs, "Secret", "karmadaquota-webhook-ca")
     assert ca_secret["data"]["tls.crt"] == secret["data"]["ca.crt"]

@@ -61,4 +61,4 @@ bench: binaries
 	$(PYTHON) -m bench.bench_recompute
 	$(PYTHON) -m bench.bench_cost --rounds 3 --count 600 --deployments 100
 	$(PYTHON) -m bench.bench_admission --rounds 3 --seconds 8
-	$(PYTHON) -m bench.bench_requeue --trials 10 --refused-for 60
+	$(PYTHON) -m bench.bench_wake --trials 10 --refused-for 60

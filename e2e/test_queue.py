@@ -308,7 +308,7 @@ async def test_switched_to_refuse_queues_nothing_new_and_drains_its_queue(
     await eventually(refused_and_waiting, 60, "r1 refused (remembered in status.waiting)")
     assert await binding(s, ns, "r1") is None, "a Refuse quota queues nothing new"
 
-    # room for q1 and r1 both (r1 is requeued by annotation, and must not take q1's room)
+    # room for q1 and r1 both (r1 is woken by annotation, and must not take q1's room)
     await scale(s, ns, "base", 0)
     await until_placed(s, ns, "q1", 2)
     assert await s.admissions("quota_refuse_mode") == drained + 1

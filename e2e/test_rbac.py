@@ -102,7 +102,7 @@ async def objects(admin: KubeClient, testbed: TestBed, manifests: None) -> dict[
     await admin.post(
         f"/apis/work.karmada.io/v1alpha2/namespaces/{ns}/resourcebindings", binding(ns, "b")
     )
-    # a resource template (no PropagationPolicy: Karmada leaves it alone) for the requeue calls
+    # a resource template (no PropagationPolicy: Karmada leaves it alone) for the wake calls
     await admin.post(
         f"/apis/apps/v1/namespaces/{ns}/deployments", deployment(ns, "d", 0, {"cpu": "1m"})
     )
@@ -139,7 +139,7 @@ async def test_the_controller_can_make_every_call_it_makes_and_nothing_else(
         "list CRDs (kopf)": ("GET", CRDS, None),
         "create the Lease": ("POST", LEASES, lease),
         "get the Lease": ("GET", f"{LEASES}/karmadaquota-controller", None),
-        "get a Deployment (requeue audit)": ("GET", template, None),
+        "get a Deployment (wake audit)": ("GET", template, None),
         "get a PriorityClass (queue order)": (
             "GET",
             "/apis/scheduling.k8s.io/v1/priorityclasses/system-cluster-critical",
@@ -165,11 +165,11 @@ async def test_the_controller_can_make_every_call_it_makes_and_nothing_else(
     }
     got = {what: await status_of(c, *call) for what, call in allowed.items()}
     assert got == {what: 200 for what in allowed}, got
-    # requeue: the merge patch of one annotation the waker sends (controller/wake.py)
+    # wake: the merge patch of one annotation the waker sends (controller/wake.py)
     patched = await c.merge_patch(
-        template, {"metadata": {"annotations": {"quota.karmada.io/requeued-at": "rbac-test"}}}
+        template, {"metadata": {"annotations": {"quota.karmada.io/woken-at": "rbac-test"}}}
     )
-    assert patched["metadata"]["annotations"]["quota.karmada.io/requeued-at"] == "rbac-test"
+    assert patched["metadata"]["annotations"]["quota.karmada.io/woken-at"] == "rbac-test"
     # queue admission: the merge patch on a resourceVersion the admitter sends (controller/admit.py)
     rv = (await c.get(binding_path))["metadata"]["resourceVersion"]
     admitted = await c.request(

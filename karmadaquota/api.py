@@ -178,7 +178,7 @@ class KarmadaQuotaSpec(_Lenient):
     onExceed: OnExceed = Field(
         default=ON_EXCEED_REFUSE,
         description="What happens to a new workload that does not fit: Refuse (by default; "
-        "admission refuses its ResourceBinding; it is requeued by annotation when room appears) "
+        "admission refuses its ResourceBinding; it is woken by annotation when room appears) "
         "or Queue "
         "(its binding is created with scheduling suspended and admitted in order as room "
         "appears). Scale-ups of running workloads are refused either way.",
@@ -564,7 +564,7 @@ class KarmadaQuotaStatus(_Lenient):
     )
     waiting: list[WaitingWorkload] = Field(
         default_factory=list,
-        description="Workloads this quota refused, oldest first; requeued when they fit.",
+        description="Workloads this quota refused, oldest first; woken when they fit.",
     )
     queued: int = Field(
         default=0,

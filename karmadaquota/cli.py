@@ -9,7 +9,7 @@ import logging
 import signal
 import sys
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from karmadaquota import durations, logs
 
@@ -30,8 +30,8 @@ def duration(text: str) -> timedelta:
     return value
 
 
-def requeue_kind(text: str) -> str:
-    """A `--requeue-kind` value, checked when the flags are parsed."""
+def wake_kind(text: str) -> str:
+    """A `--wake-kind` value, checked when the flags are parsed."""
     from karmadaquota.controller.wake import Kind
 
     try:
@@ -39,6 +39,51 @@ def requeue_kind(text: str) -> str:
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
     return text
+
+
+class _DeprecatedAlias(argparse.Action):
+    """A hidden old spelling of a flag: stores into the new flag's dest as the new flag would
+    (appends for a repeatable one, else stores `const`), and is noted in `deprecated_flags`
+    as (old, new) so that start-up warns once about it (`warn_deprecated`)."""
+
+    def __init__(
+        self,
+        option_strings: list[str],
+        dest: str,
+        *,
+        instead: str,
+        append: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        self.instead = instead
+        self.append = append
+        if not append:
+            kwargs.setdefault("nargs", 0)
+            kwargs.setdefault("const", True)
+        super().__init__(option_strings, dest, help=argparse.SUPPRESS, **kwargs)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        if self.append:
+            setattr(namespace, self.dest, [*(getattr(namespace, self.dest, None) or []), values])
+        else:
+            setattr(namespace, self.dest, self.const)
+        used = getattr(namespace, "deprecated_flags", ())
+        if option_string is not None and (option_string, self.instead) not in used:
+            namespace.deprecated_flags = (*used, (option_string, self.instead))
+
+
+def warn_deprecated(args: argparse.Namespace) -> None:
+    """One warning per deprecated flag given (however often it was repeated)."""
+    for old, new in getattr(args, "deprecated_flags", ()):
+        logging.getLogger("karmadaquota.cli").warning(
+            "deprecated flag", extra={"flag": old, "use": new}
+        )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -73,7 +118,7 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument(
         "--no-waiting-list",
         action="store_true",
-        help="do not record workloads refused for quota in status.waiting (nothing to requeue)",
+        help="do not record workloads refused for quota in status.waiting (nothing to wake)",
     )
     w.add_argument(
         "--max-reservation-bytes",
@@ -111,18 +156,31 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--namespace", default="karmada-system", help="namespace of the leader Lease")
     c.add_argument("--no-member-watch", action="store_true", help="skip member-cluster pods")
     c.add_argument(
-        "--no-requeue",
+        "--no-wake",
         action="store_true",
         help="never patch resource templates: refused workloads wait on Karmada's own backoff",
     )
     c.add_argument(
-        "--requeue-kind",
+        "--wake-kind",
         action="append",
         default=[],
-        type=requeue_kind,
+        type=wake_kind,
         metavar="GROUP/KIND[=RESOURCE]",
-        help="also requeue templates of this kind (besides apps/Deployment and "
+        help="also wake templates of this kind (besides apps/Deployment and "
         "apps/StatefulSet); grant the controller get and patch on it",
+    )
+    # deprecated spellings of the two above: hidden, and a warning at start-up
+    c.add_argument(
+        "--no-requeue", action=_DeprecatedAlias, dest="no_wake", default=False, instead="--no-wake"
+    )
+    c.add_argument(
+        "--requeue-kind",
+        action=_DeprecatedAlias,
+        dest="wake_kind",
+        default=[],
+        type=wake_kind,
+        instead="--wake-kind",
+        append=True,
     )
 
     from karmadaquota.install import add_parser as add_install_parser
@@ -179,6 +237,7 @@ async def _serve_webhook(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logs.setup(args.log_format, args.log_level)
+    warn_deprecated(args)
     if args.command == "install":
         from karmadaquota.install import main as install_main
 

@@ -267,7 +267,7 @@ def _age(when: datetime | None, now: datetime) -> str:
 
 
 def _waiting(entries: Sequence[Mapping[str, Any]], now: datetime) -> list[str]:
-    """Workloads this quota refused, oldest first: they are requeued in this order."""
+    """Workloads this quota refused, oldest first: they are woken in this order."""
     if not entries:
         return ["Waiting:      <none>"]
     rows = [
@@ -286,7 +286,7 @@ def _waiting(entries: Sequence[Mapping[str, Any]], now: datetime) -> list[str]:
                 str(w.get("refusals", 1)),
             ]
         )
-    title = "Waiting (refused by this quota; requeued in this order when they fit):"
+    title = "Waiting (refused by this quota; woken in this order when they fit):"
     return [title, *_table(rows, "  ")]
 
 

@@ -38,7 +38,7 @@ from karmadaquota.quantity import QuantityError
 from karmadaquota.resources import ResourceList
 from karmadaquota.scopes import BindingTraits
 
-ANNOTATION = "quota.karmada.io/requeued-at"
+ANNOTATION = "quota.karmada.io/woken-at"
 DEFAULT_LIMIT = 50
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

@@ -169,7 +169,7 @@ def test_waiting_workloads_listed_oldest_first_with_request_and_age() -> None:
 
     out = render(kq(waiting=[entry("late", 2, "1"), entry("early", 90, "2")]), NOW)
     lines = out.splitlines()
-    start = lines.index("Waiting (refused by this quota; requeued in this order when they fit):")
+    start = lines.index("Waiting (refused by this quota; woken in this order when they fit):")
     assert lines[start + 1].split() == ["Workload", "Requested", "Waiting", "since", "Refusals"]
     assert lines[start + 3].split() == [
         "Deployment/early",

@@ -2,7 +2,7 @@
 
 Flags come from cli.py (--kubeconfig, --resync-period, --admission-window,
 --metrics-bind-address, --metrics-port, --namespace for the Lease, --no-member-watch,
---no-requeue, --requeue-kind). ReconcilerConfig that rarely changes is read from the environment:
+--no-wake, --wake-kind). ReconcilerConfig that rarely changes is read from the environment:
 
 | variable | default | meaning |
 |---|---|---|
@@ -66,7 +66,7 @@ class ControllerConfig:
     lease_duration: float = 10.0
     kopf_log_level: str = "warning"
     # None: waking is off (refused workloads wait on Karmada's own backoff)
-    requeue: WakeConfig | None = field(default_factory=WakeConfig)
+    wake: WakeConfig | None = field(default_factory=WakeConfig)
 
 
 def _bool(text: str) -> bool:
@@ -92,9 +92,7 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> ControllerC
         lease_name=env.get("KARMADAQUOTA_LEASE_NAME", DEFAULT_LEASE_NAME),
         lease_duration=float(env.get("KARMADAQUOTA_LEASE_DURATION", "10")),
         kopf_log_level=env.get("KARMADAQUOTA_KOPF_LOG_LEVEL", "warning"),
-        requeue=None
-        if args.no_requeue
-        else WakeConfig(kinds=kinds([*DEFAULT_KINDS, *args.requeue_kind])),
+        wake=None if args.no_wake else WakeConfig(kinds=kinds([*DEFAULT_KINDS, *args.wake_kind])),
     )
 
 
@@ -167,7 +165,7 @@ async def serve(cfg: ControllerConfig) -> int:
             admission_window=cfg.admission_window,
         ),
         members,
-        waker=Waker(client, metrics, cfg.requeue) if cfg.requeue is not None else None,
+        waker=Waker(client, metrics, cfg.wake) if cfg.wake is not None else None,
         namespace_api=client,
         admitter=Admitter(client, metrics),
         guards=GuardKeeper(members, metrics),
@@ -187,7 +185,7 @@ async def serve(cfg: ControllerConfig) -> int:
             "lease": f"{cfg.lease_namespace}/{cfg.lease_name}" if cfg.leader_elect else "off",
             "holder": elector.holder if elector else "",
             "member_watch": cfg.member_watch,
-            "requeue": [f"{k.group}/{k.kind}" for k in cfg.requeue.kinds] if cfg.requeue else "off",
+            "wake": [f"{k.group}/{k.kind}" for k in cfg.wake.kinds] if cfg.wake else "off",
         },
     )
     tasks: list[asyncio.Task[Any]] = [asyncio.create_task(controller.run(), name="controller")]

@@ -154,7 +154,7 @@ class ControllerMetrics:
         )
         self.wakeups = Counter(
             "karmadaquota_wakeups_total",
-            "Waiting workloads requeued (woken), found deleted (gone), or not patched (error).",
+            "Waiting workloads woken (woken), found deleted (gone), or not patched (error).",
             ["result"],
             registry=r,
         )

@@ -409,7 +409,7 @@ class Controller:
         return True
 
     async def _wake(self, namespace: str) -> None:
-        """Requeue the namespace's waiting workloads that now fit (leader only)."""
+        """Wake the namespace's waiting workloads that now fit (leader only)."""
         if self.waker is None or not self._can_write():
             return
         quotas = [r.quota for r in self.quotas.records(namespace) if r.quota is not None]

@@ -1,9 +1,9 @@
-"""Make Karmada retry refused workloads that now fit: the controller's side of requeueing.
+"""Make Karmada retry refused workloads that now fit: the controller's side of waking.
 
 Karmada's resource detector reconciles a resource template at once when anything outside
 `status`, `managedFields` and `resourceVersion` changes, and its binding then goes through
 admission again. So, on the leader, after a namespace's quotas were recomputed, the waiting
-workloads that fit (`waiting.select`) get the annotation `quota.karmada.io/requeued-at`
+workloads that fit (`waiting.select`) get the annotation `quota.karmada.io/woken-at`
 patched onto their template. A template that no longer exists leaves the list: the patch (or a
 periodic GET of the templates still waiting) answers 404, or the name now holds another uid.
 
@@ -43,7 +43,7 @@ class Templates(Protocol):
 
 @dataclass(frozen=True)
 class Kind:
-    """A template kind the controller may requeue: `<group>/<Kind>[=<plural>]` on the flag."""
+    """A template kind the controller may wake: `<group>/<Kind>[=<plural>]` on the flag."""
 
     group: str
     kind: str

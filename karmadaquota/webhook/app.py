@@ -82,7 +82,7 @@ class WebhookConfig:
     cert_check_interval: float = 10.0
     max_reservation_bytes: int = DEFAULT_RESERVATION_BYTES
     limits: ServerConfig = field(default_factory=ServerConfig)
-    # remember refusals for quota in status.waiting[] (the controller requeues them)
+    # remember refusals for quota in status.waiting[] (the controller wakes them)
     record_waiting: bool = True
     # /metrics over plain HTTP as well (None: only on the HTTPS port)
     metrics_bind_address: str = "127.0.0.1"
@@ -207,7 +207,7 @@ class Webhook:
         )
         decision = await self._submit(pending, budget)
         # a refused clear of a queued binding (the controller admitting it) leaves it queued:
-        # it is no refused workload to requeue by annotation
+        # it is no refused workload to wake by annotation
         from_queue = old is not None and bool(queued.queued_by(old))
         if self.refusals is not None and not req.dryRun and not from_queue:
             self.refusals.observe(req.namespace, new, old, new_charge, old_charge, decision)

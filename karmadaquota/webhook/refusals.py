@@ -1,4 +1,4 @@
-"""Remember who was refused for quota: the webhook's side of requeueing.
+"""Remember who was refused for quota: the webhook's side of waking.
 
 Every QuotaExceeded denial (CREATE, or an UPDATE that scales up) becomes an entry in the refusing
 quota's `status.waiting[]`; every admission of a listed template removes it. Nothing is written

@@ -1,4 +1,4 @@
-"""Requeue benchmark: how soon a refused workload goes through once its quota has room.
+"""Wake benchmark: how soon a refused workload goes through once its quota has room.
 
 One real test bed (Karmada + one kwok member), our webhook and controller. Per trial, in a
 namespace of its own with a KarmadaQuota `pods: 2`:
@@ -10,10 +10,10 @@ namespace of its own with a KarmadaQuota `pods: 2`:
   the quota's hard is raised to 4: time until W's binding carries 4 replicas, and places them.
 
 All trials are set up together (so they age together), then measured one at a time.
-`--baseline` repeats everything with the controller's requeue turned off (`--no-requeue`):
+`--baseline` repeats everything with the controller's waking turned off (`--no-wake`):
 Karmada's own retry backoff alone. Prints a markdown table; on a loaded machine read ratios.
 
-    python -m bench.bench_requeue [--trials 3] [--refused-for 60] [--baseline]
+    python -m bench.bench_wake [--trials 3] [--refused-for 60] [--baseline]
 """
 
 from __future__ import annotations
@@ -143,12 +143,10 @@ def row(label: str, kind: str, xs: list[tuple[float, float]]) -> str:
 
 async def run(args: argparse.Namespace) -> str:
     async with harness.installed() as it:
-        results = {"requeue": await phase(it.bed, it.api, "on", args.trials, args.refused_for)}
+        results = {"wake": await phase(it.bed, it.api, "on", args.trials, args.refused_for)}
         if args.baseline:
-            it.restart_controller("bench-controller-off", "--no-requeue")
-            results["no requeue"] = await phase(
-                it.bed, it.api, "off", args.trials, args.refused_for
-            )
+            it.restart_controller("bench-controller-off", "--no-wake")
+            results["no wake"] = await phase(it.bed, it.api, "off", args.trials, args.refused_for)
     lines = [
         f"Refused for ≥ {args.refused_for:.0f} s, then room made; seconds, median / max.",
         "",
@@ -165,7 +163,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--trials", type=int, default=3)
     p.add_argument("--refused-for", type=float, default=60.0)
-    p.add_argument("--baseline", action="store_true", help="also run with --no-requeue")
+    p.add_argument("--baseline", action="store_true", help="also run with --no-wake")
     print(asyncio.run(run(p.parse_args())))
 
 

@@ -1,11 +1,11 @@
 """Refused workloads go through when room appears, on the real bed: Karmada's detector, our
-webhook recording the refusal in `status.waiting`, our controller requeueing by annotation.
+webhook recording the refusal in `status.waiting`, our controller waking it by annotation.
 
 Karmada retries a refused binding with exponential backoff, so a workload refused for a while
 is retried only every so often by Karmada itself; these tests let refusals age before freeing
-room so that what makes the workload go is the requeue, which they also check directly (the
-`quota.karmada.io/requeued-at` annotation on the template, the controller's wake-up counter).
-Timing figures belong in `bench/bench_requeue.py`; deadlines here are generous.
+room so that what makes the workload go is the wake, which they also check directly (the
+`quota.karmada.io/woken-at` annotation on the template, the controller's wake-up counter).
+Timing figures belong in `bench/bench_wake.py`; deadlines here are generous.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class Stack:
     def restart_controller(self, *extra: str) -> None:
         self.controller.stop()
         self.controller, self.metrics_port = product.start_controller(
-            self.bed, "controller-requeue", *extra
+            self.bed, "controller-wake", *extra
         )
 
     async def wakeups(self) -> float:
@@ -55,8 +55,8 @@ class Stack:
 @pytest.fixture(scope="module")
 async def stack(testbed: TestBed) -> AsyncIterator[Stack]:
     await asyncio.to_thread(product.install_crd, testbed)
-    controller, port = product.start_controller(testbed, "controller-requeue")
-    hook = await product.start_webhook(testbed, "webhook-requeue")
+    controller, port = product.start_controller(testbed, "controller-wake")
+    hook = await product.start_webhook(testbed, "webhook-wake")
     api = await KubeClient.connect(str(testbed.karmada_kubeconfig))
     s = Stack(testbed, api, controller, port)
     try:
@@ -162,7 +162,7 @@ async def set_hard(s: Stack, ns: str, pods: int) -> None:
 # tests
 
 
-async def test_refused_workload_is_requeued_when_its_room_is_freed(
+async def test_refused_workload_is_woken_when_its_room_is_freed(
     stack: Stack, namespace: str
 ) -> None:
     s, ns = stack, namespace
@@ -179,7 +179,7 @@ async def test_refused_workload_is_requeued_when_its_room_is_freed(
     await s.bed.akubectl("delete", "deployment", "a", "-n", ns, "--wait=false")
 
     await until_placed(s, ns, "b", 2, 60, "b's binding created and its 2 replicas placed")
-    assert await annotated(s, ns, "b"), "b went through by the requeue, not Karmada's backoff"
+    assert await annotated(s, ns, "b"), "b went through by the wake, not Karmada's backoff"
     assert await s.wakeups() >= woken + 1
 
     await until_waiting(s, ns, [], 30, "b left the waiting list once admitted")
@@ -241,7 +241,7 @@ async def test_deleted_or_scaled_down_waiting_workloads_leave_the_list(
 
     await eventually(gone_left, 60, "a deleted template leaves the waiting list")
 
-    # scaled down to fit: Karmada reconciles the spec change itself; no requeue needed
+    # scaled down to fit: Karmada reconciles the spec change itself; no wake needed
     await s.bed.akubectl("scale", "deployment/smaller", "--replicas=1", "-n", ns)
 
     await until_placed(s, ns, "smaller", 1, 60, "the scaled-down workload admitted")
@@ -250,9 +250,7 @@ async def test_deleted_or_scaled_down_waiting_workloads_leave_the_list(
     assert not await annotated(s, ns, "smaller")
 
 
-async def test_refused_scale_up_is_requeued_when_hard_is_raised(
-    stack: Stack, namespace: str
-) -> None:
+async def test_refused_scale_up_is_woken_when_hard_is_raised(stack: Stack, namespace: str) -> None:
     s, ns = stack, namespace
     await setup(s, ns, pods=2)
     await admitted(s, ns, "web", 2)
@@ -281,7 +279,7 @@ async def test_with_waking_off_nothing_is_patched_and_karmada_retries_as_before(
     stack: Stack, namespace: str
 ) -> None:
     s, ns = stack, namespace
-    s.restart_controller("--no-requeue")
+    s.restart_controller("--no-wake")
     try:
         await setup(s, ns, pods=2)
         await admitted(s, ns, "a", 2)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from karmadaquota.controller.operator import login_with
+from karmadaquota.controller.operator import login_with, settings
 from karmadaquota.kube.client import KubeClient
+from karmadaquota.kube.informer import RECONNECT
 from tests.test_kube_client import kubeconfig
 
 
@@ -28,3 +29,10 @@ async def test_kopf_logs_in_with_the_clients_credentials_reloaded(tmp_path: Path
         assert again.server == client.credentials.host
     finally:
         await client.close()
+
+
+def test_kopf_retries_on_the_informers_backoff() -> None:
+    s = settings()
+    assert tuple(s.networking.error_backoffs) == (0.5, 1.0, 2.0, 4.0, 8.0, 15.0)
+    assert tuple(s.networking.error_backoffs) == RECONNECT.ceilings()
+    assert s.watching.reconnect_backoff == RECONNECT.base

@@ -23,6 +23,7 @@ from karmadaquota.controller.members import (
     Members,
 )
 from karmadaquota.kube.client import Credentials, KubeClient
+from karmadaquota.kube.informer import RECONNECT
 
 log = logging.getLogger("karmadaquota.controller.operator")
 
@@ -54,6 +55,9 @@ def settings() -> kopf.OperatorSettings:
     s.watching.connect_timeout = 10
     s.watching.server_timeout = 300
     s.watching.client_timeout = 330
+    # one retry policy for both watch stacks: the informer's reconnection backoff
+    s.networking.error_backoffs = RECONNECT.ceilings()
+    s.watching.reconnect_backoff = RECONNECT.base
     s.peering.standalone = True
     s.peering.clusterwide = True
     return s

@@ -36,7 +36,19 @@ class Backoff:
     rand: Callable[[], float] = random.random
 
     def delay(self, attempt: int) -> float:
-        return float(self.rand() * min(self.cap, self.base * 2 ** min(attempt, 32)))
+        return float(self.rand() * self.ceiling(attempt))
+
+    def ceiling(self, attempt: int) -> float:
+        """The longest wait of attempt n (jitter picks below it)."""
+        return float(min(self.cap, self.base * 2 ** min(attempt, 32)))
+
+    def ceilings(self) -> tuple[float, ...]:
+        """Each attempt's longest wait until the cap: the same policy for a library that takes
+        a list of delays (kopf's `networking.error_backoffs`)."""
+        out = [self.ceiling(0)]
+        while out[-1] < self.cap:
+            out.append(self.ceiling(len(out)))
+        return tuple(out)
 
 
 class ConflictsExhausted(Exception):

@@ -71,8 +71,9 @@ class QuotaRecord:
 class QuotaStore:
     """namespace -> name -> QuotaRecord, fed by its informer (this is its `Handler`).
 
-    `on_put` and `on_delete` see each record stored or removed (the controller marks the
-    namespace dirty; the webhook counts its quotas); `on_relisted` follows a full list.
+    `on_put` and `on_delete` see each record the informer stores or removes (the controller
+    marks the namespace dirty; the webhook counts its quotas); `on_relisted` follows a full
+    list. A folded write is stored without a call.
     """
 
     def __init__(
@@ -137,8 +138,10 @@ class QuotaStore:
         return self._fold(QuotaRecord(None, quota))
 
     def _fold(self, record: QuotaRecord) -> QuotaRecord | None:
+        # not reported to `on_put`: the writer knows what it wrote (the controller would
+        # otherwise recompute a namespace again after each of its own writes)
         if self.informer.hold(record.namespace, record.name, record.uid, record.rv):
-            self._put(record)
+            self._by_ns.setdefault(record.namespace, {})[record.name] = record
             return record
         return self.get(record.namespace, record.name)
 

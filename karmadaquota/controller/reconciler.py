@@ -310,7 +310,7 @@ class Controller:
         self.admitter.publish(namespace, entries)
         if not self._can_write():
             return
-        quotas = [r.quota for r in self.quotas.records(namespace) if r.quota is not None]
+        quotas = self.quotas.quotas(namespace)
         again = await self.admitter.admit(namespace, quotas, entries, self._clock())
         if again is not None:
             self.admissions.mark_at(namespace, again)
@@ -412,7 +412,7 @@ class Controller:
         """Wake the namespace's waiting workloads that now fit (leader only)."""
         if self.waker is None or not self._can_write():
             return
-        quotas = [r.quota for r in self.quotas.records(namespace) if r.quota is not None]
+        quotas = self.quotas.quotas(namespace)
         again = await self.waker.wake(namespace, quotas, self._clock())
         if again is not None:
             self.dirty.mark_at(namespace, again)
@@ -421,7 +421,7 @@ class Controller:
         """Release reservations of bindings that do not exist; True when some were found."""
         now = asyncio.get_running_loop().time()
         pending = rc.unobserved_reservations(
-            (r.quota for r in self.quotas.records(namespace) if r.quota is not None),
+            self.quotas.quotas(namespace),
             self.index.bindings(namespace),
             self.index.deleted,
         )

@@ -91,16 +91,26 @@ class Sizes:
 
     def __init__(self, api: KubeClient, ns: str) -> None:
         self.largest = 0
+        # of the largest version: pending entries, their groups, bytes of status.pending
+        self.pending = (0, 0, 0)
         self._task = asyncio.create_task(self._watch(api, ns))
+
+    def _see(self, obj: dict[str, Any]) -> None:
+        size = len(orjson.dumps(obj))
+        if size > self.largest:
+            self.largest = size
+            groups = (obj.get("status") or {}).get("pending") or []
+            entries = sum(len(g.get("bindings") or []) for g in groups if isinstance(g, dict))
+            self.pending = (entries, len(groups), len(orjson.dumps(groups)))
 
     async def _watch(self, api: KubeClient, ns: str) -> None:
         listed = await api.get(QUOTAS.format(ns=ns))
         for item in listed.get("items", []):
-            self.largest = max(self.largest, len(orjson.dumps(item)))
+            self._see(item)
         rv = str(listed.get("metadata", {}).get("resourceVersion", ""))
         while True:
             async for _, obj in api.watch(QUOTAS.format(ns=ns), rv, timeout_seconds=600):
-                self.largest = max(self.largest, len(orjson.dumps(obj)))
+                self._see(obj)
                 rv = str(obj.get("metadata", {}).get("resourceVersion", rv))
 
     async def stop(self) -> int:
@@ -133,6 +143,7 @@ async def one_storm(
         deadline=300,
     )
     largest = await sizes.stop() if sizes else 0
+    pending = sizes.pending if sizes else (0, 0, 0)
     if len(res.admitted) != args.count:
         raise AssertionError(
             f"{kind}: {len(res.admitted)} of {args.count} admitted: {res.failures()}"
@@ -155,7 +166,14 @@ async def one_storm(
         / args.count,
         "connections": (opened(hook_text) - conn_before) / args.count,
         "largest": largest,
+        "pending": pending,
     }
+
+
+def composition(row: dict[str, Any]) -> str:
+    """What the largest quota object of a storm held in status.pending."""
+    entries, groups, size = row["pending"]
+    return f"{entries} pending entries in {groups} group(s), {size / 1024:.1f} KB of status.pending"
 
 
 async def user_path(it: harness.Installed, quota: bool, n: int, tag: str) -> float:
@@ -247,6 +265,8 @@ def report(
             f"{med(k, lambda r: r['controller_lost']):.3f} | "
             f"{med(k, lambda r: r['connections']):.2f} | {med(k, lambda r: r['p99']):.0f} |"
         )
+    biggest = max(rows["quota"], key=lambda r: r["largest"])
+    sizes = ", ".join(f"{r['largest'] / 1024:.1f}" for r in rows["quota"])
     per_round = [
         f"{r['throughput'] / n['throughput']:.2f}"
         for r, n in zip(rows["quota"], rows["no-webhook"], strict=True)
@@ -258,7 +278,8 @@ def report(
         f"quota / floor {tput['quota'] / tput['floor']:.2f}; "
         f"machine CPU per create, quota minus no webhook: "
         f"{machine['quota'] - machine['no-webhook']:+.2f} ms; largest quota object during the "
-        f"quota storms: {max(r['largest'] for r in rows['quota']) / 1024:.1f} KB.",
+        f"quota storms: {biggest['largest'] / 1024:.1f} KB ({composition(biggest)}; per round: "
+        f"{sizes} KB).",
         "",
         "CPU ms per create of every process (median), quota storm vs no webhook:",
         "",
@@ -318,7 +339,8 @@ async def long_storm(it: harness.Installed, pids: dict[str, int], args: argparse
     return (
         f"Long storm: {args.long} creates × {args.concurrency} in flight into one quota, "
         f"every create admitted at its first attempt (no 429): {row['throughput']:.0f} "
-        f"creates/s, largest quota object {row['largest'] / 1024:.1f} KB, status writes/create "
+        f"creates/s, largest quota object {row['largest'] / 1024:.1f} KB ({composition(row)}), "
+        f"status writes/create "
         f"{row['webhook_writes']:.3f} (webhook) + {row['controller_writes']:.3f} (controller)."
     )
 

@@ -23,7 +23,7 @@ from karmadaquota.webhook.batcher import REASON_TOO_MANY
 pytestmark = pytest.mark.e2e
 
 ETCD_REQUEST_LIMIT = 1536 * 1024  # etcd's --max-request-bytes default
-RESERVATION_BYTES = 3 * 1024  # status.pending: ~36 entries, so a 600-create storm meets it
+RESERVATION_BYTES = 3 * 1024  # status.pending: ~60 entries, so a 600-create storm meets it
 
 
 @pytest.fixture(scope="module")

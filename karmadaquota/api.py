@@ -249,19 +249,34 @@ class Reservation(_Lenient):
 #
 # Every admitted-but-not-yet-observed charge used to be a full Reservation object in
 # `status.reservations` (~300 bytes of JSON each); a storm put 50–200 of them in every status
-# write. On the wire they are now grouped by charge, one short string per binding (~70 bytes):
+# write. On the wire they are grouped by charge and expiry, one short string per binding (~50
+# bytes): a batch's reservations share their expiration, whole seconds rounded up, so the
+# batches of one second share a group, and a storm keeps one or two groups per charge alive.
+# An entry is the binding's name and uid, and its generation only when it is not 1 (a create's):
 #
 #   pending: [{"charge": {"pods": "1", "requests.cpu": "100m"},
-#              "bindings": ["web-deployment/6f1c…/2/1767225660", …]}, …]
+#              "expires": "2026-01-01T12:01:00Z",
+#              "bindings": ["web-deployment/6f1c…", "api-deployment/0b5e…/2", …]}, …]
 #
 # In memory nothing changed: `KarmadaQuotaStatus.reservations` is the logical list of
 # `Reservation`s. Decoding fills in what the entry leaves out (reservedBy apiVersion/kind: a
-# ResourceBinding; namespace: the quota's); encoding keeps only name, uid, generation,
-# expiration (whole seconds, rounded up) and the charge.
+# ResourceBinding; namespace: the quota's; generation 1; the group's expiry); encoding keeps
+# only name, uid, generation, expiration (whole seconds, rounded up) and the charge.
+#
+# Read once after an upgrade, and never written: the first form of `pending` (groups by charge
+# alone, `<name>/<uid>/<generation>/<expires in Unix seconds>` per entry) and v0.1's
+# `status.reservations`.
 
-# name/uid/generation/expires. Names and uids never contain '/' (DNS subdomains, UUIDs); the
-# encoder escapes '%' and '/' anyway, so whatever it writes matches the pattern.
-PENDING_ENTRY_PATTERN = r"^[^/]*/[^/]*/[0-9]+/[0-9]+$"
+# name/uid, name/uid/generation, or (the first form, read only) name/uid/generation/expires.
+# Names and uids never contain '/' (DNS subdomains, UUIDs); the encoder escapes '%' and '/'
+# anyway, so whatever it writes matches the pattern.
+PENDING_ENTRY_PATTERN = r"^[^/]*/[^/]*(/[0-9]+){0,2}$"
+# a group's expiry: RFC 3339 (the encoder writes UTC whole seconds, `format_time`)
+PENDING_EXPIRES_PATTERN = (
+    r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?(Z|[+-][0-9]{2}:[0-9]{2})$"
+)
+# the generation an entry leaves out: a create's (the API server sets 1 before admission)
+DEFAULT_GENERATION = 1
 # generation of an entry whose generation is unreadable: no binding reaches it, so the charge
 # holds until it expires (never dropped early, which could under-count)
 HOLD_GENERATION = 2**63 - 1
@@ -289,31 +304,33 @@ def expiry_seconds(expiration_time: str) -> int | None:
     return min(max(seconds, 0), _MAX_SECONDS)
 
 
-def pending_entry(r: Reservation, seconds: int | None = None) -> str | None:
-    """`<name>/<uid>/<generation>/<expires>`; None when the expiration is unreadable: such a
-    reservation holds nothing (`expired`), so it is not written at all. `seconds`: the
-    expiration already converted (`expiry_seconds`)."""
-    if seconds is None:
-        seconds = expiry_seconds(r.expirationTime)
-        if seconds is None:
-            return None
+def _seconds_time(seconds: int) -> str:
+    """Unix seconds (0..9999-12-31) as the RFC 3339 time a group's `expires` says."""
+    return format_time(_EPOCH + timedelta(seconds=seconds))
+
+
+def pending_entry(r: Reservation) -> str:
+    """`<name>/<uid>`, or `<name>/<uid>/<generation>` when the generation is not
+    `DEFAULT_GENERATION`; the expiry is its group's."""
+    name, uid = _escape(r.reservedBy.name), _escape(r.reservedBy.uid)
     generation = min(max(r.generation, 0), HOLD_GENERATION)
-    return f"{_escape(r.reservedBy.name)}/{_escape(r.reservedBy.uid)}/{generation}/{seconds}"
+    return f"{name}/{uid}" if generation == DEFAULT_GENERATION else f"{name}/{uid}/{generation}"
 
 
 def charge_key(reserved: Mapping[str, QuantityValue]) -> tuple[tuple[str, QuantityValue], ...]:
-    """What groups reservations in `pending`: the same names and values (2 and "2" differ)."""
+    """What groups reservations in `pending` (with their expiry): the same names and values (2
+    and "2" differ)."""
     return tuple(sorted(reserved.items()))
 
 
 def encode_pending(reservations: Iterable[Reservation]) -> list[dict[str, Any]]:
-    """The wire `pending` of a logical reservation list: one group per distinct charge, groups
-    in order of first appearance, entries in list order, so an unchanged list encodes to the
-    same JSON (the controller writes only what differs). Decoding the result gives the list
-    grouped stably; reservations whose expiration is unreadable are left out (they hold
-    nothing)."""
-    groups: dict[tuple[tuple[str, QuantityValue], ...], list[str]] = {}
-    charges: dict[tuple[tuple[str, QuantityValue], ...], dict[str, QuantityValue]] = {}
+    """The wire `pending` of a logical reservation list: one group per distinct charge and
+    expiry (whole seconds, rounded up), groups in order of first appearance, entries in list
+    order, so an unchanged list encodes to the same JSON (the controller writes only what
+    differs). Decoding the result gives the list grouped stably; reservations whose expiration
+    is unreadable are left out (they hold nothing)."""
+    groups: dict[tuple[tuple[tuple[str, QuantityValue], ...], int], list[str]] = {}
+    charges: dict[tuple[tuple[tuple[str, QuantityValue], ...], int], dict[str, QuantityValue]] = {}
     seconds: dict[str, int | None] = {}  # a batch's reservations share their expiration
     for r in reservations:
         stamp = r.expirationTime
@@ -322,13 +339,16 @@ def encode_pending(reservations: Iterable[Reservation]) -> list[dict[str, Any]]:
         at = seconds[stamp]
         if at is None:
             continue
-        key = charge_key(r.reserved)
+        key = (charge_key(r.reserved), at)
         entries = groups.get(key)
         if entries is None:
             entries = groups[key] = []
             charges[key] = dict(r.reserved)
-        entries.append(pending_entry(r, at) or "")
-    return [{"charge": charges[key], "bindings": entries} for key, entries in groups.items()]
+        entries.append(pending_entry(r))
+    return [
+        {"charge": charges[key], "expires": _seconds_time(key[1]), "bindings": entries}
+        for key, entries in groups.items()
+    ]
 
 
 def _read_charge(raw: Any) -> dict[str, QuantityValue]:
@@ -347,27 +367,49 @@ def _read_charge(raw: Any) -> dict[str, QuantityValue]:
     return out
 
 
-def _read_entry(
-    entry: Any, charge: dict[str, QuantityValue], namespace: str, stamps: dict[str, str]
-) -> dict[str, Any]:
-    """One `bindings[]` entry as a Reservation (dict form, validated by the caller)."""
-    text = entry if isinstance(entry, str) else repr(entry)
-    parts = text.split("/", 3)
-    if len(parts) == 4:
-        name, uid, generation, expires = parts
-    else:  # not name/uid/generation/expires: no expiration to read
-        name, uid, generation, expires = text, text, "", ""
+def _read_expires(group: Mapping[str, Any]) -> str | None:
+    """A group's `expires` as its entries' expirationTime (whole seconds, rounded up, as the
+    encoder writes it); unreadable (holds nothing) when it is not an RFC 3339 time; None when
+    the group has none (the first form: its entries carry their own)."""
+    if "expires" not in group:
+        return None
+    raw = group["expires"]
+    seconds = expiry_seconds(raw) if isinstance(raw, str) else None
+    return _UNREADABLE + repr(raw) if seconds is None else _seconds_time(seconds)
+
+
+def _unix_time(expires: str, stamps: dict[str, str]) -> str:
+    """A first-form entry's expiry (Unix seconds) as an expirationTime; unreadable when it is
+    not 0..9999-12-31 in at most 12 digits (int() refuses thousands of them)."""
     stamp = stamps.get(expires)
     if stamp is None:
-        # (at most 12 digits: 9999-12-31 has 12, and int() refuses thousands of them)
         ok = expires.isascii() and expires.isdigit() and len(expires) <= 12
         seconds = int(expires) if ok else -1
-        stamp = (
-            format_time(_EPOCH + timedelta(seconds=seconds))
-            if 0 <= seconds <= _MAX_SECONDS
-            else _UNREADABLE + expires
-        )
+        stamp = _seconds_time(seconds) if 0 <= seconds <= _MAX_SECONDS else _UNREADABLE + expires
         stamps[expires] = stamp
+    return stamp
+
+
+def _read_entry(
+    entry: Any,
+    charge: dict[str, QuantityValue],
+    namespace: str,
+    expires: str | None,
+    stamps: dict[str, str],
+) -> dict[str, Any]:
+    """One `bindings[]` entry of a group whose expiry reads `expires` (None: it has none) as
+    a Reservation (dict form, validated by the caller)."""
+    text = entry if isinstance(entry, str) else repr(entry)
+    parts = text.split("/")
+    if len(parts) == 4:  # the first form: name/uid/generation/expires (Unix seconds)
+        name, uid, generation = parts[:3]
+        stamp = _unix_time(parts[3], stamps)
+    elif len(parts) in (2, 3) and expires is not None:  # name/uid[/generation]
+        name, uid = parts[:2]
+        generation = parts[2] if len(parts) == 3 else str(DEFAULT_GENERATION)
+        stamp = expires
+    else:  # no expiration to read
+        name, uid, generation, stamp = text, text, "", _UNREADABLE + text
     gen = (
         min(int(generation), HOLD_GENERATION)
         if generation.isascii() and generation.isdigit() and len(generation) <= 19
@@ -390,12 +432,16 @@ def _read_entry(
 def decode_pending(raw: Any, namespace: str = "") -> list[dict[str, Any]]:
     """The reservations (dict form) a wire `pending` holds, in order.
 
-    A malformed entry never makes the quota unreadable (an unreadable quota is skipped by the
-    webhook: nothing would be enforced) and never holds less than the old layout would have:
-    - an expiry that is not Unix seconds within 0..9999-12-31 (or an entry that is not
-      `name/uid/generation/expires` at all) becomes an unreadable `expirationTime`, which holds
-      nothing, exactly as the old layout's unreadable `expirationTime` did (`expired`); the next
-      write drops it;
+    Both forms are read: groups with an `expires` and entries `name/uid[/generation]` (what the
+    encoder writes), and the first form, entries `name/uid/generation/expires` (Unix seconds),
+    read by their own expiry in whatever group. A malformed entry never makes the quota
+    unreadable (an unreadable quota is skipped by the webhook: nothing would be enforced) and
+    never holds less than the old layout would have:
+    - an expiry that cannot be read — a group's `expires` that is not an RFC 3339 time, a
+      first-form expiry that is not Unix seconds within 0..9999-12-31, a group without
+      `expires` for entries that carry none, or an entry that is neither form at all —
+      becomes an unreadable `expirationTime`, which holds nothing, exactly as the old layout's
+      unreadable `expirationTime` did (`expired`); the next write drops it;
     - an unreadable generation holds the charge until it expires (`HOLD_GENERATION`);
     - an unreadable charge is charged as unparseable text: admission fails closed (see
       `_read_charge`);
@@ -409,9 +455,10 @@ def decode_pending(raw: Any, namespace: str = "") -> list[dict[str, Any]]:
         if not isinstance(group, Mapping):
             continue
         charge = _read_charge(group.get("charge"))
+        expires = _read_expires(group)
         entries = group.get("bindings")
         for entry in entries if isinstance(entries, list) else []:
-            out.append(_read_entry(entry, charge, namespace, stamps))
+            out.append(_read_entry(entry, charge, namespace, expires, stamps))
     return out
 
 
@@ -511,17 +558,25 @@ class Condition(_Lenient):
 # Only the CRD schema is generated from this model: `decode_pending` reads the wire by hand, so
 # that a malformed entry never makes the whole quota unreadable.
 class PendingCharge(_Lenient):
-    """Bindings admitted with the same charge that the controller has not yet observed."""
+    """Bindings admitted with one charge and expiry that the controller has not yet observed."""
 
     charge: RawResourceList = _resource_list(
         "The usage each of these bindings reserved: its admitted delta."
     )
+    expires: str = Field(
+        default="",
+        description="RFC 3339 time at which these charges lapse unless observed first (whole "
+        "seconds: the reservations of one second's batches share it). Absent only in a status "
+        "written before this layout, whose entries carry their own expiry.",
+        json_schema_extra={"pattern": PENDING_EXPIRES_PATTERN},
+    )
     bindings: list[str] = Field(
         default_factory=list,
-        description="One entry per binding, `<name>/<uid>/<generation>/<expires>`: the "
-        "ResourceBinding's name and uid, the binding generation that carries the charge (the "
-        "controller drops the entry once it observes the binding at that generation or later) "
-        "and when the charge lapses, in Unix seconds.",
+        description="One entry per binding, `<name>/<uid>`, or `<name>/<uid>/<generation>` when "
+        "the binding generation that carries the charge is not 1 (a create's): the controller "
+        "drops the entry once it observes the binding at that generation or later. (A status "
+        "written before this layout has `<name>/<uid>/<generation>/<expires in Unix seconds>`; "
+        "it is read, never written.)",
         json_schema_extra={"items": {"type": "string", "pattern": PENDING_ENTRY_PATTERN}},
     )
 
@@ -533,7 +588,8 @@ def _pending_schema(schema: dict[str, Any]) -> None:
     props = schema.get("properties", {})
     pending = {
         "type": "array",
-        "description": "Admitted usage not yet observed by the controller, grouped by charge.",
+        "description": "Admitted usage not yet observed by the controller, grouped by charge and "
+        "expiry.",
         "items": PendingCharge.model_json_schema(),
     }
     schema["properties"] = {}

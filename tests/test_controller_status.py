@@ -51,12 +51,19 @@ def test_merge_conditions_keeps_times_and_foreign_types() -> None:
 # ---- the controller's write: a JSON patch on its own revision --------------------------------
 
 
-def _group(charge: str, *entries: str) -> dict[str, Any]:
-    return {"charge": {"pods": charge}, "bindings": list(entries)}
+T1, T2 = "2026-01-01T12:01:00Z", "2026-01-01T12:01:01Z"
 
 
-def _entries(pending: Any) -> Counter[tuple[str, str]]:
-    return Counter((g["charge"]["pods"], e) for g in pending or [] for e in g.get("bindings") or [])
+def _group(charge: str, *entries: str, expires: str = T1) -> dict[str, Any]:
+    return {"charge": {"pods": charge}, "expires": expires, "bindings": list(entries)}
+
+
+def _entries(pending: Any) -> Counter[tuple[str, str, str]]:
+    return Counter(
+        (g["charge"]["pods"], g.get("expires", ""), e)
+        for g in pending or []
+        for e in g.get("bindings") or []
+    )
 
 
 def test_first_write_and_old_layout_are_whole_puts_with_the_next_revision() -> None:
@@ -70,6 +77,22 @@ def test_first_write_and_old_layout_are_whole_puts_with_the_next_revision() -> N
     assert status_write({"used": {"pods": "1"}, "controllerRevision": 7}, desired) is None
 
 
+def test_pendings_first_form_is_replaced_by_a_whole_put_or_removed_whole() -> None:
+    """Entries of `pending`'s first form (each with its own expiry, no group expiry) match no
+    entry the controller wants: a status that keeps some is a whole PUT in the new form; one
+    that keeps none removes the old groups whole."""
+    first_form = [{"charge": {"pods": "1"}, "bindings": ["a/u1/1/9", "b/u2/1/9"]}]
+    current = {"used": {"pods": "0"}, "controllerRevision": 2, "pending": first_form}
+    keep = {"used": {"pods": "1"}, "pending": [_group("1", "b/u2")]}
+    write = status_write(current, keep)
+    assert write is not None and write.patch is None and write.status is not None
+    assert write.status["pending"] == keep["pending"]
+    write = status_write(current, {"used": {"pods": "2"}})
+    assert write is not None and write.patch is not None
+    patched = jsonpatch.apply_patch({"status": current}, write.patch)["status"]
+    assert patched == {"used": {"pods": "2"}, "controllerRevision": 3, "pending": []}
+
+
 def test_patch_tests_the_revision_and_only_changes_what_differs() -> None:
     current = {
         "used": {"pods": "1"},
@@ -77,14 +100,14 @@ def test_patch_tests_the_revision_and_only_changes_what_differs() -> None:
         "waiting": [{"binding": "a"}],
         "conditions": [{"type": "Ready"}],
         "controllerRevision": 3,
-        "pending": [_group("1", "a/u1/1/9", "b/u2/1/9")],
+        "pending": [_group("1", "a/u1", "b/u2")],
     }
     desired = {
         "used": {"pods": "2"},
         "summary": "pods: 2/9",
         "waiting": [],
         "conditions": [{"type": "Ready"}],
-        "pending": [_group("1", "b/u2/1/9")],
+        "pending": [_group("1", "b/u2")],
     }
     write = status_write(current, desired)
     assert write is not None and write.patch is not None
@@ -107,27 +130,66 @@ def test_patch_tests_the_revision_and_only_changes_what_differs() -> None:
     assert _entries(patched["pending"]) == _entries(desired["pending"])
 
 
-def test_only_emptied_groups_left_is_no_write() -> None:
-    current = {"used": {"pods": "1"}, "controllerRevision": 1, "pending": [_group("1")]}
-    assert status_write(current, {"used": {"pods": "1"}}) is None
+def test_a_group_whose_entries_all_go_is_removed_whole_from_the_highest_index_down() -> None:
+    """The encoder never writes an empty group: an emptied one goes whole, after a `test` of
+    the whole group, and removals run from the highest index down so none moves another's."""
+    current = {
+        "used": {"pods": "1"},
+        "controllerRevision": 1,
+        "pending": [_group("1", "a/u1"), _group("1", "b/u2", "c/u3", expires=T2), _group("2")],
+    }
+    desired = {"used": {"pods": "1"}, "pending": [_group("1", "c/u3", expires=T2)]}
+    write = status_write(current, desired)
+    assert write is not None and write.patch is not None
+    assert [(op["op"], op["path"]) for op in write.patch[2:]] == [
+        ("test", "/status/pending/2"),  # an empty group an earlier version left
+        ("remove", "/status/pending/2"),
+        ("test", "/status/pending/1/bindings/0"),
+        ("remove", "/status/pending/1/bindings/0"),
+        ("test", "/status/pending/0"),
+        ("remove", "/status/pending/0"),
+    ]
+    assert write.patch[-2]["value"] == _group("1", "a/u1")
+    patched = jsonpatch.apply_patch({"status": current}, write.patch)["status"]
+    assert patched["pending"] == desired["pending"]
+    assert status_write(patched, desired) is None  # settled: nothing left to remove
+
+
+def test_the_same_entry_in_another_expiry_group_is_another_charge() -> None:
+    current = {
+        "used": {"pods": "1"},
+        "controllerRevision": 1,
+        "pending": [_group("1", "a/u1"), _group("1", "a/u1", expires=T2)],
+    }
+    desired = {"used": {"pods": "1"}, "pending": [_group("1", "a/u1", expires=T2)]}
+    write = status_write(current, desired)
+    assert write is not None and write.patch is not None
+    assert [(op["op"], op["path"]) for op in write.patch[2:]] == [
+        ("test", "/status/pending/0"),
+        ("remove", "/status/pending/0"),
+    ]
+    moved = {"used": {"pods": "1"}, "pending": [_group("1", "a/u1")]}  # not in current's T2
+    write = status_write({**current, "pending": [_group("1", "a/u1", expires=T2)]}, moved)
+    assert write is not None and write.patch is None
 
 
 def test_a_pending_entry_the_status_lacks_cannot_be_patched_in() -> None:
-    current = {"used": {"pods": "1"}, "controllerRevision": 1, "pending": [_group("1", "a/u/1/9")]}
-    desired = {"used": {"pods": "1"}, "pending": [_group("1", "a/u/1/9", "b/v/1/9")]}
+    current = {"used": {"pods": "1"}, "controllerRevision": 1, "pending": [_group("1", "a/u")]}
+    desired = {"used": {"pods": "1"}, "pending": [_group("1", "a/u", "b/v")]}
     write = status_write(current, desired)
     assert write is not None and write.patch is None  # a whole PUT (never silently lost)
 
 
-_ENTRY = st.sampled_from([f"b{i}/u{i}/1/99" for i in range(8)])
+_ENTRY = st.sampled_from([f"b{i}/u{i}" for i in range(6)] + ["b6/u6/2", "b7/u7/3"])
+_KEYS = st.tuples(st.sampled_from(["1", "2", "3"]), st.sampled_from([T1, T2]))
 _GROUPS = st.lists(
-    st.tuples(st.sampled_from(["1", "2", "3"]), st.lists(_ENTRY, max_size=5, unique=True)),
-    max_size=3,
+    st.tuples(_KEYS, st.lists(_ENTRY, max_size=5, unique=True)),
+    max_size=4,
     unique_by=lambda g: g[0],
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(
     groups=_GROUPS,
     keep=st.lists(st.booleans(), min_size=16, max_size=16),
@@ -135,44 +197,64 @@ _GROUPS = st.lists(
     drop_first=st.booleans(),
 )
 def test_the_patch_removes_exactly_what_the_controller_dropped_whatever_the_webhook_wrote(
-    groups: list[tuple[str, list[str]]],
+    groups: list[tuple[tuple[str, str], list[str]]],
     keep: list[bool],
-    appended: list[tuple[str, list[str]]],
+    appended: list[tuple[tuple[str, str], list[str]]],
     drop_first: bool,
 ) -> None:
     """Computed from the version read, applied to the version the webhook wrote meanwhile
-    (entries appended to groups, new groups, possibly an entry dropped): the result holds the
-    webhook's entries minus exactly the removed ones — or the patch fails as a whole."""
-    current_pending = [_group(c, *es) for c, es in groups]
-    flat = [(c, e) for c, es in groups for e in es]
-    kept = [ce for i, ce in enumerate(flat) if keep[i % len(keep)]]
+    (entries appended to groups of the same charge and expiry, new groups, possibly a lapsed
+    entry dropped and its group with it once empty, as the encoder writes): the result holds
+    the webhook's entries minus exactly the removed ones — or the patch fails as a whole, only
+    when an entry it removes moved or a group it removes whole gained one. Applied to the
+    version it was computed from, it gives exactly the status the controller wanted."""
+    current_pending = [_group(c, *es, expires=t) for (c, t), es in groups]
+    flat = [(c, t, e) for (c, t), es in groups for e in es]
+    kept = [cte for i, cte in enumerate(flat) if keep[i % len(keep)]]
     desired_pending: list[dict[str, Any]] = []
-    for c, e in kept:
-        if not desired_pending or desired_pending[-1]["charge"]["pods"] != c:
-            desired_pending.append(_group(c))
+    for c, t, e in kept:
+        last = desired_pending[-1] if desired_pending else None
+        if last is None or (last["charge"]["pods"], last["expires"]) != (c, t):
+            desired_pending.append(_group(c, expires=t))
         desired_pending[-1]["bindings"].append(e)
     current = {"used": {"pods": "0"}, "controllerRevision": 1, "pending": current_pending}
-    write = status_write(current, {"used": {"pods": "0"}, "pending": desired_pending})
+    desired = {"used": {"pods": "0"}, "pending": desired_pending}
+    write = status_write(current, desired)
     removed = Counter(flat) - Counter(kept)
-    if not removed:
+    emptied = any(not g["bindings"] for g in current_pending)
+    if not removed and not emptied:
         assert write is None
         return
     assert write is not None and write.patch is not None
+    unchanged = jsonpatch.apply_patch({"status": current}, write.patch)["status"]
+    assert unchanged["pending"] == desired_pending
     # the webhook's write in between: appends (to existing groups or new ones at the end)
     webhook = copy.deepcopy(current_pending)
-    by_charge = {g["charge"]["pods"]: g for g in webhook}
-    for c, es in appended:
+    by_key = {(g["charge"]["pods"], g["expires"]): g for g in webhook}
+    grown: set[tuple[str, str]] = set()
+    for key, es in appended:
         extra = [f"new-{e}" for e in es]
-        if c in by_charge:
-            by_charge[c]["bindings"].extend(extra)
+        if key in by_key:
+            by_key[key]["bindings"].extend(extra)
+            grown |= {key} if extra else set()
         else:
-            webhook.append(_group(c, *extra))
+            webhook.append(_group(key[0], *extra, expires=key[1]))
     if drop_first and webhook and webhook[0]["bindings"]:
         webhook[0]["bindings"].pop(0)
+    webhook = [g for g in webhook if g["bindings"]]  # the encoder writes no empty group
+    whole = {
+        (op["value"]["charge"]["pods"], op["value"]["expires"])
+        for op in write.patch
+        if op["op"] == "test" and op["path"].count("/") == 3
+    }
     before = _entries(webhook)
     try:
         patched = jsonpatch.apply_patch({"status": {**current, "pending": webhook}}, write.patch)
     except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException):
-        assert drop_first  # only a moved entry makes it fail; then it is retried
+        # only a moved entry or group, or a group removed whole that gained an entry, makes it
+        # fail; then it is retried
+        assert drop_first or emptied or grown & whole
         return
-    assert _entries(patched["status"]["pending"]) == before - removed
+    assert _entries(patched["status"]["pending"]) == before - Counter(
+        (c, t, e) for c, t, e in removed.elements()
+    )

@@ -331,7 +331,11 @@ def test_quota_model_round_trips_reservations() -> None:
     # written in the wire layout (status.pending), read back as the same reservations
     assert "reservations" not in status
     assert status["pending"] == [
-        {"charge": {"requests.cpu": "1"}, "bindings": ["web/u/3/1767225600"]}
+        {
+            "charge": {"requests.cpu": "1"},
+            "expires": "2026-01-01T00:00:00Z",
+            "bindings": ["web/u/3"],
+        }
     ]
     assert KarmadaQuota.model_validate({**doc, "status": status}) == q
 

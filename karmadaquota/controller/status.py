@@ -7,8 +7,10 @@ charges piled up in the object, which then cost every write and watch event more
 controller writes a JSON patch (RFC 6902) that touches only what it changes and compare-and-swaps
 on what only it writes (`status.controllerRevision`): the webhook's writes in between no longer
 make it lose. Pending entries are removed one by one, each after a `test` that it is still the
-entry at that index, so a patch computed from an older version either removes exactly the
-entries it meant or fails as a whole (422) and is retried like a conflict.
+entry at that index, and a group whose entries all go is removed whole after a `test` of the
+whole group (the encoder never writes an empty one), from the highest index down so that no
+removal moves another's target; a patch computed from an older version either removes exactly
+the entries it meant or fails as a whole (422) and is retried like a conflict.
 """
 
 from __future__ import annotations
@@ -150,11 +152,13 @@ def status_write(
                 ops.append({"op": "remove", "path": path})
         else:
             ops.append({"op": "add", "path": path, "value": want})
-    for group, entry, value in reversed(removals):
-        path = f"/status/pending/{group}/bindings/{entry}"
+    for group, entry, value in reversed(removals):  # highest index first: nothing shifts
+        path = f"/status/pending/{group}"
+        if entry is not None:
+            path += f"/bindings/{entry}"
         ops += [{"op": "test", "path": path, "value": value}, {"op": "remove", "path": path}]
     if not ops:
-        return None  # only empty groups differ: the webhook's next write drops them
+        return None
     revision_ops = [
         {"op": "test", "path": f"/status/{REVISION}", "value": revision},
         {"op": "replace", "path": f"/status/{REVISION}", "value": revision + 1},
@@ -162,37 +166,54 @@ def status_write(
     return StatusWrite(patch=revision_ops + ops)
 
 
-def pending_removals(current: Any, desired: Any) -> list[tuple[int, int, Any]] | None:
-    """(group index, entry index, entry) of every wire `pending` entry of `current` that
-    `desired` no longer holds, in index order; None when `desired` holds an entry `current`
-    does not (or either is not the layout `encode_pending` writes): then no patch can say it."""
+def pending_removals(current: Any, desired: Any) -> list[tuple[int, int | None, Any]] | None:
+    """What the wire `pending` of `current` holds that `desired` no longer does, in index
+    order: (group index, None, group) for a group none of whose entries `desired` holds (it
+    goes whole, as the encoder never writes an empty group), (group index, entry index, entry)
+    for every other entry it dropped. None when `desired` holds an entry `current` does not
+    (or either is not the layout `encode_pending` writes): then no patch can say it.
+
+    An entry is the same when its group's charge and `expires` are (as the encoder groups).
+    """
     if not current:
         current = []
     if not desired:
         desired = []
     if not isinstance(current, list) or not isinstance(desired, list):
         return None
-    wanted: Counter[tuple[Any, str]] = Counter()
+    wanted: Counter[tuple[Any, Any]] = Counter()
     for group in desired:
-        if not isinstance(group, Mapping) or not isinstance(group.get("charge", {}), Mapping):
+        key = _group_key(group)
+        if key is None:
             return None
-        key = charge_key(group.get("charge") or {})
         for entry in group.get("bindings") or []:
             wanted[(key, entry)] += 1
-    removals: list[tuple[int, int, Any]] = []
+    removals: list[tuple[int, int | None, Any]] = []
     for g, group in enumerate(current):
-        if not isinstance(group, Mapping) or not isinstance(group.get("charge", {}), Mapping):
+        key = _group_key(group)
+        if key is None:
             return None
         entries = group.get("bindings") or []
         if not isinstance(entries, list):
             return None
-        key = charge_key(group.get("charge") or {})
+        dropped: list[tuple[int, int | None, Any]] = []
         for i, entry in enumerate(entries):
             if isinstance(entry, str) and wanted[(key, entry)] > 0:
                 wanted[(key, entry)] -= 1
             else:
-                removals.append((g, i, entry))
+                dropped.append((g, i, entry))
+        removals += [(g, None, group)] if len(dropped) == len(entries) else dropped
     return None if +wanted else removals
+
+
+def _group_key(group: Any) -> tuple[Any, Any] | None:
+    """(charge, expires) of a wire `pending` group; None when it is not one."""
+    if not isinstance(group, Mapping):
+        return None
+    charge, expires = group.get("charge") or {}, group.get("expires")
+    if not isinstance(charge, Mapping) or not (expires is None or isinstance(expires, str)):
+        return None
+    return (charge_key(charge), expires)
 
 
 def _next(revision: Any) -> int:

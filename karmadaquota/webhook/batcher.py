@@ -39,7 +39,9 @@ from karmadaquota.api import (
     Reservation,
     WaitingWorkload,
     charge_key,
+    expiry_seconds,
     format_time,
+    pending_entry,
 )
 from karmadaquota.charge import Charge
 from karmadaquota.evaluate import (
@@ -64,12 +66,13 @@ REASON_TOO_MANY = "TooManyRequests"
 # A status write must fit etcd's request limit (1.5 MiB by default) together with the rest of
 # the object (spec, used, conditions, metadata): `status.pending` gets at most this much of it.
 DEFAULT_RESERVATION_BYTES = 512 * 1024
-# JSON of one `status.pending[].bindings[]` entry with name and uid empty: 3 slashes, a
-# generation of up to 19 digits, an expiry of up to 12, quotes and a comma; plus slack.
-_RESERVATION_OVERHEAD = 40
-# JSON of one `status.pending[]` group with an empty charge and no entry, plus slack; each
-# resource of the charge adds its name, value and 8 (quotes, colon, comma, slack).
-_GROUP_OVERHEAD = 40
+# JSON of one `status.pending[].bindings[]` entry besides its text (`pending_entry`): quotes
+# and a comma (and a space, if the JSON is spaced); plus slack.
+_RESERVATION_OVERHEAD = 6
+# JSON of one `status.pending[]` group with an empty charge and no entry (keys, braces, an
+# `expires` of 20 characters: 61 bytes, 67 spaced), plus slack; each resource of the charge
+# adds its name, value and 8 (quotes, colon, comma, spaces).
+_GROUP_OVERHEAD = 72
 
 
 class QuotaBackend(Protocol):
@@ -467,16 +470,12 @@ def _recheck(
 
 def reservation_size(r: Reservation) -> int:
     """An upper bound of the JSON size of the reservation's `status.pending` entry
-    (`name/uid/generation/expires`), without encoding it; its group is `charge_size`.
+    (`name/uid[/generation]`); its group is `charge_size`.
 
-    Exact up to the constant for ASCII names and uids without '%' or '/', which object names
-    and uids are (the API server validates them); the escaped form is counted otherwise.
+    Exact up to the constant for ASCII names and uids, which object names and uids are (the
+    API server validates them).
     """
-    return _RESERVATION_OVERHEAD + _escaped_len(r.reservedBy.name) + _escaped_len(r.reservedBy.uid)
-
-
-def _escaped_len(text: str) -> int:
-    return len(text) + 2 * (text.count("%") + text.count("/"))  # '%' and '/' take 3 bytes
+    return _RESERVATION_OVERHEAD + len(pending_entry(r))
 
 
 def charge_size(reserved: Mapping[str, str | int]) -> int:
@@ -485,14 +484,27 @@ def charge_size(reserved: Mapping[str, str | int]) -> int:
     return _GROUP_OVERHEAD + sum(len(k) + len(str(v)) + 8 for k, v in reserved.items())
 
 
+_GroupKey = tuple[tuple[tuple[str, str | int], ...], int | None]
+
+
+def _group_keys(reservations: Sequence[Reservation]) -> dict[_GroupKey, Mapping[str, str | int]]:
+    """The `status.pending` groups of these reservations, (charge, expiry second) to charge:
+    the encoder's grouping (an unreadable expiry, which it does not write, counts as one)."""
+    seconds: dict[str, int | None] = {}
+    groups: dict[_GroupKey, Mapping[str, str | int]] = {}
+    for r in reservations:
+        stamp = r.expirationTime
+        if stamp not in seconds:
+            seconds[stamp] = expiry_seconds(stamp)
+        groups.setdefault((charge_key(r.reserved), seconds[stamp]), r.reserved)
+    return groups
+
+
 def pending_size(reservations: Sequence[Reservation]) -> int:
     """An upper bound of the JSON size of `status.pending` for these reservations: every
-    entry, plus each distinct charge's group once."""
+    entry, plus each distinct (charge, expiry) group once."""
     size = sum(reservation_size(r) for r in reservations)
-    groups: dict[tuple[tuple[str, str | int], ...], Mapping[str, str | int]] = {}
-    for r in reservations:
-        groups.setdefault(charge_key(r.reserved), r.reserved)
-    return size + sum(charge_size(c) for c in groups.values())
+    return size + sum(charge_size(c) for c in _group_keys(reservations).values())
 
 
 def _stored(sent: KarmadaQuota, answer: JSON) -> KarmadaQuota:
@@ -516,16 +528,17 @@ def _with_reservations(
     """The quota with our reservations appended and lapsed ones dropped, ready for PUT status,
     and the entries that did not fit `config.max_reservation_bytes` (not written): that bound
     is on the estimated size of `status.pending` (`pending_size`), where a reservation costs
-    its entry, plus its group when its charge is new.
+    its entry, plus its group when its charge and expiry are new.
 
     Shallow copies only: the cached quota is never mutated, and a deep copy of hundreds of
     reservations per write was the webhook's largest CPU cost under load.
     """
     keep = [r for r in obj.status.reservations if not r.lapsed(now)]
     budget = config.max_reservation_bytes - pending_size(keep)
-    charges = {charge_key(r.reserved) for r in keep}
+    groups = set(_group_keys(keep))
     overflow: list[tuple[Pending, ResourceList]] = []
     stamp = format_time(expires)
+    second = expiry_seconds(stamp)  # this batch's group: all its reservations share it
     for p, rl in entries:
         r = Reservation(
             reservedBy=ObjectReference(
@@ -539,13 +552,13 @@ def _with_reservations(
             expirationTime=stamp,
             generation=p.generation,
         )
-        key = charge_key(r.reserved)
-        size = reservation_size(r) + (0 if key in charges else charge_size(r.reserved))
+        key = (charge_key(r.reserved), second)
+        size = reservation_size(r) + (0 if key in groups else charge_size(r.reserved))
         if size > budget:
             overflow.append((p, rl))
             continue
         budget -= size
-        charges.add(key)
+        groups.add(key)
         keep.append(r)
     status = obj.status.model_copy(update={"reservations": keep})
     return obj.model_copy(update={"status": status}), overflow

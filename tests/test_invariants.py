@@ -38,12 +38,12 @@ from hypothesis import strategies as st
 from karmadaquota import resources, scopes
 from karmadaquota.api import KarmadaQuota, ResourceBinding
 from karmadaquota.charge import Charge, charge
-from karmadaquota.controller import recompute as rc
-from karmadaquota.controller import status as st_
-from karmadaquota.controller.index import BindingIndex, parse_rv, safe_observe
+from karmadaquota.controller.metrics import ControllerMetrics
+from karmadaquota.controller.reconciler import AlwaysLeader, Controller, ReconcilerConfig
 from karmadaquota.evaluate import Decision
 from karmadaquota.evaluate import evaluate as real_evaluate
-from karmadaquota.kube.client import JSON, Conflict, KubeClient, KubeError
+from karmadaquota.kube.client import JSON, KubeClient
+from karmadaquota.kube.retry import Backoff
 from karmadaquota.quantity import Quantity, QuantityError
 from karmadaquota.resources import ResourceList
 from karmadaquota.webhook import review
@@ -52,6 +52,7 @@ from karmadaquota.webhook.batcher import Batcher, BatcherConfig, Pending
 from karmadaquota.webhook.cache import QuotaCache
 from karmadaquota.webhook.metrics import WebhookMetrics
 from tests.fake_api import FakeApiServer, FakeStore, quota_doc
+from tests.polling import until
 
 LONG = os.environ.get("KARMADAQUOTA_LONG") == "1"
 NS = "ns"
@@ -277,7 +278,7 @@ def replica(api: FakeApiServer) -> Replica:
         cache.update(q)
     cache.synced.set()
     # no real waiting between conflicting writes: the interleaving stays deterministic
-    batcher = Batcher(store, BatcherConfig(conflict_backoff=0.0), clock=lambda: NOW)
+    batcher = Batcher(store, BatcherConfig(conflict_backoff=Backoff(0.0, 0.0)), clock=lambda: NOW)
     webhook = Webhook(cache, batcher, WebhookMetrics())
     r = Replica(store, batcher, webhook.admit_binding)
     submit = batcher.submit
@@ -310,57 +311,41 @@ def request(op: str, new: JSON, old: JSON | None, dry_run: bool) -> review.Reque
     )
 
 
-@dataclass
-class Controller:
-    """The controller's pure core, fed like the real one: watch events or a relist."""
+def controller(api: FakeApiServer) -> Controller:
+    """The real controller on the fake's lists and watches: no waiting between a change and its
+    recompute, nor between a lost compare-and-swap and its re-read (the interleaving stays
+    deterministic), no periodic relist (a step compacts the watch history instead)."""
+    return Controller(
+        api,
+        ControllerMetrics(),
+        AlwaysLeader(),
+        ReconcilerConfig(
+            quiet=0.0,
+            max_delay=0.0,
+            conflict_backoff=Backoff(0.0, 0.0),
+            page_size=2,
+            member_watch=False,
+            resync_period=None,
+        ),
+        clock=lambda: NOW,
+    )
 
-    api: FakeApiServer
-    index: BindingIndex = field(default_factory=BindingIndex)
-    events: list[tuple[str, JSON]] = field(default_factory=list)
 
-    async def sync(self, relist: bool) -> None:
-        if relist:
-            listed = [safe_observe(d, self.index.intern) for d in self.api.bindings.values()]
-            self.index.replace([s for s in listed if s is not None], self.api.rv)
-        for kind, obj in self.events:
-            meta = obj["metadata"]
-            if kind == "DELETED":
-                self.index.remove(NS, meta["uid"], parse_rv(meta["resourceVersion"]))
-            elif (seen := safe_observe(obj, self.index.intern)) is not None:
-                self.index.apply(seen)
-        self.events.clear()
-        snapshot = {uid: ResourceBinding.model_validate(d) for uid, d in self.api.bindings.items()}
-        for name in sorted(n for ns, n in self.api.quotas if ns == NS):
-            await self._write(name, snapshot)
+async def settle(api: FakeApiServer, c: Controller) -> None:
+    """Wait until the controller has been told everything and is done with it: both watches
+    open and drained, nothing marked or running, no retry of a lost write due."""
+    loop = asyncio.get_running_loop()
 
-    async def _write(self, name: str, snapshot: Mapping[str, ResourceBinding]) -> None:
-        for _ in range(20):
-            raw = await self.api.get_quota(NS, name)
-            quota = KarmadaQuota.model_validate(raw)
-            inputs = rc.NamespaceSnapshot(
-                self.index.bindings(NS), self.index.deleted, member_watch=False
-            )
-            outcome = rc.recompute(quota, inputs, NOW)
-            expected = expected_used(quota, snapshot.values())
-            got = {n: q.nanos for n, q in outcome.used.items()}
-            assert got == {n: q.nanos for n, q in expected.items()}, (
-                f"recompute of {name} is not the sum of the charges of the live bindings"
-            )
-            change = st_.status_write(raw.get("status"), st_.dump(outcome.status))
-            try:
-                if change is None:
-                    return
-                if change.patch is not None:  # the controller's write: reconciler._sync_quota
-                    await self.api.patch_quota_status(NS, name, change.patch)
-                else:
-                    await self.api.put_quota_status({**raw, "status": change.status})
-                return
-            except Conflict:
-                await asyncio.sleep(0)
-            except KubeError as e:
-                assert e.status == 422, e
-                await asyncio.sleep(0)
-        raise AssertionError(f"the controller never got its write of {name} through")
+    def settled() -> bool:
+        soon = loop.time() + 1.0  # a contended quota comes back within 0.15 s
+        return (
+            api.watching("resourcebindings")
+            and api.watching("karmadaquotas")
+            and c.idle()
+            and all(when > soon for when in c.dirty._timers.values())
+        )
+
+    await until(settled, timeout=10, what="the controller settles")
 
 
 def expected_used(quota: KarmadaQuota, bindings: Any) -> ResourceList:
@@ -405,45 +390,51 @@ async def run(history: History) -> None:
     api = FakeApiServer()
     for name, hard in history.hard.items():
         api.add_quota(quota_doc(name, NS, hard=hard, scope_selector=SCOPES.get(name)))
-    controller = Controller(api)
     uids = (f"rb-{i}" for i in itertools.count())
     preexisting: set[str] = set()
     for spec in history.preexisting:  # created before the webhook was installed
         doc = api.put_binding(binding_doc(next(uids), spec, 1))
         preexisting.add(doc["metadata"]["uid"])
-        controller.events.append(("ADDED", doc))
-    await controller.sync(relist=False)
-    replicas = [replica(api), replica(api)]
-    with recorded_denials() as denied:
-        for step in history.steps:
-            await run_step(api, controller, replicas, step, uids, preexisting)
-            check(api, preexisting, replicas, denied)
-    await controller.sync(relist=True)
-    check(api, preexisting, replicas, set())
+    c = controller(api)
+    task = asyncio.create_task(c.run())
+    try:
+        await settle(api, c)
+        check_controller(api)
+        replicas = [replica(api), replica(api)]
+        with recorded_denials() as denied:
+            for step in history.steps:
+                await run_step(api, c, replicas, step, uids, preexisting)
+                check(api, preexisting, replicas, denied)
+        api.compact()  # a last relist: the controller's figures from a full list
+        await settle(api, c)
+        check_controller(api)
+        check(api, preexisting, replicas, set())
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
 
 async def run_step(
     api: FakeApiServer,
-    controller: Controller,
+    c: Controller,
     replicas: list[Replica],
     step: Step,
     uids: Iterator[str],
     preexisting: set[str],
 ) -> None:
+    """One step; the controller runs all along, told of every change by its watches."""
     api.interfere(step.interfere)
     touched: set[str] = set()
     for op in step.ops:
         if isinstance(op, Delete) and api.bindings:
-            uid = sorted(api.bindings)[op.target % len(api.bindings)]
-            doc = api.bindings[uid]
-            api.delete_binding(uid)
-            controller.events.append(
-                (
-                    "DELETED",
-                    {**doc, "metadata": {**doc["metadata"], "resourceVersion": str(api.rv)}},
-                )
-            )
+            keys = sorted(api.bindings)
+            _, uid = keys[op.target % len(keys)]
+            api.delete_binding(NS, uid)
             touched.add(uid)
+    if step.sync:  # every quota recomputed concurrently with the admissions ...
+        c.mark_all()
+    if step.relist:  # ... or after a relist: the watches answer 410 Gone
+        api.compact()
     admissions: list[tuple[JSON, Any]] = []
     for op in step.ops:
         if isinstance(op, Create):
@@ -452,25 +443,44 @@ async def run_step(
             admissions.append((new if not op.dry_run else {}, admit))
         elif isinstance(op, Update):
             # bindings created before the webhook are only ever deleted (see `check`)
-            live = sorted(u for u in api.bindings if u not in preexisting and u not in touched)
+            live = sorted(n for _, n in api.bindings if n not in preexisting | touched)
             if not live:
                 continue
             uid = live[op.target % len(live)]
             touched.add(uid)
-            old = api.bindings[uid]
+            old = api.bindings[(NS, uid)]
             new = binding_doc(uid, op.spec, old["metadata"]["generation"] + 1)
             admit = replicas[op.replica].admit(request("UPDATE", new, old, op.dry_run))
             admissions.append((new if not op.dry_run else {}, admit))
-    work = [a for _, a in admissions]
-    if step.sync:
-        work.append(controller.sync(step.relist))
-    results = await asyncio.gather(*work)
-    for (new, _), decision in zip(admissions, results, strict=False):
+    results = await asyncio.gather(*(a for _, a in admissions))
+    for (new, _), decision in zip(admissions, results, strict=True):
         if new and decision.allowed:  # the API server stores what admission allowed
-            controller.events.append(("MODIFIED", api.put_binding(new)))
+            api.put_binding(new)
     if step.refresh:
+        await settle(api, c)
+        check_controller(api)
         for r in replicas:
             r.store.refresh()
+
+
+def check_controller(api: FakeApiServer) -> None:
+    """Once the controller has settled: the `used` it wrote is Σ charges of the live bindings
+    (it has been told of all of them), and it keeps no pending charge of a binding it has
+    observed at the charge's generation or later."""
+    live = {n: ResourceBinding.model_validate(d) for (_, n), d in api.bindings.items()}
+    for (_, name), raw in api.quotas.items():
+        quota = KarmadaQuota.model_validate(raw)
+        used = resources.parse_resource_list(quota.status.used, "status.used")
+        expected = expected_used(quota, live.values())
+        assert {n: q.nanos for n, q in used.items()} == {n: q.nanos for n, q in expected.items()}, (
+            f"{name}: used {quota.status.used} is not the sum of the charges of the live bindings"
+        )
+        for r in quota.status.reservations:
+            b = live.get(r.reservedBy.uid)
+            assert b is None or b.metadata.generation < r.generation, (
+                f"{name}: the pending charge of {r.reservedBy.uid} (generation {r.generation}) "
+                "is kept although the controller observed the binding"
+            )
 
 
 def check(

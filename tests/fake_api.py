@@ -104,7 +104,7 @@ class _Watch:
     queue: asyncio.Queue[tuple[str, JSON] | _End] = field(default_factory=asyncio.Queue)
 
 
-Hook = Callable[[Body], Awaitable[None] | None]
+Hook = Callable[["Ref", Body], Awaitable[None] | None]  # the status written, the body
 
 
 class FakeApiServer:
@@ -255,8 +255,8 @@ class FakeApiServer:
         return bool(mine) and all(w.queue.empty() for w in mine)
 
     def intercept(self, hook: Hook, times: int = 1) -> None:
-        """Run `hook(body)` before each of the next `times` status writes (PUT or PATCH of a
-        `/status`), e.g. another writer getting in first."""
+        """Run `hook(ref, body)` before each of the next `times` status writes sent through
+        `request` (a PUT or PATCH of a `/status`), e.g. another writer getting in first."""
         self._hooks = [hook] * times
 
     def interfere(self, writes: int) -> None:
@@ -346,7 +346,7 @@ class FakeApiServer:
             raise self.fail
         ref = parse(path)
         if ref.sub == "status" and method in ("PUT", "PATCH") and self._hooks:
-            done = self._hooks.pop(0)(copy.deepcopy(body) if body is not None else {})
+            done = self._hooks.pop(0)(ref, copy.deepcopy(body) if body is not None else {})
             if inspect.isawaitable(done):
                 await done
         return self.handle(method, ref, body, params or {}, content_type)

@@ -123,11 +123,14 @@ class FakeApiServer:
         self.patches = 0  # JSON patches of a quota status applied
         self.rejected_patches = 0  # JSON patches of a quota status refused with 422
         self.fail: BaseException | None = None  # every request raises this (a network error)
+        self.refuse: dict[str, BaseException] = {}  # a request whose path has the key raises
+        self.sent: list[tuple[str, str, Body]] = []  # (method, path, body) of every write sent
+        self.writes: list[tuple[str, str, Body]] = []  # ... of every write that succeeded
         # runs before a create or an update of an object (not its status), and may refuse it
         # by raising: a validating webhook
         self.webhook: Callable[[str, Ref, JSON], None] | None = None
         self._interfere = 0
-        self._hooks: list[Hook] = []
+        self._hooks: list[tuple[str, Hook]] = []
         self._uids = itertools.count(1)
 
     # ---- the store and its events -----------------------------------------------------------
@@ -192,17 +195,18 @@ class FakeApiServer:
         meta.pop("deletionTimestamp", None)
         return self._commit(ref, obj, "ADDED")
 
-    def update(self, path: str, mutate: Callable[[JSON], None]) -> JSON:
+    def update(self, path: str, mutate: Callable[[JSON], None], *, generation: bool = True) -> JSON:
         """Another writer changes the stored object (any part of it); a new resourceVersion,
-        generation +1 when the spec changed."""
+        generation +1 when the spec changed (`generation=False`: not even then, a write the
+        real server never makes, for a test proving the spec is not read again)."""
         ref = parse(path)
         current = self._stored(ref)
         obj = copy.deepcopy(current)
         mutate(obj)
-        return self._replace(ref, current, obj)
+        return self._replace(ref, current, obj, generation)
 
-    def _replace(self, ref: Ref, current: JSON, obj: JSON) -> JSON:
-        if obj.get("spec") != current.get("spec"):
+    def _replace(self, ref: Ref, current: JSON, obj: JSON, generation: bool = True) -> JSON:
+        if generation and obj.get("spec") != current.get("spec"):
             obj["metadata"]["generation"] = int(current["metadata"].get("generation") or 0) + 1
         meta = obj["metadata"]
         if meta.get("deletionTimestamp") and not meta.get("finalizers"):
@@ -240,10 +244,13 @@ class FakeApiServer:
         for kind in self._kinds(plural):
             self.held.setdefault(kind, [])
 
-    def release(self, plural: str) -> None:
+    def release(self, plural: str, deliver: bool = True) -> None:
+        """The watches get the events held back (`deliver=False`: they are lost, as by a
+        watch that broke, and only a relist finds out)."""
         for kind in self._kinds(plural):
             for event, obj in self.held.pop(kind, []):
-                self._send(kind, event, obj)
+                if deliver:
+                    self._send(kind, event, obj)
 
     def _kinds(self, plural: str) -> list[Kind]:
         known = {QUOTAS, BINDINGS, *self.store}
@@ -254,10 +261,15 @@ class FakeApiServer:
         mine = [w for w in self.watches if w.kind[1] == plural]
         return bool(mine) and all(w.queue.empty() for w in mine)
 
-    def intercept(self, hook: Hook, times: int = 1) -> None:
-        """Run `hook(ref, body)` before each of the next `times` status writes sent through
-        `request` (a PUT or PATCH of a `/status`), e.g. another writer getting in first."""
-        self._hooks = [hook] * times
+    def drained(self) -> bool:
+        """Every open watch has delivered every event sent to it."""
+        return all(w.queue.empty() for w in self.watches)
+
+    def intercept(self, hook: Hook, times: int = 1, match: str = "/status") -> None:
+        """Run `hook(ref, body)` before each of the next `times` writes sent through `request`
+        whose path contains `match` (by default status writes), e.g. another writer getting in
+        first, or a slow answer."""
+        self._hooks = [(match, hook)] * times
 
     def interfere(self, writes: int) -> None:
         """Another writer updates the quota just before each of the next `writes` status
@@ -345,8 +357,11 @@ class FakeApiServer:
         if self.fail is not None:
             raise self.fail
         ref = parse(path)
-        if ref.sub == "status" and method in ("PUT", "PATCH") and self._hooks:
-            done = self._hooks.pop(0)(ref, copy.deepcopy(body) if body is not None else {})
+        for needle, error in self.refuse.items():
+            if needle in path:
+                raise error
+        if method != "GET" and self._hooks and self._hooks[0][0] in path:
+            done = self._hooks.pop(0)[1](ref, copy.deepcopy(body) if body is not None else {})
             if inspect.isawaitable(done):
                 await done
         return self.handle(method, ref, body, params or {}, content_type)
@@ -361,6 +376,13 @@ class FakeApiServer:
         self.calls[f"{method} {ref.plural}{'/' + ref.sub if ref.sub else ''}"] += 1
         if method == "GET":
             return copy.deepcopy(self._stored(ref))
+        write = (method, self._path(ref) + ("/" + ref.sub if ref.sub else ""), body)
+        self.sent.append(write)
+        done = self._write(method, ref, body, content_type)
+        self.writes.append(write)
+        return done
+
+    def _write(self, method: str, ref: Ref, body: Body | None, content_type: str) -> JSON:
         if method == "POST":
             assert isinstance(body, dict)
             return self._post(ref, body)
@@ -407,7 +429,10 @@ class FakeApiServer:
                 return dict(jsonpatch.apply_patch(current, body))
             except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException) as e:
                 raise KubeError(422, "Invalid", str(e)) from None
-        precondition = (body.get("metadata") or {}).get("resourceVersion")
+        pre = body.get("metadata") or {}
+        if pre.get("uid") and pre["uid"] != current["metadata"].get("uid"):
+            raise Conflict(409, "Conflict", f'{ref.plural} "{ref.name}": uid precondition failed')
+        precondition = pre.get("resourceVersion")
         if precondition and precondition != current["metadata"]["resourceVersion"]:
             raise Conflict(
                 409,
@@ -602,12 +627,3 @@ def quota_doc(
         rv=rv,
         uid=name,
     )
-
-
-def patch_status(current: JSON, ops: list[JSON]) -> None:
-    """A status JSON patch applied to `current` in place (for FakeKarmada, until it goes)."""
-    try:
-        patched = jsonpatch.apply_patch(current, ops)
-    except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException) as e:
-        raise KubeError(422, "", str(e)) from None
-    current["status"] = copy.deepcopy(patched.get("status", {}))

@@ -186,14 +186,6 @@ class Controller:
             for ns in namespaces:
                 self._mark(ns)
 
-    def binding_event(self, event_type: str, obj: Mapping[str, Any]) -> None:
-        """One ResourceBinding watch event (ADDED, MODIFIED, DELETED), in version order."""
-        self.binding_informer.offer(event_type, obj)
-
-    def quota_event(self, event_type: str, obj: Mapping[str, Any]) -> None:
-        """One KarmadaQuota watch event, in version order."""
-        self.quota_informer.offer(event_type, obj)
-
     def _fold_quota(self, raw: JSON) -> QuotaRecord | None:
         """A quota our write returned (or a fresh read): stored unless a newer one is held."""
         meta = raw.get("metadata") or {}

@@ -244,13 +244,22 @@ class FakeApiServer:
         for kind in self._kinds(plural):
             self.held.setdefault(kind, [])
 
-    def release(self, plural: str, deliver: bool = True) -> None:
+    def release(self, plural: str, deliver: bool = True, count: int | None = None) -> None:
         """The watches get the events held back (`deliver=False`: they are lost, as by a
-        watch that broke, and only a relist finds out)."""
+        watch that broke, and only a relist finds out); `count`: only the first so many of
+        them, the rest stay held."""
         for kind in self._kinds(plural):
-            for event, obj in self.held.pop(kind, []):
+            held = self.held.pop(kind, [])
+            now, later = (held, []) if count is None else (held[:count], held[count:])
+            if later:
+                self.held[kind] = later
+            for event, obj in now:
                 if deliver:
                     self._send(kind, event, obj)
+
+    def holding(self, plural: str) -> int:
+        """How many events of the kind are held back."""
+        return sum(len(self.held.get(k, [])) for k in self._kinds(plural))
 
     def _kinds(self, plural: str) -> list[Kind]:
         known = {QUOTAS, BINDINGS, *self.store}

@@ -344,12 +344,6 @@ class FakeApiServer:
     async def get(self, path: str, params: Mapping[str, str] | None = None) -> JSON:
         return await self.request("GET", path, params=params)
 
-    async def put(self, path: str, body: JSON) -> JSON:
-        return await self.request("PUT", path, body)
-
-    async def post(self, path: str, body: JSON) -> JSON:
-        return await self.request("POST", path, body)
-
     async def merge_patch(self, path: str, body: JSON, timeout: float = 10.0) -> JSON:
         return await self.request("PATCH", path, body, timeout=timeout, content_type=MERGE_PATCH)
 

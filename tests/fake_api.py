@@ -17,13 +17,18 @@ so that the real informers, controller, leader election, cache and waker run aga
   410 `Gone` when that version is older than the compaction point (`compact()`, which also
   ends every open watch with 410, the way a watch cache that fell behind does). A watch ends
   on its timeout or when the test says (`end_watches()`); `hold(plural)` keeps a kind's events
-  from the watches until `release(plural)` (a slow watch).
+  from the watches until `release(plural)` (a slow watch; some at a time, or lost). `drained()`
+  and `watching(plural)` say when the watches have delivered everything.
 - Reads return copies, so a test never shares state with the code under test by accident.
 
 What the test does to it directly (`add_quota`, `put_binding`, `create`, `update`, `delete`,
 `bump`, ...) goes through the same store and the same watch events, as another client would.
-`intercept(hook, times)` runs a hook before each of the next status writes (another writer
-getting in first); `interfere(n)` makes another writer win the next `n` quota status writes.
+`intercept(hook, times, match)` runs a hook before each of the next writes to a matching path
+(by default status writes: another writer getting in first, or a slow answer); `interfere(n)`
+makes another writer win the next `n` quota status writes; `refuse` fails requests by path,
+`fail` all of them, `webhook` stands in for a validating webhook. `calls` counts requests by
+verb and kind ("GET karmadaquotas": re-reads), `sent` and `writes` log the writes sent and
+those that succeeded.
 
 `FakeStore` is one webhook replica's view of it: the batcher's QuotaBackend, with its own cache
 that only its own reads and writes refresh (another replica's cache is another FakeStore).
@@ -53,8 +58,6 @@ Kind = tuple[str, str]  # (group path, plural), e.g. ("/api/v1", "namespaces")
 MERGE_PATCH = "application/merge-patch+json"
 # the kinds whose status is a subresource: a write of the object keeps the stored status
 STATUS_SUBRESOURCE = {"karmadaquotas", "resourcebindings", "deployments", "statefulsets", "jobs"}
-QUOTAS: Kind = ("/apis/quota.karmada.io/v1alpha1", "karmadaquotas")
-BINDINGS: Kind = ("/apis/work.karmada.io/v1alpha2", "resourcebindings")
 DELETED_AT = "2026-01-01T00:00:00Z"
 
 
@@ -88,6 +91,10 @@ def parse(path: str) -> Ref:
         namespace, rest = rest[1], rest[2:]
     rest = [*rest, "", ""]
     return Ref(group, rest[0], namespace, rest[1], rest[2])
+
+
+QUOTAS: Kind = parse(paths.quotas()).kind
+BINDINGS: Kind = parse(paths.bindings()).kind
 
 
 class _End:

@@ -2,20 +2,29 @@
 
 A history is a sequence of steps against one namespace with three quotas (unscoped, a
 PriorityClass scope, BestEffort). In each step two webhook replicas (each its own batcher and
-cache over one fake API server with real resourceVersion compare-and-swap) admit concurrent
+cache over the fake API server with real resourceVersion compare-and-swap) admit concurrent
 creates, updates (scale up/down, placement changes, components) and dry-runs through the real
-admission path, bindings are deleted, another writer may win the next status writes, and the
-controller may recompute every quota at the same time (fed by watch events or by a relist).
-Bindings that existed before the webhook was installed, with hostile values (negative requests
-and replica counts, huge ones), are there from the start.
+admission path, bindings are deleted, another writer may win the next status writes, an old
+leader's late write may get in before the controller's. The real controller
+(`reconciler.Controller`) runs all along on the fake's lists and watches: every create, update
+and delete reaches it by watch, a step may make it recompute every quota at once, or relist
+(the watch history is compacted: 410 Gone); its writes are its own JSON patches and PUTs, with
+their re-read after a lost compare-and-swap. Bindings that existed before the webhook was
+installed, with hostile values (negative requests and replica counts, huge ones), are there
+from the start.
 
 After every step:
 - Σ charges of the live bindings ≤ hard, for every quota and resource (or no more than the
   pre-existing bindings alone held, which the webhook never admitted);
 - a request the batcher denied at any point (first pass or re-check after a conflict) was
   finally denied: a retry never admits what was denied;
-- what the controller wrote as `used` equals Σ charges of the bindings that existed in its
-  snapshot, and no `used` (global or per cluster) is ever negative.
+- no `used` (global or per cluster) is ever negative.
+
+And whenever the controller has settled (its watches delivered everything, nothing left to
+do; after some steps and at the end, after a last relist): the `used` it wrote equals Σ
+charges of the live bindings, and no pending charge of a binding it has observed (at the
+charge's generation or later) is left. Breaking its re-read after a lost write, or its release
+of a deleted binding or of an observed charge, fails these.
 
 `KARMADAQUOTA_LONG=1` runs many more, longer histories; the default is sized for CI.
 """

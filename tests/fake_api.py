@@ -12,7 +12,8 @@ so that the real informers, controller, leader election, cache and waker run aga
   generation. POST creates (409 when the name is taken, 404 when the namespace does not exist).
   DELETE of an object holding finalizers only sets its deletionTimestamp; removing the last
   finalizer of such an object deletes it.
-- LIST pages with `limit`/`continue` and carries the list's resourceVersion.
+- LIST pages with `limit`/`continue`, every page from the first page's revision (the list's
+  resourceVersion); a continue token from before the compaction point answers 410.
 - WATCH from a resourceVersion replays the collection's events after it, then follows new ones;
   410 `Gone` when that version is older than the compaction point (`compact()`, which also
   ends every open watch with 410, the way a watch cache that fell behind does). A watch ends
@@ -139,6 +140,8 @@ class FakeApiServer:
         self._interfere = 0
         self._hooks: list[tuple[str, Hook]] = []
         self._uids = itertools.count(1)
+        # what a list saw at its revision, for its next pages: (kind, namespace, rv) -> items
+        self._snapshots: dict[tuple[Kind, str, int], list[JSON]] = {}
 
     # ---- the store and its events -----------------------------------------------------------
 
@@ -238,6 +241,7 @@ class FakeApiServer:
         from any version before now (the informers list again)."""
         self.compacted = self.rv
         self.log.clear()
+        self._snapshots.clear()
         for w in self.watches:
             w.queue.put_nowait(_End(gone=True))
 
@@ -476,15 +480,28 @@ class FakeApiServer:
         return self._create(Ref(ref.group, ref.plural, ns, name), doc)
 
     def _list(self, ref: Ref, params: Mapping[str, str]) -> JSON:
-        objects = self.objects(ref.kind)
-        keys = sorted(k for k in objects if ref.namespace in ("", k[0]))
-        start = int(params.get("continue") or 0)
-        limit = int(params.get("limit") or 0) or len(keys) or 1
-        meta: JSON = {"resourceVersion": str(self.rv)}
-        if start + limit < len(keys):
-            meta["continue"] = str(start + limit)
-        items = [copy.deepcopy(objects[k]) for k in keys[start : start + limit]]
-        return {"kind": "List", "metadata": meta, "items": items}
+        """One page of a list. As etcd does it, every page comes from the same revision (the
+        first page's, the list's resourceVersion): what is written meanwhile is for the watch
+        from that version to deliver. A continue token older than the compaction point has
+        expired (410)."""
+        token = params.get("continue")
+        if token:
+            rv, start = (int(x) for x in token.split(":"))
+            if rv < self.compacted:
+                raise Gone(410, "Expired", "the continue token has expired")
+            items = self._snapshots[(ref.kind, ref.namespace, rv)]
+        else:
+            rv, start = self.rv, 0
+            objects = self.objects(ref.kind)
+            keys = sorted(k for k in objects if ref.namespace in ("", k[0]))
+            items = [copy.deepcopy(objects[k]) for k in keys]
+            self._snapshots[(ref.kind, ref.namespace, rv)] = items
+        limit = int(params.get("limit") or 0) or len(items) or 1
+        meta: JSON = {"resourceVersion": str(rv)}
+        if start + limit < len(items):
+            meta["continue"] = f"{rv}:{start + limit}"
+        page = [copy.deepcopy(o) for o in items[start : start + limit]]
+        return {"kind": "List", "metadata": meta, "items": page}
 
     async def watch(
         self, path: str, resource_version: str, timeout_seconds: int = 300

@@ -134,6 +134,9 @@ class FakeApiServer:
         self.refuse: dict[str, BaseException] = {}  # a request whose path has the key raises
         self.sent: list[tuple[str, str, Body]] = []  # (method, path, body) of every write sent
         self.writes: list[tuple[str, str, Body]] = []  # ... of every write that succeeded
+        # the writes sent through `request` that lost (409, or 422 for a JSON patch's test):
+        # (method, path, the resourceVersion stored when they lost)
+        self.lost: list[tuple[str, str, int]] = []
         # runs before a create or an update of an object (not its status), and may refuse it
         # by raising: a validating webhook
         self.webhook: Callable[[str, Ref, JSON], None] | None = None
@@ -378,7 +381,14 @@ class FakeApiServer:
             done = self._hooks.pop(0)[1](ref, copy.deepcopy(body) if body is not None else {})
             if inspect.isawaitable(done):
                 await done
-        return self.handle(method, ref, body, params or {}, content_type)
+        try:
+            return self.handle(method, ref, body, params or {}, content_type)
+        except KubeError as e:
+            if e.status in (409, 422):  # a compare-and-swap lost: against which version
+                stored = self.objects(ref.kind).get(ref.key) or {"metadata": {}}
+                version = int(stored["metadata"].get("resourceVersion") or 0)
+                self.lost.append((method, path, version))
+            raise
 
     def handle(
         self, method: str, ref: Ref, body: Body | None, params: Mapping[str, str], content_type: str

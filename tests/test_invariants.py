@@ -18,7 +18,9 @@ After every step:
   pre-existing bindings alone held, which the webhook never admitted);
 - a request the batcher denied at any point (first pass or re-check after a conflict) was
   finally denied: a retry never admits what was denied;
-- no `used` (global or per cluster) is ever negative.
+- no `used` (global or per cluster) is ever negative;
+- the controller never loses its write more than twice against one stored version (after a
+  lost write it computes the next from the version its watch delivered, else reads it back).
 
 And whenever the controller has settled (its watches delivered everything, nothing left to
 do; after some steps and at the end, after a last relist): the `used` it wrote equals Σ
@@ -35,6 +37,7 @@ import asyncio
 import functools
 import itertools
 import os
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -510,6 +513,17 @@ def check_controller(api: FakeApiServer) -> None:
             )
 
 
+def check_rereads(api: FakeApiServer) -> None:
+    """After a lost write the controller computes the next one from a newer version: the one
+    its watch delivered since, else one read back. A version delivered may still be older
+    than the winner, so a write may lose twice against one stored version, never more."""
+    for (path, version), n in Counter((p, v) for _, p, v in api.lost).items():
+        assert n <= 2, (
+            f"the controller lost its write of {path} {n} times against version {version}: "
+            "it retried without reading the version that won"
+        )
+
+
 def check(
     api: FakeApiServer, preexisting: set[str], replicas: list[Replica], denied: set[int]
 ) -> None:
@@ -529,6 +543,7 @@ def check(
         for cluster in quota.status.aggregatedStatus:
             rl = resources.parse_resource_list(cluster.used, "aggregatedStatus.used")
             assert all(q.sign >= 0 for q in rl.values()), f"{name}: negative used {cluster}"
+    check_rereads(api)
     for r in replicas:
         for new, decision in r.finals:
             if id(new) in denied:

@@ -497,9 +497,9 @@ class FakeApiServer:
         token = params.get("continue")
         if token:
             rv, start = (int(x) for x in token.split(":"))
-            if rv < self.compacted:
+            items = self._snapshots.get((ref.kind, ref.namespace, rv))
+            if items is None or rv < self.compacted:  # compacted since
                 raise Gone(410, "Expired", "the continue token has expired")
-            items = self._snapshots[(ref.kind, ref.namespace, rv)]
         else:
             rv, start = self.rv, 0
             objects = self.objects(ref.kind)

@@ -1,13 +1,12 @@
 """memberEnforcement ResourceQuota through the controller: observed usage counts in `used`,
 the leader keeps the guards (finalizer first) and removes them when enforcement is switched off
-or the quota is deleted. The fake Karmada of the reconciler tests, fake members of the guard
-tests (every applied guard write checked against Σ ≤ hard)."""
+or the quota is deleted. The fake API server (the controller fed by its watches, as in the
+reconciler tests), fake members of the guard tests (every applied guard write checked
+against Σ ≤ hard)."""
 
 from __future__ import annotations
 
-import asyncio
-import copy
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -17,63 +16,27 @@ from karmadaquota.controller.guard_keeper import FINALIZER, GuardKeeper
 from karmadaquota.controller.members import Members
 from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.controller.reconciler import Controller, ReconcilerConfig
-from karmadaquota.kube.client import JSON, Conflict, NotFound
+from karmadaquota.kube import paths
+from karmadaquota.kube.client import JSON
 from karmadaquota.quantity import NANO
+from tests.fake_api import FakeApiServer
 from tests.fake_members import Fleet
 from tests.polling import until
-from tests.test_controller_reconciler import NS, FakeKarmada, Lead, quiet, used
+from tests.test_controller_reconciler import (
+    NS,
+    Lead,
+    add_binding,
+    add_quota,
+    add_reservation,
+    controlling,
+    listed,
+    quiet,
+    quota,
+    used,
+)
 
 MEMBERS = ["member1", "member2", "member3"]
 HARD = {"pods": "10", "requests.cpu": "10", "count/deployments.apps": "5"}
-
-
-class GuardedKarmada(FakeKarmada):
-    """FakeKarmada plus what the guards need: a merge patch of a quota's finalizers
-    (conditional on resourceVersion) and deletion that waits for finalizers."""
-
-    async def request(
-        self,
-        method: str,
-        path: str,
-        body: Any = None,
-        params: Mapping[str, str] | None = None,
-        timeout: float = 10.0,
-        content_type: str = "application/json",
-    ) -> JSON:
-        if method != "PATCH" or path.endswith("/status"):
-            return await super().request(method, path, body, params, timeout, content_type)
-        await asyncio.sleep(0)
-        self.finalizer_patches.append(copy.deepcopy(body or {}))
-        assert content_type == "application/merge-patch+json" and body is not None
-        name = path.split("/karmadaquotas/")[1]
-        current = self.quotas.get(name)
-        if current is None:
-            raise NotFound(404, "NotFound", name)
-        meta = body["metadata"]
-        if meta["resourceVersion"] != current["metadata"]["resourceVersion"]:
-            raise Conflict(409, "Conflict", name)
-        current["metadata"]["finalizers"] = list(meta["finalizers"])
-        if current["metadata"].get("deletionTimestamp") and not meta["finalizers"]:
-            del self.quotas[name]
-            return copy.deepcopy(current)
-        return copy.deepcopy(self._bump(current))
-
-    finalizer_patches: list[JSON]
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.finalizer_patches = []
-
-    def edit(self, name: str, **spec: Any) -> JSON:
-        q = self.quotas[name]
-        q["spec"].update(spec)
-        q["metadata"]["generation"] += 1
-        return copy.deepcopy(self._bump(q))
-
-    def delete(self, name: str) -> JSON:
-        q = self.quotas[name]
-        q["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-        return copy.deepcopy(self._bump(q))
 
 
 def pod(name: str, cpu: str = "1") -> JSON:
@@ -85,8 +48,8 @@ def pod(name: str, cpu: str = "1") -> JSON:
 
 
 @pytest.fixture
-async def env() -> AsyncIterator[tuple[GuardedKarmada, Controller, Fleet, Members]]:
-    api = GuardedKarmada()
+async def env() -> AsyncIterator[tuple[FakeApiServer, Controller, Fleet, Members]]:
+    api = FakeApiServer()
     fleet = Fleet(MEMBERS, {"pods": 10 * NANO, "requests.cpu": 10 * NANO})
     members = fleet.registry()
     for w in members.views():
@@ -99,12 +62,8 @@ async def env() -> AsyncIterator[tuple[GuardedKarmada, Controller, Fleet, Member
         members=members,
         guards=GuardKeeper(members, poll=0.0),
     )
-    task = asyncio.create_task(c.run_queues())
-    try:
+    async with controlling(c):
         yield api, c, fleet, members
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
 
 
 def guard_pods(fleet: Fleet) -> dict[str, str | None]:
@@ -115,9 +74,9 @@ def guard_pods(fleet: Fleet) -> dict[str, str | None]:
     return out
 
 
-def shown(api: GuardedKarmada) -> dict[str, Any]:
+def shown(api: FakeApiServer) -> dict[str, Any]:
     """aggregatedStatus[].guard per member, as the quota's status shows it."""
-    return {x["clusterName"]: x.get("guard") for x in api.quotas["q"]["status"]["aggregatedStatus"]}
+    return {x["clusterName"]: x.get("guard") for x in quota(api)["status"]["aggregatedStatus"]}
 
 
 def run_pods(c: Controller, members: Members, member: str, *names: str) -> None:
@@ -130,12 +89,12 @@ def run_pods(c: Controller, members: Members, member: str, *names: str) -> None:
 
 async def test_out_of_band_pods_count_and_the_guards_share_the_rest(env: Any) -> None:
     api, c, fleet, members = env
-    api.add_quota("q", HARD)
-    api.quotas["q"]["spec"]["memberEnforcement"] = "ResourceQuota"
-    api.add_binding("web", replicas=4, requests={"cpu": "1"}, clusters={"member1": 4})
-    await c.resync()
+    add_quota(api, "q", HARD, spec={"memberEnforcement": "ResourceQuota"})
+    add_binding(api, "web", replicas=4, requests={"cpu": "1"}, clusters={"member1": 4})
+    await listed(c)
     await until(lambda: used(api).get("pods") == "4")
-    assert FINALIZER in api.quotas["q"]["metadata"]["finalizers"]
+    # the guards (finalizer first) follow the recompute in a queue of their own
+    await until(lambda: FINALIZER in quota(api)["metadata"].get("finalizers", []))
     await until(lambda: guard_pods(fleet) == {"member1": "6", "member2": "2", "member3": "2"})
     # 3 pods made directly in member2: counted, and the headroom is split again
     run_pods(c, members, "member2", "a", "b", "c")
@@ -146,7 +105,7 @@ async def test_out_of_band_pods_count_and_the_guards_share_the_rest(env: Any) ->
     await until(lambda: guard_pods(fleet) == {"member1": "5", "member2": "4", "member3": "1"})
 
     def conditions() -> dict[str, Any]:
-        return {x["type"]: x for x in api.quotas["q"]["status"].get("conditions", [])}
+        return {x["type"]: x for x in quota(api)["status"].get("conditions", [])}
 
     # the guards follow the recompute in a queue of their own: the status write that carries
     # the condition may land just after them (a lost compare-and-swap retried)
@@ -154,7 +113,7 @@ async def test_out_of_band_pods_count_and_the_guards_share_the_rest(env: Any) ->
     conds = conditions()
     assert "member2: pods=3, requests.cpu=3" in conds["OutOfBandUsage"]["message"]
     await until(lambda: shown(api)["member2"] == {"pods": "4", "requests.cpu": "4"})
-    by = {x["clusterName"]: x for x in api.quotas["q"]["status"]["aggregatedStatus"]}
+    by = {x["clusterName"]: x for x in quota(api)["status"]["aggregatedStatus"]}
     assert by["member2"]["observed"]["pods"] == "3" and by["member2"]["used"]["pods"] == "0"
     assert fleet.worst["pods"] <= 10 * NANO and fleet.worst["requests.cpu"] <= 10 * NANO
     # count/deployments.apps is admission's only: no guard holds it
@@ -164,82 +123,76 @@ async def test_out_of_band_pods_count_and_the_guards_share_the_rest(env: Any) ->
 
 async def test_pods_karmada_placed_count_once(env: Any) -> None:
     api, c, _, members = env
-    api.add_quota("q", HARD)
-    api.quotas["q"]["spec"]["memberEnforcement"] = "ResourceQuota"
-    api.add_binding("web", replicas=2, requests={"cpu": "1"}, clusters={"member1": 2})
-    await c.resync()
+    add_quota(api, "q", HARD, spec={"memberEnforcement": "ResourceQuota"})
+    add_binding(api, "web", replicas=2, requests={"cpu": "1"}, clusters={"member1": 2})
+    await listed(c)
     run_pods(c, members, "member1", "web-1", "web-2")  # Karmada's own two replicas
     await until(lambda: quiet(c) and used(api).get("pods") == "2")
     assert used(api)["requests.cpu"] == "2"
-    conds = {x["type"]: x for x in api.quotas["q"]["status"]["conditions"]}
+    conds = {x["type"]: x for x in quota(api)["status"]["conditions"]}
     assert conds["OutOfBandUsage"]["status"] == "False"
 
 
 async def test_unplaced_replicas_count_and_are_not_shared_out(env: Any) -> None:
     api, c, fleet, _ = env
-    api.add_quota("q", HARD)
-    api.quotas["q"]["spec"]["memberEnforcement"] = "ResourceQuota"
-    api.add_binding("web", replicas=4, requests={"cpu": "1"})  # not scheduled yet
-    await c.resync()
+    add_quota(api, "q", HARD, spec={"memberEnforcement": "ResourceQuota"})
+    add_binding(api, "web", replicas=4, requests={"cpu": "1"})  # not scheduled yet
+    await listed(c)
     await until(lambda: used(api).get("pods") == "4")
     await until(lambda: guard_pods(fleet) == {"member1": "2", "member2": "2", "member3": "2"})
 
 
 async def test_switching_enforcement_off_removes_every_guard_then_the_finalizer(env: Any) -> None:
     api, c, fleet, members = env
-    api.add_quota("q", HARD)
-    api.quotas["q"]["spec"]["memberEnforcement"] = "ResourceQuota"
-    await c.resync()
+    add_quota(api, "q", HARD, spec={"memberEnforcement": "ResourceQuota"})
+    await listed(c)
     await until(lambda: all(v is not None for v in guard_pods(fleet).values()))
     run_pods(c, members, "member2", "a")
     await until(lambda: used(api).get("pods") == "1")
     fleet.members["member3"].down = True
-    c.quota_event("MODIFIED", api.edit("q", memberEnforcement="None"))
+    api.bump(NS, "q", lambda q: q["spec"].update(memberEnforcement="None"))
     await until(lambda: guard_pods(fleet)["member1"] is None)
     assert guard_pods(fleet)["member3"] is not None  # unreachable: removed once it is back
-    assert FINALIZER in api.quotas["q"]["metadata"]["finalizers"]
+    assert FINALIZER in quota(api)["metadata"]["finalizers"]
     assert used(api)["pods"] == "0"  # observed usage no longer counts
     fleet.members["member3"].down = False
-    await until(lambda: FINALIZER not in api.quotas["q"]["metadata"]["finalizers"], timeout=10)
+    await until(lambda: FINALIZER not in quota(api)["metadata"]["finalizers"], timeout=10)
     assert guard_pods(fleet) == {"member1": None, "member2": None, "member3": None}
 
 
 async def test_deleting_the_quota_removes_every_guard_before_it_goes(env: Any) -> None:
     api, c, fleet, _ = env
-    api.add_quota("q", HARD)
-    api.quotas["q"]["spec"]["memberEnforcement"] = "ResourceQuota"
-    await c.resync()
+    add_quota(api, "q", HARD, spec={"memberEnforcement": "ResourceQuota"})
+    await listed(c)
     await until(lambda: all(v is not None for v in guard_pods(fleet).values()))
-    c.quota_event("MODIFIED", api.delete("q"))
-    await until(lambda: "q" not in api.quotas)
+    api.delete(paths.quota(NS, "q"))
+    await until(lambda: (NS, "q") not in api.quotas)
     assert guard_pods(fleet) == {"member1": None, "member2": None, "member3": None}
     # the controller's patch right on quotas is used for the finalizer only (docs/security.md)
-    sent = api.finalizer_patches
+    sent = [b for m, p, b in api.sent if m == "PATCH" and p == paths.quota(NS, "q")]
     assert [p["metadata"]["finalizers"] for p in sent] == [[FINALIZER], []]
-    assert all(set(p) == {"metadata"} for p in sent)
+    assert all(isinstance(p, dict) and set(p) == {"metadata"} for p in sent)
     assert all(set(p["metadata"]) == {"finalizers", "resourceVersion"} for p in sent)
 
 
 async def test_a_follower_writes_no_guard(env: Any) -> None:
     api, c, fleet, _ = env
     c.leadership.leader = False
-    api.add_quota("q", HARD)
-    api.quotas["q"]["spec"]["memberEnforcement"] = "ResourceQuota"
-    await c.resync()
+    add_quota(api, "q", HARD, spec={"memberEnforcement": "ResourceQuota"})
+    await listed(c)
     await until(lambda: quiet(c))
     assert guard_pods(fleet) == {"member1": None, "member2": None, "member3": None}
     assert fleet.requests == []
 
 
-def conditions(api: GuardedKarmada) -> dict[str, Any]:
-    return {c["type"]: c for c in api.quotas["q"]["status"].get("conditions", [])}
+def conditions(api: FakeApiServer) -> dict[str, Any]:
+    return {c["type"]: c for c in quota(api)["status"].get("conditions", [])}
 
 
 async def test_the_guarded_condition_names_a_member_without_its_guard(env: Any) -> None:
     api, c, fleet, members = env
-    api.add_quota("q", HARD)
-    api.quotas["q"]["spec"]["memberEnforcement"] = "ResourceQuota"
-    await c.resync()
+    add_quota(api, "q", HARD, spec={"memberEnforcement": "ResourceQuota"})
+    await listed(c)
     await until(lambda: conditions(api).get("Guarded", {}).get("status") == "True")
     fleet.members["member3"].down = True
     run_pods(c, members, "member1", "a")  # a rebalance: member3 is found down
@@ -254,10 +207,11 @@ async def test_the_guarded_condition_names_a_member_without_its_guard(env: Any) 
 
 async def test_an_object_placed_in_several_members_counts_once(env: Any) -> None:
     api, c, _, members = env
-    api.add_quota("q", HARD)
-    api.quotas["q"]["spec"]["memberEnforcement"] = "ResourceQuota"
-    api.add_binding("web", replicas=4, requests={"cpu": "1"}, clusters={"member1": 2, "member2": 2})
-    await c.resync()
+    add_quota(api, "q", HARD, spec={"memberEnforcement": "ResourceQuota"})
+    add_binding(
+        api, "web", replicas=4, requests={"cpu": "1"}, clusters={"member1": 2, "member2": 2}
+    )
+    await listed(c)
     run_pods(c, members, "member3", "x")  # and one pod around Karmada
     await until(lambda: used(api).get("pods") == "5")
     assert used(api) == {"count/deployments.apps": "1", "pods": "5", "requests.cpu": "5"}
@@ -265,11 +219,10 @@ async def test_an_object_placed_in_several_members_counts_once(env: Any) -> None
 
 async def test_admitted_charges_not_yet_in_a_member_are_kept_out_of_the_shares(env: Any) -> None:
     api, c, fleet, _ = env
-    api.add_quota("q", HARD)
-    api.quotas["q"]["spec"]["memberEnforcement"] = "ResourceQuota"
-    await c.resync()
+    add_quota(api, "q", HARD, spec={"memberEnforcement": "ResourceQuota"})
+    await listed(c)
     await until(lambda: guard_pods(fleet) == {"member1": "4", "member2": "3", "member3": "3"})
     # the webhook admitted a binding of 4 pods the controller has not seen yet
-    c.quota_event("MODIFIED", api.add_reservation("q", "uid-new", {"pods": "4"}))
+    add_reservation(api, "q", "uid-new", {"pods": "4"})
     await until(lambda: guard_pods(fleet) == {"member1": "2", "member2": "2", "member3": "2"})
     assert fleet.worst["pods"] <= 10 * NANO

@@ -1,10 +1,11 @@
-"""The controller shell against a fake API server: sync gating, CAS writes, leadership."""
+"""The controller shell against the fake API server, fed by its real informers (list, then
+watch): sync gating, CAS writes and re-reads, leadership, the jobs that follow a recompute."""
 
 from __future__ import annotations
 
 import asyncio
-import copy
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+import contextlib
+from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -13,68 +14,57 @@ import pytest
 from karmadaquota.api import KarmadaQuota, ObjectReference, Reservation, format_time
 from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.controller.reconciler import Controller, ReconcilerConfig
-from karmadaquota.kube import paths
-from karmadaquota.kube.client import JSON, JSON_PATCH, Body, Conflict, KubeError, NotFound
+from karmadaquota.controller.wake import WakeConfig, Waker
+from karmadaquota.kube import namespaces, paths
+from karmadaquota.kube.client import JSON, KubeError
+from karmadaquota.kube.retry import Backoff
+from karmadaquota.kube.versions import parse_rv
 from tests.conftest import raw_binding
-from tests.fake_api import patch_status
+from tests.fake_api import FakeApiServer
 from tests.polling import until
+from tests.test_wake import patched, templates
 
 NS = "team-a"
 
 
-class FakeKarmada:
-    """KarmadaQuotas and ResourceBindings with resourceVersion CAS and paginated lists."""
-
-    def __init__(self) -> None:
-        self.rv = 100
-        self.quotas: dict[str, JSON] = {}
-        self.bindings: dict[str, JSON] = {}
-        self.puts = 0
-        self.patches = 0  # JSON patches applied
-        self.rejected_patches = 0  # JSON patches refused with 422 (a test failed)
-        self.before_put: Callable[[JSON], Awaitable[None]] | None = None
-        self.keep_hook = 1  # how many PUTs the hook runs before
-        self.binding_gets = 0  # GETs of one binding by name (the orphan audit)
-        self.quota_gets = 0  # GETs of one quota by name (re-reads after a lost CAS)
-
-    def _bump(self, obj: JSON) -> JSON:
-        self.rv += 1
-        obj["metadata"]["resourceVersion"] = str(self.rv)
-        return obj
-
-    def add_quota(self, name: str, hard: Mapping[str, str], **status: Any) -> JSON:
-        obj = {
+def add_quota(
+    api: FakeApiServer, name: str, hard: Mapping[str, str], spec: JSON | None = None, **status: Any
+) -> JSON:
+    """A KarmadaQuota in NS as a user creates it (with the status given, as if written)."""
+    return api.add_quota(
+        {
             "apiVersion": "quota.karmada.io/v1alpha1",
             "kind": "KarmadaQuota",
-            "metadata": {"name": name, "namespace": NS, "uid": f"q-{name}", "generation": 1},
-            "spec": {"hard": dict(hard)},
+            "metadata": {"name": name, "namespace": NS, "uid": f"q-{name}"},
+            "spec": {"hard": dict(hard), **(spec or {})},
             "status": dict(status),
-        }
-        self.quotas[name] = self._bump(obj)
-        return copy.deepcopy(obj)
+        },
+    )
 
-    def add_binding(self, name: str, **kw: Any) -> JSON:
-        self.rv += 1
-        raw = raw_binding(name, namespace=NS, rv=self.rv, **kw)
-        have = self.bindings.get(raw["metadata"]["uid"])
-        if have is not None and "generation" not in kw and have["spec"] != raw["spec"]:
-            # like the API server: a spec change bumps the generation
-            raw["metadata"]["generation"] = have["metadata"]["generation"] + 1
-        self.bindings[raw["metadata"]["uid"]] = raw
-        return copy.deepcopy(raw)
 
-    def add_reservation(
-        self,
-        name: str,
-        uid: str,
-        reserved: Mapping[str, str],
-        gen: int = 1,
-        ttl: float = 60,
-        binding: str = "",
-    ) -> JSON:
-        """The webhook's write: one more pending charge (of binding `binding`, default `uid`),
-        in the wire layout (`status.pending`)."""
-        q = self.quotas[name]
+def add_binding(api: FakeApiServer, name: str, **kw: Any) -> JSON:
+    """Create or update a ResourceBinding in NS (conftest.raw_binding's parameters)."""
+    return api.put_binding(raw_binding(name, namespace=NS, **kw))
+
+
+def quota(api: FakeApiServer, name: str = "q") -> JSON:
+    """The quota as stored (read only)."""
+    return api.quotas[(NS, name)]
+
+
+def add_reservation(
+    api: FakeApiServer,
+    name: str,
+    uid: str,
+    reserved: Mapping[str, str],
+    gen: int = 1,
+    ttl: float = 60,
+    binding: str = "",
+) -> JSON:
+    """The webhook's write: one more pending charge (of binding `binding`, default `uid`),
+    in the wire layout (`status.pending`)."""
+
+    def reserve(q: JSON) -> None:
         status = KarmadaQuota.model_validate(q).status
         status.reservations.append(
             Reservation(
@@ -91,69 +81,13 @@ class FakeKarmada:
             )
         )
         q["status"] = status.model_dump(mode="json", exclude_none=True)
-        return copy.deepcopy(self._bump(q))
 
-    async def get(self, path: str, params: Mapping[str, str] | None = None) -> JSON:
-        return await self.request("GET", path, params=params)
+    return api.bump(NS, name, reserve)
 
-    async def request(
-        self,
-        method: str,
-        path: str,
-        body: Body | None = None,
-        params: Mapping[str, str] | None = None,
-        timeout: float = 10.0,
-        content_type: str = "application/json",
-    ) -> JSON:
-        await asyncio.sleep(0)
-        params = params or {}
-        if method == "GET" and path in (paths.bindings(), paths.quotas()):
-            items = list((self.bindings if path == paths.bindings() else self.quotas).values())
-            start = int(params.get("continue", "0"))
-            limit = int(params.get("limit", "1000"))
-            page = items[start : start + limit]
-            meta: JSON = {"resourceVersion": str(self.rv)}
-            if start + limit < len(items):
-                meta["continue"] = str(start + limit)
-            return {"items": copy.deepcopy(page), "metadata": meta}
-        if method == "GET" and "/resourcebindings/" in path:
-            self.binding_gets += 1
-            wanted = path.rsplit("/", 1)[1]
-            for b in self.bindings.values():
-                if b["metadata"]["name"] == wanted:
-                    return copy.deepcopy(b)
-            raise NotFound(404, "NotFound", wanted)
-        name = path.split("/karmadaquotas/")[1].split("/")[0]
-        if method == "GET":
-            self.quota_gets += 1
-            if name not in self.quotas:
-                raise NotFound(404, "NotFound", name)
-            return copy.deepcopy(self.quotas[name])
-        assert method in ("PUT", "PATCH") and path.endswith("/status") and body is not None
-        if self.before_put is not None:
-            hook = self.before_put
-            self.keep_hook -= 1
-            if self.keep_hook <= 0:
-                self.before_put = None
-            await hook(body)
-        current = self.quotas.get(name)
-        if current is None:
-            raise NotFound(404, "NotFound", name)
-        if method == "PATCH":  # a JSON patch: applied to what is stored now, all or nothing
-            assert content_type == JSON_PATCH and isinstance(body, list)
-            try:
-                patch_status(current, body)
-            except KubeError:
-                self.rejected_patches += 1
-                raise
-            self.patches += 1
-            return copy.deepcopy(self._bump(current))
-        assert isinstance(body, dict)
-        self.puts += 1
-        if body["metadata"]["resourceVersion"] != current["metadata"]["resourceVersion"]:
-            raise Conflict(409, "Conflict", name)
-        current["status"] = copy.deepcopy(body["status"])
-        return copy.deepcopy(self._bump(current))
+
+def next_revision(q: JSON) -> None:
+    """Another controller's status write: its revision moves on."""
+    q["status"]["controllerRevision"] += 1
 
 
 class Lead:
@@ -168,8 +102,8 @@ class Lead:
 
 
 @pytest.fixture
-async def env() -> AsyncIterator[tuple[FakeKarmada, Controller, Lead]]:
-    api = FakeKarmada()
+async def env() -> AsyncIterator[tuple[FakeApiServer, Controller, Lead]]:
+    api = FakeApiServer(rv=100)
     lead = Lead()
     c = Controller(
         api,
@@ -177,21 +111,42 @@ async def env() -> AsyncIterator[tuple[FakeKarmada, Controller, Lead]]:
         lead,
         ReconcilerConfig(quiet=0.01, max_delay=0.1, page_size=2, member_watch=False),
     )
-    task = asyncio.create_task(c.run_queues())
-    try:
+    async with controlling(c):
         yield api, c, lead
+
+
+_informers: dict[int, list[asyncio.Task[None]]] = {}
+
+
+@contextlib.asynccontextmanager
+async def controlling(c: Controller) -> AsyncIterator[None]:
+    """Run the controller's queues for the block; its informers once `listed` starts them."""
+    tasks = [asyncio.create_task(c.run_queues())]
+    try:
+        yield
     finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        tasks += _informers.pop(id(c), [])
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def used(api: FakeKarmada, name: str = "q") -> dict[str, str]:
-    return dict(api.quotas[name].get("status", {}).get("used", {}))
+async def listed(c: Controller) -> None:
+    """Start the controller's informers (list, then watch: what is there now is listed, what
+    comes after is watched); return once both have listed in full."""
+    if id(c) not in _informers:
+        informers = (c.binding_informer, c.quotas.informer)
+        _informers[id(c)] = [asyncio.create_task(i.run()) for i in informers]
+    await until(c.synced.is_set, what="the first full list")
 
 
-def held(api: FakeKarmada, name: str = "q") -> list[Reservation]:
+def used(api: FakeApiServer, name: str = "q") -> dict[str, str]:
+    return dict(quota(api, name).get("status", {}).get("used", {}))
+
+
+def held(api: FakeApiServer, name: str = "q") -> list[Reservation]:
     """The quota's pending charges, decoded from the wire as stored."""
-    return KarmadaQuota.model_validate(api.quotas[name]).status.reservations
+    return KarmadaQuota.model_validate(quota(api, name)).status.reservations
 
 
 def sample(c: Controller, name: str, **labels: str) -> float | None:
@@ -200,50 +155,61 @@ def sample(c: Controller, name: str, **labels: str) -> float | None:
 
 
 def quiet(c: Controller) -> bool:
-    return c.idle()  # nothing marked, nothing flushing (expiry timers may be armed)
+    # every event delivered, nothing marked, nothing flushing (expiry timers may be armed)
+    assert isinstance(c.api, FakeApiServer)
+    return c.api.drained() and c.idle()
 
 
 async def test_nothing_is_written_before_the_full_list(env: Any) -> None:
     api, c, _ = env
-    q = api.add_quota("q", {"pods": "10"})
-    c.quota_event("ADDED", q)
-    await until(lambda: quiet(c))
-    assert api.puts == 0
-    for i in range(5):
-        api.add_binding(f"b{i}", replicas=1)
-    await c.resync()
+    add_quota(api, "q", {"pods": "10"})
+    api.refuse["/resourcebindings"] = KubeError(500, "InternalError", "etcd is slow")
+    c.binding_informer.backoff = Backoff(0.01, 0.01)
+    informers = asyncio.gather(c.quotas.informer.run(), c.binding_informer.run())
+    try:
+        await until(lambda: c.quotas.has(NS) and api.calls["LIST resourcebindings"] == 0)
+        await until(lambda: quiet(c))
+        assert api.puts == 0 and api.patches == 0  # the quota alone: nothing is computed
+        for i in range(5):
+            add_binding(api, f"b{i}", replicas=1)
+        del api.refuse["/resourcebindings"]
+        await until(c.synced.is_set)
+        await until(lambda: used(api) == {"pods": "5"})
+    finally:
+        informers.cancel()
+        await asyncio.gather(informers, return_exceptions=True)
     await until(lambda: used(api) == {"pods": "5"})
-    assert api.quotas["q"]["status"]["summary"] == "pods: 5/10"
+    assert quota(api)["status"]["summary"] == "pods: 5/10"
 
 
 async def test_binding_events_recompute_and_write_only_on_change(env: Any) -> None:
     api, c, _ = env
-    api.add_quota("q", {"pods": "10", "requests.cpu": "4"})
-    await c.resync()
+    add_quota(api, "q", {"pods": "10", "requests.cpu": "4"})
+    await listed(c)
     await until(lambda: used(api) == {"pods": "0", "requests.cpu": "0"})
-    b = api.add_binding("web", replicas=2)
-    c.binding_event("ADDED", b)
+    add_binding(api, "web", replicas=2)
     await until(lambda: used(api) == {"pods": "2", "requests.cpu": "2"})
     writes = c.writes
-    c.binding_event("MODIFIED", b)  # same version again
+    relists = c.binding_informer.relists
+    api.compact()  # a relist: the same version again
+    await until(lambda: c.binding_informer.relists > relists)
     c.mark_all()
     await until(lambda: quiet(c))
     assert c.writes == writes
-    scaled = api.add_binding("web", replicas=1)
-    c.binding_event("MODIFIED", scaled)
+    add_binding(api, "web", replicas=1)
     await until(lambda: used(api) == {"pods": "1", "requests.cpu": "1"})
-    c.binding_event("DELETED", scaled)
+    api.delete_binding(NS, "web-deployment")
     await until(lambda: used(api) == {"pods": "0", "requests.cpu": "0"})
 
 
 async def test_storm_of_events_is_a_few_writes(env: Any) -> None:
     api, c, _ = env
-    api.add_quota("q", {"pods": "1000"})
-    await c.resync()
+    add_quota(api, "q", {"pods": "1000"})
+    await listed(c)
     await until(lambda: used(api) == {"pods": "0"})
     writes = c.writes
     for i in range(500):
-        c.binding_event("ADDED", api.add_binding(f"b{i}", replicas=1))
+        add_binding(api, f"b{i}", replicas=1)
         if i % 50 == 0:
             await asyncio.sleep(0)
     await until(lambda: used(api) == {"pods": "500"})
@@ -254,42 +220,42 @@ async def test_a_webhook_write_in_between_does_not_make_the_controller_lose(env:
     """The controller's patch compare-and-swaps on its own revision: a reservation the webhook
     wrote after the controller's read is kept, and the controller neither loses nor re-reads."""
     api, c, _ = env
-    api.add_quota("q", {"pods": "10"})
-    api.add_reservation("q", "uid-web", {"pods": "2"}, binding="web")
-    await c.resync()
+    add_quota(api, "q", {"pods": "10"})
+    add_reservation(api, "q", "uid-web", {"pods": "2"}, binding="web")
+    await listed(c)
     await until(lambda: used(api) == {"pods": "0"})
-    gets = api.quota_gets
+    gets = api.calls["GET karmadaquotas"]
 
-    async def webhook_writes_first(_: Any) -> None:
-        api.add_reservation("q", "uid-late", {"pods": "3"})
+    def webhook_writes_first(*_: Any) -> None:
+        add_reservation(api, "q", "uid-late", {"pods": "3"})
 
-    api.before_put = webhook_writes_first
-    c.binding_event("ADDED", api.add_binding("web", replicas=2, uid="uid-web"))
+    api.intercept(webhook_writes_first)
+    add_binding(api, "web", replicas=2, uid="uid-web")
     await until(lambda: used(api) == {"pods": "2"})
     assert [r.reservedBy.uid for r in held(api)] == ["uid-late"]
     assert sample(c, "karmadaquota_status_writes_total", result="conflict") == 0
-    assert api.patches >= 2 and api.quota_gets == gets
+    assert api.patches >= 2 and api.calls["GET karmadaquotas"] == gets
 
 
 async def test_another_controllers_write_in_between_is_a_conflict(env: Any) -> None:
     """Two controllers (an old leader's late write) still compare-and-swap: a write of the
     controller revision in between makes the patch fail; the fresh version is re-read."""
     api, c, _ = env
-    api.add_quota("q", {"pods": "10"})
-    await c.resync()
+    add_quota(api, "q", {"pods": "10"})
+    await listed(c)
     await until(lambda: used(api) == {"pods": "0"})
 
-    async def other_controller_writes_first(_: Any) -> None:
-        q = api.quotas["q"]
-        q["status"]["controllerRevision"] += 1
-        api._bump(q)
+    def other_controller_writes_first(*_: Any) -> None:
+        api.hold("karmadaquotas")  # and its watch event is slow to come
+        api.bump(NS, "q", next_revision)
 
-    api.before_put = other_controller_writes_first
-    c.binding_event("ADDED", api.add_binding("web", replicas=2))
+    api.intercept(other_controller_writes_first)
+    add_binding(api, "web", replicas=2)
     await until(lambda: used(api) == {"pods": "2"})
+    api.release("karmadaquotas")
     assert sample(c, "karmadaquota_status_writes_total", result="conflict") == 1
     assert api.rejected_patches == 1
-    assert api.quota_gets >= 1  # nothing newer was watched: the quota was read back
+    assert api.calls["GET karmadaquotas"] >= 1  # nothing newer was watched: the quota was read back
 
 
 async def test_an_entry_that_moved_fails_the_patch_which_is_retried(env: Any) -> None:
@@ -297,20 +263,18 @@ async def test_an_entry_that_moved_fails_the_patch_which_is_retried(env: Any) ->
     write in between moved them (it dropped an entry before them), the patch fails as a whole
     and the retry removes exactly the observed one."""
     api, c, _ = env
-    api.add_quota("q", {"pods": "10"})
-    api.add_reservation("q", "uid-gone", {"pods": "1"}, binding="gone")
-    api.add_reservation("q", "uid-web", {"pods": "1"}, binding="web")
-    api.add_reservation("q", "uid-late", {"pods": "1"}, binding="late")
-    await c.resync()
+    add_quota(api, "q", {"pods": "10"})
+    add_reservation(api, "q", "uid-gone", {"pods": "1"}, binding="gone")
+    add_reservation(api, "q", "uid-web", {"pods": "1"}, binding="web")
+    add_reservation(api, "q", "uid-late", {"pods": "1"}, binding="late")
+    await listed(c)
     await until(lambda: used(api) == {"pods": "0"})
 
-    async def webhook_drops_the_first(_: Any) -> None:
-        q = api.quotas["q"]
-        q["status"]["pending"][0]["bindings"].pop(0)
-        api._bump(q)
+    def webhook_drops_the_first(*_: Any) -> None:
+        api.bump(NS, "q", lambda q: q["status"]["pending"][0]["bindings"].pop(0))
 
-    api.before_put = webhook_drops_the_first
-    c.binding_event("ADDED", api.add_binding("web", replicas=1, uid="uid-web"))
+    api.intercept(webhook_drops_the_first)
+    add_binding(api, "web", replicas=1, uid="uid-web")
     await until(lambda: used(api) == {"pods": "1"})
     assert [r.reservedBy.uid for r in held(api)] == ["uid-late"]
     assert api.rejected_patches == 1
@@ -337,11 +301,11 @@ async def test_an_old_layout_is_rewritten_as_pending_by_the_first_write(env: Any
         }
         for name in ("web", "late")
     ]
-    api.add_quota("q", {"pods": "10"}, reservations=old)
-    c.binding_event("ADDED", api.add_binding("web", replicas=2))
-    await c.resync()
+    add_quota(api, "q", {"pods": "10"}, reservations=old)
+    add_binding(api, "web", replicas=2)
+    await listed(c)
     await until(lambda: used(api) == {"pods": "2"})
-    status = api.quotas["q"]["status"]
+    status = quota(api)["status"]
     assert "reservations" not in status
     assert status["pending"] == [
         {"charge": {"pods": "2"}, "expires": expires, "bindings": ["late/uid-late"]}
@@ -353,35 +317,34 @@ async def test_after_a_lost_cas_the_watched_version_is_used_without_a_read(env: 
     """Another controller's winning write reaches the controller by watch before its retry:
     the retry is computed from that version, the quota is not read back from the server."""
     api, c, _ = env
-    api.add_quota("q", {"pods": "10"})
-    await c.resync()
+    add_quota(api, "q", {"pods": "10"})
+    await listed(c)
     await until(lambda: used(api) == {"pods": "0"})
 
-    async def other_controller_writes_first(_: Any) -> None:
-        api.add_reservation("q", "uid-late", {"pods": "3"})
-        q = api.quotas["q"]
-        q["status"]["controllerRevision"] += 1
-        c.quota_event("MODIFIED", copy.deepcopy(api._bump(q)))
+    async def other_controller_writes_first(*_: Any) -> None:
+        add_reservation(api, "q", "uid-late", {"pods": "3"})
+        api.bump(NS, "q", next_revision)
+        # the write is answered once the watch has delivered the winning version
+        await until(lambda: api.watching("karmadaquotas"))
 
-    api.before_put = other_controller_writes_first
-    gets = api.quota_gets
-    c.binding_event("ADDED", api.add_binding("web", replicas=2))
+    api.intercept(other_controller_writes_first)
+    gets = api.calls["GET karmadaquotas"]
+    add_binding(api, "web", replicas=2)
     await until(lambda: used(api) == {"pods": "2"})
     assert [r.reservedBy.uid for r in held(api)] == ["uid-late"]
     assert sample(c, "karmadaquota_status_writes_total", result="conflict") == 1
-    assert api.quota_gets == gets
+    assert api.calls["GET karmadaquotas"] == gets
 
 
 async def test_observed_reservation_is_dropped_in_the_write_that_counts_it(env: Any) -> None:
     api, c, _ = env
-    api.add_quota("q", {"pods": "10"})
-    await c.resync()
+    add_quota(api, "q", {"pods": "10"})
+    await listed(c)
     await until(lambda: used(api) == {"pods": "0"})
-    api.add_reservation("q", "uid-web", {"pods": "2"}, gen=1)
-    c.quota_event("MODIFIED", api.quotas["q"])
+    add_reservation(api, "q", "uid-web", {"pods": "2"}, gen=1)
     await until(lambda: quiet(c))
     assert len(held(api)) == 1  # not observed yet: kept
-    c.binding_event("ADDED", api.add_binding("web", replicas=2))
+    add_binding(api, "web", replicas=2)
     await until(lambda: used(api) == {"pods": "2"})
     assert held(api) == []
     assert sample(c, "karmadaquota_reservations_released_total", reason="observed") == 1
@@ -389,11 +352,10 @@ async def test_observed_reservation_is_dropped_in_the_write_that_counts_it(env: 
 
 async def test_reservation_expires_without_any_event(env: Any) -> None:
     api, c, _ = env
-    api.add_quota("q", {"pods": "10"})
-    await c.resync()
+    add_quota(api, "q", {"pods": "10"})
+    await listed(c)
     await until(lambda: used(api) == {"pods": "0"})
-    api.add_reservation("q", "uid-never", {"pods": "2"}, ttl=0.3)
-    c.quota_event("MODIFIED", api.quotas["q"])
+    add_reservation(api, "q", "uid-never", {"pods": "2"}, ttl=0.3)
     await until(lambda: held(api) == [], timeout=3)
     assert sample(c, "karmadaquota_reservations_released_total", reason="expired") == 1
 
@@ -401,9 +363,9 @@ async def test_reservation_expires_without_any_event(env: Any) -> None:
 async def test_follower_never_writes_and_a_new_leader_catches_up(env: Any) -> None:
     api, c, lead = env
     lead.leader = False
-    api.add_quota("q", {"pods": "10"})
-    api.add_binding("web", replicas=3)
-    await c.resync()
+    add_quota(api, "q", {"pods": "10"})
+    add_binding(api, "web", replicas=3)
+    await listed(c)
     await until(lambda: quiet(c))
     assert api.puts == 0
     assert (
@@ -417,25 +379,27 @@ async def test_follower_never_writes_and_a_new_leader_catches_up(env: Any) -> No
 
 async def test_resync_forgets_bindings_deleted_while_not_watching(env: Any) -> None:
     api, c, _ = env
-    api.add_quota("q", {"pods": "10"})
-    api.add_binding("a", replicas=1)
-    api.add_binding("b", replicas=1)
-    await c.resync()
+    add_quota(api, "q", {"pods": "10"})
+    add_binding(api, "a", replicas=1)
+    add_binding(api, "b", replicas=1)
+    await listed(c)
     await until(lambda: used(api) == {"pods": "2"})
-    del api.bindings["uid-a"]
-    api.rv += 1
-    await c.resync()
+    api.hold("resourcebindings")
+    api.delete_binding(NS, "a-deployment")
+    api.release("resourcebindings", deliver=False)  # the watch broke: its deletion is lost
+    await until(lambda: quiet(c))
+    assert used(api) == {"pods": "2"}
+    api.compact()  # the informer lists again
     await until(lambda: used(api) == {"pods": "1"})
 
 
 async def test_deleted_quota_is_forgotten(env: Any) -> None:
     api, c, _ = env
-    api.add_quota("q", {"pods": "10"})
-    await c.resync()
+    add_quota(api, "q", {"pods": "10"})
+    await listed(c)
     await until(lambda: used(api) == {"pods": "0"})
-    gone = api.quotas.pop("q")
-    c.quota_event("DELETED", gone)
-    assert c.quotas.quotas(NS) == []
+    api.delete(paths.quota(NS, "q"))
+    await until(lambda: c.quotas.records(NS) == [])
     samples = [
         s
         for m in c.metrics.registry.collect()
@@ -447,15 +411,15 @@ async def test_deleted_quota_is_forgotten(env: Any) -> None:
 
 async def test_quota_deleted_during_write_is_not_an_error(env: Any) -> None:
     api, c, _ = env
-    api.add_quota("q", {"pods": "10"})
-    await c.resync()
+    add_quota(api, "q", {"pods": "10"})
+    await listed(c)
     await until(lambda: used(api) == {"pods": "0"})
 
-    async def delete_it(_: JSON) -> None:
-        api.quotas.pop("q")
+    def delete_it(*_: Any) -> None:
+        api.delete(paths.quota(NS, "q"))
 
-    api.before_put = delete_it
-    c.binding_event("ADDED", api.add_binding("web", replicas=2))
+    api.intercept(delete_it)
+    add_binding(api, "web", replicas=2)
     await until(lambda: sample(c, "karmadaquota_status_writes_total", result="notfound") == 1)
 
 
@@ -463,22 +427,19 @@ async def test_sustained_contention_backs_off_and_gets_through(env: Any) -> None
     """Another controller wins the CAS more times than we retry (while writing reservations
     that must survive): no error, a retry soon after."""
     api, c, _ = env
-    api.add_quota("q", {"pods": "10"})
-    await c.resync()
+    add_quota(api, "q", {"pods": "10"})
+    await listed(c)
     await until(lambda: used(api) == {"pods": "0"})
     n = 0
 
-    async def other_writes_first(_: Any) -> None:
+    def other_writes_first(*_: Any) -> None:
         nonlocal n
         n += 1
-        api.add_reservation("q", f"uid-{n}", {"pods": "1"})
-        q = api.quotas["q"]
-        q["status"]["controllerRevision"] += 1
-        api._bump(q)
+        add_reservation(api, "q", f"uid-{n}", {"pods": "1"})
+        api.bump(NS, "q", next_revision)
 
-    api.keep_hook = c.settings.max_attempts + 2
-    api.before_put = other_writes_first
-    c.binding_event("ADDED", api.add_binding("web", replicas=2))
+    api.intercept(other_writes_first, times=c.settings.max_attempts + 2)
+    add_binding(api, "web", replicas=2)
     await until(lambda: used(api) == {"pods": "2"})
     kept = {r.reservedBy.uid for r in held(api)}
     assert kept == {f"uid-{i}" for i in range(1, n + 1)}  # every webhook reservation survived
@@ -492,14 +453,13 @@ async def test_reservation_of_a_create_that_failed_after_admission_is_released_e
     binding cannot exist; released after the grace period, long before it expires."""
     api, c, _ = env
     c.settings.orphan_grace = 0.05
-    api.add_quota("q", {"pods": "10"})
-    web = api.add_binding("web", replicas=2)
-    await c.resync()
+    add_quota(api, "q", {"pods": "10"})
+    web = add_binding(api, "web", replicas=2)
+    await listed(c)
     await until(lambda: used(api) == {"pods": "2"})
-    api.add_reservation(
-        "q", "uid-lost-race", {"pods": "2"}, ttl=600, binding=web["metadata"]["name"]
+    add_reservation(
+        api, "q", "uid-lost-race", {"pods": "2"}, ttl=600, binding=web["metadata"]["name"]
     )
-    c.quota_event("MODIFIED", api.quotas["q"])
     await until(lambda: held(api) == [], timeout=3)
     assert used(api) == {"pods": "2"}
 
@@ -512,67 +472,65 @@ async def test_reservation_whose_name_is_free_is_kept_for_the_admission_window(
     api, c, _ = env
     c.settings.orphan_grace = 0.05
     c.settings.admission_window = 1.0
-    api.add_quota("q", {"pods": "10"})
-    await c.resync()
+    add_quota(api, "q", {"pods": "10"})
+    await listed(c)
     await until(lambda: used(api) == {"pods": "0"})
-    api.add_reservation("q", "uid-in-flight", {"pods": "2"}, ttl=600)
-    c.quota_event("MODIFIED", api.quotas["q"])
+    add_reservation(api, "q", "uid-in-flight", {"pods": "2"}, ttl=600)
     seen = asyncio.get_running_loop().time()
-    await until(lambda: api.binding_gets >= 1 and quiet(c), what="the first look")
+    await until(lambda: api.calls["GET resourcebindings"] >= 1 and quiet(c), what="the first look")
     assert len(held(api)) == 1  # not yet: it may be in flight
     await until(lambda: held(api) == [], timeout=5)
     assert asyncio.get_running_loop().time() - seen >= 1.0
-    assert api.binding_gets == 2  # one look after the grace, one after the window
+    assert api.calls["GET resourcebindings"] == 2  # one look after the grace, one after the window
 
 
 async def test_reservation_of_an_existing_but_unindexed_binding_is_kept(env: Any) -> None:
     api, c, _ = env
     c.settings.orphan_grace = 0.05
-    api.add_quota("q", {"pods": "10"})
-    await c.resync()
+    add_quota(api, "q", {"pods": "10"})
+    await listed(c)
     await until(lambda: used(api) == {"pods": "0"})
-    late = api.add_binding("late", replicas=2)  # stored, but its watch event is not in yet
+    api.hold("resourcebindings")
+    late = add_binding(api, "late", replicas=2)  # stored, but its watch event is not in yet
     uid, name = late["metadata"]["uid"], late["metadata"]["name"]
-    api.add_reservation("q", uid, {"pods": "2"}, ttl=600, binding=name)
-    c.quota_event("MODIFIED", api.quotas["q"])
-    await until(lambda: api.binding_gets >= 1 and quiet(c), what="the orphan audit")
+    add_reservation(api, "q", uid, {"pods": "2"}, ttl=600, binding=name)
+    await until(
+        lambda: api.calls["GET resourcebindings"] >= 1 and quiet(c), what="the orphan audit"
+    )
     assert len(held(api)) == 1
-    c.binding_event("ADDED", late)
+    api.release("resourcebindings")
     await until(lambda: used(api) == {"pods": "2"})
     assert held(api) == []
 
 
 async def test_a_binding_update_at_the_same_generation_is_not_charged_again(env: Any) -> None:
     api, c, _ = env
-    api.add_quota("q", {"pods": "10"})
-    await c.resync()
+    add_quota(api, "q", {"pods": "10"})
+    await listed(c)
     await until(lambda: used(api) == {"pods": "0"})
-    b = api.add_binding("web", replicas=2)
-    c.binding_event("ADDED", b)
+    b = add_binding(api, "web", replicas=2)
     await until(lambda: used(api) == {"pods": "2"})
     await until(lambda: quiet(c))
     entry = c.index.get(NS, b["metadata"]["uid"])
-    status_update = copy.deepcopy(b)
-    status_update["metadata"]["resourceVersion"] = str(api.rv + 1)
-    status_update["spec"]["replicas"] = 7  # a marker: the API server bumps generation for this
-    c.binding_event("MODIFIED", status_update)
+    path = f"{paths.bindings(NS)}/web-deployment"
+
+    def seven(obj: JSON) -> None:
+        obj["spec"]["replicas"] = 7  # a marker: the API server bumps generation for this
+
+    # a status update (same generation) that carries the marker: the spec is not read again
+    rv = parse_rv(api.update(path, seven, generation=False)["metadata"]["resourceVersion"])
+    await until(lambda: c.binding_informer.held[(NS, "web-deployment")].rv == rv)
     assert c.index.get(NS, b["metadata"]["uid"]) is entry and c.idle()
-    status_update["metadata"]["generation"] = 2
-    status_update["metadata"]["resourceVersion"] = str(api.rv + 2)
-    c.binding_event("MODIFIED", status_update)
+    api.update(path, lambda o: o["metadata"].update(generation=2), generation=False)
     await until(lambda: used(api) == {"pods": "7"})
 
 
 async def test_room_freed_wakes_the_waiting_workload_and_the_list_survives_status_writes(
     env: Any,
 ) -> None:
-    from karmadaquota.controller.wake import WakeConfig, Waker
-    from tests.test_wake import FakeTemplates
-
     api, c, _ = env
-    templates = FakeTemplates("b", namespace=NS)
-    settings = WakeConfig(audit_period=0.0)
-    c.waker = Waker(templates, c.metrics, settings)  # type: ignore[arg-type]
+    templates("b", namespace=NS, api=api)
+    c.waker = Waker(api, c.metrics, WakeConfig(audit_period=0.0))
     entry = {
         "template": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "b", "uid": "uid-b"},
         "binding": "b-deployment",
@@ -587,81 +545,70 @@ async def test_room_freed_wakes_the_waiting_workload_and_the_list_survives_statu
         "binding": "a-deployment",
         "bindingUID": "uid-of-the-refused-duplicate",
     }
-    api.add_quota("q", {"pods": "2"}, waiting=[entry, gone, lost])
-    a = api.add_binding("a", replicas=2)
-    await c.resync()
+    add_quota(api, "q", {"pods": "2"}, waiting=[entry, gone, lost])
+    a = add_binding(api, "a", replicas=2)
+    await listed(c)
     await until(lambda: used(api) == {"pods": "2"})
-    assert templates.patches == []  # no room: nobody woken
+    assert patched(api) == []  # no room: nobody woken
     # a deleted template is found by the audit and written away, so is the lost duplicate
     # create; the controller's status writes keep the rest of the list (the webhook owns it)
-    await until(
-        lambda: [w["template"]["name"] for w in api.quotas["q"]["status"]["waiting"]] == ["b"]
-    )
+    await until(lambda: [w["template"]["name"] for w in quota(api)["status"]["waiting"]] == ["b"])
 
-    c.binding_event("DELETED", a)
-    await until(lambda: templates.patched() == ["b"])
+    api.delete_binding(NS, a["metadata"]["name"])
+    await until(lambda: patched(api) == ["b"])
     assert used(api) == {"pods": "0"}
-    assert [w["template"]["name"] for w in api.quotas["q"]["status"]["waiting"]] == ["b"]
+    assert [w["template"]["name"] for w in quota(api)["status"]["waiting"]] == ["b"]
 
 
 async def test_a_slow_wake_never_holds_up_the_recompute_that_releases_quota(env: Any) -> None:
     """Waking has a queue of its own: while a template PATCH hangs, a deleted binding is still
     released in the quota's next write, and the wake completes once the PATCH answers."""
-    from karmadaquota.controller.wake import WakeConfig, Waker
-    from tests.test_wake import FakeTemplates
-
-    class SlowTemplates(FakeTemplates):
-        def __init__(self) -> None:
-            super().__init__("b", namespace=NS)
-            self.answer = asyncio.Event()
-
-        async def merge_patch(self, path: str, body: JSON, timeout: float = 10.0) -> JSON:
-            await self.answer.wait()  # the API server is slow to answer, not synchronisation
-            return await super().merge_patch(path, body, timeout)
-
     api, c, _ = env
-    templates = SlowTemplates()
-    c.waker = Waker(templates, c.metrics, WakeConfig())  # type: ignore[arg-type]
+    templates("b", namespace=NS, api=api)
+    answer = asyncio.Event()
+
+    async def slow(*_: Any) -> None:
+        await answer.wait()  # the API server is slow to answer, not synchronisation
+
+    api.intercept(slow, match="/deployments/")
+    c.waker = Waker(api, c.metrics, WakeConfig())
     entry = {
         "template": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "b", "uid": "uid-b"},
         "binding": "b-deployment",
         "requested": {"pods": "1"},
         "firstRefused": "2026-01-01T00:00:00.000000Z",
     }
-    api.add_quota("q", {"pods": "3"}, waiting=[entry])
-    a = api.add_binding("a", replicas=2)
-    other = api.add_binding("other", replicas=1)
-    await c.resync()
+    add_quota(api, "q", {"pods": "3"}, waiting=[entry])
+    a = add_binding(api, "a", replicas=2)
+    other = add_binding(api, "other", replicas=1)
+    await listed(c)
     await until(lambda: used(api) == {"pods": "3"})
-    c.binding_event("DELETED", a)  # room for b: its wake starts and hangs on the PATCH
+    api.delete_binding(NS, a["metadata"]["name"])  # room for b: its wake hangs on the PATCH
     await until(lambda: used(api) == {"pods": "1"} and not c.wakes.idle())
-    c.binding_event("DELETED", other)
+    api.delete_binding(NS, other["metadata"]["name"])
     await until(lambda: used(api) == {"pods": "0"})  # released while the wake still hangs
-    assert templates.patches == [] and not c.wakes.idle()
-    templates.answer.set()
-    await until(lambda: templates.patched() == ["b"])
+    assert patched(api) == [] and not c.wakes.idle()
+    answer.set()
+    await until(lambda: patched(api) == ["b"])
 
 
 async def test_deleting_the_refusing_quota_wakes_its_waiting_workload(env: Any) -> None:
-    from karmadaquota.controller.wake import WakeConfig, Waker
-    from tests.test_wake import FakeTemplates
-
     api, c, _ = env
-    templates = FakeTemplates("b", namespace=NS)
-    c.waker = Waker(templates, c.metrics, WakeConfig())  # type: ignore[arg-type]
+    templates("b", namespace=NS, api=api)
+    c.waker = Waker(api, c.metrics, WakeConfig())
     entry = {
         "template": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "b", "uid": "uid-b"},
         "binding": "b-deployment",
         "requested": {"pods": "2"},
         "firstRefused": "2026-01-01T00:00:00.000000Z",
     }
-    api.add_quota("q", {"pods": "0"}, waiting=[entry])
-    await c.resync()
+    add_quota(api, "q", {"pods": "0"}, waiting=[entry])
+    await listed(c)
     await until(lambda: used(api) == {"pods": "0"})
-    assert templates.patches == []  # hard 0: it does not fit
+    assert patched(api) == []  # hard 0: it does not fit
     # the namespace has no quota left: nothing limits b, and only the deleted quota knew of it
-    c.quota_event("DELETED", api.quotas.pop("q"))
-    await until(lambda: templates.patched() == ["b"])
+    api.delete(paths.quota(NS, "q"))
+    await until(lambda: patched(api) == ["b"])
     assert sample(c, "karmadaquota_wakeups_total", result="woken") == 1
 
 
@@ -669,54 +616,36 @@ async def test_managed_fields_are_neither_kept_nor_written(env: Any) -> None:
     """The server's field-ownership bookkeeping is dropped from the quota table (memory) and
     omitted from status writes (the server then keeps its own)."""
     api, c, _ = env
-    q = api.add_quota("q", {"pods": "10"})
-    api.quotas["q"]["metadata"]["managedFields"] = [
+    add_quota(api, "q", {"pods": "10"})
+    managed = [
         {"manager": "kubectl", "operation": "Update", "fieldsV1": {"f:spec": {"f:hard": {}}}}
     ]
-    bodies: list[JSON] = []
-
-    async def record(body: JSON) -> None:
-        bodies.append(body)
-
-    api.before_put, api.keep_hook = record, 10
-    await c.resync()
+    q = api.bump(NS, "q", lambda o: o["metadata"].update(managedFields=managed))
+    await listed(c)
     await until(lambda: used(api) == {"pods": "0"})
-    assert bodies and all("managedFields" not in b["metadata"] for b in bodies)
+    bodies = [b for m, _, b in api.writes if m == "PUT"]
+    assert bodies and all(
+        isinstance(b, dict) and "managedFields" not in b["metadata"] for b in bodies
+    )
     record_ = c.quotas.get(NS, "q")
     assert record_ is not None and "managedFields" not in record_.raw["metadata"]
     assert record_.raw["metadata"]["uid"] == q["metadata"]["uid"]
-    assert "managedFields" in api.quotas["q"]["metadata"]  # the server's own stays
+    assert "managedFields" in quota(api)["metadata"]  # the server's own stays
 
 
-class Namespaces:
-    """karmada-apiserver's namespaces as the controller labels them (GET, merge patch)."""
-
-    def __init__(self, api: FakeKarmada, labels: dict[str, str] | None = None) -> None:
-        self.labels = dict(labels or {})
-        self.patches = 0
-        self.fail: Exception | None = None
-        original = api.request
-
-        async def request(method: str, path: str, *args: Any, **kw: Any) -> JSON:
-            if path == f"/api/v1/namespaces/{NS}":
-                if self.fail is not None:
-                    raise self.fail
-                return {"metadata": {"name": NS, "labels": dict(self.labels)}}
-            return await original(method, path, *args, **kw)
-
-        api.request = request  # type: ignore[method-assign]
-
-    async def merge_patch(self, path: str, body: JSON, timeout: float = 10.0) -> JSON:
-        assert path == f"/api/v1/namespaces/{NS}"
-        if self.fail is not None:
-            raise self.fail
-        self.patches += 1
-        self.labels.update(body["metadata"]["labels"])
-        return {"metadata": {"name": NS, "labels": dict(self.labels)}}
+NS_PATH = namespaces.path(NS)
 
 
-def enforced_condition(api: FakeKarmada) -> dict[str, Any] | None:
-    conditions = api.quotas["q"].get("status", {}).get("conditions", [])
+def add_namespace(api: FakeApiServer, labels: dict[str, str] | None = None) -> None:
+    api.create("/api/v1/namespaces", {"metadata": {"name": NS, "labels": dict(labels or {})}})
+
+
+def labels(api: FakeApiServer) -> dict[str, str]:
+    return dict(api.get_object(NS_PATH)["metadata"].get("labels") or {})
+
+
+def enforced_condition(api: FakeApiServer) -> dict[str, Any] | None:
+    conditions = quota(api).get("status", {}).get("conditions", [])
     return next((c for c in conditions if c["type"] == "Enforced"), None)
 
 
@@ -724,22 +653,23 @@ async def test_the_leader_labels_a_quotas_namespace_for_enforcement_once(env: An
     """A quota created before the label existed (an upgrade): its namespace's bindings skip the
     webhook until labelled; the quota says so in Enforced, then True once labelled."""
     api, c, _ = env
-    ns = Namespaces(api)
-    ns.fail = KubeError(403, "Forbidden", "cannot patch namespaces")
-    c.namespace_api = ns
-    api.add_quota("q", {"pods": "10"})
-    await c.resync()
+    add_namespace(api)
+    api.refuse[NS_PATH] = KubeError(403, "Forbidden", "cannot patch namespaces")
+    c.namespace_api = api
+    add_quota(api, "q", {"pods": "10"})
+    await listed(c)
     await until(lambda: (enforced_condition(api) or {}).get("status") == "False")
     assert enforced_condition(api)["reason"] == "NamespaceNotLabeled"  # type: ignore[index]
-    ns.fail = None  # retried by itself
+    del api.refuse[NS_PATH]  # retried by itself
     await until(lambda: (enforced_condition(api) or {}).get("status") == "True", timeout=10)
-    assert ns.labels == {"quota.karmada.io/enforced": "true"} and ns.patches == 1
+    assert labels(api) == {"quota.karmada.io/enforced": "true"}
+    assert api.calls["PATCH namespaces"] == 1
     cond = enforced_condition(api)
     assert cond is not None and cond["reason"] == "NamespaceLabeled"
     # labelled once: later flushes neither read nor patch it again until a full relist
-    c.binding_event("ADDED", api.add_binding("b", replicas=1))
+    add_binding(api, "b", replicas=1)
     await until(lambda: used(api) == {"pods": "1"})
-    assert ns.patches == 1
+    assert api.calls["PATCH namespaces"] == 1
 
 
 async def test_a_quota_switched_to_queue_gets_its_namespace_labelled_for_queueing(
@@ -749,31 +679,31 @@ async def test_a_quota_switched_to_queue_gets_its_namespace_labelled_for_queuein
     update the webhook could not label, or one from before the label existed), the leader adds
     the queueing label — and a namespace whose quotas only refuse never gets it."""
     api, c, _ = env
-    ns = Namespaces(api)
-    c.namespace_api = ns
-    api.add_quota("q", {"pods": "10"})
-    await c.resync()
+    add_namespace(api)
+    c.namespace_api = api
+    add_quota(api, "q", {"pods": "10"})
+    await listed(c)
     await until(lambda: (enforced_condition(api) or {}).get("status") == "True")
-    assert ns.labels == {"quota.karmada.io/enforced": "true"}
-    api.quotas["q"]["spec"]["onExceed"] = "Queue"
-    c.quota_event("MODIFIED", copy.deepcopy(api._bump(api.quotas["q"])))
-    await until(lambda: ns.labels.get("quota.karmada.io/queueing") == "true")
-    assert ns.labels["quota.karmada.io/enforced"] == "true" and ns.patches == 2
+    assert labels(api) == {"quota.karmada.io/enforced": "true"}
+    api.bump(NS, "q", lambda q: q["spec"].update(onExceed="Queue"))
+    await until(lambda: labels(api).get("quota.karmada.io/queueing") == "true")
+    assert labels(api)["quota.karmada.io/enforced"] == "true"
+    assert api.calls["PATCH namespaces"] == 2
 
 
 async def test_an_already_labelled_namespace_is_not_patched_and_followers_never_label(
     env: Any,
 ) -> None:
     api, c, lead = env
-    ns = Namespaces(api, {"quota.karmada.io/enforced": "true"})
-    c.namespace_api = ns
-    api.add_quota("q", {"pods": "10"})
-    await c.resync()
+    add_namespace(api, {"quota.karmada.io/enforced": "true"})
+    c.namespace_api = api
+    add_quota(api, "q", {"pods": "10"})
+    await listed(c)
     await until(lambda: (enforced_condition(api) or {}).get("status") == "True")
-    assert ns.patches == 0
+    assert api.calls["PATCH namespaces"] == 0
     lead.leader = False
-    ns.labels = {}
+    api.update(NS_PATH, lambda o: o["metadata"].update(labels={}))
     c._enforced.clear()
     c.mark_all()
     await until(lambda: quiet(c))
-    assert ns.patches == 0
+    assert api.calls["PATCH namespaces"] == 0

@@ -2,20 +2,31 @@
 
 A history is a sequence of steps against one namespace with three quotas (unscoped, a
 PriorityClass scope, BestEffort). In each step two webhook replicas (each its own batcher and
-cache over one fake API server with real resourceVersion compare-and-swap) admit concurrent
+cache over the fake API server with real resourceVersion compare-and-swap) admit concurrent
 creates, updates (scale up/down, placement changes, components) and dry-runs through the real
-admission path, bindings are deleted, another writer may win the next status writes, and the
-controller may recompute every quota at the same time (fed by watch events or by a relist).
-Bindings that existed before the webhook was installed, with hostile values (negative requests
-and replica counts, huge ones), are there from the start.
+admission path, bindings are deleted, another writer may win the next status writes, an old
+leader's late write may get in before the controller's. The real controller
+(`reconciler.Controller`) runs all along on the fake's lists and watches: every create, update
+and delete reaches it by watch, a step may make it recompute every quota at once, or relist
+(the watch history is compacted: 410 Gone); its writes are its own JSON patches and PUTs, with
+their re-read after a lost compare-and-swap. Bindings that existed before the webhook was
+installed, with hostile values (negative requests and replica counts, huge ones), are there
+from the start.
 
 After every step:
 - Σ charges of the live bindings ≤ hard, for every quota and resource (or no more than the
   pre-existing bindings alone held, which the webhook never admitted);
 - a request the batcher denied at any point (first pass or re-check after a conflict) was
   finally denied: a retry never admits what was denied;
-- what the controller wrote as `used` equals Σ charges of the bindings that existed in its
-  snapshot, and no `used` (global or per cluster) is ever negative.
+- no `used` (global or per cluster) is ever negative;
+- the controller never loses its write more than twice against one stored version (after a
+  lost write it computes the next from the version its watch delivered, else reads it back).
+
+And whenever the controller has settled (its watches delivered everything, nothing left to
+do; after some steps and at the end, after a last relist): the `used` it wrote equals Σ
+charges of the live bindings, and no pending charge of a binding it has observed (at the
+charge's generation or later) is left. Breaking its re-read after a lost write, or its release
+of a deleted binding or of an observed charge, fails these.
 
 `KARMADAQUOTA_LONG=1` runs many more, longer histories; the default is sized for CI.
 """
@@ -23,8 +34,10 @@ After every step:
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import os
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -38,24 +51,28 @@ from hypothesis import strategies as st
 from karmadaquota import resources, scopes
 from karmadaquota.api import KarmadaQuota, ResourceBinding
 from karmadaquota.charge import Charge, charge
-from karmadaquota.controller import recompute as rc
-from karmadaquota.controller import status as st_
-from karmadaquota.controller.index import BindingIndex, parse_rv, safe_observe
+from karmadaquota.controller.metrics import ControllerMetrics
+from karmadaquota.controller.reconciler import AlwaysLeader, Controller, ReconcilerConfig
 from karmadaquota.evaluate import Decision
 from karmadaquota.evaluate import evaluate as real_evaluate
-from karmadaquota.kube.client import JSON, Conflict, KubeError
+from karmadaquota.kube.client import JSON
+from karmadaquota.kube.retry import Backoff
 from karmadaquota.quantity import Quantity, QuantityError
 from karmadaquota.resources import ResourceList
 from karmadaquota.webhook import review
 from karmadaquota.webhook.app import Webhook
 from karmadaquota.webhook.batcher import Batcher, BatcherConfig, Pending
 from karmadaquota.webhook.metrics import WebhookMetrics
-from tests.fake_api import FakeApiServer, FakeStore, quota_doc
+from tests.fake_api import FakeApiServer, FakeStore, Ref, quota_doc
+from tests.polling import until
 
 LONG = os.environ.get("KARMADAQUOTA_LONG") == "1"
 NS = "ns"
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 MEMBERS = ("m1", "m2", "m3")
+# a step has at most 3 interfering writes and a dozen webhook writes: the controller re-reading
+# after each lost write gets through within this many attempts
+MAX_ATTEMPTS = 30
 INVARIANT_SETTINGS = settings(
     max_examples=1000 if LONG else 40,
     deadline=None,
@@ -169,6 +186,7 @@ class Step:
     sync: bool  # the controller recomputes every quota concurrently with the admissions
     relist: bool  # ... after a relist instead of from watch events
     interfere: int  # another writer wins the next n status writes
+    leader: int  # an old leader's late write gets in before each of the controller's next n
     refresh: bool  # the replicas' caches catch up with the server afterwards
 
 
@@ -188,6 +206,7 @@ STEPS = st.builds(
     st.booleans(),
     st.booleans(),
     st.integers(0, 3),
+    st.integers(0, 2),
     st.booleans(),
 )
 
@@ -199,6 +218,7 @@ SEED_STEP = st.builds(
     st.lists(st.builds(Create, specs(NORMAL), st.just(False), st.just(0)), min_size=2, max_size=4),
     st.just(False),
     st.just(False),
+    st.just(0),
     st.just(0),
     st.just(True),
 )
@@ -273,7 +293,7 @@ def replica(api: FakeApiServer) -> Replica:
     store.refresh()
     cache = store.quota_store()
     # no real waiting between conflicting writes: the interleaving stays deterministic
-    batcher = Batcher(store, BatcherConfig(conflict_backoff=0.0), clock=lambda: NOW)
+    batcher = Batcher(store, BatcherConfig(conflict_backoff=Backoff(0.0, 0.0)), clock=lambda: NOW)
     webhook = Webhook(cache, batcher, WebhookMetrics())
     r = Replica(store, batcher, webhook.admit_binding)
     submit = batcher.submit
@@ -306,62 +326,38 @@ def request(op: str, new: JSON, old: JSON | None, dry_run: bool) -> review.Reque
     )
 
 
-@dataclass
-class Controller:
-    """The controller's pure core, fed like the real one: watch events or a relist."""
+def controller(api: FakeApiServer) -> Controller:
+    """The real controller on the fake's lists and watches: no waiting between a change and its
+    recompute, nor between a lost compare-and-swap and its re-read (the interleaving stays
+    deterministic), no periodic relist (a step compacts the watch history instead), and more
+    attempts of a write than a history has writers to lose against."""
+    return Controller(
+        api,
+        ControllerMetrics(),
+        AlwaysLeader(),
+        ReconcilerConfig(
+            quiet=0.0,
+            max_delay=0.0,
+            conflict_backoff=Backoff(0.0, 0.0),
+            max_attempts=MAX_ATTEMPTS,
+            page_size=2,
+            member_watch=False,
+            resync_period=None,
+        ),
+        clock=lambda: NOW,
+    )
 
-    api: FakeApiServer
-    index: BindingIndex = field(default_factory=BindingIndex)
-    events: list[tuple[str, JSON]] = field(default_factory=list)
 
-    async def sync(self, relist: bool) -> None:
-        if relist:  # the list supersedes the events before it (the informer's order)
-            self.events.clear()
-            for uid in [u for u in self.index.bindings(NS) if u not in self.api.bindings]:
-                self.index.remove(NS, uid, self.api.rv)
-            for d in self.api.bindings.values():
-                if (listed := safe_observe(d, self.index.intern)) is not None:
-                    self.index.apply(listed)
-            self.index.forget_deletions_before(self.api.rv)
-        for kind, obj in self.events:
-            meta = obj["metadata"]
-            if kind == "DELETED":
-                self.index.remove(NS, meta["uid"], parse_rv(meta["resourceVersion"]))
-            elif (seen := safe_observe(obj, self.index.intern)) is not None:
-                self.index.apply(seen)
-        self.events.clear()
-        snapshot = {uid: ResourceBinding.model_validate(d) for uid, d in self.api.bindings.items()}
-        for name in sorted(n for ns, n in self.api.quotas if ns == NS):
-            await self._write(name, snapshot)
-
-    async def _write(self, name: str, snapshot: Mapping[str, ResourceBinding]) -> None:
-        for _ in range(20):
-            raw = await self.api.get_quota(NS, name)
-            quota = KarmadaQuota.model_validate(raw)
-            inputs = rc.NamespaceSnapshot(
-                self.index.bindings(NS), self.index.deleted, member_watch=False
-            )
-            outcome = rc.recompute(quota, inputs, NOW)
-            expected = expected_used(quota, snapshot.values())
-            got = {n: q.nanos for n, q in outcome.used.items()}
-            assert got == {n: q.nanos for n, q in expected.items()}, (
-                f"recompute of {name} is not the sum of the charges of the live bindings"
-            )
-            change = st_.status_write(raw.get("status"), st_.dump(outcome.status))
-            try:
-                if change is None:
-                    return
-                if change.patch is not None:  # the controller's write: reconciler._sync_quota
-                    await self.api.patch_quota_status(NS, name, change.patch)
-                else:
-                    await self.api.put_quota_status({**raw, "status": change.status})
-                return
-            except Conflict:
-                await asyncio.sleep(0)
-            except KubeError as e:
-                assert e.status == 422, e
-                await asyncio.sleep(0)
-        raise AssertionError(f"the controller never got its write of {name} through")
+async def settle(api: FakeApiServer, c: Controller) -> None:
+    """Wait until the controller has been told everything and is done with it: both watches
+    open and drained, nothing marked or running. A quota whose every write attempt lost would
+    only come back later (a timer): with `MAX_ATTEMPTS` no history makes the real controller
+    give up, so it is not waited for, and `check_controller` finds its figures stale."""
+    await until(
+        lambda: api.watching("resourcebindings") and api.watching("karmadaquotas") and c.idle(),
+        timeout=10,
+        what="the controller settles",
+    )
 
 
 def expected_used(quota: KarmadaQuota, bindings: Any) -> ResourceList:
@@ -406,45 +402,52 @@ async def run(history: History) -> None:
     api = FakeApiServer()
     for name, hard in history.hard.items():
         api.add_quota(quota_doc(name, NS, hard=hard, scope_selector=SCOPES.get(name)))
-    controller = Controller(api)
     uids = (f"rb-{i}" for i in itertools.count())
     preexisting: set[str] = set()
     for spec in history.preexisting:  # created before the webhook was installed
         doc = api.put_binding(binding_doc(next(uids), spec, 1))
         preexisting.add(doc["metadata"]["uid"])
-        controller.events.append(("ADDED", doc))
-    await controller.sync(relist=False)
-    replicas = [replica(api), replica(api)]
-    with recorded_denials() as denied:
-        for step in history.steps:
-            await run_step(api, controller, replicas, step, uids, preexisting)
-            check(api, preexisting, replicas, denied)
-    await controller.sync(relist=True)
-    check(api, preexisting, replicas, set())
+    c = controller(api)
+    task = asyncio.create_task(c.run())
+    try:
+        await settle(api, c)
+        check_controller(api)
+        replicas = [replica(api), replica(api)]
+        with recorded_denials() as denied:
+            for step in history.steps:
+                await run_step(api, c, replicas, step, uids, preexisting)
+                check(api, preexisting, replicas, denied)
+        api.compact()  # a last relist: the controller's figures from a full list
+        await settle(api, c)
+        check_controller(api)
+        check(api, preexisting, replicas, set())
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
 
 async def run_step(
     api: FakeApiServer,
-    controller: Controller,
+    c: Controller,
     replicas: list[Replica],
     step: Step,
     uids: Iterator[str],
     preexisting: set[str],
 ) -> None:
+    """One step; the controller runs all along, told of every change by its watches."""
     api.interfere(step.interfere)
+    api.intercept(functools.partial(old_leader_writes, api), times=step.leader)
     touched: set[str] = set()
     for op in step.ops:
         if isinstance(op, Delete) and api.bindings:
-            uid = sorted(api.bindings)[op.target % len(api.bindings)]
-            doc = api.bindings[uid]
-            api.delete_binding(uid)
-            controller.events.append(
-                (
-                    "DELETED",
-                    {**doc, "metadata": {**doc["metadata"], "resourceVersion": str(api.rv)}},
-                )
-            )
+            keys = sorted(api.bindings)
+            _, uid = keys[op.target % len(keys)]
+            api.delete_binding(NS, uid)
             touched.add(uid)
+    if step.sync:  # every quota recomputed concurrently with the admissions ...
+        c.mark_all()
+    if step.relist:  # ... or after a relist: the watches answer 410 Gone
+        api.compact()
     admissions: list[tuple[JSON, Any]] = []
     for op in step.ops:
         if isinstance(op, Create):
@@ -453,25 +456,68 @@ async def run_step(
             admissions.append((new if not op.dry_run else {}, admit))
         elif isinstance(op, Update):
             # bindings created before the webhook are only ever deleted (see `check`)
-            live = sorted(u for u in api.bindings if u not in preexisting and u not in touched)
+            live = sorted(n for _, n in api.bindings if n not in preexisting | touched)
             if not live:
                 continue
             uid = live[op.target % len(live)]
             touched.add(uid)
-            old = api.bindings[uid]
+            old = api.bindings[(NS, uid)]
             new = binding_doc(uid, op.spec, old["metadata"]["generation"] + 1)
             admit = replicas[op.replica].admit(request("UPDATE", new, old, op.dry_run))
             admissions.append((new if not op.dry_run else {}, admit))
-    work = [a for _, a in admissions]
-    if step.sync:
-        work.append(controller.sync(step.relist))
-    results = await asyncio.gather(*work)
-    for (new, _), decision in zip(admissions, results, strict=False):
+    results = await asyncio.gather(*(a for _, a in admissions))
+    for (new, _), decision in zip(admissions, results, strict=True):
         if new and decision.allowed:  # the API server stores what admission allowed
-            controller.events.append(("MODIFIED", api.put_binding(new)))
+            api.put_binding(new)
     if step.refresh:
+        await settle(api, c)
+        check_controller(api)
         for r in replicas:
             r.store.refresh()
+
+
+def old_leader_writes(api: FakeApiServer, ref: Ref, _: Any) -> None:
+    """Another controller (a leader that lost its lease) writes the quota's status first: its
+    revision moves on, so the controller's patch fails its test and must be computed again
+    from the version that won."""
+
+    def newer_revision(q: JSON) -> None:
+        revision = q.get("status", {}).get("controllerRevision")
+        if isinstance(revision, int):
+            q["status"]["controllerRevision"] = revision + 1
+
+    api.bump(ref.namespace, ref.name, newer_revision)
+
+
+def check_controller(api: FakeApiServer) -> None:
+    """Once the controller has settled: the `used` it wrote is Σ charges of the live bindings
+    (it has been told of all of them), and it keeps no pending charge of a binding it has
+    observed at the charge's generation or later."""
+    live = {n: ResourceBinding.model_validate(d) for (_, n), d in api.bindings.items()}
+    for (_, name), raw in api.quotas.items():
+        quota = KarmadaQuota.model_validate(raw)
+        used = resources.parse_resource_list(quota.status.used, "status.used")
+        expected = expected_used(quota, live.values())
+        assert {n: q.nanos for n, q in used.items()} == {n: q.nanos for n, q in expected.items()}, (
+            f"{name}: used {quota.status.used} is not the sum of the charges of the live bindings"
+        )
+        for r in quota.status.reservations:
+            b = live.get(r.reservedBy.uid)
+            assert b is None or b.metadata.generation < r.generation, (
+                f"{name}: the pending charge of {r.reservedBy.uid} (generation {r.generation}) "
+                "is kept although the controller observed the binding"
+            )
+
+
+def check_rereads(api: FakeApiServer) -> None:
+    """After a lost write the controller computes the next one from a newer version: the one
+    its watch delivered since, else one read back. A version delivered may still be older
+    than the winner, so a write may lose twice against one stored version, never more."""
+    for (path, version), n in Counter((p, v) for _, p, v in api.lost).items():
+        assert n <= 2, (
+            f"the controller lost its write of {path} {n} times against version {version}: "
+            "it retried without reading the version that won"
+        )
 
 
 def check(
@@ -493,6 +539,7 @@ def check(
         for cluster in quota.status.aggregatedStatus:
             rl = resources.parse_resource_list(cluster.used, "aggregatedStatus.used")
             assert all(q.sign >= 0 for q in rl.values()), f"{name}: negative used {cluster}"
+    check_rereads(api)
     for r in replicas:
         for new, decision in r.finals:
             if id(new) in denied:

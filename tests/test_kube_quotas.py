@@ -4,79 +4,72 @@ holds, and folds in our own writes (as a model or raw)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from typing import Any, cast
+from collections.abc import Callable
 
 from karmadaquota.api import KarmadaQuota
-from karmadaquota.kube.client import JSON, KubeClient
+from karmadaquota.kube import paths
+from karmadaquota.kube.client import JSON
 from karmadaquota.kube.quotas import QuotaRecord, QuotaStore
-from tests.fake_api import quota_doc
+from tests.fake_api import FakeApiServer, quota_doc
+from tests.polling import until
 
 
-class FakeApi:
-    """One LIST, then one WATCH stream of the given events, then the stream stays open."""
-
-    def __init__(self, items: list[JSON], events: list[tuple[str, JSON]]) -> None:
-        self.items = items
-        self.events = events
-        self.drained = asyncio.Event()
-        self.gate = asyncio.Event()  # the watch delivers nothing until this is set
-        self.gate.set()
-
-    async def get(self, path: str, params: Any = None) -> JSON:
-        return {"items": self.items, "metadata": {"resourceVersion": "10"}}
-
-    async def watch(
-        self, path: str, rv: str, timeout_seconds: int = 300
-    ) -> AsyncIterator[tuple[str, JSON]]:
-        await self.gate.wait()
-        for e in self.events:
-            yield e
-        self.drained.set()
-        await asyncio.Event().wait()
-
-
-async def run(api: FakeApi, cache: QuotaStore) -> None:
+async def run(api: FakeApiServer, cache: QuotaStore, write: Callable[[], JSON]) -> None:
+    """Run the cache on the fake: once it has listed, `write` (our write and others', while
+    the watch is slow) returns the object our write returned, which the cache folds in; then
+    the watch delivers what it held back."""
     task = asyncio.create_task(cache.run())
-    await cache.synced.wait()
-    await api.drained.wait()
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
+    try:
+        await until(lambda: cache.synced.is_set() and api.watching("karmadaquotas"))
+        api.hold("karmadaquotas")
+        ours = write()
+        cache.fold_quota(KarmadaQuota.model_validate(ours))  # folded in from the PUT response
+        meta = ours["metadata"]
+        while api.holding("karmadaquotas"):  # one event at a time: never a step back
+            api.release("karmadaquotas", count=1)
+            await until(lambda: api.watching("karmadaquotas"))
+            (held,) = [
+                q for q in cache.quotas(meta["namespace"]) if q.metadata.name == meta["name"]
+            ]
+            assert int(held.metadata.resourceVersion) >= int(meta["resourceVersion"])
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
 
 async def test_watch_events_update_delete_and_never_roll_back() -> None:
-    newer = quota_doc("a", hard={"pods": "5"}, rv=20)
-    stale = quota_doc("a", hard={"pods": "1"}, rv=15)
-    gone = quota_doc("b", rv=21)
-    api = FakeApi(
-        [quota_doc("a", rv=9), quota_doc("b", rv=9)],
-        [("MODIFIED", newer), ("MODIFIED", stale), ("DELETED", gone)],
-    )
-    cache = QuotaStore(cast(KubeClient, api))
-    await run(api, cache)
+    api = FakeApiServer()
+    api.add_quota(quota_doc("a"))
+    api.add_quota(quota_doc("b"))
+
+    def writes() -> JSON:
+        api.bump("ns", "a", lambda q: q["spec"].update(hard={"pods": "1"}))  # older (stale)
+        newer = api.bump("ns", "a", lambda q: q["spec"].update(hard={"pods": "5"}))  # ours
+        api.delete(paths.quota("ns", "b"))
+        return newer
+
+    cache = QuotaStore(api)
+    await run(api, cache, writes)
     (a,) = cache.quotas("ns")
-    assert a.metadata.resourceVersion == "20" and a.spec.hard == {"pods": "5"}
+    assert a.metadata.resourceVersion == api.quotas[("ns", "a")]["metadata"]["resourceVersion"]
+    assert a.spec.hard == {"pods": "5"}
 
 
 async def test_a_version_the_cache_already_holds_is_not_parsed_again() -> None:
-    ours = quota_doc("a", rv=30)
-    # the watch echoes our own write; a marker in its body shows whether it was applied
-    echo = {**ours, "spec": {"hard": {"pods": "1"}}}
-    api = FakeApi([quota_doc("a", rv=9)], [("MODIFIED", echo)])
-    api.gate.clear()
-    cache = QuotaStore(cast(KubeClient, api))
-    task = asyncio.create_task(cache.run())
-    await cache.synced.wait()
-    cache.fold_quota(KarmadaQuota.model_validate(ours))  # folded in from the PUT response
-    api.gate.set()
-    await api.drained.wait()
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
+    api = FakeApiServer()
+    ours = api.add_quota(quota_doc("a"))
+
+    def write() -> JSON:
+        # the watch echoes our own write; a marker in its body shows whether it was applied
+        echo = api.bump("ns", "a", lambda q: q["spec"].update(hard={"pods": "1"}))
+        ours["metadata"]["resourceVersion"] = echo["metadata"]["resourceVersion"]
+        return ours
+
+    cache = QuotaStore(api)
+    await run(api, cache, write)
     (a,) = cache.quotas("ns")
-    assert a.metadata.resourceVersion == "30" and a.spec.hard == {
-        "requests.cpu": "10",
-        "pods": "100",
-    }
+    assert a.metadata.resourceVersion == ours["metadata"]["resourceVersion"]
+    assert a.spec.hard == {"requests.cpu": "10", "pods": "100"}
 
 
 def test_a_record_gives_the_form_it_was_not_given() -> None:

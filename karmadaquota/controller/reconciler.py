@@ -185,14 +185,6 @@ class Controller:
             for ns in namespaces:
                 self._mark(ns)
 
-    def binding_event(self, event_type: str, obj: Mapping[str, Any]) -> None:
-        """One ResourceBinding watch event (ADDED, MODIFIED, DELETED), in version order."""
-        self.binding_informer.offer(event_type, obj)
-
-    def quota_event(self, event_type: str, obj: Mapping[str, Any]) -> None:
-        """One KarmadaQuota watch event, in version order."""
-        self.quotas.informer.offer(event_type, obj)
-
     def _quota_deleted(self, record: QuotaRecord) -> None:
         ns, name = record.namespace, record.name
         self.metrics.forget_quota(ns, name)

@@ -21,9 +21,9 @@ import argparse
 import asyncio
 import statistics
 import time
-from collections.abc import Awaitable, Callable
 
 from bench import harness
+from bench.harness import QUOTA, stopwatch
 from e2e.testbed import TestBed, product
 from e2e.testbed.aio import eventually
 from karmadaquota.controller import guard_keeper as gk
@@ -33,18 +33,6 @@ from karmadaquota.quantity import NANO, Quantity
 
 MEMBERS = ("member1", "member2", "member3")
 HARD = 60
-QUOTA = "/apis/quota.karmada.io/v1alpha1/namespaces/{ns}/karmadaquotas/team"
-
-
-async def stopwatch(
-    check: Callable[[], Awaitable[bool]], started: float, deadline: float = 60
-) -> float:
-    """Seconds from `started` until `check` holds (polled every 10 ms)."""
-    while not await check():
-        if time.monotonic() - started > deadline:
-            raise TimeoutError("not reached within the deadline")
-        await asyncio.sleep(0.01)  # polling with a deadline
-    return time.monotonic() - started
 
 
 def pod(name: str) -> dict[str, object]:
@@ -120,8 +108,8 @@ async def trials(api: KubeClient, members: dict[str, KubeClient], ns: str, n: in
         async def is_rebalanced(want: dict[str, gd.Nanos] = want) -> bool:
             return await held() == {m: w["pods"] for m, w in want.items()}
 
-        counted.append(await stopwatch(is_counted, started))
-        rebalanced.append(await stopwatch(is_rebalanced, started))
+        counted.append(await stopwatch(is_counted, started, deadline=60))
+        rebalanced.append(await stopwatch(is_rebalanced, started, deadline=60))
     lines = [
         f"{n} pods created directly in members ({len(MEMBERS)} members, round robin), "
         f"quota pods: {HARD}; seconds from the create:",

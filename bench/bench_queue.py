@@ -18,48 +18,19 @@ import asyncio
 import math
 import statistics
 import time
-from collections.abc import Awaitable, Callable
 
 from bench import harness
+from bench.harness import CPU, DEPLOYMENTS, QUOTA, binding, scheduled, stopwatch
 from e2e.testbed import TestBed, product
 from e2e.testbed.aio import eventually
 from e2e.testbed.workloads import deployment, divided_policy
-from karmadaquota.kube.client import JSON, KubeClient, NotFound
+from karmadaquota.kube.client import JSON, KubeClient
 from karmadaquota.queued import ANNOTATION
-
-CPU = {"cpu": "100m"}
-QUOTA = "/apis/quota.karmada.io/v1alpha1/namespaces/{ns}/karmadaquotas/team"
-DEPLOYMENTS = "/apis/apps/v1/namespaces/{ns}/deployments"
-BINDING = "/apis/work.karmada.io/v1alpha2/namespaces/{ns}/resourcebindings/{name}-deployment"
-
-
-async def binding(api: KubeClient, ns: str, name: str) -> JSON | None:
-    try:
-        return await api.get(BINDING.format(ns=ns, name=name))
-    except NotFound:
-        return None
-
-
-def scheduled(rb: JSON | None) -> int:
-    if rb is None:
-        return 0
-    return sum(int(c.get("replicas", 0)) for c in rb["spec"].get("clusters") or [])
 
 
 def is_queued(rb: JSON | None) -> bool:
     annotations = ((rb or {}).get("metadata") or {}).get("annotations") or {}
     return ANNOTATION in annotations
-
-
-async def stopwatch(
-    check: Callable[[], Awaitable[bool]], started: float, deadline: float = 120
-) -> float:
-    """Seconds from `started` until `check` holds (polled every 10 ms)."""
-    while not await check():
-        if time.monotonic() - started > deadline:
-            raise TimeoutError("not reached within the deadline")
-        await asyncio.sleep(0.01)  # polling with a deadline
-    return time.monotonic() - started
 
 
 async def prepare(bed: TestBed, api: KubeClient, ns: str) -> None:

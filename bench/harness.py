@@ -7,12 +7,13 @@ import contextlib
 import os
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Sequence
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from e2e.testbed import TestBed, product
-from karmadaquota.kube.client import KubeClient
+from karmadaquota.kube.client import JSON, KubeClient, NotFound
 
 # A namespace with this label is outside the webhook registration (its namespaceSelector
 # skips it): Karmada with no webhook of ours, the limit the cost benchmark compares against.
@@ -83,3 +84,37 @@ async def installed(
             print(f"bed home kept: {home}", flush=True)
         else:
             shutil.rmtree(home, ignore_errors=True)
+
+
+# ---- what the wake, queue and guards benches share ------------------------------------------
+
+CPU = {"cpu": "100m"}
+QUOTA = "/apis/quota.karmada.io/v1alpha1/namespaces/{ns}/karmadaquotas/team"
+DEPLOYMENTS = "/apis/apps/v1/namespaces/{ns}/deployments"
+BINDING = "/apis/work.karmada.io/v1alpha2/namespaces/{ns}/resourcebindings/{name}-deployment"
+
+
+async def binding(api: KubeClient, ns: str, name: str) -> JSON | None:
+    """A Deployment's ResourceBinding, or None while it does not exist."""
+    try:
+        return await api.get(BINDING.format(ns=ns, name=name))
+    except NotFound:
+        return None
+
+
+def scheduled(rb: JSON | None) -> int:
+    """Replicas the scheduler placed in member clusters."""
+    if rb is None:
+        return 0
+    return sum(int(c.get("replicas", 0)) for c in rb["spec"].get("clusters") or [])
+
+
+async def stopwatch(
+    check: Callable[[], Awaitable[bool]], started: float, deadline: float = 1200
+) -> float:
+    """Seconds from `started` until `check` holds (polled every 10 ms)."""
+    while not await check():
+        if time.monotonic() - started > deadline:
+            raise TimeoutError("not reached within the deadline")
+        await asyncio.sleep(0.01)  # polling with a deadline
+    return time.monotonic() - started

@@ -34,7 +34,7 @@ class DirtyQueue:
         self,
         flush: Callable[[str], Awaitable[None]],
         quiet: float = 0.03,
-        max_delay: float = 0.25,
+        max_delay: float = 0.1,
         concurrency: int = 16,
         retry_delay: float = 1.0,
         name: str = "recompute",

@@ -7,7 +7,7 @@ Flags come from cli.py (--kubeconfig, --resync-period, --admission-window,
 | variable | default | meaning |
 |---|---|---|
 | KARMADAQUOTA_DEBOUNCE_QUIET | 0.03 | flush a namespace after this many quiet seconds |
-| KARMADAQUOTA_DEBOUNCE_MAX | 0.25 | ... and at the latest this long after its first change |
+| KARMADAQUOTA_DEBOUNCE_MAX | 0.1 | ... and at the latest this long after its first change |
 | KARMADAQUOTA_LEADER_ELECT | true | false: write without a Lease (one replica only!) |
 | KARMADAQUOTA_LEASE_NAME | karmadaquota-controller | the Lease's name |
 | KARMADAQUOTA_LEASE_DURATION | 10 | seconds; renewals every 2 s, deadline duration - 3 s |
@@ -60,7 +60,7 @@ class ControllerConfig:
     lease_namespace: str = "karmada-system"
     member_watch: bool = True
     quiet: float = 0.03
-    max_delay: float = 0.25
+    max_delay: float = 0.1
     leader_elect: bool = True
     lease_name: str = DEFAULT_LEASE_NAME
     lease_duration: float = 10.0
@@ -87,7 +87,7 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> ControllerC
         lease_namespace=args.namespace,
         member_watch=not args.no_member_watch,
         quiet=float(env.get("KARMADAQUOTA_DEBOUNCE_QUIET", "0.03")),
-        max_delay=float(env.get("KARMADAQUOTA_DEBOUNCE_MAX", "0.25")),
+        max_delay=float(env.get("KARMADAQUOTA_DEBOUNCE_MAX", "0.1")),
         leader_elect=_bool(env.get("KARMADAQUOTA_LEADER_ELECT", "true")),
         lease_name=env.get("KARMADAQUOTA_LEASE_NAME", DEFAULT_LEASE_NAME),
         lease_duration=float(env.get("KARMADAQUOTA_LEASE_DURATION", "10")),

@@ -77,7 +77,9 @@ DEFAULT_ADMISSION_WINDOW = 15.0
 @dataclass
 class ReconcilerConfig:
     quiet: float = 0.03
-    max_delay: float = 0.25
+    # under a continuous storm a namespace is recomputed this often: it bounds how long an
+    # observed pending charge stays in the quota object (its size, docs/benchmarks.md)
+    max_delay: float = 0.1
     write_timeout: float = 2.0
     max_attempts: int = 6
     # after a lost compare-and-swap: wait a random while (doubling) before re-reading, so that

@@ -323,31 +323,36 @@ def charge_key(reserved: Mapping[str, QuantityValue]) -> tuple[tuple[str, Quanti
     return tuple(sorted(reserved.items()))
 
 
-def encode_pending(reservations: Iterable[Reservation]) -> list[dict[str, Any]]:
-    """The wire `pending` of a logical reservation list: one group per distinct charge and
-    expiry (whole seconds, rounded up), groups in order of first appearance, entries in list
-    order, so an unchanged list encodes to the same JSON (the controller writes only what
-    differs). Decoding the result gives the list grouped stably; reservations whose expiration
-    is unreadable are left out (they hold nothing)."""
-    groups: dict[tuple[tuple[tuple[str, QuantityValue], ...], int], list[str]] = {}
-    charges: dict[tuple[tuple[tuple[str, QuantityValue], ...], int], dict[str, QuantityValue]] = {}
+PendingKey = tuple[tuple[tuple[str, QuantityValue], ...], int | None]
+
+
+def pending_groups(reservations: Iterable[Reservation]) -> dict[PendingKey, list[Reservation]]:
+    """The reservations by their `status.pending` group, (charge, expiry in whole seconds
+    rounded up; None when unreadable), groups in order of first appearance, each in list
+    order: what the encoder writes and the webhook's size bound counts."""
+    groups: dict[PendingKey, list[Reservation]] = {}
     seconds: dict[str, int | None] = {}  # a batch's reservations share their expiration
     for r in reservations:
         stamp = r.expirationTime
         if stamp not in seconds:
             seconds[stamp] = expiry_seconds(stamp)
-        at = seconds[stamp]
-        if at is None:
-            continue
-        key = (charge_key(r.reserved), at)
-        entries = groups.get(key)
-        if entries is None:
-            entries = groups[key] = []
-            charges[key] = dict(r.reserved)
-        entries.append(pending_entry(r))
+        groups.setdefault((charge_key(r.reserved), seconds[stamp]), []).append(r)
+    return groups
+
+
+def encode_pending(reservations: Iterable[Reservation]) -> list[dict[str, Any]]:
+    """The wire `pending` of a logical reservation list (`pending_groups`), so an unchanged
+    list encodes to the same JSON (the controller writes only what differs). Decoding the
+    result gives the list grouped stably; reservations whose expiration is unreadable are left
+    out (they hold nothing)."""
     return [
-        {"charge": charges[key], "expires": _seconds_time(key[1]), "bindings": entries}
-        for key, entries in groups.items()
+        {
+            "charge": dict(rs[0].reserved),
+            "expires": _seconds_time(at),
+            "bindings": [pending_entry(r) for r in rs],
+        }
+        for (_, at), rs in pending_groups(reservations).items()
+        if at is not None
     ]
 
 

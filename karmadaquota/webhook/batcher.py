@@ -42,6 +42,7 @@ from karmadaquota.api import (
     expiry_seconds,
     format_time,
     pending_entry,
+    pending_groups,
 )
 from karmadaquota.charge import Charge
 from karmadaquota.evaluate import (
@@ -484,27 +485,11 @@ def charge_size(reserved: Mapping[str, str | int]) -> int:
     return _GROUP_OVERHEAD + sum(len(k) + len(str(v)) + 8 for k, v in reserved.items())
 
 
-_GroupKey = tuple[tuple[tuple[str, str | int], ...], int | None]
-
-
-def _group_keys(reservations: Sequence[Reservation]) -> dict[_GroupKey, Mapping[str, str | int]]:
-    """The `status.pending` groups of these reservations, (charge, expiry second) to charge:
-    the encoder's grouping (an unreadable expiry, which it does not write, counts as one)."""
-    seconds: dict[str, int | None] = {}
-    groups: dict[_GroupKey, Mapping[str, str | int]] = {}
-    for r in reservations:
-        stamp = r.expirationTime
-        if stamp not in seconds:
-            seconds[stamp] = expiry_seconds(stamp)
-        groups.setdefault((charge_key(r.reserved), seconds[stamp]), r.reserved)
-    return groups
-
-
 def pending_size(reservations: Sequence[Reservation]) -> int:
     """An upper bound of the JSON size of `status.pending` for these reservations: every
     entry, plus each distinct (charge, expiry) group once."""
     size = sum(reservation_size(r) for r in reservations)
-    return size + sum(charge_size(c) for c in _group_keys(reservations).values())
+    return size + sum(charge_size(rs[0].reserved) for rs in pending_groups(reservations).values())
 
 
 def _stored(sent: KarmadaQuota, answer: JSON) -> KarmadaQuota:
@@ -535,7 +520,7 @@ def _with_reservations(
     """
     keep = [r for r in obj.status.reservations if not r.lapsed(now)]
     budget = config.max_reservation_bytes - pending_size(keep)
-    groups = set(_group_keys(keep))
+    groups = set(pending_groups(keep))
     overflow: list[tuple[Pending, ResourceList]] = []
     stamp = format_time(expires)
     second = expiry_seconds(stamp)  # this batch's group: all its reservations share it

@@ -754,6 +754,15 @@ class GracefulEvictionTask(_Lenient):
     replicas: int | None = None
 
 
+class BindingSnapshot(_Lenient):
+    """spec.requiredBy[]: a binding that depends on this one, and where it is placed (Karmada
+    renders this binding into those clusters too)."""
+
+    namespace: str = ""
+    name: str = ""
+    clusters: list[TargetCluster] = Field(default_factory=list)
+
+
 class Suspension(_Lenient):
     """spec.suspension: `scheduling` true keeps Karmada's scheduler away (Karmada >= 1.13)."""
 
@@ -773,6 +782,10 @@ class ResourceBindingSpec(_Lenient):
     components: list[Component] = Field(default_factory=list)
     clusters: list[TargetCluster] = Field(default_factory=list)
     gracefulEvictionTasks: list[GracefulEvictionTask] = Field(default_factory=list)
+    requiredBy: list[BindingSnapshot] = Field(default_factory=list)
+    # a PropagationPolicy's preserveResourcesOnDeletion: what was rendered keeps running in the
+    # members after the binding is gone (charge.Charge.uncounted)
+    preserveResourcesOnDeletion: bool | None = None
     # a binding queued by a quota (karmadaquota.queueing) is charged nothing while suspended
     suspension: Suspension | None = None
     # read for queue order only; never charged

@@ -1,10 +1,19 @@
 """What one ResourceBinding costs (docs/charging.md): the contract of webhook and controller.
 
 R = max(spec.replicas, Σ spec.clusters[].replicas): the intent before scheduling and the real
-footprint after it (Duplicated placement lists `replicas` in every cluster). A binding with more
-than one component charges Σ component replicas × component requests once per target cluster
-(Karmada places a multi-component workload whole); a single component is charged like the legacy
-fields it replaces. Replicas under graceful eviction are not in `spec.clusters` and are not charged.
+footprint after it (Duplicated placement lists `replicas` in every cluster). The clusters are
+every one Karmada's binding controller renders a Work into: `spec.clusters`, then the clusters
+of `spec.requiredBy` not among them (with their replicas), then those under a graceful
+eviction task that are in neither (their Work keeps running until the task ends: the task's
+replicas, or `spec.replicas` when it names none). A binding with more than one component charges
+Σ component replicas × component requests once per target cluster (Karmada places a
+multi-component workload whole); a single component is charged like the legacy fields it
+replaces.
+
+What Karmada may run beyond any count is named in `Charge.uncounted` (evaluate refuses it
+against a quota tracking pods or compute that the members do not enforce): a workload whose
+replicas Karmada cannot count (a DaemonSet, a CronJob), and a binding whose rendered resources
+stay in the members after it is deleted (`preserveResourcesOnDeletion`).
 
 Negative requests and replica counts would *lower* usage if charged as they are, so a hostile
 value could buy room for others (a binding with `cpu: -4` followed by one with `cpu: 3` against a
@@ -16,7 +25,7 @@ bindings created before the webhook was installed, charges the rest of it and re
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from karmadaquota import queued, resources
 from karmadaquota.api import ResourceBinding, ResourceBindingSpec
@@ -35,6 +44,10 @@ _LEGACY_COUNTS = {
     "PersistentVolumeClaim": "persistentvolumeclaims",
 }
 
+# Kinds that create pods but whose replicas Karmada's default interpreter cannot count: their
+# bindings carry no replicas (group, kind).
+UNCOUNTABLE_KINDS = frozenset({("apps", "DaemonSet"), ("batch", "CronJob")})
+
 _ONE = Quantity.from_int(1)
 _ZERO = Quantity.zero()
 
@@ -51,6 +64,9 @@ class Charge:
     # Field errors for values charged as zero because they were negative, e.g.
     # 'spec.replicas: Invalid value: -1: must be greater than or equal to 0'.
     invalid: tuple[str, ...] = ()
+    # What Karmada may run that this charge does not count, each a field error, e.g.
+    # 'spec.resource: DaemonSet.apps: Karmada cannot count its replicas'.
+    uncounted: tuple[str, ...] = ()
 
 
 def _per_replica(requests: Mapping[str, Quantity], replicas: int) -> ResourceList:
@@ -111,7 +127,7 @@ def charge(binding: ResourceBinding) -> Charge:
 
 def queued_charge(full: Charge) -> Charge:
     """What a queued binding is charged: nothing, with everything else of its charge kept."""
-    return Charge({}, {}, full.traits, full.missing_requests, full.invalid)
+    return Charge({}, {}, full.traits, full.missing_requests, full.invalid, full.uncounted)
 
 
 def full_charge(binding: ResourceBinding) -> Charge:
@@ -121,17 +137,47 @@ def full_charge(binding: ResourceBinding) -> Charge:
     legacy = _LEGACY_COUNTS.get(spec.resource.kind)
     if legacy and spec.resource.apiVersion == "v1":
         objects[legacy] = _ONE
-    if len(spec.components) > 1:
-        return _multi_component(spec, objects)
-    return _single(spec, objects)
+    found = _multi_component(spec, objects) if len(spec.components) > 1 else _single(spec, objects)
+    uncounted = _uncounted(spec)
+    return replace(found, uncounted=uncounted) if uncounted else found
+
+
+def _uncounted(spec: ResourceBindingSpec) -> tuple[str, ...]:
+    out: list[str] = []
+    group = spec.resource.apiVersion.rpartition("/")[0]
+    if (group, spec.resource.kind) in UNCOUNTABLE_KINDS:
+        out.append(
+            f"spec.resource: {spec.resource.kind}.{group}: Karmada cannot count its replicas"
+        )
+    if spec.preserveResourcesOnDeletion:
+        out.append(
+            "spec.preserveResourcesOnDeletion: true: what it runs stays in the members after "
+            "the binding is deleted"
+        )
+    return tuple(out)
 
 
 def _placed(spec: ResourceBindingSpec, invalid: list[str]) -> dict[str, int]:
-    """Replicas per target cluster (a cluster listed twice counts twice, as its sum)."""
+    """Replicas per cluster Karmada renders the binding into (the module docstring): a
+    cluster listed twice in `spec.clusters` counts twice, as its sum."""
     out: dict[str, int] = {}
     for i, c in enumerate(spec.clusters):
         out[c.name] = out.get(c.name, 0) + _replicas(
             c.replicas, f"spec.clusters[{i}].replicas", invalid
+        )
+    scheduled = set(out)
+    for i, snapshot in enumerate(spec.requiredBy):
+        for j, c in enumerate(snapshot.clusters):
+            if c.name not in scheduled and c.name not in out:
+                out[c.name] = _replicas(
+                    c.replicas, f"spec.requiredBy[{i}].clusters[{j}].replicas", invalid
+                )
+    for i, task in enumerate(spec.gracefulEvictionTasks):
+        if task.fromCluster in out:
+            continue  # rendered again for its place in spec.clusters / requiredBy
+        kept = task.replicas if task.replicas is not None else spec.replicas
+        out[task.fromCluster] = _replicas(
+            kept, f"spec.gracefulEvictionTasks[{i}].replicas", invalid
         )
     return out
 
@@ -193,7 +239,8 @@ def _multi_component(spec: ResourceBindingSpec, objects: ResourceList) -> Charge
         if not priority and reqs_model is not None:
             priority = reqs_model.priorityClassName
     placed = _placed(spec, invalid)
-    copies = max(1, len(spec.clusters))  # a cluster listed twice is charged twice
+    # a cluster listed twice in spec.clusters is charged twice
+    copies = max(1, len(spec.clusters) + len(set(placed) - {c.name for c in spec.clusters}))
     total = resources.add(objects, resources.multiply(one_copy, copies))
     per_cluster = {name: resources.add(objects, one_copy) for name in placed}
     traits = BindingTraits(

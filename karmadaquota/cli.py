@@ -126,6 +126,22 @@ def _parser() -> argparse.ArgumentParser:
         default=512 * 1024,
         help="bound on one quota's pending reservations (JSON bytes); over it: 429, try again",
     )
+    w.add_argument(
+        "--trusted-user",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a user that may create ResourceBindings and change their spec in a namespace "
+        "with a quota (repeat or comma-separate; a trailing * matches a prefix, e.g. "
+        "system:serviceaccount:karmada-system:*); docs/security.md",
+    )
+    w.add_argument(
+        "--trusted-group",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a group whose members may do so (default: system:masters; giving any replaces it)",
+    )
     w.add_argument("--max-connections", type=int, default=1000)
     w.add_argument(
         "--read-timeout",
@@ -190,6 +206,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def webhook_settings(args: argparse.Namespace) -> WebhookConfig:
+    from karmadaquota.trust import Writers
     from karmadaquota.webhook.app import WebhookConfig
     from karmadaquota.webhook.config import load_limited
     from karmadaquota.webhook.server import ServerConfig
@@ -209,6 +226,7 @@ def webhook_settings(args: argparse.Namespace) -> WebhookConfig:
         ),
         metrics_bind_address=args.metrics_bind_address,
         metrics_port=args.metrics_port,
+        writers=Writers.of(args.trusted_user, args.trusted_group),
     )
 
 

@@ -9,7 +9,7 @@ the controller uses the same `QuotaView` arithmetic when it recomputes usage.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from karmadaquota import resources, scopes
@@ -20,6 +20,21 @@ from karmadaquota.scopes import Expression
 
 REASON_EXCEEDED = "QuotaExceeded"
 REASON_FORBIDDEN = "Forbidden"
+# quota names that no pod consumes: Kubernetes' object counts besides count/<resource>.<group>,
+# and storage (claimed by PersistentVolumeClaims)
+NOT_PODS = frozenset(
+    {
+        "services",
+        "services.loadbalancers",
+        "services.nodeports",
+        "secrets",
+        "configmaps",
+        "persistentvolumeclaims",
+        "replicationcontrollers",
+        "resourcequotas",
+        "requests.storage",
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +46,8 @@ class QuotaView:
     used: ResourceList
     reserved: ResourceList
     scopes: tuple[Expression, ...] = ()
+    # memberEnforcement ResourceQuota: every member counts the pods it runs (charge.uncounted)
+    guarded: bool = False
 
     @classmethod
     def of(cls, quota: KarmadaQuota, now: datetime) -> QuotaView:
@@ -46,13 +63,12 @@ class QuotaView:
             used=resources.parse_resource_list(quota.status.used, "status.used"),
             reserved=reserved,
             scopes=scopes.expressions(quota.spec),
+            guarded=quota.spec.guarded,
         )
 
     def with_reserved(self, more: ResourceList) -> QuotaView:
         """The same quota after an admitted delta (the batcher's running copy)."""
-        return QuotaView(
-            self.name, self.hard, self.used, resources.add(self.reserved, more), self.scopes
-        )
+        return replace(self, reserved=resources.add(self.reserved, more))
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +123,10 @@ def evaluate(
     limited: Sequence[LimitedResource] = (),
 ) -> Decision:
     """Admit or deny `new` (with `old` on UPDATE) against every quota of its namespace."""
+    if new.uncounted and (old is None or new.uncounted != old.uncounted):
+        denial = _check_uncounted(quotas, new)
+        if denial is not None:
+            return denial
     if charges_nothing(new, old):
         return ALLOW  # admission never releases, never blocks a change that grows nothing
     change = delta(new, old)
@@ -153,6 +173,33 @@ def evaluate(
             )
         charges[q.name] = tracked
     return Decision(True, charges=charges)
+
+
+def runs(name: str) -> bool:
+    """A quota resource that what runs consumes (pods, compute, extended resources), unlike
+    an object count (`count/*`, `services`, ...): what `Charge.uncounted` may escape."""
+    canonical = resources.canonical_name(name)
+    return not canonical.startswith(resources.COUNT_PREFIX) and canonical not in NOT_PODS
+
+
+def _check_uncounted(quotas: Sequence[QuotaView], new: Charge) -> Decision | None:
+    """A binding that may run what no charge counts is refused by every matching quota that
+    tracks what runs, unless the members enforce it (memberEnforcement ResourceQuota: each
+    member counts the pods it runs) — as Kubernetes refuses a pod without the requests a quota
+    needs."""
+    for q in sorted(quotas, key=lambda q: q.name):
+        if q.guarded or not scopes.matches(q.scopes, new.traits):
+            continue
+        tracked = sorted(n for n in q.hard if runs(n))
+        if tracked:
+            return Decision(
+                False,
+                f"failed quota: {q.name}: cannot charge {'; '.join(new.uncounted)} (it tracks "
+                f"{','.join(tracked)}); set memberEnforcement: ResourceQuota on the quota so "
+                "that every member cluster counts the pods it runs",
+                REASON_FORBIDDEN,
+            )
+    return None
 
 
 def _check_limited(

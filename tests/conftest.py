@@ -62,6 +62,8 @@ def binding_doc(
     clusters: Mapping[str, int] | None = None,
     components: Sequence[Mapping[str, Any]] = (),
     evictions: Mapping[str, int | None] | None = None,
+    required_by: Mapping[str, int] | None = None,
+    preserve: bool | None = None,
     object_name: str | None = None,
     uid: str | None = None,
     rv: int | None = None,
@@ -95,6 +97,16 @@ def binding_doc(
         spec["clusters"] = [{"name": c, "replicas": r} for c, r in clusters.items()]
     if components:
         spec["components"] = [dict(c) for c in components]
+    if required_by is not None:
+        spec["requiredBy"] = [
+            {
+                "namespace": namespace,
+                "name": "dependent",
+                "clusters": [{"name": c, "replicas": r} for c, r in required_by.items()],
+            }
+        ]
+    if preserve is not None:
+        spec["preserveResourcesOnDeletion"] = preserve
     if evictions is not None:
         spec["gracefulEvictionTasks"] = [
             {"fromCluster": c, "replicas": r, "reason": "TaintUntolerated", "producer": "x"}

@@ -184,13 +184,59 @@ def test_cluster_with_zero_replicas_holds_no_pods() -> None:
     assert "requests.cpu" not in c.per_cluster["member2"]
 
 
-def test_graceful_eviction_tasks_are_not_charged() -> None:
+def test_clusters_under_graceful_eviction_are_charged_until_the_task_ends() -> None:
+    # The evicted cluster's Work keeps running until the task is removed (issue 29: a task
+    # added by hand moved the binding and kept 2 + 2 pods running, charged 2).
     clusters = {"member1": 2, "member2": 3}
     plain = charge_of(5, CPU_MEM, clusters=clusters)
     evicting = charge_of(5, CPU_MEM, clusters=clusters, evictions={"member3": 4, "member4": None})
-    assert evicting.total == plain.total
-    assert evicting.per_cluster == plain.per_cluster
-    assert "member3" not in evicting.per_cluster
+    assert str(evicting.total["pods"]) == "14"  # 2 + 3 + 4 + spec.replicas for member4
+    assert str(evicting.per_cluster["member3"]["pods"]) == "4"
+    assert str(evicting.per_cluster["member4"]["pods"]) == "5"
+    assert evicting.per_cluster["member1"] == plain.per_cluster["member1"]
+
+
+def test_an_eviction_task_of_a_scheduled_cluster_is_not_charged_twice() -> None:
+    c = charge_of(2, CPU_MEM, clusters={"member1": 2}, evictions={"member1": 2})
+    assert str(c.total["pods"]) == "2"
+
+
+def test_required_by_clusters_are_charged_with_their_replicas() -> None:
+    # issue 29: spec.requiredBy with a second cluster and 5 replicas ran 5 pods there.
+    c = charge_of(1, CPU_MEM, clusters={"member1": 1}, required_by={"member2": 5, "member1": 9})
+    assert str(c.per_cluster["member2"]["pods"]) == "5"
+    assert str(c.per_cluster["member1"]["pods"]) == "1"  # scheduled there: rendered as such
+    assert str(c.total["pods"]) == "6"
+
+
+def test_required_by_negative_replicas_are_invalid() -> None:
+    c = charge_of(1, CPU_MEM, clusters={"member1": 1}, required_by={"member2": -3})
+    assert c.invalid == (
+        "spec.requiredBy[0].clusters[0].replicas: Invalid value: -3: must be greater than or "
+        "equal to 0",
+    )
+
+
+def test_multi_component_is_charged_once_per_rendered_cluster() -> None:
+    comps = [component("a", 1, {"cpu": "1"}), component("b", 2, {"cpu": "1"})]
+    c = charge_of(clusters={"member1": 0}, components=comps, evictions={"member2": None})
+    assert str(c.total["requests.cpu"]) == "6"
+
+
+@pytest.mark.parametrize(
+    ("api_version", "kind"), [("apps/v1", "DaemonSet"), ("batch/v1", "CronJob")]
+)
+def test_workloads_karmada_cannot_count_are_named(api_version: str, kind: str) -> None:
+    c = charge_of(0, None, api_version=api_version, kind=kind)
+    group = api_version.split("/")[0]
+    assert c.uncounted == (f"spec.resource: {kind}.{group}: Karmada cannot count its replicas",)
+
+
+def test_preserved_resources_are_named_and_a_deployment_is_counted() -> None:
+    assert charge_of(2, CPU_MEM).uncounted == ()
+    assert charge_of(2, CPU_MEM, preserve=False).uncounted == ()
+    (reason,) = charge_of(2, CPU_MEM, preserve=True).uncounted
+    assert reason.startswith("spec.preserveResourcesOnDeletion: true")
 
 
 # ---------------------------------------------------------------------------------------------

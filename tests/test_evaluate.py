@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -634,3 +635,49 @@ def test_updates_admitted_in_sequence_never_exceed_hard(replicas: list[int], har
             old = new
         in_use: Mapping[str, Quantity] = resources.add(q.used, q.reserved)
         assert resources.less_or_equal(in_use, q.hard)[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# what Karmada may run beyond any count (issue 29)
+
+CPU_MEM = {"cpu": "500m", "memory": "1Gi"}
+
+
+def _guarded(view: QuotaView) -> QuotaView:
+    return replace(view, guarded=True)
+
+
+def test_a_daemonset_is_refused_by_a_quota_tracking_pods_with_the_way_out() -> None:
+    ds = charge_of(0, None, api_version="apps/v1", kind="DaemonSet")
+    d = evaluate([view("team", {"pods": "10"}, {"pods": "0"})], ds)
+    assert not d.allowed
+    assert d.reason == "Forbidden"
+    assert d.message == (
+        "failed quota: team: cannot charge spec.resource: DaemonSet.apps: Karmada cannot count "
+        "its replicas (it tracks pods); set memberEnforcement: ResourceQuota on the quota so "
+        "that every member cluster counts the pods it runs"
+    )
+
+
+def test_a_daemonset_is_admitted_where_members_enforce_or_only_objects_are_counted() -> None:
+    ds = charge_of(0, None, api_version="apps/v1", kind="DaemonSet")
+    counted = view("team", {"pods": "10"}, {"pods": "0"})
+    assert evaluate([_guarded(counted)], ds).allowed
+    objects = view(
+        "objects",
+        {"count/daemonsets.apps": "1", "services": "2"},
+        {"count/daemonsets.apps": "0", "services": "0"},
+    )
+    d = evaluate([objects], ds)
+    assert d.allowed
+    assert str(d.charges["objects"]["count/daemonsets.apps"]) == "1"
+
+
+def test_preserving_resources_is_refused_on_update_even_when_nothing_grows() -> None:
+    quota = view("team", {"requests.cpu": "10"}, {"requests.cpu": "1"})
+    old = charge_of(1, CPU_MEM, clusters={"m1": 1})
+    new = charge_of(1, CPU_MEM, clusters={"m1": 1}, preserve=True)
+    d = evaluate([quota], new, old)
+    assert not d.allowed
+    assert "spec.preserveResourcesOnDeletion: true" in d.message
+    assert evaluate([quota], new, new).allowed  # already preserved: nothing new to refuse

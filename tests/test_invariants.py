@@ -322,6 +322,7 @@ def request(op: str, new: JSON, old: JSON | None, dry_run: bool) -> review.Reque
             "object": new,
             "oldObject": old,
             "dryRun": dry_run,
+            "userInfo": {"username": "karmada-controller-manager", "groups": ["system:masters"]},
         }
     )
 

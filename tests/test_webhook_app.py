@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -17,6 +18,7 @@ from karmadaquota.api import KarmadaQuota
 from karmadaquota.evaluate import Decision
 from karmadaquota.kube.client import KubeClient
 from karmadaquota.kube.quotas import QuotaStore
+from karmadaquota.trust import Writers
 from karmadaquota.webhook import review as review_mod
 from karmadaquota.webhook.app import (
     DecisionLog,
@@ -33,6 +35,10 @@ from tests.webhook_fakes import binding_doc
 
 BINDINGS = {"group": "work.karmada.io", "version": "v1alpha2", "resource": "resourcebindings"}
 QUOTAS = {"group": "quota.karmada.io", "version": "v1alpha1", "resource": "karmadaquotas"}
+# karmada-controller-manager as the test bed and Karmada's installers authenticate it
+CONTROLLER_MANAGER = {"username": "system:karmada:controller-manager", "groups": ["system:masters"]}
+# a namespace editor (Kubernetes' edit + Karmada's karmada-edit)
+TENANT = {"username": "alice", "groups": ["team-a", "system:authenticated"]}
 
 
 def review(
@@ -41,6 +47,7 @@ def review(
     old: dict[str, Any] | None = None,
     resource: dict[str, str] = BINDINGS,
     dry_run: bool = False,
+    user: dict[str, Any] = CONTROLLER_MANAGER,
 ) -> dict[str, Any]:
     return {
         "apiVersion": "admission.k8s.io/v1",
@@ -54,6 +61,7 @@ def review(
             "object": obj,
             "oldObject": old,
             "dryRun": dry_run,
+            "userInfo": user,
         },
     }
 
@@ -504,86 +512,120 @@ async def test_refusals_for_quota_are_recorded_dry_runs_are_not(setup: Any) -> N
     await webhook.refusals.close()
 
 
-class NamespaceLabels:
-    """The namespace API the webhook labels through: records patches; `fail` refuses them."""
+async def test_a_quota_review_has_no_side_effect(setup: Any) -> None:
+    """Issue 30: a forged quota review labelled a namespace that holds no quota. Labelling
+    moved to the controller: admitting a quota writes nothing anywhere."""
+    client, store, _ = setup
+    before = store.stored().metadata.resourceVersion
+    doc = quota_doc(hard={"pods": "5"})
+    doc["metadata"]["namespace"] = "no-quota-here"
+    doc["spec"]["onExceed"] = "Queue"
+    status, body = await post(client, "/validate-karmadaquota", review(doc, resource=QUOTAS))
+    assert status == 200 and body["response"]["allowed"] is True
+    assert store.stored().metadata.resourceVersion == before
+    assert store.puts == 0 and store.api.writes == []
 
-    def __init__(self, fail: Exception | None = None) -> None:
-        self.patches: list[tuple[str, Any]] = []
-        self.fail = fail
 
-    async def merge_patch(self, path: str, body: Any, timeout: float = 10.0) -> Any:
-        if self.fail is not None:
-            raise self.fail
-        self.patches.append((path, body))
-        return {}
+# ---------------------------------------------------------------------------------------------
+# trusted writers (issue 29: a namespace editor may write bindings under karmada-edit)
 
 
-async def labelled(
-    labels: NamespaceLabels, doc: dict[str, Any], dry_run: bool = False
-) -> dict[str, Any]:
-    store = FakeStore(quota_doc(hard={"pods": "1"}))
-    cache = QuotaStore(None)
-    cache.synced.set()
-    webhook = Webhook(cache, Batcher(store), WebhookMetrics(), namespace_api=labels)
+async def test_a_tenant_may_not_create_a_binding_in_a_namespace_with_a_quota(setup: Any) -> None:
+    client, store, _ = setup
+    status, body = await post(
+        client, "/validate-resourcebinding", review(binding_doc("web"), user=TENANT)
+    )
+    assert status == 200
+    response = body["response"]
+    assert response["allowed"] is False
+    assert response["status"]["code"] == 403 and response["status"]["reason"] == "Forbidden"
+    assert response["status"]["message"] == (
+        'resourcebindings.work.karmada.io "web" is forbidden: user "alice" may not create a '
+        "ResourceBinding in a namespace with a KarmadaQuota (only Karmada's controllers and "
+        "scheduler, karmadaquota and cluster admins may: docs/security.md)"
+    )
+    assert store.puts == 0
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        (
+            lambda b: b["spec"].update(
+                requiredBy=[{"name": "x", "clusters": [{"name": "member2", "replicas": 5}]}]
+            ),
+            "spec.requiredBy",
+        ),
+        (
+            lambda b: b["spec"]["replicaRequirements"]["resourceRequest"].update(cpu="1m"),
+            "spec.replicaRequirements",
+        ),
+        (
+            lambda b: b["spec"].update(gracefulEvictionTasks=[{"fromCluster": "member1"}]),
+            "spec.gracefulEvictionTasks",
+        ),
+        (lambda b: b["spec"].update(suspension={"scheduling": True}), "spec.suspension"),
+        (lambda b: b["spec"].update(clusters=[]), "spec.clusters"),
+        (
+            lambda b: (
+                b["metadata"]
+                .setdefault("annotations", {})
+                .update({"quota.karmada.io/queued-by": "q"})
+            ),
+            "metadata.annotations[quota.karmada.io/queued-by]",
+        ),
+    ],
+)
+async def test_a_tenant_may_not_change_what_is_charged_even_downwards(
+    setup: Any, change: Any, named: str
+) -> None:
+    client, _, _ = setup
+    old = binding_doc("web", clusters=[("member1", 1)])
+    new = copy.deepcopy(old)
+    change(new)
+    status, body = await post(
+        client, "/validate-resourcebinding", review(new, "UPDATE", old, user=TENANT)
+    )
+    assert status == 200 and body["response"]["allowed"] is False
+    message = body["response"]["status"]["message"]
+    assert f'user "alice" may not change {named} of a ResourceBinding' in message
+    # the same change by Karmada's controllers is charged as usual
+    status, body = await post(client, "/validate-resourcebinding", review(new, "UPDATE", old))
+    assert body["response"]["allowed"] is True, body
+
+
+async def test_a_tenant_may_write_what_charges_nothing_and_dry_runs_are_refused_alike(
+    setup: Any,
+) -> None:
+    client, _, _ = setup
+    old = binding_doc("web")
+    new = copy.deepcopy(old)
+    new["metadata"]["labels"] = {"team": "a"}
+    _, body = await post(
+        client, "/validate-resourcebinding", review(new, "UPDATE", old, user=TENANT)
+    )
+    assert body["response"]["allowed"] is True
+    dry = review(binding_doc("web"), user=TENANT, dry_run=True)
+    _, body = await post(client, "/validate-resourcebinding", dry)
+    assert body["response"]["allowed"] is False
+
+
+async def test_trusted_writers_are_configurable() -> None:
+    store = FakeStore(quota_doc(hard={"requests.cpu": "10", "pods": "100"}))
+    writers = Writers.of(["system:serviceaccount:karmada-system:*"], ["karmada-operators"])
+    webhook = Webhook(store.quota_store(), Batcher(store), WebhookMetrics(), writers=writers)
     client = TestClient(TestServer(build_app(webhook)))
     await client.start_server()
     try:
-        body = review(doc, resource=QUOTAS)
-        body["request"]["dryRun"] = dry_run
-        status, resp = await post(client, "/validate-karmadaquota", body)
+        for user, allowed in [
+            ({"username": "system:serviceaccount:karmada-system:karmada-cm"}, True),
+            ({"username": "bob", "groups": ["karmada-operators"]}, True),
+            ({"username": "system:serviceaccount:team-a:default"}, False),
+            # naming other groups replaces the default system:masters
+            ({"username": "admin", "groups": ["system:masters"]}, False),
+        ]:
+            body = review(binding_doc("web"), user=user)
+            _, resp = await post(client, "/validate-resourcebinding", body)
+            assert resp["response"]["allowed"] is allowed, user
     finally:
         await client.close()
-    assert status == 200
-    response: dict[str, Any] = resp["response"]
-    return response
-
-
-async def test_an_admitted_quota_labels_its_namespace_for_enforcement_first() -> None:
-    """The binding webhook's namespaceSelector matches this label: a quota must never be stored
-    in a namespace whose bindings karmada-apiserver does not send to us."""
-    labels = NamespaceLabels()
-    resp = await labelled(labels, quota_doc(hard={"pods": "5"}))
-    assert resp["allowed"] is True
-    assert labels.patches == [
-        ("/api/v1/namespaces/ns", {"metadata": {"labels": {"quota.karmada.io/enforced": "true"}}})
-    ]
-    # an invalid quota, or a dry run, labels nothing
-    invalid = await labelled(labels, quota_doc(hard={"limits.cpu": "1"}))
-    assert invalid["allowed"] is False
-    assert (await labelled(labels, quota_doc(hard={"pods": "5"}), dry_run=True))["allowed"]
-    assert len(labels.patches) == 1
-
-
-async def test_a_queue_quota_labels_its_namespace_for_queueing_too() -> None:
-    """The queueing (mutating) webhook's namespaceSelector: only namespaces where some quota
-    queues pay its call."""
-    labels = NamespaceLabels()
-    doc = quota_doc(hard={"pods": "5"})
-    doc["spec"]["onExceed"] = "Queue"
-    assert (await labelled(labels, doc))["allowed"] is True
-    assert labels.patches == [
-        (
-            "/api/v1/namespaces/ns",
-            {
-                "metadata": {
-                    "labels": {
-                        "quota.karmada.io/enforced": "true",
-                        "quota.karmada.io/queueing": "true",
-                    }
-                }
-            },
-        )
-    ]
-
-
-async def test_a_label_that_cannot_be_written_refuses_the_quota_retryably() -> None:
-    from karmadaquota.kube.client import KubeError
-
-    forbidden = KubeError(403, "Forbidden", 'cannot patch resource "namespaces"')
-    resp = await labelled(NamespaceLabels(fail=forbidden), quota_doc(hard={"pods": "5"}))
-    assert resp["allowed"] is False
-    assert resp["status"]["code"] == 503
-    message = resp["status"]["message"]
-    assert message.startswith("karmadaquota could not turn admission on in namespace ns")
-    assert "quota.karmada.io/enforced=true" in message and "cannot patch" in message
-    assert message.endswith("try again")

@@ -21,17 +21,16 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import aiohttp
 import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 
-from karmadaquota import api, charge, durations, queued, queueing, validation
+from karmadaquota import api, charge, durations, queued, queueing, trust, validation
 from karmadaquota.api import KarmadaQuota, ResourceBinding
-from karmadaquota.evaluate import Decision, LimitedResource, QuotaView
-from karmadaquota.kube import namespaces, paths
-from karmadaquota.kube.client import JSON, KubeClient, KubeError, user_agent
+from karmadaquota.evaluate import REASON_FORBIDDEN, Decision, LimitedResource, QuotaView
+from karmadaquota.kube import paths
+from karmadaquota.kube.client import JSON, KubeClient, user_agent
 from karmadaquota.kube.quotas import QuotaStore
 from karmadaquota.quantity import QuantityError
 from karmadaquota.webhook import review
@@ -87,6 +86,8 @@ class WebhookConfig:
     # /metrics over plain HTTP as well (None: only on the HTTPS port)
     metrics_bind_address: str = "127.0.0.1"
     metrics_port: int | None = None
+    # who may create bindings and change their spec in a namespace with a quota
+    writers: trust.Writers = field(default_factory=trust.Writers)
 
 
 class KubeQuotaBackend:
@@ -137,11 +138,10 @@ class Webhook:
         metrics: WebhookMetrics,
         api_seconds: Mapping[str, float] | None = None,
         refusals: RefusalRecorder | None = None,
-        namespace_api: namespaces.Patcher | None = None,
+        writers: trust.Writers | None = None,
     ) -> None:
         self.quotas = quotas
-        # labels a quota's namespace for enforcement while admitting the quota (None: tests)
-        self.namespace_api = namespace_api
+        self.writers = writers or trust.Writers()
         self.batcher = batcher
         # set on SIGTERM: /readyz fails so endpoints drop the pod, reviews are still answered
         self.draining = False
@@ -178,6 +178,9 @@ class Webhook:
             )
         if not self.quotas.has(req.namespace):
             return Decision(True)
+        refused = self._untrusted_write(req)
+        if refused is not None:
+            return refused
         try:
             new = ResourceBinding.model_validate(req.object)
             old = ResourceBinding.model_validate(req.oldObject) if req.oldObject else None
@@ -212,6 +215,28 @@ class Webhook:
         if self.refusals is not None and not req.dryRun and not from_queue:
             self.refusals.observe(req.namespace, new, old, new_charge, old_charge, decision)
         return decision
+
+    def _untrusted_write(self, req: review.Request) -> Decision | None:
+        """A refusal when an untrusted writer creates a binding or changes what only trusted
+        writers may (karmadaquota.trust); None when the writer may."""
+        if self.writers.trusts(req.userInfo):
+            return None
+        assert req.object is not None
+        if req.operation == "CREATE":
+            what, verb = "a ResourceBinding", "create"
+        else:
+            fields = trust.changed_fields(req.oldObject, req.object)
+            if not fields:
+                return None
+            what, verb = f"{', '.join(fields)} of a ResourceBinding", "change"
+        name = ((req.object.get("metadata") or {}).get("name")) or req.name
+        return Decision(
+            False,
+            trust.forbidden_message(
+                f"{api.BINDING_PLURAL}.{api.BINDING_GROUP}", str(name), req.userInfo, verb, what
+            ),
+            REASON_FORBIDDEN,
+        )
 
     def mutate_binding(self, req: review.Request) -> queueing.QueueDecision | None:
         """Whether a new binding is created queued (suspended, naming the quota); None leaves
@@ -281,31 +306,9 @@ class Webhook:
             )
 
     async def admit_quota(self, req: review.Request) -> Decision:
-        """Validate a KarmadaQuota; a valid one's namespace is labelled for enforcement (and for
-        queueing, when it says `onExceed: Queue`) before the answer, so that no quota is stored
-        in a namespace whose bindings skip the webhook (kube.namespaces). A label that cannot be
-        written refuses the quota: try again."""
-        decision = self.validate_quota(req)
-        if not decision.allowed or req.dryRun or self.namespace_api is None:
-            return decision
-        if req.operation not in ("CREATE", "UPDATE") or req.subResource:
-            return decision
-        queues = ((req.object or {}).get("spec") or {}).get("onExceed") == api.ON_EXCEED_QUEUE
-        try:
-            await namespaces.enforce(self.namespace_api, req.namespace, queues, timeout=1.5)
-        except (KubeError, aiohttp.ClientError, TimeoutError) as e:
-            log.warning(
-                "could not label namespace for enforcement",
-                extra={"namespace": req.namespace, "error": str(e)},
-            )
-            return Decision(
-                False,
-                f"karmadaquota could not turn admission on in namespace {req.namespace} "
-                f"(label {namespaces.ENFORCED_LABEL}={namespaces.ENFORCED_VALUE}): {e}; "
-                "try again",
-                REASON_NOT_READY,
-            )
-        return decision
+        """Validate a KarmadaQuota. No side effect: the controller labels its namespace for
+        enforcement (kube.namespaces), so a forged review can change nothing."""
+        return self.validate_quota(req)
 
     def validate_quota(self, req: review.Request) -> Decision:
         if req.resource.group != api.GROUP or req.resource.resource != api.PLURAL:
@@ -546,7 +549,7 @@ async def running(settings: WebhookConfig) -> AsyncIterator[tuple[Webhook, int]]
         on_write=metrics.observe_write,
     )
     refusals = RefusalRecorder(store, batcher) if settings.record_waiting else None
-    webhook = Webhook(quotas, batcher, metrics, store.api_seconds, refusals, client)
+    webhook = Webhook(quotas, batcher, metrics, store.api_seconds, refusals, settings.writers)
     certs = CertReloader(settings.cert_file, settings.key_file, metrics.serving_certificate_loaded)
     tasks: list[asyncio.Task[Any]] = [
         asyncio.create_task(quotas.run(), name="quota-store"),

@@ -13,6 +13,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from karmadaquota.api import describe
+from karmadaquota.trust import UserInfo
 
 ADMISSION_API_VERSION = "admission.k8s.io/v1"
 
@@ -41,6 +42,8 @@ class Request(_Model):
     object: dict[str, Any] | None = None
     oldObject: dict[str, Any] | None = None
     dryRun: bool = False
+    # the authenticated caller, as karmadaquota.trust reads it
+    userInfo: UserInfo = Field(default_factory=UserInfo)
 
 
 class AdmissionReview(_Model):

@@ -137,6 +137,8 @@ async def test_the_controller_can_make_every_call_it_makes_and_nothing_else(
             None,
         ),
         "list CRDs (kopf)": ("GET", CRDS, None),
+        "list namespaces (enforcement labels)": ("GET", "/api/v1/namespaces", None),
+        "watch namespaces": ("GET", "/api/v1/namespaces?watch=1&timeoutSeconds=1", None),
         "create the Lease": ("POST", LEASES, lease),
         "get the Lease": ("GET", f"{LEASES}/karmadaquota-controller", None),
         "get a Deployment (wake audit)": ("GET", template, None),
@@ -185,6 +187,12 @@ async def test_the_controller_can_make_every_call_it_makes_and_nothing_else(
         body = {"metadata": {"finalizers": finalizers, "resourceVersion": rv}}
         got_q = await c.request("PATCH", quota, body, content_type="application/merge-patch+json")
         assert got_q["metadata"].get("finalizers", []) == finalizers
+    # enforcement: the merge patch of the labels (controller/enforcement.py)
+    labelled = await c.merge_patch(
+        f"/api/v1/namespaces/{ns}",
+        {"metadata": {"labels": {"quota.karmada.io/enforced": "true"}}},
+    )
+    assert labelled["metadata"]["labels"]["quota.karmada.io/enforced"] == "true"
     held = await c.get(f"{LEASES}/karmadaquota-controller")
     assert await status_of(c, "PUT", f"{LEASES}/karmadaquota-controller", held) == 200
 
@@ -247,6 +255,8 @@ async def test_the_webhook_can_make_every_call_it_makes_and_nothing_else(
         "read secrets": ("GET", "/api/v1/namespaces/karmada-cluster/secrets", None),
         "list clusters": ("GET", "/apis/cluster.karmada.io/v1alpha1/clusters", None),
         "create a Lease": ("POST", LEASES, lease),
+        # a review has no side effect: labelling namespaces is the controller's
+        "patch a namespace": ("PATCH", f"/api/v1/namespaces/{ns}", {"metadata": {}}),
     }
     got = {what: await status_of(w, *call) for what, call in forbidden.items()}
     assert got == {what: 403 for what in forbidden}, got

@@ -133,7 +133,9 @@ def _parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="a user that may create ResourceBindings and change their spec in a namespace "
         "with a quota (repeat or comma-separate; a trailing * matches a prefix, e.g. "
-        "system:serviceaccount:karmada-system:*); docs/security.md",
+        "system:serviceaccount:karmada-system:*; default: the controller's ServiceAccount "
+        "system:serviceaccount:karmada-system:karmadaquota-controller; giving any replaces it); "
+        "docs/security.md",
     )
     w.add_argument(
         "--trusted-group",

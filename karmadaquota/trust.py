@@ -26,6 +26,9 @@ from karmadaquota import queued
 # Cluster admins: the group every Karmada installer puts its components' client certificates in
 # (Helm chart, karmadactl init, karmada-operator, hack/local-up-karmada.sh) and the test bed.
 DEFAULT_GROUPS = ("system:masters",)
+# karmadaquota's own controller with the least-privilege identity the manifests create (it admits
+# queued bindings by clearing their suspension and our annotation)
+DEFAULT_USERS = ("system:serviceaccount:karmada-system:karmadaquota-controller",)
 
 
 class UserInfo(BaseModel):
@@ -52,16 +55,16 @@ class Writers:
     """The trusted writers: users (a trailing `*` matches a prefix, e.g.
     `system:serviceaccount:karmada-system:*`) and groups."""
 
-    users: tuple[str, ...] = ()
+    users: tuple[str, ...] = DEFAULT_USERS
     groups: tuple[str, ...] = DEFAULT_GROUPS
 
     @classmethod
     def of(cls, users: Sequence[str], groups: Sequence[str]) -> Writers:
-        """From flags: each may be given several times or comma-separated; no groups given
-        means the default (`system:masters`)."""
+        """From flags: each may be given several times or comma-separated; none given means
+        the default (giving any replaces it)."""
         u = tuple(x.strip() for v in users for x in v.split(",") if x.strip())
         g = tuple(x.strip() for v in groups for x in v.split(",") if x.strip())
-        return cls(users=u, groups=g or DEFAULT_GROUPS)
+        return cls(users=u or DEFAULT_USERS, groups=g or DEFAULT_GROUPS)
 
     def trusts(self, user: UserInfo) -> bool:
         return _matches(self.users, user.username) or any(

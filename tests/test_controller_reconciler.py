@@ -135,7 +135,9 @@ async def listed(c: Controller) -> None:
     """Start the controller's informers (list, then watch: what is there now is listed, what
     comes after is watched); return once both have listed in full."""
     if id(c) not in _informers:
-        informers = (c.binding_informer, c.quotas.informer)
+        informers = [c.binding_informer, c.quotas.informer]
+        if c.enforcement is not None:
+            informers.append(c.enforcement.informer)
         _informers[id(c)] = [asyncio.create_task(i.run()) for i in informers]
     await until(c.synced.is_set, what="the first full list")
 
@@ -649,38 +651,71 @@ def enforced_condition(api: FakeApiServer) -> dict[str, Any] | None:
     return next((c for c in conditions if c["type"] == "Enforced"), None)
 
 
-async def test_the_leader_labels_a_quotas_namespace_for_enforcement_once(env: Any) -> None:
-    """A quota created before the label existed (an upgrade): its namespace's bindings skip the
+@pytest.fixture
+async def labelling() -> AsyncIterator[tuple[FakeApiServer, Controller, Lead]]:
+    """A controller that keeps the enforcement labels (namespace_api: the fake itself)."""
+    api = FakeApiServer(rv=100)
+    lead = Lead()
+    c = Controller(
+        api,
+        ControllerMetrics(),
+        lead,
+        ReconcilerConfig(quiet=0.01, max_delay=0.1, page_size=2, member_watch=False),
+        namespace_api=api,
+    )
+    assert c.enforcement is not None
+    async with controlling(c):
+        yield api, c, lead
+
+
+async def test_the_leader_labels_a_quotas_namespace_for_enforcement_once(labelling: Any) -> None:
+    """A new quota (or one from before the label existed): its namespace's bindings skip the
     webhook until labelled; the quota says so in Enforced, then True once labelled."""
-    api, c, _ = env
+    api, c, _ = labelling
     add_namespace(api)
     api.refuse[NS_PATH] = KubeError(403, "Forbidden", "cannot patch namespaces")
-    c.namespace_api = api
     add_quota(api, "q", {"pods": "10"})
     await listed(c)
     await until(lambda: (enforced_condition(api) or {}).get("status") == "False")
     assert enforced_condition(api)["reason"] == "NamespaceNotLabeled"  # type: ignore[index]
-    del api.refuse[NS_PATH]  # retried by itself
+    del api.refuse[NS_PATH]  # retried by itself, on its own queue
     await until(lambda: (enforced_condition(api) or {}).get("status") == "True", timeout=10)
     assert labels(api) == {"quota.karmada.io/enforced": "true"}
     assert api.calls["PATCH namespaces"] == 1
     cond = enforced_condition(api)
     assert cond is not None and cond["reason"] == "NamespaceLabeled"
-    # labelled once: later flushes neither read nor patch it again until a full relist
+    # labelled once: later flushes neither read nor patch it again
     add_binding(api, "b", replicas=1)
     await until(lambda: used(api) == {"pods": "1"})
     assert api.calls["PATCH namespaces"] == 1
+    assert api.calls["GET namespaces"] == 0  # watched, never read one by one
+
+
+async def test_a_removed_label_is_put_back_at_once_and_enforced_says_so(labelling: Any) -> None:
+    """Issue 29: the label removed (by whoever may patch namespaces, or a GitOps tool) stayed
+    off and Enforced kept saying True. The namespace watch puts it back within a second."""
+    api, c, _ = labelling
+    add_namespace(api)
+    add_quota(api, "q", {"pods": "10"})
+    await listed(c)
+    await until(lambda: (enforced_condition(api) or {}).get("status") == "True")
+    assert c.enforcement.labelled == 1
+    loop = asyncio.get_running_loop()
+    removed = loop.time()
+    api.update(NS_PATH, lambda o: o["metadata"].update(labels={"team": "a"}))
+    await until(lambda: c.enforcement.labelled == 2, timeout=1.0, what="label restored")
+    assert loop.time() - removed < 1.0
+    assert labels(api) == {"team": "a", "quota.karmada.io/enforced": "true"}
+    assert api.calls["PATCH namespaces"] == 2
 
 
 async def test_a_quota_switched_to_queue_gets_its_namespace_labelled_for_queueing(
-    env: Any,
+    labelling: Any,
 ) -> None:
-    """Labelled for enforcement first; once a quota of the namespace says onExceed: Queue (an
-    update the webhook could not label, or one from before the label existed), the leader adds
-    the queueing label — and a namespace whose quotas only refuse never gets it."""
-    api, c, _ = env
+    """Labelled for enforcement first; once a quota of the namespace says onExceed: Queue the
+    leader adds the queueing label — and a namespace whose quotas only refuse never gets it."""
+    api, c, _ = labelling
     add_namespace(api)
-    c.namespace_api = api
     add_quota(api, "q", {"pods": "10"})
     await listed(c)
     await until(lambda: (enforced_condition(api) or {}).get("status") == "True")
@@ -692,18 +727,17 @@ async def test_a_quota_switched_to_queue_gets_its_namespace_labelled_for_queuein
 
 
 async def test_an_already_labelled_namespace_is_not_patched_and_followers_never_label(
-    env: Any,
+    labelling: Any,
 ) -> None:
-    api, c, lead = env
+    api, c, lead = labelling
     add_namespace(api, {"quota.karmada.io/enforced": "true"})
-    c.namespace_api = api
     add_quota(api, "q", {"pods": "10"})
     await listed(c)
     await until(lambda: (enforced_condition(api) or {}).get("status") == "True")
     assert api.calls["PATCH namespaces"] == 0
     lead.leader = False
     api.update(NS_PATH, lambda o: o["metadata"].update(labels={}))
-    c._enforced.clear()
+    await until(lambda: not c.enforcement.enforced(NS))
     c.mark_all()
     await until(lambda: quiet(c))
     assert api.calls["PATCH namespaces"] == 0

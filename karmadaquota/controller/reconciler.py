@@ -33,6 +33,7 @@ from karmadaquota.controller import recompute as rc
 from karmadaquota.controller import status as st
 from karmadaquota.controller.admit import Admitter
 from karmadaquota.controller.dirty import DirtyQueue
+from karmadaquota.controller.enforcement import Enforcement
 from karmadaquota.controller.guard_keeper import FINALIZER, GuardKeeper
 from karmadaquota.controller.index import BindingIndex, safe_observe
 from karmadaquota.controller.members import Members
@@ -118,10 +119,6 @@ class Controller:
         # None: memberEnforcement ResourceQuota counts observed usage but keeps no guards
         self.guards = guards
         self._outcomes: dict[tuple[str, str], rc.Outcome] = {}
-        # None: the enforcement label is neither checked nor written (Enforced not reported)
-        self.namespace_api = namespace_api
-        # namespaces seen labelled (True: for queueing too); forgotten at each relist
-        self._enforced: dict[str, bool] = {}
         self.metrics = metrics
         self.leadership = leadership
         self.settings = tuning or ReconcilerConfig()
@@ -152,7 +149,29 @@ class Controller:
         self.admissions = DirtyQueue(self._admit, quiet=0.0, max_delay=0.0, name="admit")
         # and the member guards (requests to every member, a confirmation wait per lowering)
         self.guarding = DirtyQueue(self._guard, quiet=0.0, max_delay=0.0, name="guards")
-        self._queues = (self.dirty, self.audits, self.wakes, self.admissions, self.guarding)
+        # None: the enforcement label is neither watched nor written (Enforced not reported)
+        self.enforcement = (
+            Enforcement(
+                api,
+                namespace_api,
+                self._queues_wanted,
+                lambda: self.synced.is_set() and self._can_write(),
+                self._mark,
+                page_size=self.settings.page_size,
+                relist_period=self.settings.resync_period,
+            )
+            if namespace_api is not None
+            else None
+        )
+        self._queues: tuple[DirtyQueue, ...] = (
+            self.dirty,
+            self.audits,
+            self.wakes,
+            self.admissions,
+            self.guarding,
+        )
+        if self.enforcement is not None:
+            self._queues += (self.enforcement.queue,)
         self.binding_informer = Informer(
             paths.bindings(),
             _BindingFeed(self),
@@ -215,7 +234,6 @@ class Controller:
         first = not self.synced.is_set()
         self.synced.set()
         self.metrics.synced.set(1)
-        self._enforced.clear()  # a label removed by hand is put back within a resync period
         log.info(
             "full resync",
             extra={"bindings": len(self.index), "quotas": len(self.quotas), "first": first},
@@ -229,6 +247,11 @@ class Controller:
                 "queues": self.run_queues(),
                 "binding-informer": self.binding_informer.run(),
                 "quota-informer": self.quotas.informer.run(),
+                **(
+                    {"namespace-informer": self.enforcement.informer.run()}
+                    if self.enforcement is not None
+                    else {}
+                ),
             }
         )
 
@@ -243,8 +266,8 @@ class Controller:
         )
         if self.waker is not None:
             snapshot = replace(snapshot, gone=functools.partial(self.waker.gone, namespace))
-        if self.namespace_api is not None:
-            snapshot = replace(snapshot, enforced=namespace in self._enforced)
+        if self.enforcement is not None:
+            snapshot = replace(snapshot, enforced=self.enforcement.enforced(namespace))
         if self.guards is not None:
             snapshot = replace(
                 snapshot,
@@ -260,8 +283,8 @@ class Controller:
         arrives page by page; every namespace is marked again once it is complete)."""
         if not self.synced.is_set():
             return
-        if self.quotas.has(namespace) and self._can_write():
-            await self._enforce(namespace)
+        if self.enforcement is not None:
+            self.enforcement.check(namespace)
         contended = False
         for record in self.quotas.records(namespace):
             contended = not await self._sync_quota(record) or contended
@@ -309,33 +332,15 @@ class Controller:
         if again is not None:
             self.admissions.mark_at(namespace, again)
 
-    async def _enforce(self, namespace: str) -> None:
-        """Label a namespace holding a quota for enforcement if it is not (a quota created
-        before the label existed: the webhook labels the namespace of every quota it admits).
-        One GET per namespace per resync period; a failure is retried in 2 s."""
-        queueing = any(
-            r.quota is not None and r.quota.spec.onExceed == ON_EXCEED_QUEUE
-            for r in self.quotas.records(namespace)
+    def _queues_wanted(self, namespace: str) -> bool | None:
+        """None when the namespace holds no quota; else whether one of them queues (its
+        namespace needs the queueing label too: controller.enforcement)."""
+        records = self.quotas.records(namespace)
+        if not records:
+            return None
+        return any(
+            r.quota is not None and r.quota.spec.onExceed == ON_EXCEED_QUEUE for r in records
         )
-        seen = self._enforced.get(namespace)  # None: not seen labelled since the last relist
-        if self.namespace_api is None or (seen is not None and (seen or not queueing)):
-            return
-        try:
-            got = await self.api.get(namespaces.path(namespace))
-            if not namespaces.enforced(got, queueing):
-                await namespaces.enforce(self.namespace_api, namespace, queueing)
-                log.info(
-                    "namespace labelled for enforcement",
-                    extra={"namespace": namespace, "queueing": queueing},
-                )
-        except (KubeError, aiohttp.ClientError, TimeoutError) as e:
-            log.warning(
-                "cannot label namespace for enforcement",
-                extra={"namespace": namespace, "error": str(e)},
-            )
-            self.dirty.mark_at(namespace, asyncio.get_running_loop().time() + 2.0)
-            return
-        self._enforced[namespace] = queueing
 
     async def _sync_guards(self, namespace: str) -> None:
         """Leader: move the member guards of the namespace's quotas (controller.guards);

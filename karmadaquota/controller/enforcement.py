@@ -1,0 +1,132 @@
+"""The enforcement labels of the namespaces holding quotas: watched, put on, put back.
+
+karmada-apiserver sends a namespace's bindings to the webhook only while the namespace carries
+`quota.karmada.io/enforced=true` (the webhook's namespaceSelector, `kube.namespaces`), and to the
+queueing webhook only with `quota.karmada.io/queueing=true`. The labels are the controller's to
+keep (a review has no side effect: a forged one must change nothing): a namespace informer
+mirrors every namespace's labels, and a namespace holding a quota whose labels are missing — a
+new quota, or a label removed by whoever may patch namespaces or by a GitOps tool rewriting
+them — is labelled by the leader at once, from its own queue (a failed patch is retried there,
+never by re-marking the recompute). `Enforced` reports what the informer last saw, not what was
+written: a label removed shows as `Enforced=False` until it is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import aiohttp
+
+from karmadaquota.controller.dirty import DirtyQueue
+from karmadaquota.kube import namespaces
+from karmadaquota.kube.client import KubeError
+from karmadaquota.kube.informer import Informer, Lister
+
+log = logging.getLogger("karmadaquota.controller.enforcement")
+
+NAMESPACES = "/api/v1/namespaces"
+# a failed label patch is tried again this much later (its own queue)
+RETRY = 1.0
+
+
+class Enforcement:
+    """Namespace labels in (an informer's `Handler`), label patches out (`queue`).
+
+    `wants(ns)`: None when the namespace holds no quota, else whether one of its quotas queues
+    (it needs the queueing label too). `may_write()`: the leader, once quotas and bindings are
+    listed. `changed(ns)`: the namespace's enforcement changed (its quotas' `Enforced`)."""
+
+    def __init__(
+        self,
+        api: Lister,
+        patcher: namespaces.Patcher,
+        wants: Callable[[str], bool | None],
+        may_write: Callable[[], bool],
+        changed: Callable[[str], None],
+        *,
+        page_size: int = 500,
+        relist_period: float | None = None,
+    ) -> None:
+        self._patcher = patcher
+        self._wants = wants
+        self._may_write = may_write
+        self._changed = changed
+        self._labels: dict[str, Mapping[str, str]] = {}
+        self.informer = Informer(
+            NAMESPACES,
+            self,
+            api,
+            page_size=page_size,
+            relist_period=relist_period,
+            name="namespaces",
+        )
+        self.queue = DirtyQueue(self._label, quiet=0.0, max_delay=0.0, name="enforcement")
+        self.labelled = 0  # label patches that succeeded
+
+    def enforced(self, namespace: str) -> bool:
+        """The namespace is seen carrying every label its quotas need."""
+        want = self._wants(namespace)
+        have = self._labels.get(namespace)
+        if have is None:
+            return False
+        return namespaces.enforced({"metadata": {"labels": have}}, bool(want))
+
+    def check(self, namespace: str) -> None:
+        """Label the namespace if it holds a quota and is not seen labelled."""
+        if self._wants(namespace) is not None and not self.enforced(namespace):
+            self.queue.mark(namespace)
+
+    # ---- informer.Handler ------------------------------------------------------------------
+
+    def added(self, obj: Mapping[str, Any]) -> None:
+        self._seen(obj)
+
+    def modified(self, obj: Mapping[str, Any]) -> None:
+        self._seen(obj)
+
+    def deleted(self, obj: Mapping[str, Any]) -> None:
+        name = str((obj.get("metadata") or {}).get("name") or "")
+        if self._labels.pop(name, None) is not None:
+            self._changed(name)
+
+    def relisted(self, resource_version: int) -> None:
+        for name in list(self._labels):
+            self.check(name)
+
+    def _seen(self, obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        name = str(meta.get("name") or "")
+        labels = meta.get("labels") or {}
+        if not name or not isinstance(labels, Mapping):
+            return
+        before = self.enforced(name)
+        self._labels[name] = {
+            k: str(v) for k, v in labels.items() if k in namespaces.labels(queueing=True)
+        }
+        if self.enforced(name) != before:
+            self._changed(name)
+        self.check(name)
+
+    # ---- the job ---------------------------------------------------------------------------
+
+    async def _label(self, namespace: str) -> None:
+        want = self._wants(namespace)
+        if want is None or self.enforced(namespace) or not self._may_write():
+            return
+        try:
+            stored = await namespaces.enforce(self._patcher, namespace, want)
+        except (KubeError, aiohttp.ClientError, TimeoutError) as e:
+            log.warning(
+                "cannot label namespace for enforcement",
+                extra={"namespace": namespace, "error": str(e)},
+            )
+            self.queue.mark_at(namespace, asyncio.get_running_loop().time() + RETRY)
+            return
+        self.informer.offer("MODIFIED", stored)
+        self.labelled += 1
+        log.info(
+            "namespace labelled for enforcement", extra={"namespace": namespace, "queueing": want}
+        )

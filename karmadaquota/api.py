@@ -36,6 +36,8 @@ SINGULAR = "karmadaquota"
 SHORT_NAMES = ["kq"]
 
 BINDING_GROUP = "work.karmada.io"
+OVERRIDE_GROUP = "policy.karmada.io"
+OVERRIDE_PLURAL = "overridepolicies"
 BINDING_VERSION = "v1alpha2"
 BINDING_API_VERSION = f"{BINDING_GROUP}/{BINDING_VERSION}"
 BINDING_KIND = "ResourceBinding"

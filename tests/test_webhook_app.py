@@ -629,3 +629,74 @@ async def test_trusted_writers_are_configurable() -> None:
             assert resp["response"]["allowed"] is allowed, user
     finally:
         await client.close()
+
+
+OVERRIDES = {"group": "policy.karmada.io", "version": "v1alpha1", "resource": "overridepolicies"}
+
+
+def override_policy(*paths: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "policy.karmada.io/v1alpha1",
+        "kind": "OverridePolicy",
+        "metadata": {"name": "op", "namespace": "ns"},
+        "spec": {
+            "resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment"}],
+            "overrideRules": [
+                {
+                    "overriders": {
+                        "plaintext": [{"path": p, "operator": "replace", "value": 5} for p in paths]
+                    }
+                }
+            ],
+        },
+    }
+
+
+async def test_a_tenant_may_not_override_what_is_charged(setup: Any) -> None:
+    """Issue 29: an OverridePolicy replacing /spec/replicas with 5 ran 5 pods, charged 1."""
+    client, _, _ = setup
+    doc = override_policy("/metadata/labels/a", "/spec/replicas")
+    _, body = await post(
+        client, "/validate-overridepolicy", review(doc, resource=OVERRIDES, user=TENANT)
+    )
+    assert body["response"]["allowed"] is False
+    assert body["response"]["status"]["message"] == (
+        'overridepolicies.policy.karmada.io "op" is forbidden: user "alice" may not write an '
+        "override of what is charged (spec.overrideRules[0].overriders.plaintext[1]: replace "
+        "/spec/replicas) in a namespace with a KarmadaQuota (only Karmada's controllers and "
+        "scheduler, karmadaquota and cluster admins may: docs/security.md)"
+    )
+    # a platform admin may; a tenant may override what is not charged
+    _, body = await post(client, "/validate-overridepolicy", review(doc, resource=OVERRIDES))
+    assert body["response"]["allowed"] is True
+    harmless = override_policy("/spec/template/spec/nodeSelector")
+    _, body = await post(
+        client, "/validate-overridepolicy", review(harmless, resource=OVERRIDES, user=TENANT)
+    )
+    assert body["response"]["allowed"] is True
+    # an update that keeps an override that was there before (a quota added later) passes;
+    # one that adds a charged override does not
+    _, body = await post(
+        client,
+        "/validate-overridepolicy",
+        review(doc, "UPDATE", old=doc, resource=OVERRIDES, user=TENANT),
+    )
+    assert body["response"]["allowed"] is True
+    _, body = await post(
+        client,
+        "/validate-overridepolicy",
+        review(doc, "UPDATE", old=harmless, resource=OVERRIDES, user=TENANT),
+    )
+    assert body["response"]["allowed"] is False
+
+
+async def test_overrides_in_a_namespace_without_quota_are_not_ours(setup: Any) -> None:
+    client, _, _ = setup
+    doc = override_policy("/spec/replicas")
+    doc["metadata"]["namespace"] = "elsewhere"
+    _, body = await post(
+        client, "/validate-overridepolicy", review(doc, resource=OVERRIDES, user=TENANT)
+    )
+    assert body["response"]["allowed"] is True
+    status, _ = await post(client, "/validate-overridepolicy", review(doc, resource=BINDINGS))
+    assert status == 400

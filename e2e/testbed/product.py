@@ -212,15 +212,17 @@ async def start_webhook(
     return hook
 
 
-def shipped_binding_webhook() -> dict[str, Any]:
-    """The ResourceBinding webhook entry of webhook/karmada/ as shipped (its namespaceSelector
-    and matchConditions are registered on the bed as they are: every e2e test runs through
-    them)."""
+def shipped_webhook(name: str) -> dict[str, Any]:
+    """A webhook entry of webhook/karmada/'s ValidatingWebhookConfiguration as shipped."""
     doc = yaml.safe_load(VWC_MANIFEST.read_text())
-    hook: dict[str, Any] = next(
-        w for w in doc["webhooks"] if w["name"] == "resourcebinding.quota.karmada.io"
-    )
+    hook: dict[str, Any] = next(w for w in doc["webhooks"] if w["name"] == name)
     return hook
+
+
+def shipped_binding_webhook() -> dict[str, Any]:
+    """The ResourceBinding webhook entry as shipped (its namespaceSelector and matchConditions
+    are registered on the bed as they are: every e2e test runs through them)."""
+    return shipped_webhook("resourcebinding.quota.karmada.io")
 
 
 def register(
@@ -258,6 +260,14 @@ def register(
         QUOTA_RULES,
         extra={"name": "karmadaquota.quota.karmada.io"},
     )
+    overrides = shipped_webhook("overridepolicy.quota.karmada.io")
+    bed.register_validating_webhook(
+        f"{WEBHOOK_NAME}-overrides",
+        f"{url_base}/validate-overridepolicy",
+        ca_bundle,
+        overrides["rules"],
+        extra={"name": overrides["name"], "namespaceSelector": overrides["namespaceSelector"]},
+    )
 
 
 def shipped_queue_webhook() -> dict[str, Any]:
@@ -287,6 +297,7 @@ def register_queue(bed: TestBed, url_base: str, ca_bundle: bytes) -> None:
 def unregister(bed: TestBed) -> None:
     bed.unregister_validating_webhook(f"{WEBHOOK_NAME}-bindings")
     bed.unregister_validating_webhook(f"{WEBHOOK_NAME}-quotas")
+    bed.unregister_validating_webhook(f"{WEBHOOK_NAME}-overrides")
     bed.kubectl(
         "delete", "mutatingwebhookconfiguration", f"{WEBHOOK_NAME}-queue", "--ignore-not-found"
     )

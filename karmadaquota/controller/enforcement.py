@@ -7,7 +7,9 @@ keep (a review has no side effect: a forged one must change nothing): a namespac
 mirrors every namespace's labels, and a namespace holding a quota whose labels are missing — a
 new quota, or a label removed by whoever may patch namespaces or by a GitOps tool rewriting
 them — is labelled by the leader at once, from its own queue (a failed patch is retried there,
-never by re-marking the recompute). `Enforced` reports what the informer last saw, not what was
+never by re-marking the recompute). The recompute also awaits `ensure` before it writes a
+quota's status, so a quota's first `used` is never written before its namespace's label.
+`Enforced` reports what the informer last saw, not what was
 written: a label removed shows as `Enforced=False` until it is back.
 """
 
@@ -63,7 +65,7 @@ class Enforcement:
             relist_period=relist_period,
             name="namespaces",
         )
-        self.queue = DirtyQueue(self._label, quiet=0.0, max_delay=0.0, name="enforcement")
+        self.queue = DirtyQueue(self.ensure, quiet=0.0, max_delay=0.0, name="enforcement")
         self.labelled = 0  # label patches that succeeded
 
     def enforced(self, namespace: str) -> bool:
@@ -112,7 +114,9 @@ class Enforcement:
 
     # ---- the job ---------------------------------------------------------------------------
 
-    async def _label(self, namespace: str) -> None:
+    async def ensure(self, namespace: str) -> None:
+        """Label the namespace now if it holds a quota and is not seen labelled (the leader
+        only); a failure is tried again from the queue."""
         want = self._wants(namespace)
         if want is None or self.enforced(namespace) or not self._may_write():
             return

@@ -284,7 +284,7 @@ class Controller:
         if not self.synced.is_set():
             return
         if self.enforcement is not None:
-            self.enforcement.check(namespace)
+            await self.enforcement.ensure(namespace)
         contended = False
         for record in self.quotas.records(namespace):
             contended = not await self._sync_quota(record) or contended

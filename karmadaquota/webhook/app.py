@@ -3,7 +3,8 @@
 `/validate-resourcebinding` charges ResourceBindings (CREATE, UPDATE) through the per-namespace
 batcher; `/mutate-resourcebinding` queues a new binding that a quota with `onExceed: Queue`
 cannot take (karmadaquota.queueing; it charges nothing, the validating route does);
-`/validate-karmadaquota` rejects quotas that CEL cannot fully check; `/healthz`,
+`/validate-karmadaquota` rejects quotas that CEL cannot fully check; `/validate-overridepolicy`
+refuses an untrusted writer's override of what is charged (karmadaquota.overrides); `/healthz`,
 `/readyz` (ready once the quota cache has synced) and `/metrics` serve operations.
 """
 
@@ -26,7 +27,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 
-from karmadaquota import api, charge, durations, queued, queueing, trust, validation
+from karmadaquota import api, charge, durations, overrides, queued, queueing, trust, validation
 from karmadaquota.api import KarmadaQuota, ResourceBinding
 from karmadaquota.evaluate import REASON_FORBIDDEN, Decision, LimitedResource, QuotaView
 from karmadaquota.kube import paths
@@ -238,6 +239,42 @@ class Webhook:
             REASON_FORBIDDEN,
         )
 
+    def admit_override(self, req: review.Request) -> Decision:
+        """An OverridePolicy in a namespace with a quota: an untrusted writer may not add an
+        override that changes what is charged (karmadaquota.overrides)."""
+        if req.resource.group != api.OVERRIDE_GROUP or req.resource.resource != api.OVERRIDE_PLURAL:
+            raise review.MalformedReview(
+                f"this endpoint admits {api.OVERRIDE_PLURAL}.{api.OVERRIDE_GROUP}, got "
+                f"{req.resource.resource}.{req.resource.group}"
+            )
+        if req.operation not in ("CREATE", "UPDATE") or req.subResource:
+            return Decision(True)
+        if req.object is None:
+            raise review.MalformedReview(f"request.object is required for {req.operation}")
+        if not self.quotas.synced.is_set():
+            return Decision(
+                False,
+                "karmadaquota webhook is starting: quota cache not synced; try again",
+                REASON_NOT_READY,
+            )
+        if not self.quotas.has(req.namespace) or self.writers.trusts(req.userInfo):
+            return Decision(True)
+        charged = overrides.charged_overrides(req.object)
+        if not charged or charged == overrides.charged_overrides(req.oldObject or {}):
+            return Decision(True)  # nothing charged, or only what was there before
+        name = (req.object.get("metadata") or {}).get("name") or req.name
+        return Decision(
+            False,
+            trust.forbidden_message(
+                f"{api.OVERRIDE_PLURAL}.{api.OVERRIDE_GROUP}",
+                str(name),
+                req.userInfo,
+                "write",
+                f"an override of what is charged ({'; '.join(charged)})",
+            ),
+            REASON_FORBIDDEN,
+        )
+
     def mutate_binding(self, req: review.Request) -> queueing.QueueDecision | None:
         """Whether a new binding is created queued (suspended, naming the quota); None leaves
         it as it is. Never refuses: whatever is wrong with the binding, the validating route
@@ -414,6 +451,8 @@ def build_app(webhook: Webhook, decisions: DecisionLog | None = None) -> web.App
                 decision = await webhook.admit_binding(
                     req, review_budget(request.query.get("timeout"))
                 )
+            elif kind == "override":
+                decision = webhook.admit_override(req)
             else:
                 decision = await webhook.admit_quota(req)
         except review.MalformedReview as e:
@@ -464,6 +503,9 @@ def build_app(webhook: Webhook, decisions: DecisionLog | None = None) -> web.App
     async def quotas(request: web.Request) -> web.Response:
         return await handle(request, "quota")
 
+    async def override_policies(request: web.Request) -> web.Response:
+        return await handle(request, "override")
+
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok\n")
 
@@ -484,6 +526,7 @@ def build_app(webhook: Webhook, decisions: DecisionLog | None = None) -> web.App
     app.router.add_post("/validate-resourcebinding", bindings)
     app.router.add_post("/mutate-resourcebinding", mutate)
     app.router.add_post("/validate-karmadaquota", quotas)
+    app.router.add_post("/validate-overridepolicy", override_policies)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics_handler)

@@ -1,0 +1,418 @@
+"""A namespace editor tries every route past the quota (issue 29), on the real bed.
+
+The tenant is an impersonated user (`kubectl --as alice`) bound in the namespace to exactly
+Kubernetes' `edit` ClusterRole plus the rules of Karmada's `karmada-edit` ClusterRole
+(`artifacts/deploy/admin-clusterrole-aggregation.yaml`: create/update/patch/delete on
+propagationpolicies, overridepolicies, resourcebindings(/status), works(/status), ...). Every
+route the issue measured is tried as that user, and what is asserted is what the member clusters
+run — pods counted in each member, polled every 100 ms throughout each test by
+`members_within`, whose oracle is the pods themselves, not the product's `charge()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import subprocess
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from e2e.testbed import TestBed, product
+from e2e.testbed.aio import eventually
+from e2e.testbed.workloads import deployment, divided_policy
+from karmadaquota.kube.client import JSON, KubeClient, NotFound
+
+pytestmark = pytest.mark.e2e
+
+TENANT = "alice"
+CPU = {"cpu": "100m"}
+BINDINGS = "/apis/work.karmada.io/v1alpha2/namespaces/{ns}/resourcebindings"
+QUOTAS = "/apis/quota.karmada.io/v1alpha1/namespaces/{ns}/karmadaquotas"
+ENFORCED = "quota.karmada.io/enforced"
+# Karmada's karmada-edit ClusterRole, as its artifacts/deploy/admin-clusterrole-aggregation.yaml
+# grants it (aggregated into edit and admin by a real Karmada install; bound by name here)
+KARMADA_EDIT = "e2e-karmada-edit"
+WRITE = ["create", "delete", "deletecollection", "patch", "update"]
+KARMADA_EDIT_RULES = [
+    {
+        "apiGroups": ["autoscaling.karmada.io"],
+        "resources": [
+            "cronfederatedhpas",
+            "cronfederatedhpas/status",
+            "federatedhpas",
+            "federatedhpas/status",
+        ],
+        "verbs": WRITE,
+    },
+    {
+        "apiGroups": ["policy.karmada.io"],
+        "resources": ["overridepolicies", "propagationpolicies"],
+        "verbs": WRITE,
+    },
+    {
+        "apiGroups": ["work.karmada.io"],
+        "resources": ["resourcebindings", "resourcebindings/status", "works", "works/status"],
+        "verbs": WRITE,
+    },
+    # karmada-view's read rules, aggregated into view (and so edit)
+    {
+        "apiGroups": ["policy.karmada.io", "work.karmada.io"],
+        "resources": ["overridepolicies", "propagationpolicies", "resourcebindings", "works"],
+        "verbs": ["get", "list", "watch"],
+    },
+]
+
+
+@dataclass
+class Stack:
+    bed: TestBed
+    api: KubeClient
+    members: dict[str, KubeClient]
+    controller: product.Proc
+
+
+@pytest.fixture(scope="module")
+async def stack(testbed: TestBed) -> AsyncIterator[Stack]:
+    await asyncio.to_thread(product.install_crd, testbed)
+    controller, _ = product.start_controller(testbed, "controller-tenant")
+    hook = await product.start_webhook(testbed, "webhook-tenant")
+    api = await KubeClient.connect(str(testbed.karmada_kubeconfig))
+    members = {
+        m: await KubeClient.connect(str(testbed.member_kubeconfig(m))) for m in testbed.members
+    }
+    await testbed.aapply(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": KARMADA_EDIT},
+            "rules": KARMADA_EDIT_RULES,
+        }
+    )
+    try:
+        await asyncio.to_thread(product.register, testbed, hook.base, hook.ca_bundle)
+        yield Stack(testbed, api, members, controller)
+    finally:
+        await asyncio.to_thread(product.unregister, testbed)
+        hook.proc.stop()
+        controller.stop()
+        print(f"--- controller log ---\n{controller.tail(40)}")
+        await api.close()
+        for c in members.values():
+            await c.close()
+
+
+@pytest.fixture
+async def ns(stack: Stack, namespace: str) -> str:
+    """The test's namespace, with `alice` bound to edit + karmada-edit in it."""
+    for role in ("edit", KARMADA_EDIT):
+        await stack.bed.aapply(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "RoleBinding",
+                "metadata": {"name": f"alice-{role}", "namespace": namespace},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": role,
+                },
+                "subjects": [
+                    {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": TENANT}
+                ],
+            }
+        )
+    return namespace
+
+
+async def as_tenant(
+    s: Stack, *args: str, input: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """kubectl as the tenant; never raises (the caller reads the refusal)."""
+    return await s.bed.akubectl("--as", TENANT, *args, input=input, check=False)
+
+
+async def tenant_apply(s: Stack, *objects: JSON) -> None:
+    """Apply as the tenant, which must be allowed."""
+    doc = json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objects)})
+    got = await as_tenant(s, "apply", "-f", "-", input=doc)
+    assert got.returncode == 0, got.stderr
+
+
+async def running(s: Stack, ns: str) -> dict[str, int]:
+    """Pods in each member (not being deleted): what Karmada runs there for the namespace."""
+    out: dict[str, int] = {}
+    for m, client in s.members.items():
+        try:
+            pods = await client.get(f"/api/v1/namespaces/{ns}/pods")
+        except NotFound:
+            pods = {"items": []}
+        out[m] = sum(1 for p in pods.get("items", []) if not p["metadata"].get("deletionTimestamp"))
+    return out
+
+
+@dataclass
+class Within:
+    """The largest Σ of member pods seen by the poller, and how many polls it made."""
+
+    hard: int
+    most: int = 0
+    polls: int = 0
+    seen: list[dict[str, int]] = field(default_factory=list)
+
+
+@contextlib.asynccontextmanager
+async def members_within(s: Stack, ns: str, hard: int) -> AsyncIterator[Within]:
+    """Poll what the members run every 100 ms for the block; fail if Σ ever exceeds `hard`."""
+    w = Within(hard)
+
+    async def poll() -> None:
+        while True:
+            now = await running(s, ns)
+            w.polls += 1
+            total = sum(now.values())
+            if total > w.most:
+                w.most, w.seen = total, [*w.seen, now]
+            assert total <= hard, f"members run {now} > pods={hard}"
+            await asyncio.sleep(0.1)  # the poll period, not synchronisation
+
+    task = asyncio.create_task(poll())
+    try:
+        yield w
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert w.polls > 0
+    assert w.most <= hard, w.seen
+
+
+async def quota(s: Stack, ns: str, **hard: str) -> None:
+    await s.bed.aapply(product.quota(ns, "team", dict(hard)))
+
+    async def enforced() -> bool:
+        q = await s.api.get(QUOTAS.format(ns=ns) + "/team")
+        conditions = {c["type"]: c for c in (q.get("status") or {}).get("conditions", [])}
+        used = set((q.get("status") or {}).get("used") or {})
+        return conditions.get("Enforced", {}).get("status") == "True" and set(hard) <= used
+
+    await eventually(enforced, 30, "the quota enforced and its usage known", interval=0.05)
+
+
+async def placed(s: Stack, ns: str, name: str, pods: int) -> JSON:
+    """Wait until the Deployment's binding is placed and its pods run in the members."""
+
+    async def check() -> JSON | None:
+        try:
+            rb = await s.api.get(BINDINGS.format(ns=ns) + f"/{name}-deployment")
+        except NotFound:
+            return None
+        if not rb["spec"].get("clusters") or sum((await running(s, ns)).values()) != pods:
+            return None
+        return rb
+
+    return await eventually(check, 60, f"{name} placed and {pods} pods running", interval=0.1)
+
+
+def events_about(events: JSON, name: str) -> str:
+    return "\n".join(
+        e.get("message", "")
+        for e in events.get("items", [])
+        if e.get("involvedObject", {}).get("name") == name
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+async def test_a_tenant_cannot_rewrite_its_bindings(stack: Stack, ns: str) -> None:
+    """The binding routes of the issue's table, each one kubectl call by the tenant: requiredBy
+    with a second cluster, requests lowered, a graceful eviction task, the queue mode's
+    annotation and suspension, a binding made by hand. Each is refused by name; the members
+    keep running exactly the one pod the quota admitted."""
+    s = stack
+    members = list(s.members)
+    await quota(s, ns, pods="2", **{"requests.cpu": "1"})
+    await tenant_apply(s, deployment(ns, "web", 1, CPU), divided_policy(ns, "web", members[:1]))
+    rb = await placed(s, ns, "web", 1)
+    name = rb["metadata"]["name"]
+    patches: dict[str, Any] = {
+        "spec.requiredBy": {
+            "spec": {
+                "requiredBy": [
+                    {
+                        "namespace": ns,
+                        "name": "x",
+                        "clusters": [{"name": members[-1], "replicas": 5}],
+                    }
+                ]
+            }
+        },
+        "spec.replicaRequirements": {
+            "spec": {"replicaRequirements": {"resourceRequest": {"cpu": "1m"}}}
+        },
+        "spec.gracefulEvictionTasks": {
+            "spec": {
+                "gracefulEvictionTasks": [
+                    {
+                        "fromCluster": members[0],
+                        "reason": "TaintUntolerated",
+                        "producer": "alice",
+                        "suppressDeletion": True,
+                    }
+                ],
+                "clusters": [{"name": members[-1], "replicas": 1}],
+            }
+        },
+        "spec.suspension": {
+            "metadata": {"annotations": {"quota.karmada.io/queued-by": "team"}},
+            "spec": {"suspension": {"scheduling": True}},
+        },
+    }
+    async with members_within(s, ns, 2) as w:
+        for field_name, patch in patches.items():
+            got = await as_tenant(
+                s, "patch", "rb", name, "-n", ns, "--type", "merge", "-p", json.dumps(patch)
+            )
+            assert got.returncode != 0, f"{field_name}: {got.stdout}"
+            refusal = got.stderr.split(f'user "{TENANT}" may not change ', 1)[-1]
+            assert field_name in refusal.split(" of a ResourceBinding")[0], got.stderr
+        # a binding made by hand, pointing at the template with requests it does not carry
+        forged = {k: v for k, v in rb.items() if k not in ("status",)}
+        forged["metadata"] = {"name": "forged", "namespace": ns}
+        forged["spec"] = {
+            **rb["spec"],
+            "replicas": 5,
+            "clusters": [{"name": members[-1], "replicas": 5}],
+        }
+        got = await as_tenant(s, "create", "-f", "-", input=json.dumps(forged))
+        assert got.returncode != 0
+        assert f'user "{TENANT}" may not create a ResourceBinding' in got.stderr, got.stderr
+        # what the tenant may do still works: a label on its binding
+        got = await as_tenant(s, "label", "rb", name, "-n", ns, "team=a")
+        assert got.returncode == 0, got.stderr
+        after = (await s.api.get(BINDINGS.format(ns=ns) + f"/{name}"))["spec"]
+        for key in ("requiredBy", "gracefulEvictionTasks", "replicaRequirements", "clusters"):
+            assert after.get(key) == rb["spec"].get(key), key
+    assert await running(s, ns) == {members[0]: 1, **{m: 0 for m in members[1:]}}
+    print(f"members ran at most {w.most} pods over {w.polls} polls")
+
+
+async def test_a_tenant_cannot_override_its_replicas(stack: Stack, ns: str) -> None:
+    """An OverridePolicy replacing /spec/replicas with 5 ran 5 pods against pods=2: refused;
+    an override of what is not charged is the tenant's to write."""
+    s = stack
+    members = list(s.members)
+    await quota(s, ns, pods="2", **{"requests.cpu": "1"})
+    await tenant_apply(s, deployment(ns, "web", 1, CPU), divided_policy(ns, "web", members))
+    await placed(s, ns, "web", 1)
+
+    def override(name: str, path: str, value: Any) -> JSON:
+        return {
+            "apiVersion": "policy.karmada.io/v1alpha1",
+            "kind": "OverridePolicy",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {
+                "resourceSelectors": [
+                    {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}
+                ],
+                "overrideRules": [
+                    {
+                        "overriders": {
+                            "plaintext": [{"path": path, "operator": "replace", "value": value}]
+                        }
+                    }
+                ],
+            },
+        }
+
+    async with members_within(s, ns, 2):
+        got = await as_tenant(
+            s, "create", "-f", "-", input=json.dumps(override("more", "/spec/replicas", 5))
+        )
+        assert got.returncode != 0
+        assert "may not write an override of what is charged" in got.stderr, got.stderr
+        assert "replace /spec/replicas" in got.stderr
+        sized = override("sized", "/spec/template/spec/containers/0/resources/requests/cpu", "4")
+        got = await as_tenant(s, "create", "-f", "-", input=json.dumps(sized))
+        assert got.returncode != 0 and "resources/requests/cpu" in got.stderr, got.stderr
+        labels = override("labels", "/metadata/labels", {"team": "a"})
+        await tenant_apply(s, labels)
+    assert sum((await running(s, ns)).values()) == 1
+
+
+async def test_what_karmada_cannot_count_is_refused_with_the_way_out(stack: Stack, ns: str) -> None:
+    """A DaemonSet (no replicas in its binding) and a PropagationPolicy that preserves what it
+    ran after deletion: both propagated uncharged before. Refused by the quota that tracks pods,
+    with the way out in the message; nothing of either runs in a member."""
+    s = stack
+    members = list(s.members)
+    await quota(s, ns, pods="2", **{"requests.cpu": "1"})
+    daemonset = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "agent", "namespace": ns},
+        "spec": {
+            "selector": {"matchLabels": {"app": "agent"}},
+            "template": {
+                "metadata": {"labels": {"app": "agent"}},
+                "spec": {
+                    "containers": [{"name": "a", "image": "nginx", "resources": {"requests": CPU}}]
+                },
+            },
+        },
+    }
+    ds_policy = {
+        "apiVersion": "policy.karmada.io/v1alpha1",
+        "kind": "PropagationPolicy",
+        "metadata": {"name": "agent", "namespace": ns},
+        "spec": {
+            "resourceSelectors": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent"}],
+            "placement": {"clusterAffinity": {"clusterNames": members}},
+        },
+    }
+    keep_policy = divided_policy(ns, "keep", members, "keep")
+    keep_policy["spec"]["preserveResourcesOnDeletion"] = True
+    async with members_within(s, ns, 2):
+        await tenant_apply(s, daemonset, ds_policy, deployment(ns, "keep", 1, CPU), keep_policy)
+
+        async def refused() -> bool:
+            events = await s.api.get(f"/api/v1/namespaces/{ns}/events")
+            return "Karmada cannot count its replicas" in events_about(
+                events, "agent"
+            ) and "preserveResourcesOnDeletion" in events_about(events, "keep")
+
+        await eventually(refused, 60, "both refused, in the templates' events", interval=0.2)
+        events = await s.api.get(f"/api/v1/namespaces/{ns}/events")
+        assert "set memberEnforcement: ResourceQuota" in events_about(events, "agent")
+        for binding in ("agent-daemonset", "keep-deployment"):
+            with pytest.raises(NotFound):
+                await s.api.get(BINDINGS.format(ns=ns) + f"/{binding}")
+    assert await running(s, ns) == {m: 0 for m in members}
+
+
+async def test_a_removed_enforcement_label_comes_back_within_a_second(
+    stack: Stack, ns: str
+) -> None:
+    """The label removed (whoever may patch namespaces, or a GitOps tool rewriting labels):
+    the controller puts it back within a second and Enforced tells the truth meanwhile."""
+    s = stack
+    await quota(s, ns, pods="1")
+    ns_path = f"/api/v1/namespaces/{ns}"
+    removed = time.monotonic()
+    await s.api.merge_patch(ns_path, {"metadata": {"labels": {ENFORCED: None}}})
+
+    async def back() -> bool:
+        labels = (await s.api.get(ns_path))["metadata"].get("labels") or {}
+        return labels.get(ENFORCED) == "true"
+
+    await eventually(back, 10, "the enforcement label put back", interval=0.02)
+    took = time.monotonic() - removed
+    print(f"label back {took:.3f}s after it was removed")
+    assert took < 1.0
+    # the tenant itself may not touch the namespace at all (edit grants no namespace writes)
+    got = await as_tenant(s, "label", "namespace", ns, f"{ENFORCED}-")
+    assert got.returncode != 0 and "forbidden" in got.stderr.lower()

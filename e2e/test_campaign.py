@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from e2e.testbed import TestBed, campaign
+from e2e.testbed import TestBed, campaign, tenant
 from e2e.testbed import guards as gi
 from e2e.testbed.aio import eventually
 from karmadaquota.controller import guard_keeper as gk
@@ -64,15 +64,20 @@ async def test_generated_storm_never_over_admits_and_usage_converges(
     await gi.member_namespace(members, namespace)
     await gi.guards_ready(members, namespace, campaign.GUARDED)
 
+    await tenant.grant(testbed, namespace)
     guard_check = campaign.guard_invariant(members, namespace)
     async with gi.watching(guard_check):
-        stats, (pod_stats, pods_left) = await asyncio.gather(
+        stats, (pod_stats, pods_left), tenant_stats = await asyncio.gather(
             campaign.run(
                 api, namespace, testbed.members, seed, ops, concurrency=concurrency, names=names
             ),
             campaign.direct_pods(members[direct], namespace, seed, ops // 10),
+            campaign.tenant_writes(
+                tenant.impersonating(api), namespace, testbed.members, seed, ops // 10, names
+            ),
         )
         print(stats.summary())
+        print(f"the tenant's writes: {tenant_stats.summary()}")
         print(f"pods made in {direct} around Karmada: {pod_stats.summary()}")
         # they count in the guarded quota's usage: gone, `used` is the bindings' charges again
         await campaign.delete_pods(members[direct], namespace, pods_left)
@@ -87,6 +92,12 @@ async def test_generated_storm_never_over_admits_and_usage_converges(
     messages = " ".join(stats.messages)
     assert "exceeded quota" in messages, stats.summary()
     assert "must be greater than or equal to" in messages, stats.summary()
+    # the tenant wrote bindings and an override: none of it got through, each refused by name
+    assert tenant_stats.outcomes["tenant-patch:refused"] > 0, tenant_stats.summary()
+    assert not [k for k in tenant_stats.outcomes if k.endswith(":ok")], tenant_stats.summary()
+    assert all('is forbidden: user "alice" may not' in m for m in tenant_stats.messages), (
+        tenant_stats.summary()
+    )
     # and never failed inside: a refusal is a decision, not a crash
     assert "quota admission failed" not in messages, stats.summary()
     assert verdict.converged

@@ -22,50 +22,18 @@ from typing import Any
 
 import pytest
 
-from e2e.testbed import TestBed, product
+from e2e.testbed import TestBed, product, tenant
 from e2e.testbed.aio import eventually
 from e2e.testbed.workloads import deployment, divided_policy
 from karmadaquota.kube.client import JSON, KubeClient, NotFound
 
 pytestmark = pytest.mark.e2e
 
-TENANT = "alice"
+TENANT = tenant.USER
 CPU = {"cpu": "100m"}
 BINDINGS = "/apis/work.karmada.io/v1alpha2/namespaces/{ns}/resourcebindings"
 QUOTAS = "/apis/quota.karmada.io/v1alpha1/namespaces/{ns}/karmadaquotas"
 ENFORCED = "quota.karmada.io/enforced"
-# Karmada's karmada-edit ClusterRole, as its artifacts/deploy/admin-clusterrole-aggregation.yaml
-# grants it (aggregated into edit and admin by a real Karmada install; bound by name here)
-KARMADA_EDIT = "e2e-karmada-edit"
-WRITE = ["create", "delete", "deletecollection", "patch", "update"]
-KARMADA_EDIT_RULES = [
-    {
-        "apiGroups": ["autoscaling.karmada.io"],
-        "resources": [
-            "cronfederatedhpas",
-            "cronfederatedhpas/status",
-            "federatedhpas",
-            "federatedhpas/status",
-        ],
-        "verbs": WRITE,
-    },
-    {
-        "apiGroups": ["policy.karmada.io"],
-        "resources": ["overridepolicies", "propagationpolicies"],
-        "verbs": WRITE,
-    },
-    {
-        "apiGroups": ["work.karmada.io"],
-        "resources": ["resourcebindings", "resourcebindings/status", "works", "works/status"],
-        "verbs": WRITE,
-    },
-    # karmada-view's read rules, aggregated into view (and so edit)
-    {
-        "apiGroups": ["policy.karmada.io", "work.karmada.io"],
-        "resources": ["overridepolicies", "propagationpolicies", "resourcebindings", "works"],
-        "verbs": ["get", "list", "watch"],
-    },
-]
 
 
 @dataclass
@@ -85,14 +53,6 @@ async def stack(testbed: TestBed) -> AsyncIterator[Stack]:
     members = {
         m: await KubeClient.connect(str(testbed.member_kubeconfig(m))) for m in testbed.members
     }
-    await testbed.aapply(
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": {"name": KARMADA_EDIT},
-            "rules": KARMADA_EDIT_RULES,
-        }
-    )
     try:
         await asyncio.to_thread(product.register, testbed, hook.base, hook.ca_bundle)
         yield Stack(testbed, api, members, controller)
@@ -109,22 +69,7 @@ async def stack(testbed: TestBed) -> AsyncIterator[Stack]:
 @pytest.fixture
 async def ns(stack: Stack, namespace: str) -> str:
     """The test's namespace, with `alice` bound to edit + karmada-edit in it."""
-    for role in ("edit", KARMADA_EDIT):
-        await stack.bed.aapply(
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "RoleBinding",
-                "metadata": {"name": f"alice-{role}", "namespace": namespace},
-                "roleRef": {
-                    "apiGroup": "rbac.authorization.k8s.io",
-                    "kind": "ClusterRole",
-                    "name": role,
-                },
-                "subjects": [
-                    {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": TENANT}
-                ],
-            }
-        )
+    await tenant.grant(stack.bed, namespace)
     return namespace
 
 

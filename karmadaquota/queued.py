@@ -4,7 +4,9 @@ A binding is queued when all three hold:
 - it carries our annotation `quota.karmada.io/queued-by` naming the quota that queued it,
 - its scheduling is suspended (`spec.suspension.scheduling: true`; Karmada's scheduler skips
   it, so nothing reaches a member),
-- it was never placed (`spec.clusters` is empty).
+- it was never placed: `spec.clusters` is empty, and so are `spec.gracefulEvictionTasks` and
+  `spec.requiredBy` (an evicted cluster's Work keeps running until its task ends, and Karmada
+  renders a binding into the clusters of the bindings that require it).
 
 The third condition is what keeps the zero charge from being bought: scheduling suspension
 stops *future* scheduling but leaves a placed binding's workloads running in the members, so a
@@ -32,7 +34,8 @@ def queued_by(binding: ResourceBinding) -> str:
     suspension = binding.spec.suspension
     if suspension is None or suspension.scheduling is not True:
         return ""
-    return "" if binding.spec.clusters else quota
+    spec = binding.spec
+    return "" if spec.clusters or spec.gracefulEvictionTasks or spec.requiredBy else quota
 
 
 def marked(obj: Mapping[str, Any]) -> bool:

@@ -97,6 +97,20 @@ def test_suspending_and_annotating_a_placed_binding_buys_no_room() -> None:
     assert evaluate([view(used=4)], new, old).allowed  # nothing to charge, nothing released
 
 
+def test_an_evicted_or_required_binding_is_no_queued_binding() -> None:
+    """Issue 29: a graceful eviction task moved a running binding's clusters out, and with our
+    annotation and a suspension it counted as queued, charged nothing, while the evicted
+    cluster's Work kept its pods running."""
+    evicted = queued_doc(2)
+    evicted["spec"]["gracefulEvictionTasks"] = [{"fromCluster": "member1", "replicas": 2}]
+    required = queued_doc(2)
+    required["spec"]["requiredBy"] = [{"name": "x", "clusters": [{"name": "m2", "replicas": 2}]}]
+    for doc in (evicted, required):
+        b = rb(doc)
+        assert queued.queued_by(b) == ""
+        assert str(charge(b).total["pods"]) == "2"
+
+
 def test_leaving_the_queue_by_any_door_is_charged_in_full_and_refused_when_full() -> None:
     old = charge(rb(queued_doc(2)))
     for doc in (

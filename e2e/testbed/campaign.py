@@ -14,6 +14,12 @@ conflict, API unavailable during a fault); what must hold afterwards is the inva
 * for the guarded quota (`memberEnforcement: ResourceQuota`), Σ over members of what its guard
   ResourceQuotas may hold ≤ its hard, at every poll (e2e/testbed/guards.py).
 
+A tenant (`tenant_writes`: a user holding exactly edit + karmada-edit, impersonated) mixes its
+own writes into the history: patches of the bindings' spec (requiredBy with a second cluster,
+lowered requests, graceful eviction tasks, the queue annotation with a suspension, more
+replicas), bindings made by hand and OverridePolicies of replicas. Every one must be refused; the
+invariant above then holds whatever else the tenant tried.
+
 Out-of-band pods (`direct_pods`) can be created in a member meanwhile: they count in the guarded
 quota's usage, so they are deleted before `used` is compared with the bindings' charges.
 
@@ -253,6 +259,76 @@ async def run(
 
     async with asyncio.timeout(deadline):
         await asyncio.gather(*(lane(n, s) for n, s in lanes.items()))
+    return stats
+
+
+def _tenant_patch(rng: random.Random, namespace: str, members: Sequence[str]) -> JSON:
+    """One of the binding writes issue 29 found a namespace editor could make."""
+    route = rng.randrange(5)
+    if route == 0:
+        clusters = [{"name": members[-1], "replicas": rng.randint(1, 50)}]
+        return {
+            "spec": {"requiredBy": [{"namespace": namespace, "name": "x", "clusters": clusters}]}
+        }
+    if route == 1:
+        return {"spec": {"replicaRequirements": {"resourceRequest": {"cpu": "1m", "memory": "1"}}}}
+    if route == 2:
+        task = {"fromCluster": members[0], "reason": "x", "producer": "x", "suppressDeletion": True}
+        return {"spec": {"gracefulEvictionTasks": [task]}}
+    if route == 3:
+        return {
+            "metadata": {"annotations": {"quota.karmada.io/queued-by": "q-all"}},
+            "spec": {"suspension": {"scheduling": True}},
+        }
+    return {"spec": {"replicas": rng.randint(1, 1000)}}
+
+
+async def tenant_writes(
+    tenant: KubeClient, namespace: str, members: Sequence[str], seed: int, ops: int, names: int
+) -> Stats:
+    """`ops` seeded writes as the tenant (`e2e/testbed/tenant.py`), one at a time, over the
+    campaign's binding names: each must be refused (403) or find nothing (404)."""
+    rng = random.Random(seed ^ 0x7E4A47)
+    path = RB_PATH.format(ns=namespace)
+    stats = Stats()
+    for _ in range(ops):
+        name = f"rb-{rng.randrange(names):03d}"
+        kind = rng.choices(("patch", "create", "override"), (6, 2, 1))[0]
+        try:
+            if kind == "patch":
+                await tenant.merge_patch(f"{path}/{name}", _tenant_patch(rng, namespace, members))
+            elif kind == "create":
+                body = {
+                    "apiVersion": "work.karmada.io/v1alpha2",
+                    "kind": "ResourceBinding",
+                    "metadata": {"name": f"tenant-{name}", "namespace": namespace},
+                    "spec": generate_spec(rng, namespace, name, members),
+                }
+                await tenant.post(path, body)
+            else:
+                plaintext = [{"path": "/spec/replicas", "operator": "replace", "value": 50}]
+                await tenant.post(
+                    f"/apis/policy.karmada.io/v1alpha1/namespaces/{namespace}/overridepolicies",
+                    {
+                        "apiVersion": "policy.karmada.io/v1alpha1",
+                        "kind": "OverridePolicy",
+                        "metadata": {"generateName": "tenant-", "namespace": namespace},
+                        "spec": {
+                            "resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment"}],
+                            "overrideRules": [{"overriders": {"plaintext": plaintext}}],
+                        },
+                    },
+                )
+        except NotFound:
+            stats.record(f"tenant-{kind}", "notfound")
+        except KubeError as e:
+            stats.record(
+                f"tenant-{kind}", "refused" if e.status == 403 else str(e.status), e.message
+            )
+        except (aiohttp.ClientError, OSError, TimeoutError) as e:
+            stats.record(f"tenant-{kind}", "unavailable", type(e).__name__)
+        else:
+            stats.record(f"tenant-{kind}", "ok")
     return stats
 
 

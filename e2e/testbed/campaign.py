@@ -296,6 +296,9 @@ async def tenant_writes(
         kind = rng.choices(("patch", "create", "override"), (6, 2, 1))[0]
         try:
             if kind == "patch":
+                # a binding that exists now, when there is one (the tenant may list them)
+                live = sorted(b["metadata"]["name"] for b in (await tenant.get(path))["items"])
+                name = rng.choice(live) if live else name
                 await tenant.merge_patch(f"{path}/{name}", _tenant_patch(rng, namespace, members))
             elif kind == "create":
                 body = {

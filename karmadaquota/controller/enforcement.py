@@ -9,8 +9,8 @@ new quota, or a label removed by whoever may patch namespaces or by a GitOps too
 them — is labelled by the leader at once, from its own queue (a failed patch is retried there,
 never by re-marking the recompute). The recompute also awaits `ensure` before it writes a
 quota's status, so a quota's first `used` is never written before its namespace's label.
-`Enforced` reports what the informer last saw, not what was
-written: a label removed shows as `Enforced=False` until it is back.
+`Enforced` reports what the informer last saw, not what was written: a label removed shows as
+`Enforced=False` until it is back.
 """
 
 from __future__ import annotations

@@ -90,20 +90,34 @@ class ConnectionGuard:
         # handler -> requests it has started; dropped at its first deadline after it closed
         self._started: dict[RequestHandler, int] = {}
         self._busy: set[RequestHandler] = set()
+        # handlers made but not connected yet: a TLS handshake under way, or accepted in the
+        # same loop turn (aiohttp counts a connection only from connection_made, so a burst
+        # accepted at once, or a flood of handshakes, would all pass a cap on its count alone)
+        self._connecting: set[RequestHandler] = set()
         self.refused = 0
         self.timed_out = 0
 
     def __call__(self) -> asyncio.BaseProtocol:
         assert self.server is not None, "ConnectionGuard.server is set before serving"
-        if len(self.server.connections) >= self._limits.max_connections:
+        if self._open(self.server) >= self._limits.max_connections:
             self.refused += 1
             self._on_connection("refused")
             return _Refused()
         self._on_connection("opened")
         handler = self.server()
+        self._connecting.add(handler)
         self._started[handler] = 0
         self._arm(handler)
         return handler
+
+    def _open(self, server: web.Server) -> int:
+        """Connections held: aiohttp's plus those not connected yet (one that connected and
+        closed before this look stays counted until its deadline: stricter, never looser)."""
+        connected = set(server.connections)
+        self._connecting = {
+            h for h in self._connecting if h.transport is None and h not in connected
+        }
+        return len(connected) + len(self._connecting)
 
     def _arm(self, handler: RequestHandler) -> None:
         count = self._started.get(handler, 0)
@@ -119,6 +133,7 @@ class ConnectionGuard:
         # also when not connected yet (TLS handshake pending): it then closes at once
         handler.force_close()
         self._started.pop(handler, None)
+        self._connecting.discard(handler)
 
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:

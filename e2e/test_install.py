@@ -136,7 +136,7 @@ async def test_install_as_documented_refuses_and_counts(
             port = hook.ports["--port"]
             ctx = product.WebhookProc(procs[0], port, cert.ca_bundle).ssl_context()
             await product.wait_ready(f"https://127.0.0.1:{port}/readyz", ctx, procs[0])
-            await probe(hook_c, "--port", hook, ctx)
+            await probe(hook_c, "--metrics-port", hook, None)  # the HTTPS port may ask certs
             await probe(ctrl_c, "--metrics-port", ctrl, None)
             await asyncio.to_thread(point_registration_at, testbed, port, cert.ca_bundle)
             await check_ports(testbed, host, deployments)

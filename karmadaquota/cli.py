@@ -15,6 +15,7 @@ from karmadaquota import durations, logs
 
 if TYPE_CHECKING:
     from karmadaquota.webhook.app import WebhookConfig
+    from karmadaquota.webhook.server import ServerConfig
 
 log = logging.getLogger("karmadaquota.webhook")
 
@@ -27,6 +28,16 @@ def duration(text: str) -> timedelta:
         raise argparse.ArgumentTypeError(str(e)) from None
     if value < timedelta(0):
         raise argparse.ArgumentTypeError(f"invalid duration {text!r}: must not be negative")
+    return value
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
 
 
@@ -86,6 +97,44 @@ def warn_deprecated(args: argparse.Namespace) -> None:
         )
 
 
+def _aux_flags(p: argparse.ArgumentParser) -> None:
+    """The health and metrics port's flags, the same for both programs (docs/security.md)."""
+    p.add_argument(
+        "--metrics-auth",
+        choices=("tokenreview", "none"),
+        default="none",
+        help="tokenreview: /metrics needs a bearer token that the API server of "
+        "--metrics-auth-kubeconfig authenticates and authorizes for get /metrics (401/403 "
+        "otherwise); none: /metrics answers clients on 127.0.0.1 only",
+    )
+    p.add_argument(
+        "--metrics-auth-kubeconfig",
+        help="kubeconfig of the API server that reviews /metrics tokens (default: in-cluster)",
+    )
+    p.add_argument(
+        "--metrics-read-timeout",
+        type=duration,
+        default=timedelta(seconds=5),
+        help="health/metrics port: request headers must arrive within it (idle ones closed)",
+    )
+    p.add_argument(
+        "--metrics-max-connections",
+        type=positive_int,
+        default=64,
+        help="health/metrics port: connections served at once; more are closed at once",
+    )
+
+
+def aux_limits(args: argparse.Namespace) -> ServerConfig:
+    from karmadaquota.webhook.server import AUX_LIMITS, ServerConfig
+
+    return ServerConfig(
+        read_timeout=args.metrics_read_timeout.total_seconds() or AUX_LIMITS.read_timeout,
+        max_connections=args.metrics_max_connections,
+        backlog=AUX_LIMITS.backlog,
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="karmadaquota", description=__doc__)
     p.add_argument("--log-format", choices=("text", "json"), default="text")
@@ -106,6 +155,13 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument(
         "--metrics-port", type=int, default=8081, help="port of the plain-HTTP /metrics listener"
     )
+    w.add_argument(
+        "--client-ca-file",
+        help="require a client certificate signed by this CA on the HTTPS port (refused at "
+        "TLS otherwise): karmada-apiserver's AdmissionConfiguration gives it one "
+        "(docs/security.md); the probes use the metrics port",
+    )
+    _aux_flags(w)
     w.add_argument("--reservation-ttl", type=duration, default=timedelta(seconds=60))
     w.add_argument(
         "--shutdown-delay",
@@ -171,6 +227,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     c.add_argument("--metrics-bind-address", default="127.0.0.1")
     c.add_argument("--metrics-port", type=int, default=8080)
+    _aux_flags(c)
     c.add_argument("--namespace", default="karmada-system", help="namespace of the leader Lease")
     c.add_argument("--no-member-watch", action="store_true", help="skip member-cluster pods")
     c.add_argument(
@@ -229,6 +286,10 @@ def webhook_settings(args: argparse.Namespace) -> WebhookConfig:
         metrics_bind_address=args.metrics_bind_address,
         metrics_port=args.metrics_port,
         writers=Writers.of(args.trusted_user, args.trusted_group),
+        client_ca_file=args.client_ca_file,
+        metrics_auth=args.metrics_auth,
+        metrics_auth_kubeconfig=args.metrics_auth_kubeconfig,
+        aux_limits=aux_limits(args),
     )
 
 

@@ -179,7 +179,9 @@ def test_every_pod_runs_restricted(sets: tuple[str, ...]) -> None:
         "Job/karmadaquota-install-delete-lease",
     }
     for where, spec in specs.items():
-        assert spec["automountServiceAccountToken"] is False, where
+        # the Deployments mount their host token only to review scrapers' (metricsAuth)
+        token = where.startswith("Deployment/") and "metricsAuth.mode=none" not in sets
+        assert spec["automountServiceAccountToken"] is token, where
         assert spec["securityContext"] == {
             "runAsNonRoot": True,
             "runAsUser": 65532,
@@ -653,3 +655,134 @@ def test_monitoring_objects_are_off_by_default_and_select_the_metrics_services()
         assert endpoint["port"] == "metrics"
         (port,) = matched[0]["spec"]["ports"]
         assert port["targetPort"] == "metrics"
+
+
+# ---- network and metrics security (docs/security.md) ---------------------------------------
+
+
+def test_network_policies_admit_the_webhook_port_from_karmada_apiserver_only() -> None:
+    docs = render()
+    policies = objects(docs, "NetworkPolicy")
+    assert set(policies) == {"karmadaquota-webhook", "karmadaquota-controller"}
+    apiserver = [{"podSelector": {"matchLabels": {"app": "karmada-apiserver"}}}]
+    scrapers = [
+        {
+            "namespaceSelector": {},
+            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+        }
+    ]
+    for name, policy in policies.items():
+        pods = one(docs, "Deployment", name)["spec"]["selector"]["matchLabels"]
+        assert policy["spec"]["podSelector"] == {"matchLabels": pods}
+        assert policy["spec"]["policyTypes"] == ["Ingress"]
+        rules = {r["ports"][0]["port"]: r["from"] for r in policy["spec"]["ingress"]}
+        assert all(len(r["ports"]) == 1 for r in policy["spec"]["ingress"])
+        assert rules.pop("metrics") == scrapers
+        assert rules == ({"https": apiserver} if name.endswith("webhook") else {})
+        # the named ports exist on the pods they select
+        (c,) = one(docs, "Deployment", name)["spec"]["template"]["spec"]["containers"]
+        assert {p["name"] for p in c["ports"]} >= {
+            r["ports"][0]["port"] for r in policy["spec"]["ingress"]
+        }
+
+
+def test_network_policy_selectors_come_from_values_and_an_empty_one_is_refused() -> None:
+    docs = render(
+        "networkPolicy.karmadaApiserver[0].podSelector.matchLabels.component=kas",
+        "networkPolicy.scrapers[0].namespaceSelector.matchLabels.team=obs",
+    )
+    webhook = one(docs, "NetworkPolicy", "karmadaquota-webhook")
+    rules = {r["ports"][0]["port"]: r["from"] for r in webhook["spec"]["ingress"]}
+    assert rules["https"] == [{"podSelector": {"matchLabels": {"component": "kas"}}}]
+    assert rules["metrics"][0]["namespaceSelector"] == {"matchLabels": {"team": "obs"}}
+    assert not objects(render("networkPolicy.enabled=false"), "NetworkPolicy")
+    # `from: []` would admit every source: the schema refuses an empty list
+    for key in ("scrapers", "karmadaApiserver"):
+        proc = helm(
+            *("template", "kq", str(CHART)),
+            *("--set-json", f"networkPolicy.{key}=[]"),
+            check=False,
+        )
+        assert proc.returncode != 0 and "minItems" in proc.stderr + proc.stdout, key
+
+
+def _args(docs: tuple[Doc, ...], name: str) -> list[str]:
+    pod = one(docs, "Deployment", name)["spec"]["template"]["spec"]
+    return list(pod["containers"][0]["args"])
+
+
+def test_metrics_need_a_token_the_host_api_server_authorizes_by_default() -> None:
+    docs = render()
+    for name in ("karmadaquota-webhook", "karmadaquota-controller"):
+        args = _args(docs, name)
+        assert "--metrics-auth=tokenreview" in args, name
+        assert "--metrics-bind-address=0.0.0.0" in args, name
+    (role,) = [r for n, r in objects(docs, "ClusterRole").items() if n.endswith("metrics-auth")]
+    assert role["rules"] == [
+        {
+            "apiGroups": ["authentication.k8s.io"],
+            "resources": ["tokenreviews"],
+            "verbs": ["create"],
+        },
+        {
+            "apiGroups": ["authorization.k8s.io"],
+            "resources": ["subjectaccessreviews"],
+            "verbs": ["create"],
+        },
+    ]
+    binding = one(docs, "ClusterRoleBinding", "karmadaquota-metrics-auth")
+    assert binding["roleRef"]["name"] == "karmadaquota-metrics-auth"
+    assert {(s["name"], s["namespace"]) for s in binding["subjects"]} == {
+        ("karmadaquota-webhook", NS),
+        ("karmadaquota-controller", NS),
+    }
+    reader = one(docs, "ClusterRole", "karmadaquota-metrics-reader")
+    assert reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+    assert "karmadaquota-metrics-reader" not in objects(docs, "ClusterRoleBinding")
+    prom = {"kind": "ServiceAccount", "name": "prometheus-k8s", "namespace": "monitoring"}
+    bound = render(
+        "metricsAuth.readers[0].kind=ServiceAccount",
+        "metricsAuth.readers[0].name=prometheus-k8s",
+        "metricsAuth.readers[0].namespace=monitoring",
+    )
+    assert one(bound, "ClusterRoleBinding", "karmadaquota-metrics-reader")["subjects"] == [prom]
+    monitors = objects(render("serviceMonitor.enabled=true"), "ServiceMonitor")
+    for monitor in monitors.values():
+        (endpoint,) = monitor["spec"]["endpoints"]
+        assert endpoint["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+
+def test_metrics_auth_none_serves_metrics_to_the_pod_only_and_mounts_no_token() -> None:
+    docs = render("metricsAuth.mode=none")
+    for name in ("karmadaquota-webhook", "karmadaquota-controller"):
+        assert "--metrics-auth=none" in _args(docs, name)
+        pod = one(docs, "Deployment", name)["spec"]["template"]["spec"]
+        assert pod["automountServiceAccountToken"] is False
+    assert not {n for n in objects(docs, "ClusterRole") if "metrics" in n}
+    assert "bearerTokenFile" not in str(
+        render("metricsAuth.mode=none", "serviceMonitor.enabled=true")
+    )
+    proc = helm("template", "kq", str(CHART), "--set", "metricsAuth.mode=open", check=False)
+    assert proc.returncode != 0
+
+
+def test_the_webhook_probes_use_the_metrics_port() -> None:
+    pod = one(render(), "Deployment", "karmadaquota-webhook")["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert c[probe]["httpGet"]["port"] == "metrics", probe
+        assert c[probe]["httpGet"].get("scheme", "HTTP") == "HTTP", probe
+
+
+def test_client_ca_makes_the_webhook_require_client_certificates() -> None:
+    assert not [a for a in _args(render(), "karmadaquota-webhook") if "client-ca" in a]
+    docs = render("webhook.clientCA.secretName=kas-client-ca")
+    assert "--client-ca-file=/var/client-ca/ca.crt" in _args(docs, "karmadaquota-webhook")
+    pod = one(docs, "Deployment", "karmadaquota-webhook")["spec"]["template"]["spec"]
+    mounts = {m["mountPath"]: m for m in pod["containers"][0]["volumeMounts"]}
+    assert mounts["/var/client-ca"]["readOnly"] is True
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes[mounts["/var/client-ca"]["name"]]["secret"] == {
+        "secretName": "kas-client-ca",
+        "items": [{"key": "ca.crt", "path": "ca.crt"}],
+    }

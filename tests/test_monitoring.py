@@ -25,10 +25,12 @@ from prometheus_client import CollectorRegistry
 
 from karmadaquota import cli
 from karmadaquota.api import KarmadaQuotaStatus
+from karmadaquota.aux_port import serve_aux
 from karmadaquota.controller.metrics import ControllerMetrics
+from karmadaquota.metrics_auth import LoopbackOnly
 from karmadaquota.webhook.app import CertReloader
 from karmadaquota.webhook.certs import CertificateError, not_after
-from karmadaquota.webhook.metrics import WebhookMetrics, serve_metrics
+from karmadaquota.webhook.metrics import WebhookMetrics
 from tests.conftest import rl
 
 REPO = Path(__file__).resolve().parents[1]
@@ -288,7 +290,7 @@ def test_a_certificate_whose_expiry_cannot_be_read_is_logged(
 async def test_plain_http_metrics_port_serves_the_webhook_registry() -> None:
     metrics = WebhookMetrics()
     metrics.cache_synced.set(1)
-    listener = await serve_metrics(metrics.registry, "127.0.0.1", 0)
+    listener = await serve_aux(metrics.registry, LoopbackOnly(), lambda: True, "127.0.0.1", 0)
     try:
         async with (
             aiohttp.ClientSession() as s,

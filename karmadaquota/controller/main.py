@@ -1,7 +1,8 @@
 """`karmadaquota controller`: wire the pieces together and run until SIGTERM/SIGINT.
 
 Flags come from cli.py (--kubeconfig, --resync-period, --admission-window,
---metrics-bind-address, --metrics-port, --namespace for the Lease, --no-member-watch,
+--metrics-bind-address, --metrics-port, --metrics-auth[-kubeconfig], --metrics-read-timeout,
+--metrics-max-connections, --namespace for the Lease, --no-member-watch,
 --no-wake, --wake-kind). ReconcilerConfig that rarely changes is read from the environment:
 
 | variable | default | meaning |
@@ -29,8 +30,10 @@ from typing import Any
 
 import kopf
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from karmadaquota import metrics_auth
+from karmadaquota.aux_port import aux_app
+from karmadaquota.cli import aux_limits
 from karmadaquota.controller import operator
 from karmadaquota.controller.admit import Admitter
 from karmadaquota.controller.guard_keeper import GuardKeeper
@@ -46,6 +49,8 @@ from karmadaquota.controller.reconciler import (
 from karmadaquota.controller.wake import DEFAULT_KINDS, WakeConfig, Waker, kinds
 from karmadaquota.heap import freeze_startup_heap
 from karmadaquota.kube.client import JSON, CredentialsError, KubeClient, user_agent
+from karmadaquota.webhook import server
+from karmadaquota.webhook.server import AUX_LIMITS, ServerConfig
 
 log = logging.getLogger("karmadaquota.controller")
 
@@ -67,6 +72,10 @@ class ControllerConfig:
     kopf_log_level: str = "warning"
     # None: waking is off (refused workloads wait on Karmada's own backoff)
     wake: WakeConfig | None = field(default_factory=WakeConfig)
+    # who may read /metrics (metrics_auth.authorizer) and the port's bounds
+    metrics_auth: str = "none"
+    metrics_auth_kubeconfig: str | None = None
+    aux_limits: ServerConfig = AUX_LIMITS
 
 
 def _bool(text: str) -> bool:
@@ -93,28 +102,22 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> ControllerC
         lease_duration=float(env.get("KARMADAQUOTA_LEASE_DURATION", "10")),
         kopf_log_level=env.get("KARMADAQUOTA_KOPF_LOG_LEVEL", "warning"),
         wake=None if args.no_wake else WakeConfig(kinds=kinds([*DEFAULT_KINDS, *args.wake_kind])),
+        metrics_auth=args.metrics_auth,
+        metrics_auth_kubeconfig=args.metrics_auth_kubeconfig,
+        aux_limits=aux_limits(args),
     )
 
 
-def build_app(controller: Controller, metrics: ControllerMetrics) -> web.Application:
-    async def healthz(_: web.Request) -> web.Response:
-        return web.Response(text="ok\n")
-
-    async def readyz(_: web.Request) -> web.Response:
-        if controller.synced.is_set():
-            return web.Response(text="ok\n")
-        return web.Response(status=503, text="bindings and quotas not listed yet\n")
-
-    async def metrics_handler(_: web.Request) -> web.Response:
-        return web.Response(
-            body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
-        )
-
-    app = web.Application()
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
-    app.router.add_get("/metrics", metrics_handler)
-    return app
+def build_app(
+    controller: Controller,
+    metrics: ControllerMetrics,
+    authorizer: metrics_auth.Authorizer | None = None,
+) -> web.Application:
+    """/healthz, /readyz (bindings and quotas listed) and /metrics (for whom `authorizer`
+    allows; default: clients on 127.0.0.1)."""
+    return aux_app(
+        metrics.registry, authorizer or metrics_auth.LoopbackOnly(), controller.synced.is_set
+    )
 
 
 async def serve(cfg: ControllerConfig) -> int:
@@ -173,15 +176,20 @@ async def serve(cfg: ControllerConfig) -> int:
     if elector is None:
         controller.leadership_changed(True)
 
-    runner = web.AppRunner(build_app(controller, metrics), access_log=None)
-    await runner.setup()
+    authorizer = metrics_auth.authorizer(cfg.metrics_auth, cfg.metrics_auth_kubeconfig)
+    listener = await server.serve(
+        build_app(controller, metrics, authorizer),
+        cfg.metrics_bind_address,
+        cfg.metrics_port,
+        None,
+        cfg.aux_limits,
+    )
     freeze_startup_heap()
-    site = web.TCPSite(runner, cfg.metrics_bind_address, cfg.metrics_port)
-    await site.start()
     log.info(
         "controller starting",
         extra={
             "metrics": f"{cfg.metrics_bind_address}:{cfg.metrics_port}",
+            "metrics_auth": cfg.metrics_auth,
             "lease": f"{cfg.lease_namespace}/{cfg.lease_name}" if cfg.leader_elect else "off",
             "holder": elector.holder if elector else "",
             "member_watch": cfg.member_watch,
@@ -213,7 +221,8 @@ async def serve(cfg: ControllerConfig) -> int:
         if elector is not None:
             await elector.release()
         await members.close()
-        await runner.cleanup()
+        await listener.close()
+        await authorizer.close()
         await client.close()
         log.info("controller stopped")
     return code

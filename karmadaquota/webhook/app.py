@@ -24,11 +24,21 @@ from typing import Any
 
 import orjson
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 
-from karmadaquota import api, charge, durations, overrides, queued, queueing, trust, validation
+from karmadaquota import (
+    api,
+    charge,
+    durations,
+    metrics_auth,
+    overrides,
+    queued,
+    queueing,
+    trust,
+    validation,
+)
 from karmadaquota.api import KarmadaQuota, ResourceBinding
+from karmadaquota.aux_port import serve_aux
 from karmadaquota.evaluate import REASON_FORBIDDEN, Decision, LimitedResource, QuotaView
 from karmadaquota.kube import paths
 from karmadaquota.kube.client import JSON, KubeClient, user_agent
@@ -42,9 +52,15 @@ from karmadaquota.webhook.batcher import (
     BatcherConfig,
     Pending,
 )
-from karmadaquota.webhook.metrics import WebhookMetrics, serve_metrics
+from karmadaquota.webhook.metrics import WebhookMetrics
 from karmadaquota.webhook.refusals import RefusalRecorder
-from karmadaquota.webhook.server import MAX_BODY_BYTES, ServerConfig, serve, tls_context
+from karmadaquota.webhook.server import (
+    AUX_LIMITS,
+    MAX_BODY_BYTES,
+    ServerConfig,
+    serve,
+    tls_context,
+)
 
 log = logging.getLogger("karmadaquota.webhook")
 
@@ -89,6 +105,12 @@ class WebhookConfig:
     metrics_port: int | None = None
     # who may create bindings and change their spec in a namespace with a quota
     writers: trust.Writers = field(default_factory=trust.Writers)
+    # a client certificate signed by this CA is required on the HTTPS port (None: not asked)
+    client_ca_file: str | None = None
+    # who may read /metrics, on either port (metrics_auth.authorizer)
+    metrics_auth: str = "none"
+    metrics_auth_kubeconfig: str | None = None
+    aux_limits: ServerConfig = AUX_LIMITS
 
 
 class KubeQuotaBackend:
@@ -437,7 +459,11 @@ class DecisionLog:
             self._since, self._allowed, self._denied = now, 0, 0
 
 
-def build_app(webhook: Webhook, decisions: DecisionLog | None = None) -> web.Application:
+def build_app(
+    webhook: Webhook,
+    decisions: DecisionLog | None = None,
+    metrics_authorizer: metrics_auth.Authorizer | None = None,
+) -> web.Application:
     metrics = webhook.metrics
     decisions = decisions or DecisionLog()
 
@@ -516,11 +542,9 @@ def build_app(webhook: Webhook, decisions: DecisionLog | None = None) -> web.App
             return web.Response(text="ok\n")
         return web.Response(status=503, text="quota cache not synced\n")
 
-    async def metrics_handler(_: web.Request) -> web.Response:
-        return web.Response(
-            body=generate_latest(metrics.registry),
-            headers={"Content-Type": CONTENT_TYPE_LATEST},
-        )
+    metrics_handler = metrics_auth.metrics_handler(
+        metrics.registry, metrics_authorizer or metrics_auth.LoopbackOnly()
+    )
 
     app = web.Application(client_max_size=MAX_BODY_BYTES)
     app.router.add_post("/validate-resourcebinding", bindings)
@@ -537,17 +561,23 @@ class CertReloader:
     """Serves with a TLS context whose certificate is reloaded when its files change."""
 
     def __init__(
-        self, cert_file: str, key_file: str, on_load: Callable[[str], None] | None = None
+        self,
+        cert_file: str,
+        key_file: str,
+        on_load: Callable[[str], None] | None = None,
+        client_ca_file: str | None = None,
     ) -> None:
         self.cert_file = cert_file
         self.key_file = key_file
+        self.client_ca_file = client_ca_file
         self._on_load = on_load or (lambda _cert_file: None)  # after each successful load
         self._stamp = self._mtimes()
-        self.context = tls_context(cert_file, key_file)
+        self.context = tls_context(cert_file, key_file, client_ca_file)
         self._on_load(cert_file)
 
-    def _mtimes(self) -> tuple[float, float]:
-        return (os.stat(self.cert_file).st_mtime, os.stat(self.key_file).st_mtime)
+    def _mtimes(self) -> tuple[float, ...]:
+        files = [self.cert_file, self.key_file, *filter(None, [self.client_ca_file])]
+        return tuple(os.stat(f).st_mtime for f in files)
 
     def reload_if_changed(self) -> bool:
         try:
@@ -555,6 +585,8 @@ class CertReloader:
             if stamp == self._stamp:
                 return False
             self.context.load_cert_chain(self.cert_file, self.key_file)
+            if self.client_ca_file:  # adds a rotated CA (a removed one stays until a restart)
+                self.context.load_verify_locations(self.client_ca_file)
         except (OSError, ssl.SSLError) as e:
             log.warning("serving certificate not reloaded", extra={"error": str(e)})
             return False
@@ -593,7 +625,13 @@ async def running(settings: WebhookConfig) -> AsyncIterator[tuple[Webhook, int]]
     )
     refusals = RefusalRecorder(store, batcher) if settings.record_waiting else None
     webhook = Webhook(quotas, batcher, metrics, store.api_seconds, refusals, settings.writers)
-    certs = CertReloader(settings.cert_file, settings.key_file, metrics.serving_certificate_loaded)
+    certs = CertReloader(
+        settings.cert_file,
+        settings.key_file,
+        metrics.serving_certificate_loaded,
+        settings.client_ca_file,
+    )
+    authorizer = metrics_auth.authorizer(settings.metrics_auth, settings.metrics_auth_kubeconfig)
     tasks: list[asyncio.Task[Any]] = [
         asyncio.create_task(quotas.run(), name="quota-store"),
         asyncio.create_task(certs.watch(settings.cert_check_interval), name="cert-reload"),
@@ -606,14 +644,24 @@ async def running(settings: WebhookConfig) -> AsyncIterator[tuple[Webhook, int]]
     tasks.append(asyncio.create_task(mark_synced()))
     plain = None  # up before the HTTPS port: once /readyz answers, /metrics does too
     if settings.metrics_port is not None:
-        plain = await serve_metrics(
-            metrics.registry, settings.metrics_bind_address, settings.metrics_port
+        plain = await serve_aux(
+            metrics.registry,
+            authorizer,
+            lambda: not webhook.draining and webhook.quotas.synced.is_set(),
+            settings.metrics_bind_address,
+            settings.metrics_port,
+            settings.aux_limits,
         )
         log.info(
-            "metrics serving", extra={"address": settings.metrics_bind_address, "port": plain.port}
+            "metrics serving",
+            extra={
+                "address": settings.metrics_bind_address,
+                "port": plain.port,
+                "auth": settings.metrics_auth,
+            },
         )
     listener = await serve(
-        build_app(webhook),
+        build_app(webhook, metrics_authorizer=authorizer),
         settings.bind_address,
         settings.port,
         certs.context,
@@ -628,6 +676,7 @@ async def running(settings: WebhookConfig) -> AsyncIterator[tuple[Webhook, int]]
         if plain is not None:
             await plain.close()
         await listener.close()
+        await authorizer.close()
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

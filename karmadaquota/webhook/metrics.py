@@ -1,20 +1,11 @@
 """Prometheus metrics of the webhook, served on /metrics of the HTTPS port and of the plain
-HTTP metrics port (`serve_metrics`, `--metrics-bind-address`/`--metrics-port`)."""
+HTTP metrics port (`aux_port.serve_aux`, `--metrics-bind-address`/`--metrics-port`)."""
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 
-from aiohttp import web
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    generate_latest,
-)
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from karmadaquota.runtime_metrics import register_runtime_collectors
 from karmadaquota.webhook.certs import CertificateError, not_after
@@ -163,37 +154,3 @@ class WebhookMetrics:
         except (OSError, CertificateError) as e:
             # the TLS context has the new certificate; only its expiry is not known
             log.warning("serving certificate expiry not read", extra={"error": str(e)})
-
-
-@dataclass
-class MetricsListener:
-    runner: web.AppRunner
-
-    @property
-    def port(self) -> int:
-        return int(self.runner.addresses[0][1])
-
-    async def close(self) -> None:
-        await self.runner.cleanup()
-
-
-async def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> MetricsListener:
-    """/metrics over plain HTTP on host:port (0 picks a free port), apart from the HTTPS
-    serving port: what a Prometheus scrape by pod annotation or PodMonitor expects."""
-
-    async def metrics(_: web.Request) -> web.Response:
-        return web.Response(
-            body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
-        )
-
-    app = web.Application()
-    app.router.add_get("/metrics", metrics)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port, reuse_address=True)
-    try:
-        await site.start()
-    except BaseException:
-        await runner.cleanup()
-        raise
-    return MetricsListener(runner)

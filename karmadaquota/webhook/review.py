@@ -13,6 +13,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from karmadaquota.api import describe
+from karmadaquota.kube.paths import label_errors, subdomain_errors
 from karmadaquota.trust import UserInfo
 
 ADMISSION_API_VERSION = "admission.k8s.io/v1"
@@ -85,7 +86,20 @@ def parse(body: bytes) -> Request:
         raise MalformedReview(f"invalid AdmissionReview: {describe(e)}") from None
     request.object = objects.get("object")
     request.oldObject = objects.get("oldObject")
+    check_names(request)
     return request
+
+
+def check_names(request: Request) -> None:
+    """A namespace or name no object can have is refused before it reaches a URL: a forged
+    review's `../` or `?` must not aim a request elsewhere (kube.paths checks again)."""
+    errors = []
+    if request.namespace:
+        errors += [f"request.namespace: {e}" for e in label_errors(request.namespace)]
+    if request.name:
+        errors += [f"request.name: {e}" for e in subdomain_errors(request.name)]
+    if errors:
+        raise MalformedReview(f"invalid AdmissionReview: {'; '.join(errors)}")
 
 
 def response(

@@ -1,8 +1,11 @@
-"""The webhook's HTTPS listener, hardened against hostile clients.
+"""The listeners of both programs, hardened against hostile clients.
 
 An admission webhook that stops answering makes the API server fail every binding write
 (failurePolicy: Fail), so a client that merely holds connections open must not be able to
-starve it. Bounds, all enforced here rather than left to library defaults that vary by version:
+starve it; nor the kubelet's probes of the health and metrics ports (`serve` without a TLS
+context: the controller's /healthz+/metrics port and the webhook's plain /metrics port, with
+limits of their own, `AUX_LIMITS`). Bounds, all enforced here rather than left to library
+defaults that vary by version:
 
 * TLS 1.2 or newer only (`tls_context`).
 * a POST without Content-Length (a chunked body) is refused with 411 before a byte of it is
@@ -44,11 +47,20 @@ class ServerConfig:
     backlog: int = 1024
 
 
-def tls_context(cert_file: str, key_file: str) -> ssl.SSLContext:
-    """A server context that refuses TLS 1.0 and 1.1 (as Kubernetes' own servers do)."""
+# The health and metrics ports: a scrape or a probe every few seconds, never a thousand clients.
+AUX_LIMITS = ServerConfig(read_timeout=5.0, max_connections=64, backlog=128)
+
+
+def tls_context(cert_file: str, key_file: str, client_ca_file: str | None = None) -> ssl.SSLContext:
+    """A server context that refuses TLS 1.0 and 1.1 (as Kubernetes' own servers do); with
+    `client_ca_file`, also every client without a certificate that CA signed (the handshake
+    fails: a forged review is never read)."""
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.load_cert_chain(cert_file, key_file)
+    if client_ca_file:
+        ctx.load_verify_locations(client_ca_file)
+        ctx.verify_mode = ssl.CERT_REQUIRED
     return ctx
 
 
@@ -78,20 +90,34 @@ class ConnectionGuard:
         # handler -> requests it has started; dropped at its first deadline after it closed
         self._started: dict[RequestHandler, int] = {}
         self._busy: set[RequestHandler] = set()
+        # handlers made but not connected yet: a TLS handshake under way, or accepted in the
+        # same loop turn (aiohttp counts a connection only from connection_made, so a burst
+        # accepted at once, or a flood of handshakes, would all pass a cap on its count alone)
+        self._connecting: set[RequestHandler] = set()
         self.refused = 0
         self.timed_out = 0
 
     def __call__(self) -> asyncio.BaseProtocol:
         assert self.server is not None, "ConnectionGuard.server is set before serving"
-        if len(self.server.connections) >= self._limits.max_connections:
+        if self._open(self.server) >= self._limits.max_connections:
             self.refused += 1
             self._on_connection("refused")
             return _Refused()
         self._on_connection("opened")
         handler = self.server()
+        self._connecting.add(handler)
         self._started[handler] = 0
         self._arm(handler)
         return handler
+
+    def _open(self, server: web.Server) -> int:
+        """Connections held: aiohttp's plus those not connected yet (one that connected and
+        closed before this look stays counted until its deadline: stricter, never looser)."""
+        connected = set(server.connections)
+        self._connecting = {
+            h for h in self._connecting if h.transport is None and h not in connected
+        }
+        return len(connected) + len(self._connecting)
 
     def _arm(self, handler: RequestHandler) -> None:
         count = self._started.get(handler, 0)
@@ -107,6 +133,7 @@ class ConnectionGuard:
         # also when not connected yet (TLS handshake pending): it then closes at once
         handler.force_close()
         self._started.pop(handler, None)
+        self._connecting.discard(handler)
 
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -150,11 +177,12 @@ async def serve(
     app: web.Application,
     host: str,
     port: int,
-    ctx: ssl.SSLContext,
+    ctx: ssl.SSLContext | None,
     limits: ServerConfig | None = None,
     on_connection: Callable[[str], None] | None = None,
 ) -> Listener:
-    """Serve `app` over HTTPS on host:port (0 picks a free port) within `limits`."""
+    """Serve `app` on host:port (0 picks a free port) within `limits`: over HTTPS with `ctx`,
+    plain HTTP without (the health and metrics ports)."""
     limits = limits or ServerConfig()
     guard = ConnectionGuard(limits, on_connection)
     app.middlewares.append(guard.middleware)
@@ -167,7 +195,7 @@ async def serve(
         port,
         ssl=ctx,
         backlog=limits.backlog,
-        ssl_handshake_timeout=limits.read_timeout,
+        ssl_handshake_timeout=limits.read_timeout if ctx is not None else None,
         reuse_address=True,
     )
     return Listener(runner, server, guard)

@@ -76,10 +76,11 @@ class FakeMember:
         for (ns, name), obj in list(self.quotas.items()):
             hard = dict(obj["spec"].get("hard") or {})
             if (obj.get("status") or {}).get("hard") != hard:
-                self.api.update(
-                    f"{PREFIX}{ns}/resourcequotas/{name}",
-                    lambda o, hard=hard: o.setdefault("status", {}).update(hard=hard),
-                )
+
+                def status(o: JSON, hard: dict[str, Any] = hard) -> None:
+                    o.setdefault("status", {})["hard"] = hard
+
+                self.api.update(f"{PREFIX}{ns}/resourcequotas/{name}", status)
         self.fleet.check()
 
     def tamper(

@@ -224,6 +224,7 @@ class GuardKeeper:
         self.errors: dict[str, str] = {}  # member -> why the last request failed
         self._names: dict[tuple[str, str], str] = {}  # (ns, guard's name) -> its quota
         self._intended: dict[tuple[str, str, str], _Intent] = {}  # (ns, quota, member)
+        self._diverged: set[tuple[str, str, str]] = set()  # changed by another, not put back
         # a namespace whose guard another writer changed: sync it now (the reconciler's queue)
         self.on_change: Callable[[str], None] = lambda namespace: None
         # watch: one informer per member on the guards, and their admission policy kept
@@ -264,6 +265,7 @@ class GuardKeeper:
             del self._foreign[key]
         for key in mine(self._intended):
             del self._intended[key]
+        self._diverged -= set(mine(self._diverged))
         self._names.pop((namespace, guard_name(quota)), None)
 
     async def close(self) -> None:
@@ -304,17 +306,21 @@ class GuardKeeper:
         if not changed and intent.scoping is not None and scoping(spec) != intent.scoping:
             changed = True
         if not changed:
+            self._diverged.discard(key)
             return
-        what = "deleted" if gone else "changed"
-        if self.metrics is not None:
-            self.metrics.guard_restores.labels(member, what).inc()
-        log.warning(
-            "member guard changed by another writer; restoring it",
-            extra={"cluster": member, "namespace": ns, "quota": quota, "change": what},
-        )
+        if key not in self._diverged:  # counted and logged once until it is put back
+            self._diverged.add(key)
+            what = "deleted" if gone else "changed"
+            if self.metrics is not None:
+                self.metrics.guard_restores.labels(member, what).inc()
+            log.warning(
+                "member guard changed by another writer; restoring it",
+                extra={"cluster": member, "namespace": ns, "quota": quota, "change": what},
+            )
         self.on_change(ns)
 
     def _intend(self, key: tuple[str, str, str], obj: Mapping[str, Any] | None) -> None:
+        self._diverged.discard(key)
         if obj is None:
             self._intended.pop(key, None)
             return

@@ -29,10 +29,12 @@ from e2e.testbed.workloads import deployment, divided_policy
 from karmadaquota.api import KarmadaQuota
 from karmadaquota.controller import guard_keeper as gk
 from karmadaquota.controller import guard_policy as gp
+from karmadaquota.controller import guard_watch as gw
 from karmadaquota.controller import guards as gd
 from karmadaquota.controller.members import Members, MemberWatch, cluster_access
 from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.kube.client import JSON, KubeClient, KubeError, NotFound
+from karmadaquota.kube.informer import Informer
 from karmadaquota.quantity import NANO, Quantity
 
 pytestmark = pytest.mark.e2e
@@ -451,8 +453,10 @@ async def test_the_guards_need_only_resourcequotas_in_the_namespace_and_pods_to_
     stack: Stack, namespace: str
 ) -> None:
     """Least privilege, on a real member API server: a credential allowed only resourcequotas
-    get/create/update/delete in the namespace and pods list/watch runs the member pod watch
-    and moves, confirms and removes guards (any other request would be refused 403)."""
+    get/create/update/delete in the namespace and list/watch everywhere, pods list/watch, and
+    the guards' policy (create; get/update by name) runs the member pod watch, watches the
+    guards, installs and updates the policy, and moves, confirms and removes guards (any other
+    request would be refused 403)."""
     s, ns = stack, namespace
     member = s.bed.members[1]
     await member_namespace(s, ns)
@@ -477,8 +481,48 @@ async def test_the_guards_need_only_resourcequotas_in_the_namespace_and_pods_to_
     kq = product.quota(ns, "least", {"pods": "4"}, memberEnforcement="ResourceQuota")
     kq["metadata"]["uid"] = "least-uid"
     model = KarmadaQuota.model_validate(kq)
+    seen: list[tuple[str, str]] = []  # what the guard watch delivered: (event, name)
+
+    class Seen:
+        def added(self, obj: Mapping[str, Any]) -> None:
+            seen.append(("added", obj["metadata"]["name"]))
+
+        def modified(self, obj: Mapping[str, Any]) -> None:
+            seen.append(("modified", obj["metadata"]["name"]))
+
+        def deleted(self, obj: Mapping[str, Any]) -> None:
+            seen.append(("deleted", obj["metadata"]["name"]))
+
+        def relisted(self, resource_version: int) -> None:
+            seen.append(("relisted", ""))
+
+    client = await watch.connect()
+    guard_informer = Informer(
+        gw.GUARDS_PATH, Seen(), client, params={"labelSelector": gw.GUARD_SELECTOR}
+    )
+    watching = asyncio.create_task(guard_informer.run())
     try:
         await eventually(lambda: watch.synced and not watch.error, 30, "pods listed and watched")
+        await eventually(lambda: ("relisted", "") in seen, 30, "guards listed and watched")
+        # the guards' policy: the identity from a SelfSubjectReview; created and put back
+        review = await client.post(
+            gp.SELF_SUBJECT_REVIEWS,
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
+        )
+        assert gp.username(review).startswith(f"system:serviceaccount:{ns}:kq-least-")
+        # (installed naming the bed's controller, which keeps guards in this member meanwhile)
+        controller_identity = f"system:karmada:{member}"
+        admin = s.members[member]
+        for collection in (gp.POLICIES, gp.BINDINGS):
+            with contextlib.suppress(NotFound):
+                await admin.request("DELETE", f"{collection}/{gp.POLICY_NAME}")
+        assert await gw.protect(client, controller_identity) == ""  # created
+        await admin.merge_patch(
+            f"{gp.POLICIES}/{gp.POLICY_NAME}", {"spec": {"validations": [{"expression": "true"}]}}
+        )
+        assert await gw.protect(client, controller_identity) == ""  # put back
+        p = await admin.get(f"{gp.POLICIES}/{gp.POLICY_NAME}")
+        assert gp.up_to_date(p, gp.policy(controller_identity))
 
         # created; lowered (written, then confirmed by reading status.hard); raised
         for pods_hard in (4, 3, 5):
@@ -501,7 +545,14 @@ async def test_the_guards_need_only_resourcequotas_in_the_namespace_and_pods_to_
         assert await keeper.remove(model), keeper.errors
         with pytest.raises(NotFound):
             await s.members[member].get(gk.rq_path(ns, gk.guard_name("least")))
+        name = gk.guard_name("least")
+        await eventually(lambda: ("deleted", name) in seen, 10, "the watch saw the guard go")
+        assert ("added", name) in seen and ("modified", name) in seen, seen
     finally:
+        watching.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watching
+        await client.close()
         await members.close()
         await cleanup()
 
@@ -689,7 +740,27 @@ async def restricted_token(
         "/apis/rbac.authorization.k8s.io/v1/clusterroles",
         {
             "metadata": {"name": name},
-            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]}],
+            "rules": [
+                {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
+                {"apiGroups": [""], "resources": ["resourcequotas"], "verbs": ["list", "watch"]},
+                {
+                    "apiGroups": ["admissionregistration.k8s.io"],
+                    "resources": [
+                        "validatingadmissionpolicies",
+                        "validatingadmissionpolicybindings",
+                    ],
+                    "verbs": ["create"],
+                },
+                {
+                    "apiGroups": ["admissionregistration.k8s.io"],
+                    "resources": [
+                        "validatingadmissionpolicies",
+                        "validatingadmissionpolicybindings",
+                    ],
+                    "resourceNames": [gp.POLICY_NAME],
+                    "verbs": ["get", "update"],
+                },
+            ],
         },
     )
     await c.post(

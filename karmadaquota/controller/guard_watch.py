@@ -24,8 +24,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
-
 from karmadaquota.controller import guard_policy as gp
 from karmadaquota.controller.members import MemberWatch, describe_error
 from karmadaquota.controller.metrics import ControllerMetrics
@@ -216,7 +214,7 @@ class GuardWatches:
                 finally:
                     await client.close()
                 delay, attempt = self.period, 0
-            except (KubeError, aiohttp.ClientError, TimeoutError, OSError, ValueError) as e:
+            except Exception as e:  # reported and retried: this loop must outlive any error
                 why = f"the guards' admission policy could not be checked: {describe_error(e)}"
                 delay, attempt = self.backoff.delay(attempt), attempt + 1
             self._report(view.name, why)

@@ -477,7 +477,10 @@ async def test_the_guards_need_only_resourcequotas_in_the_namespace_and_pods_to_
     members.apply(cluster)
     watch = members.get(member)
     assert isinstance(watch, MemberWatch)
-    keeper = gk.GuardKeeper(members, ControllerMetrics(), poll=0.05)
+    # the keeper's own guard watch and policy loop run too: the policy then names this
+    # credential, so the guards it writes are its own to write (put back for the bed's
+    # controller at the end)
+    keeper = gk.GuardKeeper(members, ControllerMetrics(), poll=0.05, watch=True, protect_period=0.5)
     kq = product.quota(ns, "least", {"pods": "4"}, memberEnforcement="ResourceQuota")
     kq["metadata"]["uid"] = "least-uid"
     model = KarmadaQuota.model_validate(kq)
@@ -496,6 +499,7 @@ async def test_the_guards_need_only_resourcequotas_in_the_namespace_and_pods_to_
         def relisted(self, resource_version: int) -> None:
             seen.append(("relisted", ""))
 
+    admin = s.members[member]
     client = await watch.connect()
     guard_informer = Informer(
         gw.GUARDS_PATH, Seen(), client, params={"labelSelector": gw.GUARD_SELECTOR}
@@ -504,25 +508,12 @@ async def test_the_guards_need_only_resourcequotas_in_the_namespace_and_pods_to_
     try:
         await eventually(lambda: watch.synced and not watch.error, 30, "pods listed and watched")
         await eventually(lambda: ("relisted", "") in seen, 30, "guards listed and watched")
-        # the guards' policy: the identity from a SelfSubjectReview; created and put back
         review = await client.post(
             gp.SELF_SUBJECT_REVIEWS,
             {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
         )
-        assert gp.username(review).startswith(f"system:serviceaccount:{ns}:kq-least-")
-        # (installed naming the bed's controller, which keeps guards in this member meanwhile)
-        controller_identity = f"system:karmada:{member}"
-        admin = s.members[member]
-        for collection in (gp.POLICIES, gp.BINDINGS):
-            with contextlib.suppress(NotFound):
-                await admin.request("DELETE", f"{collection}/{gp.POLICY_NAME}")
-        assert await gw.protect(client, controller_identity) == ""  # created
-        await admin.merge_patch(
-            f"{gp.POLICIES}/{gp.POLICY_NAME}", {"spec": {"validations": [{"expression": "true"}]}}
-        )
-        assert await gw.protect(client, controller_identity) == ""  # put back
-        p = await admin.get(f"{gp.POLICIES}/{gp.POLICY_NAME}")
-        assert gp.up_to_date(p, gp.policy(controller_identity))
+        me = gp.username(review)
+        assert me.startswith(f"system:serviceaccount:{ns}:kq-least-"), me
 
         # created; lowered (written, then confirmed by reading status.hard); raised
         for pods_hard in (4, 3, 5):
@@ -548,7 +539,27 @@ async def test_the_guards_need_only_resourcequotas_in_the_namespace_and_pods_to_
         name = gk.guard_name("least")
         await eventually(lambda: ("deleted", name) in seen, 10, "the watch saw the guard go")
         assert ("added", name) in seen and ("modified", name) in seen, seen
+        assert keeper.watches is not None and keeper.watches.synced(member)
+
+        # the policy, installed by this credential naming itself, and put back when loosened
+        async def names_me() -> bool:
+            p = await admin.get(f"{gp.POLICIES}/{gp.POLICY_NAME}")
+            return keeper.protection().get(member) == "" and gp.up_to_date(p, gp.policy(me))
+
+        await eventually(names_me, 30, "the policy installed naming the restricted credential")
+        await admin.merge_patch(
+            f"{gp.POLICIES}/{gp.POLICY_NAME}", {"spec": {"validations": [{"expression": "true"}]}}
+        )
+        await eventually(names_me, 30, "the loosened policy put back")
     finally:
+        await keeper.close()
+        with contextlib.suppress(KubeError):  # the bed's controller's policy, as it was
+            p = await admin.get(f"{gp.POLICIES}/{gp.POLICY_NAME}")
+            await admin.request(
+                "PUT",
+                f"{gp.POLICIES}/{gp.POLICY_NAME}",
+                gp.replacing(p, gp.policy(f"system:karmada:{member}")),
+            )
         watching.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await watching

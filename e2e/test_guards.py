@@ -679,6 +679,20 @@ async def test_a_deleted_or_raised_guard_is_refused_or_restored_and_a_burst_stay
         finally:
             with contextlib.suppress(KubeError):
                 await c.post(gp.BINDINGS, gp.binding())
+
+    # the policy in force again: the member's namespace controller still empties a namespace
+    # being deleted, guard included (it would hang in Terminating otherwise)
+    await eventually(in_force, 30, "the guards' policy in force again")
+    old = (await c.get(f"/api/v1/namespaces/{ns}"))["metadata"]["uid"]
+    await c.request("DELETE", f"/api/v1/namespaces/{ns}")
+
+    async def terminated() -> bool:  # (Karmada may propagate it again: a new uid)
+        try:
+            return bool((await c.get(f"/api/v1/namespaces/{ns}"))["metadata"]["uid"] != old)
+        except NotFound:
+            return True
+
+    await eventually(terminated, 90, f"namespace {ns} deleted in {member}, guard and all")
     await quota_gone(s, ns)
 
 

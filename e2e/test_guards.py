@@ -28,10 +28,13 @@ from e2e.testbed.aio import eventually
 from e2e.testbed.workloads import deployment, divided_policy
 from karmadaquota.api import KarmadaQuota
 from karmadaquota.controller import guard_keeper as gk
+from karmadaquota.controller import guard_policy as gp
+from karmadaquota.controller import guard_watch as gw
 from karmadaquota.controller import guards as gd
 from karmadaquota.controller.members import Members, MemberWatch, cluster_access
 from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.kube.client import JSON, KubeClient, KubeError, NotFound
+from karmadaquota.kube.informer import Informer
 from karmadaquota.quantity import NANO, Quantity
 
 pytestmark = pytest.mark.e2e
@@ -450,8 +453,10 @@ async def test_the_guards_need_only_resourcequotas_in_the_namespace_and_pods_to_
     stack: Stack, namespace: str
 ) -> None:
     """Least privilege, on a real member API server: a credential allowed only resourcequotas
-    get/create/update/delete in the namespace and pods list/watch runs the member pod watch
-    and moves, confirms and removes guards (any other request would be refused 403)."""
+    get/create/update/delete in the namespace and list/watch everywhere, pods list/watch, and
+    the guards' policy (create; get/update by name) runs the member pod watch, watches the
+    guards, installs and updates the policy, and moves, confirms and removes guards (any other
+    request would be refused 403)."""
     s, ns = stack, namespace
     member = s.bed.members[1]
     await member_namespace(s, ns)
@@ -472,12 +477,43 @@ async def test_the_guards_need_only_resourcequotas_in_the_namespace_and_pods_to_
     members.apply(cluster)
     watch = members.get(member)
     assert isinstance(watch, MemberWatch)
-    keeper = gk.GuardKeeper(members, ControllerMetrics(), poll=0.05)
+    # the keeper's own guard watch and policy loop run too: the policy then names this
+    # credential, so the guards it writes are its own to write (put back for the bed's
+    # controller at the end)
+    keeper = gk.GuardKeeper(members, ControllerMetrics(), poll=0.05, watch=True, protect_period=0.5)
     kq = product.quota(ns, "least", {"pods": "4"}, memberEnforcement="ResourceQuota")
     kq["metadata"]["uid"] = "least-uid"
     model = KarmadaQuota.model_validate(kq)
+    seen: list[tuple[str, str]] = []  # what the guard watch delivered: (event, name)
+
+    class Seen:
+        def added(self, obj: Mapping[str, Any]) -> None:
+            seen.append(("added", obj["metadata"]["name"]))
+
+        def modified(self, obj: Mapping[str, Any]) -> None:
+            seen.append(("modified", obj["metadata"]["name"]))
+
+        def deleted(self, obj: Mapping[str, Any]) -> None:
+            seen.append(("deleted", obj["metadata"]["name"]))
+
+        def relisted(self, resource_version: int) -> None:
+            seen.append(("relisted", ""))
+
+    admin = s.members[member]
+    client = await watch.connect()
+    guard_informer = Informer(
+        gw.GUARDS_PATH, Seen(), client, params={"labelSelector": gw.GUARD_SELECTOR}
+    )
+    watching = asyncio.create_task(guard_informer.run())
     try:
         await eventually(lambda: watch.synced and not watch.error, 30, "pods listed and watched")
+        await eventually(lambda: ("relisted", "") in seen, 30, "guards listed and watched")
+        review = await client.post(
+            gp.SELF_SUBJECT_REVIEWS,
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
+        )
+        me = gp.username(review)
+        assert me.startswith(f"system:serviceaccount:{ns}:kq-least-"), me
 
         # created; lowered (written, then confirmed by reading status.hard); raised
         for pods_hard in (4, 3, 5):
@@ -500,9 +536,190 @@ async def test_the_guards_need_only_resourcequotas_in_the_namespace_and_pods_to_
         assert await keeper.remove(model), keeper.errors
         with pytest.raises(NotFound):
             await s.members[member].get(gk.rq_path(ns, gk.guard_name("least")))
+        name = gk.guard_name("least")
+        await eventually(lambda: ("deleted", name) in seen, 10, "the watch saw the guard go")
+        assert ("added", name) in seen and ("modified", name) in seen, seen
+        assert keeper.watches is not None and keeper.watches.synced(member)
+
+        # the policy, installed by this credential naming itself, and put back when loosened
+        async def names_me() -> bool:
+            p = await admin.get(f"{gp.POLICIES}/{gp.POLICY_NAME}")
+            return keeper.protection().get(member) == "" and gp.up_to_date(p, gp.policy(me))
+
+        await eventually(names_me, 30, "the policy installed naming the restricted credential")
+        await admin.merge_patch(
+            f"{gp.POLICIES}/{gp.POLICY_NAME}", {"spec": {"validations": [{"expression": "true"}]}}
+        )
+        await eventually(names_me, 30, "the loosened policy put back")
     finally:
+        await keeper.close()
+        with contextlib.suppress(KubeError):  # the bed's controller's policy, as it was
+            p = await admin.get(f"{gp.POLICIES}/{gp.POLICY_NAME}")
+            await admin.request(
+                "PUT",
+                f"{gp.POLICIES}/{gp.POLICY_NAME}",
+                gp.replacing(p, gp.policy(f"system:karmada:{member}")),
+            )
+        watching.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watching
+        await client.close()
         await members.close()
         await cleanup()
+
+
+# ---------------------------------------------------------------------------------------------
+# a guard deleted or raised in the member (issue 30)
+
+
+async def refused(call: Awaitable[Any]) -> str:
+    """The member's refusal of a request (403), in its words; fails if it was allowed."""
+    try:
+        await call
+    except KubeError as e:
+        assert e.status == 403, e
+        return str(e)
+    raise AssertionError("allowed")
+
+
+async def policy_naming(s: Stack, member: str, who: str) -> None:
+    """The keeper's admission policy and binding in `member`, naming `who`."""
+
+    async def installed() -> bool:
+        c = s.members[member]
+        p = await c.get(f"{gp.POLICIES}/{gp.POLICY_NAME}")
+        await c.get(f"{gp.BINDINGS}/{gp.POLICY_NAME}")
+        checking = (p.get("status") or {}).get("typeChecking") or {}
+        # the member's CEL type check found nothing wrong with the expression
+        assert not checking.get("expressionWarnings"), checking
+        return f"== '{who}'" in p["spec"]["validations"][0]["expression"]
+
+    await eventually(installed, 90, f"the guards' policy in {member} naming {who}")
+
+
+async def burst(s: Stack, member: str, ns: str, prefix: str, n: int = 8) -> list[str]:
+    """`n` pods created directly in `member` at once; their refusals ("" where admitted)."""
+    return list(
+        await asyncio.gather(*(create_pod(s, member, ns, f"{prefix}-{i}") for i in range(n)))
+    )
+
+
+async def test_a_deleted_or_raised_guard_is_refused_or_restored_and_a_burst_stays_within_it(
+    stack: Stack, namespace: str
+) -> None:
+    s, ns = stack, namespace
+    member = s.bed.members[1]
+    c = s.members[member]
+    hard = {"pods": "4"}
+    await s.bed.aapply(guarded_quota(ns, hard))
+    await member_namespace(s, ns)
+    path = gk.rq_path(ns, GUARD)
+    async with invariant(s, ns, hard):
+        ready = await guards_ready(s, ns)
+        allowed = pods(ready[member]["status"]["hard"]["pods"])
+        assert allowed == 2
+        # the controller reaches the member as the Cluster's credentials say
+        await policy_naming(s, member, f"system:karmada:{member}")
+
+        # with the policy: the member admin's delete, raise and planted "guard" are refused
+        # in Kubernetes' words (a dry run first: the binding may take a moment to be in force)
+        async def in_force() -> str:
+            return await refused(c.request("DELETE", path, params={"dryRun": "All"}))
+
+        await eventually(in_force, 30, "the guards' policy in force")
+        words = await refused(c.request("DELETE", path))
+        assert "karmadaquota's member guards" in words, words
+        assert "ValidatingAdmissionPolicy 'karmadaquota-guards'" in words, words
+        current = await guard(s, member, ns)
+        assert current is not None
+        raised = {**current, "spec": {"hard": {"pods": "100"}}}
+        words = await refused(c.request("PUT", path, raised))
+        assert "karmadaquota's member guards" in words, words
+        planted = {
+            "metadata": {"name": "bigger", "labels": ready[member]["metadata"]["labels"]},
+            "spec": {"hard": {"pods": "100"}},
+        }
+        words = await refused(c.request("POST", gk.rq_path(ns), planted))
+        assert "karmadaquota's member guards" in words, words
+        assert pods((await guard(s, member, ns) or {})["spec"]["hard"]["pods"]) == allowed
+
+        refusals = await burst(s, member, ns, "burst-a")
+        admitted = sum(1 for r in refusals if not r)
+        assert admitted == await running(s, member, ns, "burst-a-") <= allowed, refusals
+        assert all("exceeded quota: " + GUARD in r for r in refusals if r), refusals
+
+        # without the policy (a member admin deleted its binding): a deleted guard is put back
+        # from the controller's watch — measured from the deletion to the member's quota
+        # controller enforcing it again (status.hard)
+        await c.request("DELETE", f"{gp.BINDINGS}/{gp.POLICY_NAME}")
+        try:
+            restored: list[float] = []
+            for trial in range(20):
+                before = await guard(s, member, ns)
+                assert before is not None
+                deleted = await delete_when_allowed(c, path)
+                took = await restored_within(c, path, before["metadata"]["uid"], 1.0)
+                restored.append(took - deleted)
+                if trial == 0:  # a burst of direct pods right after the guard is back
+                    restored_guard = await guard(s, member, ns)
+                    held = gk.may_hold(restored_guard).get("pods", 0) // NANO
+                    refusals = await burst(s, member, ns, "burst-b")
+                    total = await running(s, member, ns, "burst-")
+                    admitted_b = sum(1 for r in refusals if not r)
+                    print(f"\nafter a restore: {admitted_b} of 8 admitted; the guard holds {held}")
+                    assert total <= held and total <= 4, (total, held, refusals)
+            restored.sort()
+            p99 = restored[min(len(restored) - 1, int(len(restored) * 0.99))]
+            print(
+                f"guard restored after {restored[len(restored) // 2] * 1000:.0f} ms (p50), "
+                f"{p99 * 1000:.0f} ms (p99), {restored[-1] * 1000:.0f} ms (max) "
+                f"over {len(restored)} deletions"
+            )
+            assert restored[-1] < 1.0
+        finally:
+            with contextlib.suppress(KubeError):
+                await c.post(gp.BINDINGS, gp.binding())
+
+    # the policy in force again: the member's namespace controller still empties a namespace
+    # being deleted, guard included (it would hang in Terminating otherwise)
+    await eventually(in_force, 30, "the guards' policy in force again")
+    old = (await c.get(f"/api/v1/namespaces/{ns}"))["metadata"]["uid"]
+    await c.request("DELETE", f"/api/v1/namespaces/{ns}")
+
+    async def terminated() -> bool:  # (Karmada may propagate it again: a new uid)
+        try:
+            return bool((await c.get(f"/api/v1/namespaces/{ns}"))["metadata"]["uid"] != old)
+        except NotFound:
+            return True
+
+    await eventually(terminated, 90, f"namespace {ns} deleted in {member}, guard and all")
+    await quota_gone(s, ns)
+
+
+async def delete_when_allowed(c: KubeClient, path: str, timeout: float = 30) -> float:
+    """Delete the guard as the member admin once no policy refuses it; when it was deleted."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            await c.request("DELETE", path)
+            return time.monotonic()
+        except KubeError as e:
+            # the binding's removal takes a moment to reach the admission plugin
+            assert e.status == 403 and time.monotonic() < deadline, e
+        await asyncio.sleep(0.05)  # polling with a deadline
+
+
+async def restored_within(c: KubeClient, path: str, old_uid: str, limit: float) -> float:
+    """Poll (every 5 ms) until a new guard is enforced (status.hard); when. Fails past 3×limit
+    (the assertion on the figures says whether it met `limit`)."""
+    deadline = time.monotonic() + 3 * limit
+    while True:
+        with contextlib.suppress(NotFound):
+            g = await c.get(path)
+            if g["metadata"]["uid"] != old_uid and (g.get("status") or {}).get("hard"):
+                return time.monotonic()
+        assert time.monotonic() < deadline, f"{path} not restored within {3 * limit} s"
+        await asyncio.sleep(0.005)  # polling with a deadline
 
 
 def _writes(keeper: gk.GuardKeeper) -> list[tuple[str, str, str]]:
@@ -548,7 +765,27 @@ async def restricted_token(
         "/apis/rbac.authorization.k8s.io/v1/clusterroles",
         {
             "metadata": {"name": name},
-            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]}],
+            "rules": [
+                {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
+                {"apiGroups": [""], "resources": ["resourcequotas"], "verbs": ["list", "watch"]},
+                {
+                    "apiGroups": ["admissionregistration.k8s.io"],
+                    "resources": [
+                        "validatingadmissionpolicies",
+                        "validatingadmissionpolicybindings",
+                    ],
+                    "verbs": ["create"],
+                },
+                {
+                    "apiGroups": ["admissionregistration.k8s.io"],
+                    "resources": [
+                        "validatingadmissionpolicies",
+                        "validatingadmissionpolicybindings",
+                    ],
+                    "resourceNames": [gp.POLICY_NAME],
+                    "verbs": ["get", "update"],
+                },
+            ],
         },
     )
     await c.post(

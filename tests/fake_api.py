@@ -12,6 +12,9 @@ so that the real informers, controller, leader election, cache and waker run aga
   generation. POST creates (409 when the name is taken, 404 when the namespace does not exist).
   DELETE of an object holding finalizers only sets its deletionTimestamp; removing the last
   finalizer of such an object deletes it.
+- LIST and WATCH take a `labelSelector` (`k=v`, `k!=v`, `k`, `!k`, comma-separated); an
+  object that stops matching is a DELETED event to a selecting watch, as the watch cache
+  sends it.
 - LIST pages with `limit`/`continue`, every page from the first page's revision (the list's
   resourceVersion); a continue token from before the compaction point answers 410.
 - WATCH from a resourceVersion replays the collection's events after it, then follows new ones;
@@ -106,11 +109,38 @@ class _End:
         self.gone = gone
 
 
+def selected(obj: Mapping[str, Any], selector: str) -> bool:
+    """The object's labels match a label selector (equality and existence terms)."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    for term in filter(None, (t.strip() for t in selector.split(","))):
+        if "!=" in term:
+            k, v = term.split("!=", 1)
+            ok = labels.get(k) != v
+        elif "=" in term:
+            k, v = term.split("=", 1)
+            ok = labels.get(k.rstrip("=")) == v
+        elif term.startswith("!"):
+            ok = term[1:] not in labels
+        else:
+            ok = term in labels
+        if not ok:
+            return False
+    return True
+
+
 @dataclass
 class _Watch:
     kind: Kind
     namespace: str
     queue: asyncio.Queue[tuple[str, JSON] | _End] = field(default_factory=asyncio.Queue)
+    selector: str = ""
+
+    def put(self, event: str, obj: JSON) -> None:
+        if self.selector and not selected(obj, self.selector):
+            if event != "MODIFIED":
+                return
+            event = "DELETED"  # it left the selection (the informer drops what it does not hold)
+        self.queue.put_nowait((event, copy.deepcopy(obj)))
 
 
 Hook = Callable[["Ref", Body], Awaitable[None] | None]  # the status written, the body
@@ -182,7 +212,7 @@ class FakeApiServer:
         ns = str(obj["metadata"].get("namespace") or "")
         for w in self.watches:
             if w.kind == kind and w.namespace in ("", ns):
-                w.queue.put_nowait((event, copy.deepcopy(obj)))
+                w.put(event, obj)
 
     def _stored(self, ref: Ref) -> JSON:
         obj = self.objects(ref.kind).get(ref.key)
@@ -505,7 +535,8 @@ class FakeApiServer:
             rv, start = self.rv, 0
             objects = self.objects(ref.kind)
             keys = sorted(k for k in objects if ref.namespace in ("", k[0]))
-            items = [copy.deepcopy(objects[k]) for k in keys]
+            selector = params.get("labelSelector") or ""
+            items = [copy.deepcopy(objects[k]) for k in keys if selected(objects[k], selector)]
             self._snapshots[(ref.kind, ref.namespace, rv)] = items
         limit = int(params.get("limit") or 0) or len(items) or 1
         meta: JSON = {"resourceVersion": str(rv)}
@@ -523,10 +554,11 @@ class FakeApiServer:
         since = int(resource_version or self.rv)
         if since < self.compacted:
             raise Gone(410, "Expired", f"too old resource version: {since} ({self.compacted})")
-        w = _Watch(ref.kind, ref.namespace)
+        query = dict(p.split("=", 1) for p in path.partition("?")[2].split("&") if "=" in p)
+        w = _Watch(ref.kind, ref.namespace, selector=query.get("labelSelector", ""))
         for rv, event, obj in self.log.get(ref.kind, []):
             if rv > since and ref.namespace in ("", obj["metadata"].get("namespace")):
-                w.queue.put_nowait((event, copy.deepcopy(obj)))
+                w.put(event, obj)
         self.watches.append(w)
         deadline = asyncio.get_running_loop().time() + timeout_seconds
         try:

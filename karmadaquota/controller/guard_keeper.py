@@ -14,9 +14,18 @@ connection lost) is assumed to have been applied if it raised, not if it lowered
 fails is unreachable for `retry` seconds: it keeps the guard it has, and `guards.desired` plans
 around it.
 
-Requests to a member, all in the quota's namespace, with the credentials Karmada holds for it
-(the Cluster's secret): resourcequotas get, create, update, delete. Nothing else (the pod
-watch in `controller.members` lists and watches pods).
+Guards are watched (`controller.guard_watch`: one informer per member on our labels): a guard
+another writer deleted or changed is seen within the watch's latency (`observed`) and the
+namespace's guards are synced at once (`on_change`), which puts it back as the share policy
+wants; while that watch is listed, the keeper reads guards from it rather than re-reading them
+every `reread_period`. Where the member allows it, a ValidatingAdmissionPolicy refuses such
+changes in the first place (`controller.guard_policy`).
+
+Requests to a member, with the credentials Karmada holds for it (the Cluster's secret):
+resourcequotas get, create, update, delete in the quota's namespace; resourcequotas list and
+watch by our labels; the guards' ValidatingAdmissionPolicy and its binding get, create,
+update; a SelfSubjectReview. Nothing else (the pod watch in `controller.members` lists and
+watches pods).
 """
 
 from __future__ import annotations
@@ -26,7 +35,7 @@ import contextlib
 import hashlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -35,10 +44,12 @@ import aiohttp
 from karmadaquota import resources
 from karmadaquota.api import KarmadaQuota
 from karmadaquota.controller import guards as gd
+from karmadaquota.controller.guard_watch import GuardWatches
 from karmadaquota.controller.members import Members, describe_error
 from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.kube.client import JSON, Api, KubeError, NotFound
 from karmadaquota.kube.retry import Backoff, retry_on_conflict
+from karmadaquota.kube.versions import parse_rv
 from karmadaquota.quantity import Format, Quantity, QuantityError
 
 log = logging.getLogger("karmadaquota.controller.guards")
@@ -153,6 +164,16 @@ class _Known:
     shown: dict[str, str]  # its spec.hard as written, for the quota's status
     read_at: float
     scoping: tuple[Any, Any] = (None, None)  # its spec.scopes and spec.scopeSelector
+    rv: int = 0  # the resourceVersion it was read at (0: unknown); older events are stale
+
+
+@dataclass(frozen=True)
+class _Intent:
+    """What the guard should be as the keeper last wrote or adopted it: anything else the
+    watch shows was written by someone else."""
+
+    hard: dict[str, int]
+    scoping: tuple[Any, Any] | None  # None: not known in the server's form yet
 
 
 def scoping(spec: Mapping[str, Any]) -> tuple[Any, Any]:
@@ -182,6 +203,9 @@ class GuardKeeper:
         max_retry: float = 10.0,
         reread_period: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
+        watch: bool = False,
+        identity: str | None = None,
+        protect_period: float = 60.0,
     ) -> None:
         self.members = members
         self.metrics = metrics
@@ -198,6 +222,18 @@ class GuardKeeper:
         self._failures: dict[str, int] = {}  # member -> failures in a row (the backoff)
         self.max_retry = max_retry
         self.errors: dict[str, str] = {}  # member -> why the last request failed
+        self._names: dict[tuple[str, str], str] = {}  # (ns, guard's name) -> its quota
+        self._intended: dict[tuple[str, str, str], _Intent] = {}  # (ns, quota, member)
+        self._diverged: set[tuple[str, str, str]] = set()  # changed by another, not put back
+        # a namespace whose guard another writer changed: sync it now (the reconciler's queue)
+        self.on_change: Callable[[str], None] = lambda namespace: None
+        # watch: one informer per member on the guards, and their admission policy kept
+        # installed where the member allows it (None: guards are re-read every reread_period)
+        self.watches = (
+            GuardWatches(self.observed, metrics, identity=identity, period=protect_period)
+            if watch
+            else None
+        )
 
     # ---- what the status shows -------------------------------------------------------------
 
@@ -220,9 +256,76 @@ class GuardKeeper:
         return out
 
     def forget(self, namespace: str, quota: str) -> None:
-        for table in (self._known, self._foreign):
-            for key in [k for k in table if k[0] == namespace and k[1] == quota]:
-                del table[key]
+        def mine(keys: Iterable[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+            return [k for k in keys if k[0] == namespace and k[1] == quota]
+
+        for key in mine(self._known):
+            del self._known[key]
+        for key in mine(self._foreign):
+            del self._foreign[key]
+        for key in mine(self._intended):
+            del self._intended[key]
+        self._diverged -= set(mine(self._diverged))
+        self._names.pop((namespace, guard_name(quota)), None)
+
+    async def close(self) -> None:
+        if self.watches is not None:
+            await self.watches.close()
+
+    def protection(self) -> dict[str, str]:
+        """Per member watched: "" while the admission policy protects its guards, else why
+        they are only watched and restored."""
+        return dict(self.watches.protection) if self.watches is not None else {}
+
+    # ---- the watch -------------------------------------------------------------------------
+
+    def observed(self, member: str, obj: Mapping[str, Any], gone: bool) -> None:
+        """A guard of `member` as its watch shows it now (`gone`: deleted, or no longer
+        labelled ours). Folded into what the keeper knows; when someone else changed it,
+        the namespace is synced at once."""
+        meta = obj.get("metadata") or {}
+        ns, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+        quota = self._names.get((ns, name))
+        if quota is None:
+            return  # labelled as ours, but no guard we keep: it guards nothing
+        key = (ns, quota, member)
+        known = self._known.get(key)
+        rv = parse_rv(meta.get("resourceVersion"))
+        if known is None or (rv and known.rv and rv <= known.rv):
+            return  # not read yet (the first sync reads it), or older than what is known
+        if not gone and not is_ours(obj, quota):
+            self._known[key] = replace(known, read_at=float("-inf"))  # read it again
+            gone = True
+        else:
+            self._remember(ns, quota, member, None if gone else dict(obj), rv)
+        intent = self._intended.get(key)
+        if intent is None:
+            return
+        spec = obj.get("spec") or {}
+        changed = gone or _nanos(spec.get("hard")) != intent.hard
+        if not changed and intent.scoping is not None and scoping(spec) != intent.scoping:
+            changed = True
+        if not changed:
+            self._diverged.discard(key)
+            return
+        if key not in self._diverged:  # counted and logged once until it is put back
+            self._diverged.add(key)
+            what = "deleted" if gone else "changed"
+            if self.metrics is not None:
+                self.metrics.guard_restores.labels(member, what).inc()
+            log.warning(
+                "member guard changed by another writer; restoring it",
+                extra={"cluster": member, "namespace": ns, "quota": quota, "change": what},
+            )
+        self.on_change(ns)
+
+    def _intend(self, key: tuple[str, str, str], obj: Mapping[str, Any] | None) -> None:
+        self._diverged.discard(key)
+        if obj is None:
+            self._intended.pop(key, None)
+            return
+        spec = obj.get("spec") or {}
+        self._intended[key] = _Intent(_nanos(spec.get("hard")), scoping(spec))
 
     # ---- requests --------------------------------------------------------------------------
 
@@ -233,6 +336,8 @@ class GuardKeeper:
         return self._down.get(member, 0.0) <= self._clock()
 
     def _failed(self, member: str, op: str, e: BaseException) -> None:
+        if self.watches is not None and isinstance(e, KubeError) and e.status == 403:
+            self.watches.recheck(member)  # our write refused: is the policy naming us?
         # doubling up to max_retry: a member that is down costs a namespace's flush one request
         # timeout per period, not per event
         n = self._failures[member] = self._failures.get(member, 0) + 1
@@ -297,18 +402,27 @@ class GuardKeeper:
             )
         return obj
 
-    def _remember(self, namespace: str, quota: str, member: str, obj: JSON | None) -> None:
+    def _remember(
+        self, namespace: str, quota: str, member: str, obj: JSON | None, rv: int = 0
+    ) -> None:
         shown = {
             str(k): str(v) for k, v in (((obj or {}).get("spec") or {}).get("hard") or {}).items()
         }
         spec = (obj or {}).get("spec") or {}
+        version = parse_rv(((obj or {}).get("metadata") or {}).get("resourceVersion")) or rv
         self._known[(namespace, quota, member)] = _Known(
-            may_hold(obj), shown, self._clock(), scoping(spec)
+            may_hold(obj), shown, self._clock(), scoping(spec), version
         )
 
     async def _write(self, member: str, quota: KarmadaQuota, hard: Mapping[str, int]) -> JSON:
         ns, name = quota.metadata.namespace, quota.metadata.name
         body = guard_body(quota, hard)
+        key = (ns, name, member)
+        # intended before it is written: the watch's echo of this write is not someone else's
+        before = self._intended.get(key)
+        self._intended[key] = _Intent(
+            _nanos(body["spec"]["hard"]), before.scoping if before is not None else None
+        )
 
         async def read() -> JSON | None:
             return await self._read(member, ns, name)
@@ -331,6 +445,7 @@ class GuardKeeper:
             read, mutate, write, attempts=4, backoff=Backoff(0.02, 0.2)
         )
         assert result is not None
+        self._intend(key, result)
         return result
 
     async def _confirm(
@@ -358,13 +473,19 @@ class GuardKeeper:
     async def _refresh(self, quota: KarmadaQuota, member: str) -> None:
         ns, name = quota.metadata.namespace, quota.metadata.name
         known = self._known.get((ns, name, member))
-        if known is not None and self._clock() - known.read_at < self.reread_period:
-            return
+        watched = self.watches is not None and self.watches.synced(member)
+        if known is not None and (
+            self._clock() - known.read_at < self.reread_period
+            or (watched and known.read_at > float("-inf"))
+        ):
+            return  # known, and the watch (or a recent read) would have told of a change
         foreign = self._foreign.get((ns, name, member))
         if foreign is not None and self._clock() - foreign[0] < self.reread_period:
             return
         try:
-            self._remember(ns, name, member, await self._read(member, ns, name))
+            got = await self._read(member, ns, name)
+            self._remember(ns, name, member, got)
+            self._intend((ns, name, member), got)
         except NotOurs as e:
             # no guard of ours can be put there: it holds nothing of ours (counted at its
             # usage), reported, and looked at again after the re-read period
@@ -390,6 +511,9 @@ class GuardKeeper:
         `may_write` is asked before each phase: a leader whose Lease is running out raises
         nothing (its successor plans from what the members hold then)."""
         ns, name = quota.metadata.namespace, quota.metadata.name
+        self._names[(ns, guard_name(name))] = name
+        if self.watches is not None:
+            self.watches.ensure(self.members.views())
         registered = {m.name for m in self.members.views()}
         await asyncio.gather(
             *(self._refresh(quota, m) for m in sorted(registered) if self._reachable(m))
@@ -453,6 +577,12 @@ class GuardKeeper:
             op = "raise" if before else "create"
             try:
                 written = await self._write(member, quota, hard)
+            except NotOurs as e:
+                # another ResourceQuota took the name meanwhile (a guard relabelled or deleted
+                # and re-made by someone else): it is left alone and reported, as on a read
+                self._foreign[(ns, name, member)] = (self._clock(), describe_error(e))
+                self._known.pop((ns, name, member), None)
+                return False
             except (KubeError, GuardError) as e:
                 # the write may have been applied: assume the larger of both
                 self._known[(ns, name, member)] = _Known(
@@ -517,6 +647,7 @@ class GuardKeeper:
                     obj = await self._read(member, ns, name)
                 except NotOurs:
                     obj = None  # not ours to delete: nothing of ours there
+                self._intend((ns, name, member), None)  # its deletion is ours
                 if obj is not None:
                     uid = obj["metadata"].get("uid")
                     options = {"kind": "DeleteOptions", "apiVersion": "v1"}

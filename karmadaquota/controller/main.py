@@ -156,6 +156,9 @@ async def serve(cfg: ControllerConfig) -> int:
             KubeClient.from_token, user_agent=user_agent("controller")
         ),
     )
+    # the guards are watched in every member and protected there by an admission policy where
+    # the member allows it; a guard someone else changed is synced at once
+    keeper = GuardKeeper(members, metrics, watch=True)
     controller = Controller(
         client,
         metrics,
@@ -171,8 +174,9 @@ async def serve(cfg: ControllerConfig) -> int:
         waker=Waker(client, metrics, cfg.wake) if cfg.wake is not None else None,
         namespace_api=client,
         admitter=Admitter(client, metrics),
-        guards=GuardKeeper(members, metrics),
+        guards=keeper,
     )
+    keeper.on_change = controller.guarding.mark
     if elector is None:
         controller.leadership_changed(True)
 
@@ -220,6 +224,7 @@ async def serve(cfg: ControllerConfig) -> int:
         await asyncio.gather(*tasks, return_exceptions=True)
         if elector is not None:
             await elector.release()
+        await keeper.close()
         await members.close()
         await listener.close()
         await authorizer.close()

@@ -174,6 +174,13 @@ class MemberWatch:
         ca = _secret_value(secret, "caBundle")
         return self._client_factory(a.endpoint, token.decode(), ca, a.insecure)
 
+    async def connect(self) -> KubeClient:
+        """A new client for this member, from the Cluster's credentials as they are now (the
+        guard keeper's watch of the guards takes one per connection; the caller closes it)."""
+        if self.access.problem:
+            raise ValueError(self.access.problem)
+        return await self._client()
+
     async def api(self) -> KubeClient:
         """A client for this member's API server (the guards' requests), built from the
         Cluster's credentials and kept until `reset_api` (after an error)."""

@@ -147,6 +147,20 @@ class ControllerMetrics:
             ["member_cluster", "operation", "result"],
             registry=r,
         )
+        self.guard_restores = Counter(
+            "karmadaquota_guard_restores_total",
+            "Member guards found deleted or changed by another writer (leader's guard watch); "
+            "each is put back at once.",
+            ["member_cluster", "change"],
+            registry=r,
+        )
+        self.guards_protected = Gauge(
+            "karmadaquota_member_guards_protected",
+            "1 while a ValidatingAdmissionPolicy installed by the controller refuses other "
+            "writers' changes to the member's guards; 0: watched and restored only.",
+            ["member_cluster"],
+            registry=r,
+        )
         self.waiting = Gauge(
             "karmadaquota_waiting_workloads",
             "Workloads refused for quota and waiting for room (leader; all namespaces).",

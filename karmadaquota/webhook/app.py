@@ -18,7 +18,7 @@ import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import aiohttp
@@ -104,7 +104,7 @@ class KubeQuotaBackend:
         self.api_seconds[namespace] = self.api_seconds.get(namespace, 0.0) + elapsed
 
     def quotas(self, namespace: str) -> list[KarmadaQuota]:
-        return self._store.quotas(namespace)
+        return self._store.enforced(namespace)
 
     def update(self, quota: KarmadaQuota) -> None:
         self._store.fold_quota(quota)
@@ -176,8 +176,9 @@ class Webhook:
                 "karmadaquota webhook is starting: quota cache not synced; try again",
                 REASON_NOT_READY,
             )
-        if not self.quotas.has(req.namespace):
-            return Decision(True)
+        unlimited = await self._unlimited(req.namespace)
+        if unlimited is not None:
+            return unlimited
         try:
             new = ResourceBinding.model_validate(req.object)
             old = ResourceBinding.model_validate(req.oldObject) if req.oldObject else None
@@ -213,6 +214,22 @@ class Webhook:
             self.refusals.observe(req.namespace, new, old, new_charge, old_charge, decision)
         return decision
 
+    async def _unlimited(self, namespace: str) -> Decision | None:
+        """The answer for a namespace no quota limits (None: one does, charge the review): a
+        miss in the store is read live (the watch may not have delivered a quota created a
+        moment ago); a read that fails refuses, never admits unchecked."""
+        try:
+            holds = await self.quotas.lookup(namespace)
+        except (KubeError, aiohttp.ClientError, TimeoutError, RuntimeError) as e:
+            log.warning("cannot read quotas live", extra={"namespace": namespace, "error": str(e)})
+            return Decision(
+                False,
+                f"karmadaquota webhook cannot tell whether namespace {namespace} holds a quota "
+                f"(none cached, live read failed: {e}); try again",
+                REASON_NOT_READY,
+            )
+        return None if holds else Decision(True)
+
     def mutate_binding(self, req: review.Request) -> queueing.QueueDecision | None:
         """Whether a new binding is created queued (suspended, naming the quota); None leaves
         it as it is. Never refuses: whatever is wrong with the binding, the validating route
@@ -234,7 +251,7 @@ class Webhook:
             return None
         try:
             full = charge.full_charge(ResourceBinding.model_validate(req.object))
-            views = [QuotaView.of(q, datetime.now(UTC)) for q in quotas]
+            views = [QuotaView.of(q) for q in quotas]
         except (ValidationError, QuantityError):
             return None
         if full.invalid:

@@ -290,3 +290,26 @@ async def test_a_kick_without_waiting_changes_writes_nothing_and_the_worker_ends
     await batcher.close()
     assert store.puts == 1
     assert not batcher._workers and not batcher._queues
+
+
+async def test_compensation_takes_back_only_the_refused_charge() -> None:
+    """An UPDATE (generation 2) admitted by quota a, then refused by quota b: a keeps the
+    binding's charge of generation 1 (still unobserved), losing only generation 2's."""
+    store = FakeStore(
+        quota_doc("a", hard={"requests.cpu": "10"}), quota_doc("b", hard={"pods": "10"})
+    )
+    batcher = Batcher(store, clock=lambda: NOW)
+    assert (await batcher.submit(pending("web", replicas=1, generation=1))).allowed
+    store.refresh()
+
+    def fill_b(s: FakeStore, body: JSON) -> None:
+        if body["metadata"]["name"] == "b" and s.conflicts == 0:
+            s.bump("ns", "b", lambda d: d["status"].update(used={"pods": "10"}))
+
+    store.before_put = fill_b
+    old = binding("web", replicas=1, generation=1)
+    up = await batcher.submit(pending("web", replicas=3, generation=2, old=old))
+    assert not up.allowed and up.message.startswith("exceeded quota: b,")
+    held = store.stored(name="a").status.reservations
+    assert [(r.reservedBy.uid, r.generation) for r in held] == [("uid-web", 1)]
+    assert reserved_cpu(store, "a") == Quantity.parse("1")

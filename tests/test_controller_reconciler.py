@@ -368,21 +368,6 @@ async def test_an_expired_reservation_holds_until_the_audit_disproves_it(env: An
     assert sample(c, "karmadaquota_reservations_released_total", reason="observed") == 1
 
 
-async def test_an_expired_reservation_of_an_unchanged_binding_holds_with_no_leader(
-    env: Any,
-) -> None:
-    """No leader (a controller outage): nothing is released, expired or not."""
-    api, c, lead = env
-    add_quota(api, "q", {"pods": "10"})
-    await listed(c)
-    await until(lambda: used(api) == {"pods": "0"})
-    lead.leader = False
-    add_reservation(api, "q", "uid-never", {"pods": "2"}, ttl=0.05)
-    await asyncio.sleep(0.5)  # several TTLs: the reservation must still be there
-    await until(lambda: quiet(c))
-    assert len(held(api)) == 1
-
-
 async def test_an_update_admitted_but_never_stored_is_released_after_the_window(
     env: Any,
 ) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import Any
 
 from karmadaquota.api import KarmadaQuota, read_quota
@@ -142,6 +143,24 @@ class QuotaStore:
         if len(quotas) < len(records):
             raise UnreadableQuota(namespace, [r.name for r in records if r.quota is None])
         return quotas
+
+    def overdue(self, now: datetime) -> tuple[float, int]:
+        """(seconds the oldest pending charge is past its expiry, 0 when none is; how many
+        are) over every quota held: charges the controller has neither counted in `used` nor
+        disproved by their expiry — with no controller they pile up and the quotas fill. An
+        unreadable expiry counts, with no age."""
+        oldest, count = 0.0, 0
+        for bucket in self._by_ns.values():
+            for record in bucket.values():
+                quota = record.quota
+                for r in quota.status.reservations if quota is not None else ():
+                    if not r.due(now):
+                        continue
+                    count += 1
+                    expires = r.expires()
+                    if expires is not None:
+                        oldest = max(oldest, (now - expires).total_seconds())
+        return oldest, count
 
     async def lookup(self, namespace: str) -> bool:
         """Whether the namespace holds a quota: the store, or on a miss a live LIST of the

@@ -18,7 +18,7 @@ import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import aiohttp
@@ -58,6 +58,24 @@ DEADLINE_SHARE = 0.9
 # how long this replica counts a binding it queued towards its quota's queue, before the
 # controller's `status.queued` surely has it (its reaction time is tens of milliseconds)
 QUEUED_RECENTLY = 2.0
+
+
+# Tests only (e2e/test_faults.py): seconds added to this process' wall clock wherever it stamps
+# or reads a pending charge's expiry, to show that replicas whose clocks disagree by more than
+# the TTL still count each other's charges. Unset in every shipped manifest.
+CLOCK_OFFSET_ENV = "KARMADAQUOTA_TEST_CLOCK_OFFSET_SECONDS"
+
+
+def skewed_clock(offset: str) -> Callable[[], datetime]:
+    """The wall clock, `offset` seconds ahead (negative: behind); a bad offset is an error."""
+    try:
+        delta = timedelta(seconds=float(offset or 0))
+    except ValueError as e:
+        raise ValueError(f"{CLOCK_OFFSET_ENV}={offset!r} is not a number of seconds") from e
+    if not delta:
+        return lambda: datetime.now(UTC)
+    log.warning("test clock offset in effect", extra={"offset_seconds": delta.total_seconds()})
+    return lambda: datetime.now(UTC) + delta
 
 
 def review_budget(timeout: str | None) -> float | None:
@@ -551,6 +569,8 @@ async def running(settings: WebhookConfig) -> AsyncIterator[tuple[Webhook, int]]
 
     quotas = QuotaStore(client, on_put=count, on_delete=count, on_relisted=count)
     store = KubeQuotaBackend(client, quotas)
+    clock = skewed_clock(os.environ.get(CLOCK_OFFSET_ENV, ""))
+    metrics.watch_pending(lambda: quotas.overdue(clock()))
     batcher = Batcher(
         store,
         BatcherConfig(
@@ -561,6 +581,7 @@ async def running(settings: WebhookConfig) -> AsyncIterator[tuple[Webhook, int]]
         on_batch=metrics.batch_size.observe,
         on_conflict=metrics.conflicts.inc,
         on_write=metrics.observe_write,
+        clock=clock,
     )
     refusals = RefusalRecorder(store, batcher) if settings.record_waiting else None
     webhook = Webhook(quotas, batcher, metrics, store.api_seconds, refusals, client)

@@ -178,8 +178,10 @@ async def start_webhook(
     detach: bool = False,
     *extra: str,
     port: int | None = None,
+    env: dict[str, str] | None = None,
 ) -> WebhookProc:
-    """Start a webhook replica; `port` restarts one where it was (behind a proxy)."""
+    """Start a webhook replica; `port` restarts one where it was (behind a proxy); `env` adds
+    to its environment (e.g. the test-only clock offset)."""
     cert = bed.serving_cert(name)
     port = port or free_port()
     metrics_port = free_port()
@@ -201,6 +203,7 @@ async def start_webhook(
             "--shutdown-delay=0s",
             *extra,
         ],
+        env=env,
         detach=detach,
     )
     hook = WebhookProc(proc, port, cert.ca_bundle, metrics_port)

@@ -332,6 +332,19 @@ def charge_key(reserved: Mapping[str, QuantityValue]) -> tuple[tuple[str, Quanti
 
 
 PendingKey = tuple[tuple[tuple[str, QuantityValue], ...], int]
+# one entry as `status.pending` keeps it: uid, generation, charge, expiry second (0: unreadable)
+EntryKey = tuple[str, int, tuple[tuple[str, QuantityValue], ...], int]
+
+
+def entry_key(r: Reservation) -> EntryKey:
+    """What tells reservations apart once written (two equal keys are one charge made twice:
+    the same binding generation admitted again within a second)."""
+    return (
+        r.reservedBy.uid,
+        r.generation,
+        charge_key(r.reserved),
+        expiry_seconds(r.expirationTime) or 0,
+    )
 
 
 def pending_groups(reservations: Iterable[Reservation]) -> dict[PendingKey, list[Reservation]]:

@@ -35,12 +35,12 @@ from karmadaquota.api import (
     ENFORCED_VALUE,
     ClusterUsage,
     Condition,
+    EntryKey,
     KarmadaQuota,
     KarmadaQuotaStatus,
     Reservation,
     WaitingWorkload,
-    charge_key,
-    expiry_seconds,
+    entry_key,
 )
 from karmadaquota.controller import guards as gd
 from karmadaquota.controller import status as st
@@ -53,6 +53,9 @@ RELEASED_OBSERVED = "observed"
 # proven never created, or never stored at its generation (the orphan audit), or naming no
 # possible binding
 RELEASED_DISPROVED = "disproved"
+# a stale charge is looked at this long after the admission window: entries of one key (one
+# expiry second) were admitted within that second
+STALE_MARGIN = 1.0
 # a ResourceBinding's name: a DNS subdomain (the API server validates custom resources' names)
 _BINDING_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
@@ -514,21 +517,6 @@ def unobserved_reservations(
     return pending
 
 
-# a `status.pending` entry as it is written: uid, generation, charge, expiry second
-EntryKey = tuple[str, int, tuple[tuple[str, str | int], ...], int]
-
-
-def entry_key(r: Reservation) -> EntryKey:
-    """What tells reservations apart in `status.pending` (two equal keys are one charge made
-    twice: the same update admitted again within a second)."""
-    return (
-        r.reservedBy.uid,
-        r.generation,
-        charge_key(r.reserved),
-        expiry_seconds(r.expirationTime) or 0,
-    )
-
-
 @dataclass(frozen=True)
 class StaleCharge:
     """Reservations of a binding the index holds at an earlier generation: an UPDATE admitted
@@ -582,7 +570,7 @@ def stale_disproved(
     UPDATE admitted before that was stored or refused by then; +1 s: entries of one key were
     admitted within the second their expiry rounds to)."""
     uid, generation = charge.key[0], charge.key[1]
-    return holder_uid == uid and holder_generation < generation and waited >= window + 1.0
+    return holder_uid == uid and holder_generation < generation and waited >= window + STALE_MARGIN
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 import aiohttp
 
 from karmadaquota import queued
-from karmadaquota.api import ON_EXCEED_QUEUE, KarmadaQuota
+from karmadaquota.api import ON_EXCEED_QUEUE, EntryKey, KarmadaQuota
 from karmadaquota.controller import recompute as rc
 from karmadaquota.controller import status as st
 from karmadaquota.controller.admit import Admitter
@@ -165,7 +165,7 @@ class Controller:
         self._unseen: dict[str, float] = {}  # reservation uid -> loop time first seen unobserved
         self._absent: set[str] = set()  # of those, the ones whose binding's name a GET found free
         # (namespace, quota, key, count) of a stale charge -> loop time first seen so
-        self._stale: dict[tuple[str, str, rc.EntryKey, int], float] = {}
+        self._stale: dict[tuple[str, str, EntryKey, int], float] = {}
 
     # ---- inputs ----------------------------------------------------------------------------
 
@@ -466,7 +466,7 @@ class Controller:
         found = False
         for c in charges:
             first = self._stale.setdefault((namespace, c.quota, c.key, c.count), now)
-            due = first + window + 1.0
+            due = first + window + rc.STALE_MARGIN
             if now < due:
                 self.dirty.mark_at(namespace, due + 0.05)
                 continue

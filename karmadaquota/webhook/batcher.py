@@ -34,11 +34,13 @@ from karmadaquota import resources
 from karmadaquota.api import (
     BINDING_API_VERSION,
     BINDING_KIND,
+    EntryKey,
     KarmadaQuota,
     ObjectReference,
     Reservation,
     WaitingWorkload,
     charge_key,
+    entry_key,
     expiry_seconds,
     format_time,
     pending_entry,
@@ -47,6 +49,7 @@ from karmadaquota.api import (
 from karmadaquota.charge import Charge
 from karmadaquota.evaluate import (
     ALLOW,
+    REASON_FORBIDDEN,
     Decision,
     LimitedResource,
     QuotaView,
@@ -64,7 +67,6 @@ log = logging.getLogger("karmadaquota.batcher")
 REASON_CONFLICT = "Conflict"
 REASON_INTERNAL = "InternalError"
 REASON_TOO_MANY = "TooManyRequests"
-REASON_UNREADABLE = "Forbidden"
 
 # A status write must fit etcd's request limit (1.5 MiB by default) together with the rest of
 # the object (spec, used, conditions, metadata): `status.pending` gets at most this much of it.
@@ -257,7 +259,7 @@ class Batcher:
             views = {name: QuotaView.of(q) for name, q in objects.items()}
         except UnreadableQuota as e:  # fail closed: a quota we cannot read limits nothing we know
             for p in batch:
-                p.resolve(Decision(False, str(e), REASON_UNREADABLE))
+                p.resolve(Decision(False, str(e), REASON_FORBIDDEN))
             return  # waiting-list changes stay with the recorder for a pass that can read
         except QuantityError as e:
             for p in batch:
@@ -535,30 +537,18 @@ def without_refused(
 ) -> list[Reservation]:
     """`reservations` minus one entry per refused one, matched by uid, generation, charge and
     expiry second (what `status.pending` keeps of an entry): never the binding's others."""
-    wanted: dict[_EntryKey, int] = {}
+    wanted: dict[EntryKey, int] = {}
     for r in refused:
-        key = _entry_key(r)
+        key = entry_key(r)
         wanted[key] = wanted.get(key, 0) + 1
     kept: list[Reservation] = []
     for r in reservations:
-        key = _entry_key(r)
+        key = entry_key(r)
         if wanted.get(key, 0) > 0:
             wanted[key] -= 1
             continue
         kept.append(r)
     return kept
-
-
-_EntryKey = tuple[str, int, tuple[tuple[str, str | int], ...], int | None]
-
-
-def _entry_key(r: Reservation) -> _EntryKey:
-    return (
-        r.reservedBy.uid,
-        r.generation,
-        charge_key(r.reserved),
-        expiry_seconds(r.expirationTime),
-    )
 
 
 def _with_reservations(

@@ -27,11 +27,21 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import pytest
+import yaml
 
-from e2e.testbed import TestBed, backend_from_env, build_binaries, campaign, product, running
+from e2e.testbed import (
+    TestBed,
+    backend_from_env,
+    build_binaries,
+    campaign,
+    kubeconfig,
+    product,
+    running,
+)
 from e2e.testbed import guards as gi
 from e2e.testbed.aio import InvariantViolation, eventually
 from e2e.testbed.storm import binding
@@ -463,3 +473,48 @@ async def test_webhook_clocks_skewed_by_two_ttls_still_count_each_others_charges
 
     async with webhooks_with(stack, OUTAGE_TTL_S, (0.0, skew * OUTAGE_TTL_S)):
         await outage_storm(stack, api, members, ns, away, record_property)
+
+
+async def test_controller_connection_stalled_for_three_ttls_under_a_storm_fails_closed(
+    fault_bed: TestBed,
+    stack: campaign.Stack,
+    api: KubeClient,
+    members: dict[str, KubeClient],
+    ns: str,
+    tmp_path: Path,
+    record_property: Callable[[str, Any], None],
+) -> None:
+    """The leading controller runs, but its connection to karmada-apiserver — its watches,
+    its Lease renewals, its writes — stalls for 3× the TTL (an L4 proxy in between,
+    SIGSTOPped: a partition, not a refused connection). The others are paused, so nobody
+    confirms: Σ of what the members run ≤ hard at every poll, and once the link is back the
+    controller leads again and confirms."""
+    upstream = urlsplit(kubeconfig.server_of(fault_bed.karmada_kubeconfig)).port
+    assert upstream is not None
+    with product.tcp_proxy(fault_bed, [upstream], name="controller-link") as (port, link):
+        config = yaml.safe_load(fault_bed.karmada_kubeconfig.read_text())
+        for c in config["clusters"]:
+            c["cluster"]["server"] = f"https://127.0.0.1:{port}"
+        linked = tmp_path / "controller-link.kubeconfig"
+        linked.write_text(yaml.safe_dump(config))
+        others = [c for c in stack.controllers if c.popen.poll() is None]
+        resume_others = pause(others)
+        proc, _ = product.start_controller(
+            fault_bed,
+            f"{stack.lease}-linked",
+            env={"KARMADAQUOTA_LEASE_NAME": stack.lease},
+            kubeconfig=linked,
+        )
+        stack.controllers.append(proc)
+        try:
+            # it leads once the paused leader's Lease has lapsed
+            await eventually(lambda: stack.leader() is proc, 60, "the linked controller leads")
+
+            async def away() -> Callable[[], None]:
+                return pause([link])
+
+            async with webhooks_with(stack, OUTAGE_TTL_S):
+                await outage_storm(stack, api, members, ns, away, record_property)
+        finally:
+            proc.stop()
+            resume_others()

@@ -1,6 +1,7 @@
 """The adversarial campaign: generated bindings created, updated and deleted concurrently through
 the real karmada-apiserver and two webhook replicas against overlapping quotas; afterwards the
-quota invariant is checked from the API alone (see e2e/testbed/campaign.py). One quota has
+quota invariant is checked from the API alone (see e2e/testbed/campaign.py), Σ charges ≤ hard
+at every 100 ms poll while the storm runs as well as after it. One quota has
 member guards: pods are created directly in a member meanwhile (around Karmada), and Σ over
 members of the guards' hard ≤ the quota's hard is polled throughout the storm and at every
 convergence poll (e2e/testbed/guards.py).
@@ -67,15 +68,16 @@ async def test_generated_storm_never_over_admits_and_usage_converges(
     await tenant.grant(testbed, namespace)
     guard_check = campaign.guard_invariant(members, namespace)
     async with gi.watching(guard_check):
-        stats, (pod_stats, pods_left), tenant_stats = await asyncio.gather(
-            campaign.run(
-                api, namespace, testbed.members, seed, ops, concurrency=concurrency, names=names
-            ),
-            campaign.direct_pods(members[direct], namespace, seed, ops // 10),
-            campaign.tenant_writes(
-                tenant.impersonating(api), namespace, testbed.members, seed, ops // 10, names
-            ),
-        )
+        async with campaign.invariant_during(api, namespace):  # Σ ≤ hard at every poll
+            stats, (pod_stats, pods_left), tenant_stats = await asyncio.gather(
+                campaign.run(
+                    api, namespace, testbed.members, seed, ops, concurrency=concurrency, names=names
+                ),
+                campaign.direct_pods(members[direct], namespace, seed, ops // 10),
+                campaign.tenant_writes(
+                    tenant.impersonating(api), namespace, testbed.members, seed, ops // 10, names
+                ),
+            )
         print(stats.summary())
         print(f"the tenant's writes: {tenant_stats.summary()}")
         print(f"pods made in {direct} around Karmada: {pod_stats.summary()}")

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from e2e.testbed import TestBed, product
-from e2e.testbed.aio import eventually
+from e2e.testbed.aio import InvariantViolation, eventually
 from e2e.testbed.workloads import deployment, divided_policy
 from karmadaquota.kube.client import JSON, KubeClient, NotFound
 from karmadaquota.quantity import Quantity
@@ -30,6 +30,7 @@ from karmadaquota.quantity import Quantity
 pytestmark = pytest.mark.e2e
 
 REQUESTS = {"cpu": "100m", "memory": "128Mi"}
+LEASE_S = 10.0  # the controller's Lease duration (leader.LeaderElector default)
 HARD = {
     "requests.cpu": "100",
     "requests.memory": "100Gi",
@@ -456,7 +457,8 @@ async def test_two_replicas_never_both_write(
     async def one_leader() -> ControllerProcess | None:
         ma, mb = await a.metrics(), await b.metrics()
         leaders = [c for c, m in ((a, ma), (b, mb)) if m.get("karmadaquota_leader") == 1]
-        assert len(leaders) <= 1, "two leaders at once"
+        if len(leaders) > 1:
+            raise InvariantViolation("two leaders at once")
         return leaders[0] if leaders else None
 
     leader = await eventually(one_leader, 60, "one leader")
@@ -487,11 +489,14 @@ async def test_two_replicas_never_both_write(
     ]
     assert used_pods == 2  # the follower's figures are warm
 
-    # graceful stop of the leader: the follower takes over at once (the Lease is released)
+    # graceful stop of the leader: the follower takes over at once (the Lease is released),
+    # well before the Lease (10 s) would have lapsed had it not been
     stopped = time.monotonic()
     await asyncio.to_thread(leader.stop)
-    await eventually(follower.leads, 30, "the follower to lead")
-    print(f"\nfailover after a graceful stop: {time.monotonic() - stopped:.1f} s")
+    await eventually(follower.leads, LEASE_S, "the follower to lead", interval=0.1)
+    failover = time.monotonic() - stopped
+    print(f"\nfailover after a graceful stop: {failover:.1f} s")
+    assert failover < LEASE_S, f"{failover:.1f} s: the Lease was not released, it lapsed"
     lease = await karmada.get(lease_path)
     assert lease["spec"]["holderIdentity"] == follower.identity
     await scale(karmada, namespace, "web", 3)

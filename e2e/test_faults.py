@@ -20,21 +20,36 @@ e2e/test_controller.py::test_an_unreachable_member_is_reported_stale_and_nothing
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import pytest
+import yaml
 
-from e2e.testbed import TestBed, backend_from_env, build_binaries, campaign
+from e2e.testbed import (
+    TestBed,
+    backend_from_env,
+    build_binaries,
+    campaign,
+    kubeconfig,
+    product,
+    running,
+)
 from e2e.testbed import guards as gi
-from e2e.testbed.aio import eventually
+from e2e.testbed.aio import InvariantViolation, eventually
 from e2e.testbed.storm import binding
+from e2e.testbed.workloads import deployment, divided_policy
+from karmadaquota.api import wire_reservations
 from karmadaquota.kube.client import JSON, KubeClient, KubeError
+from karmadaquota.quantity import NANO, Quantity
+from karmadaquota.webhook.app import CLOCK_OFFSET_ENV
 
 pytestmark = pytest.mark.e2e
 
@@ -96,6 +111,19 @@ async def admitted_probe(api: KubeClient, ns: str, timeout: float = 120) -> floa
         await asyncio.sleep(0.2)  # polling interval
 
 
+async def under_way(api: KubeClient, ns: str, storm: asyncio.Task[Any], least: int = 5) -> None:
+    """Wait until the storm has stored `least` bindings in `ns`; it must still be running
+    then (the fault that follows lands mid-storm, as the test's name says)."""
+
+    async def stored() -> bool:
+        if storm.done():
+            raise InvariantViolation("the storm ended before the fault could land in it")
+        return len((await api.get(campaign.RB_PATH.format(ns=ns)))["items"]) >= least
+
+    await eventually(stored, 60, f"{least} bindings stored by the storm", interval=0.1)
+    assert not storm.done(), "the storm ended before the fault"
+
+
 async def storm_with_fault(
     api: KubeClient,
     members: dict[str, KubeClient],
@@ -128,11 +156,11 @@ async def storm_with_fault(
     await gi.member_namespace(members, ns)
     await gi.guards_ready(members, ns, campaign.GUARDED)
     guard_check = campaign.guard_invariant(members, ns)
-    async with gi.watching(guard_check):
+    async with gi.watching(guard_check), campaign.invariant_during(api, ns):
         storm = asyncio.create_task(
             campaign.run(api, ns, bed.members, seed, OPS, concurrency=12, names=NAMES)
         )
-        await asyncio.sleep(1.0)  # let the storm get under way: a fault mid-storm is the point
+        await under_way(api, ns, storm)  # a fault mid-storm is the point
         t_fault = time.monotonic()
         await fault(storm)
         await admitted_probe(api, probe_ns)
@@ -263,3 +291,230 @@ async def test_member_api_server_sigkilled_mid_storm_and_the_guards_hold(
     assert check.held_polls > 0, check.summary()
     await eventually(lambda: guarded("True"), 60, f"{down} guarded again")
     assert fault_bed.healthy()
+
+
+# ---- the controller away for 3× the TTL: admission fails closed, nothing lapses --------------
+
+OUTAGE_TTL_S = 4.0  # a short TTL (--reservation-ttl) so that the outage lasts 3× it
+OUTAGE_S = 3 * OUTAGE_TTL_S
+OUTAGE_HARD = {"pods": "8", "requests.cpu": "800m"}
+OUTAGE_WORKLOADS = 8  # of 2 replicas × 100m: twice the hard, created across the outage
+DEPLOYMENTS = "/apis/apps/v1/namespaces/{ns}/deployments"
+
+
+@contextlib.asynccontextmanager
+async def webhooks_with(
+    stack: campaign.Stack, ttl: float, offsets: tuple[float, float] = (0.0, 0.0)
+) -> AsyncIterator[None]:
+    """Both webhook replicas restarted with `ttl` and their wall clocks offset by `offsets`
+    seconds (the test-only KARMADAQUOTA_TEST_CLOCK_OFFSET_SECONDS); as they were afterwards."""
+    old = stack.ttl
+    stack.ttl = f"{ttl:g}s"
+    try:
+        for i, offset in enumerate(offsets):
+            await stack.restart_webhook(i, env={CLOCK_OFFSET_ENV: str(offset)})
+        yield
+    finally:
+        stack.ttl = old
+        for i in range(len(offsets)):
+            await stack.restart_webhook(i)
+
+
+def pause(procs: list[product.Proc]) -> Callable[[], None]:
+    """SIGSTOP `procs` (a process that is there but answers nothing); the resume."""
+    for p in procs:
+        p.popen.send_signal(signal.SIGSTOP)
+
+    def resume() -> None:
+        for p in procs:
+            p.popen.send_signal(signal.SIGCONT)
+
+    return resume
+
+
+async def overdue(stack: campaign.Stack) -> float:
+    """The largest karmadaquota_pending_overdue_seconds over the webhook replicas."""
+    values = []
+    for w in stack.webhooks:
+        with contextlib.suppress(aiohttp.ClientError, OSError):
+            values.append(
+                product.parse_metrics(await w.metrics()).get(
+                    "karmadaquota_pending_overdue_seconds", 0.0
+                )
+            )
+    return max(values, default=0.0)
+
+
+async def outage_storm(
+    stack: campaign.Stack,
+    api: KubeClient,
+    members: dict[str, KubeClient],
+    ns: str,
+    away: Callable[[], Awaitable[Callable[[], None]]],
+    record_property: Callable[[str, Any], None],
+    nobody_confirms: bool = True,
+) -> None:
+    """Workloads (Deployments, divided over the members) created one after the other across
+    an outage of 3× the TTL that `away` starts (it returns the recovery), twice what the quota
+    holds. Σ of what the members run ≤ hard at every 100 ms poll throughout; no pending charge
+    lapses (with `nobody_confirms`, no controller at all: the charges are still held when the
+    outage ends); once it is over the charges are confirmed, and with the hard raised to fit
+    every workload all of them are admitted and run."""
+    bed = stack.bed
+    await bed.aapply(divided_policy(ns, "all", list(bed.members)))
+    await api.post(campaign.QUOTA_PATH.format(ns=ns), product.quota(ns, "team", OUTAGE_HARD))
+    quota_path = campaign.QUOTA_PATH.format(ns=ns) + "/team"
+
+    async def initialised() -> bool:
+        return set(OUTAGE_HARD) <= set(
+            ((await api.get(quota_path)).get("status") or {}).get("used", {})
+        )
+
+    await eventually(initialised, 60, "quota initialised")
+    await gi.member_namespace(members, ns)
+    names = [f"w{i}" for i in range(OUTAGE_WORKLOADS)]
+    inv = running.RunningInvariant(api, members, ns, "team")
+    async with running.watching(inv):
+        resume = await away()
+        t0 = time.monotonic()
+        try:
+            for i, name in enumerate(names):  # spread over the outage: most after some TTL
+                await asyncio.sleep(
+                    max(0.0, t0 + i * OUTAGE_S / OUTAGE_WORKLOADS - time.monotonic())
+                )
+                await api.post(DEPLOYMENTS.format(ns=ns), deployment(ns, name, 2, {"cpu": "100m"}))
+                inv.check()
+            # the outage lasts 3× the TTL: by now every charge is past its expiry, held
+            await asyncio.sleep(max(0.0, t0 + OUTAGE_S - time.monotonic()))  # the fault's length
+            inv.check()
+            late = await overdue(stack)
+            status = (await api.get(quota_path)).get("status") or {}
+            held = len(wire_reservations(status))
+            print(f"outage over after {time.monotonic() - t0:.1f}s: {held} pending charges held, "
+                  f"oldest {late:.1f}s past its expiry; members ran {inv.worst}")  # fmt: skip
+            record_property("pending_held", held)
+            record_property("overdue_s", round(late, 1))
+            if nobody_confirms:
+                assert held > 0 and late > 0, "no pending charge was held through the outage"
+        finally:
+            resume()
+        t_back = time.monotonic()
+
+        async def confirmed() -> bool:
+            status = (await api.get(quota_path)).get("status") or {}
+            pods = Quantity.parse(str(status.get("used", {}).get("pods", "-1")))
+            return not wire_reservations(status) and pods == (await inv.running())["pods"]
+
+        # the pending charges are confirmed: counted in used (what runs), none left
+        await eventually(confirmed, 120, "pending charges confirmed after the outage", interval=0.2)
+        back = time.monotonic() - t_back
+        # room for every workload: the ones refused during the outage are woken and admitted
+        await api.request(
+            "PATCH",
+            quota_path,
+            {"spec": {"hard": {"pods": "16", "requests.cpu": "1600m"}}},
+            content_type="application/merge-patch+json",
+        )
+
+        async def all_run() -> bool:
+            got = await inv.running()
+            return got["pods"].nanos == 16 * NANO
+
+        await eventually(all_run, 180, "every workload admitted and run after the outage")
+        admitted_all = time.monotonic() - t_back
+    print(f"recovery: charges confirmed {back:.1f}s after the outage, every workload running "
+          f"{admitted_all:.1f}s after it")  # fmt: skip
+    record_property("confirmed_s", round(back, 1))
+    record_property("all_admitted_s", round(admitted_all, 1))
+
+
+@pytest.mark.parametrize("who", ["every controller", "the Lease holder"])
+async def test_controller_paused_for_three_ttls_under_a_storm_fails_closed(
+    stack: campaign.Stack,
+    api: KubeClient,
+    members: dict[str, KubeClient],
+    ns: str,
+    who: str,
+    record_property: Callable[[str, Any], None],
+) -> None:
+    """SIGSTOP (there, answering nothing) for 3× the TTL while twice the quota is created:
+    Σ of what the members run never passes the hard (on c43fe24 the charges lapsed at their
+    expiry and the webhook let the second half in), and once the controller is back the
+    charges are confirmed and everything is admitted."""
+
+    async def away() -> Callable[[], None]:
+        if who == "every controller":
+            return pause([c for c in stack.controllers if c.popen.poll() is None])
+        leader = await eventually(stack.leader, 60, "a controller leads")
+        assert len([c for c in stack.controllers if c.popen.poll() is None]) > 1, "no standby"
+        return pause([leader])
+
+    async with webhooks_with(stack, OUTAGE_TTL_S):
+        await outage_storm(
+            stack, api, members, ns, away, record_property, who == "every controller"
+        )
+
+
+@pytest.mark.parametrize("skew", [2.0, -2.0])
+async def test_webhook_clocks_skewed_by_two_ttls_still_count_each_others_charges(
+    stack: campaign.Stack,
+    api: KubeClient,
+    members: dict[str, KubeClient],
+    ns: str,
+    skew: float,
+    record_property: Callable[[str, Any], None],
+) -> None:
+    """One replica's clock runs `skew` × TTL off (fake time in the process) while every
+    controller is paused for 3× the TTL: the replicas count each other's charges, expired by
+    either clock, and Σ of what the members run never passes the hard."""
+
+    async def away() -> Callable[[], None]:
+        return pause([c for c in stack.controllers if c.popen.poll() is None])
+
+    async with webhooks_with(stack, OUTAGE_TTL_S, (0.0, skew * OUTAGE_TTL_S)):
+        await outage_storm(stack, api, members, ns, away, record_property)
+
+
+async def test_controller_connection_stalled_for_three_ttls_under_a_storm_fails_closed(
+    fault_bed: TestBed,
+    stack: campaign.Stack,
+    api: KubeClient,
+    members: dict[str, KubeClient],
+    ns: str,
+    tmp_path: Path,
+    record_property: Callable[[str, Any], None],
+) -> None:
+    """The leading controller runs, but its connection to karmada-apiserver — its watches,
+    its Lease renewals, its writes — stalls for 3× the TTL (an L4 proxy in between,
+    SIGSTOPped: a partition, not a refused connection). The others are paused, so nobody
+    confirms: Σ of what the members run ≤ hard at every poll, and once the link is back the
+    controller leads again and confirms."""
+    upstream = urlsplit(kubeconfig.server_of(fault_bed.karmada_kubeconfig)).port
+    assert upstream is not None
+    with product.tcp_proxy(fault_bed, [upstream], name="controller-link") as (port, link):
+        config = yaml.safe_load(fault_bed.karmada_kubeconfig.read_text())
+        for c in config["clusters"]:
+            c["cluster"]["server"] = f"https://127.0.0.1:{port}"
+        linked = tmp_path / "controller-link.kubeconfig"
+        linked.write_text(yaml.safe_dump(config))
+        others = [c for c in stack.controllers if c.popen.poll() is None]
+        resume_others = pause(others)
+        proc, _ = product.start_controller(
+            fault_bed,
+            f"{stack.lease}-linked",
+            env={"KARMADAQUOTA_LEASE_NAME": stack.lease},
+            kubeconfig=linked,
+        )
+        stack.controllers.append(proc)
+        try:
+            # it leads once the paused leader's Lease has lapsed
+            await eventually(lambda: stack.leader() is proc, 60, "the linked controller leads")
+
+            async def away() -> Callable[[], None]:
+                return pause([link])
+
+            async with webhooks_with(stack, OUTAGE_TTL_S):
+                await outage_storm(stack, api, members, ns, away, record_property)
+        finally:
+            proc.stop()
+            resume_others()

@@ -59,7 +59,8 @@ async def test_a_create_storm_keeps_every_status_write_small(
 ) -> None:
     """N creates with room for all (5,000 with KARMADAQUOTA_LONG=1): every version of the quota
     the API server stored stays far under etcd's limit; refusals are only the retryable
-    'too many pending reservations'; retried, all are admitted and counted exactly."""
+    'holds N pending charges … the most its status can carry'; retried, all are admitted and
+    counted exactly."""
     count = 5000 if campaign.long_run() else 600
     ns, path = namespace, campaign.RB_PATH.format(ns=namespace)
     await api.post(
@@ -106,7 +107,7 @@ async def test_a_create_storm_keeps_every_status_write_small(
         assert all(retryable(m) or any(r in m for r in others) for m in result.denied.values()), (
             set(result.denied.values())
         )
-        too_many += sum("too many pending reservations" in m for m in result.denied.values())
+        too_many += sum("the most its status can carry" in m for m in result.denied.values())
         # what exists, from the API: a create that timed out at the client may still have
         # been admitted and stored
         live = {b["metadata"]["name"] for b in (await api.get(path))["items"]}

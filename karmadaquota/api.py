@@ -89,8 +89,12 @@ def parse_time(value: str) -> datetime | None:
 
 
 def expired(expiration_time: str, now: datetime) -> bool:
-    """Whether a reservation expiring at `expiration_time` has lapsed at `now` (naive means
-    UTC); an unreadable time has lapsed, so that it holds nothing."""
+    """Whether a pending charge expiring at `expiration_time` is due for the controller's
+    orphan audit at `now` (naive means UTC); an unreadable time is due at once.
+
+    Never a release: an expired charge holds exactly what it held before (a clock alone never
+    frees quota — with no controller the quota fills and refuses). Only the controller drops
+    an entry, once it has counted its binding in `used` or proved that it never existed."""
     when = parse_time(expiration_time)
     return when is None or when <= (now.replace(tzinfo=UTC) if now.tzinfo is None else now)
 
@@ -230,7 +234,10 @@ class Reservation(_Lenient):
         description="The binding that took the reservation (apiVersion, kind, name, uid)."
     )
     reserved: RawResourceList = _resource_list("The incremental usage reserved.")
-    expirationTime: str = Field(description="RFC 3339 time after which the reservation lapses.")
+    expirationTime: str = Field(
+        description="RFC 3339 time after which the controller audits the reservation (it "
+        "holds until its binding is counted in used or proven never created)."
+    )
     generation: int = Field(
         default=0,
         description="The binding generation that carries this usage: the controller drops the "
@@ -238,11 +245,12 @@ class Reservation(_Lenient):
     )
 
     def expires(self) -> datetime | None:
-        """When the reservation lapses; None when unreadable (then it holds nothing)."""
+        """When the reservation is due for the orphan audit; None when unreadable (due at
+        once). It holds its charge either way."""
         return parse_time(self.expirationTime)
 
-    def lapsed(self, now: datetime) -> bool:
-        """Expired at `now` (naive means UTC); an unreadable expiration holds nothing."""
+    def due(self, now: datetime) -> bool:
+        """Expired at `now` (naive means UTC): due for the orphan audit, still held."""
         return expired(self.expirationTime, now)
 
 
@@ -280,7 +288,7 @@ PENDING_EXPIRES_PATTERN = (
 # the generation an entry leaves out: a create's (the API server sets 1 before admission)
 DEFAULT_GENERATION = 1
 # generation of an entry whose generation is unreadable: no binding reaches it, so the charge
-# holds until it expires (never dropped early, which could under-count)
+# holds until the orphan audit settles it (never dropped early, which could under-count)
 HOLD_GENERATION = 2**63 - 1
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MAX_SECONDS = int((datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC) - _EPOCH).total_seconds())
@@ -296,8 +304,8 @@ def _unescape(text: str) -> str:
 
 
 def expiry_seconds(expiration_time: str) -> int | None:
-    """An RFC 3339 expiration as Unix seconds, rounded up (a charge never lapses earlier than
-    it said) and clamped to 0..9999-12-31; None when unreadable (then it holds nothing)."""
+    """An RFC 3339 expiration as Unix seconds, rounded up (a charge is never audited earlier
+    than it said) and clamped to 0..9999-12-31; None when unreadable (due at once)."""
     when = parse_time(expiration_time)
     if when is None:
         return None
@@ -325,19 +333,32 @@ def charge_key(reserved: Mapping[str, QuantityValue]) -> tuple[tuple[str, Quanti
     return tuple(sorted(reserved.items()))
 
 
-PendingKey = tuple[tuple[tuple[str, QuantityValue], ...], int | None]
+PendingKey = tuple[tuple[tuple[str, QuantityValue], ...], int]
+# one entry as `status.pending` keeps it: uid, generation, charge, expiry second (0: unreadable)
+EntryKey = tuple[str, int, tuple[tuple[str, QuantityValue], ...], int]
+
+
+def entry_key(r: Reservation) -> EntryKey:
+    """What tells reservations apart once written (two equal keys are one charge made twice:
+    the same binding generation admitted again within a second)."""
+    return (
+        r.reservedBy.uid,
+        r.generation,
+        charge_key(r.reserved),
+        expiry_seconds(r.expirationTime) or 0,
+    )
 
 
 def pending_groups(reservations: Iterable[Reservation]) -> dict[PendingKey, list[Reservation]]:
     """The reservations by their `status.pending` group, (charge, expiry in whole seconds
-    rounded up; None when unreadable), groups in order of first appearance, each in list
-    order: what the encoder writes and the webhook's size bound counts."""
+    rounded up; 0 — due at once — when unreadable), groups in order of first appearance, each
+    in list order: what the encoder writes and the webhook's size bound counts."""
     groups: dict[PendingKey, list[Reservation]] = {}
-    seconds: dict[str, int | None] = {}  # a batch's reservations share their expiration
+    seconds: dict[str, int] = {}  # a batch's reservations share their expiration
     for r in reservations:
         stamp = r.expirationTime
         if stamp not in seconds:
-            seconds[stamp] = expiry_seconds(stamp)
+            seconds[stamp] = expiry_seconds(stamp) or 0
         groups.setdefault((charge_key(r.reserved), seconds[stamp]), []).append(r)
     return groups
 
@@ -345,8 +366,9 @@ def pending_groups(reservations: Iterable[Reservation]) -> dict[PendingKey, list
 def encode_pending(reservations: Iterable[Reservation]) -> list[dict[str, Any]]:
     """The wire `pending` of a logical reservation list (`pending_groups`), so an unchanged
     list encodes to the same JSON (the controller writes only what differs). Decoding the
-    result gives the list grouped stably; reservations whose expiration is unreadable are left
-    out (they hold nothing)."""
+    result gives the list grouped stably; a reservation whose expiration is unreadable is
+    written as due at once (1970-01-01): it is held until the controller's audit drops it,
+    never left out."""
     return [
         {
             "charge": dict(rs[0].reserved),
@@ -354,7 +376,6 @@ def encode_pending(reservations: Iterable[Reservation]) -> list[dict[str, Any]]:
             "bindings": [pending_entry(r) for r in rs],
         }
         for (_, at), rs in pending_groups(reservations).items()
-        if at is not None
     ]
 
 
@@ -362,7 +383,7 @@ def _read_charge(raw: Any) -> dict[str, QuantityValue]:
     """A group's charge as written, so that it is charged as it says. What is not a quantity
     (only a writer that bypassed the CRD schema can put it there) is kept as text that fails
     to parse, so admission refuses in that namespace (fail closed) until the controller drops
-    the entries (observed or expired) — never read as nothing."""
+    the entries (observed, or proven never created) — never read as nothing."""
     if raw is None:
         return {}
     if not isinstance(raw, Mapping):
@@ -376,8 +397,8 @@ def _read_charge(raw: Any) -> dict[str, QuantityValue]:
 
 def _read_expires(group: Mapping[str, Any]) -> str | None:
     """A group's `expires` as its entries' expirationTime (whole seconds, rounded up, as the
-    encoder writes it); unreadable (holds nothing) when it is not an RFC 3339 time; None when
-    the group has none (the first form: its entries carry their own)."""
+    encoder writes it); unreadable (held, due for the audit at once) when it is not an RFC 3339
+    time; None when the group has none (the first form: its entries carry their own)."""
     if "expires" not in group:
         return None
     raw = group["expires"]
@@ -411,11 +432,11 @@ def _read_entry(
     if len(parts) == 4:  # the first form: name/uid/generation/expires (Unix seconds)
         name, uid, generation = parts[:3]
         stamp = _unix_time(parts[3], stamps)
-    elif len(parts) in (2, 3) and expires is not None:  # name/uid[/generation]
+    elif len(parts) in (2, 3):  # name/uid[/generation], by the group's expiry (if any)
         name, uid = parts[:2]
         generation = parts[2] if len(parts) == 3 else str(DEFAULT_GENERATION)
-        stamp = expires
-    else:  # no expiration to read
+        stamp = expires if expires is not None else _UNREADABLE + text
+    else:  # neither form: held under its text as name and uid, audited at once
         name, uid, generation, stamp = text, text, "", _UNREADABLE + text
     gen = (
         min(int(generation), HOLD_GENERATION)
@@ -447,9 +468,11 @@ def decode_pending(raw: Any, namespace: str = "") -> list[dict[str, Any]]:
     - an expiry that cannot be read — a group's `expires` that is not an RFC 3339 time, a
       first-form expiry that is not Unix seconds within 0..9999-12-31, a group without
       `expires` for entries that carry none, or an entry that is neither form at all —
-      becomes an unreadable `expirationTime`, which holds nothing, exactly as the old layout's
-      unreadable `expirationTime` did (`expired`); the next write drops it;
-    - an unreadable generation holds the charge until it expires (`HOLD_GENERATION`);
+      becomes an unreadable `expirationTime`: the charge holds, due for the controller's
+      orphan audit at once (`expired`), which drops it once its binding is counted or proven
+      never created (a name no binding can have is proof at once);
+    - an unreadable generation holds the charge until the audit settles it
+      (`HOLD_GENERATION`);
     - an unreadable charge is charged as unparseable text: admission fails closed (see
       `_read_charge`);
     - a group that is not an object, or a `pending` that is not a list, holds no entry to read.
@@ -572,7 +595,8 @@ class PendingCharge(_Lenient):
     )
     expires: str = Field(
         default="",
-        description="RFC 3339 time at which these charges lapse unless observed first (whole "
+        description="RFC 3339 time after which the controller audits these charges if it has "
+        "not counted them (they hold until counted in used or proven never created; whole "
         "seconds: the reservations of one second's batches share it). Absent only in a status "
         "written before this layout, whose entries carry their own expiry.",
         json_schema_extra={"pattern": PENDING_EXPIRES_PATTERN},

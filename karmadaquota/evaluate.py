@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
 
 from karmadaquota import resources, scopes
 from karmadaquota.api import KarmadaQuota
@@ -50,12 +49,13 @@ class QuotaView:
     guarded: bool = False
 
     @classmethod
-    def of(cls, quota: KarmadaQuota, now: datetime) -> QuotaView:
-        """Parse a quota; reservations that expired before `now` no longer hold anything."""
+    def of(cls, quota: KarmadaQuota) -> QuotaView:
+        """Parse a quota; every pending charge holds, expired or not (an expiry only makes it
+        due for the controller's orphan audit: a clock alone never frees quota, so replicas
+        whose clocks disagree still count each other's charges)."""
         reserved = resources.total(
             resources.parse_resource_list(r.reserved, f"status.reservations[{i}].reserved")
             for i, r in enumerate(quota.status.reservations)
-            if not r.lapsed(now)
         )
         return cls(
             name=quota.metadata.name,

@@ -174,7 +174,7 @@ def render(
             row.append(cell)
         rows.append(row)
     lines.extend(_table(rows))
-    lines.extend(usage_view.bars(usage_view.summarize(quota, now)))
+    lines.extend(usage_view.bars(usage_view.summarize(quota)))
     reservations = _reservations(status)
     if reservations:
         lines.append("Reservations:")
@@ -233,7 +233,7 @@ def describe_data(
             }
         )
     return {
-        **usage_view.summarize(quota, now),
+        **usage_view.summarize(quota),
         "scopes": describe_scopes(api.KarmadaQuotaSpec.model_validate(quota.get("spec") or {})),
         "reservations": reservations,
         "waiting": status.get("waiting") or [],

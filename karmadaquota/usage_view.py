@@ -9,7 +9,6 @@ the controller has not yet counted, `.` free, `!` at the end when usage is over 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
 from typing import Any
 
 from karmadaquota import api
@@ -31,12 +30,13 @@ def _text(q: Quantity | None) -> str | None:
     return None if q is None else str(q)
 
 
-def _live_reserved(status: Mapping[str, Any], now: datetime) -> dict[str, Quantity]:
-    """Σ reserved per resource over reservations that have not expired (what admission adds);
-    `status.pending` and an old layout's `status.reservations` alike (`api.wire_reservations`)."""
+def _reserved(status: Mapping[str, Any]) -> dict[str, Quantity]:
+    """Σ reserved per resource over every pending charge, expired or not (what admission adds:
+    a charge holds until the controller counts or disproves it); `status.pending` and an old
+    layout's `status.reservations` alike (`api.wire_reservations`)."""
     out: dict[str, Quantity] = {}
     for r in api.wire_reservations(status):
-        if not isinstance(r, Mapping) or api.expired(str(r.get("expirationTime", "")), now):
+        if not isinstance(r, Mapping):
             continue
         for name, value in (r.get("reserved") or {}).items():
             q = _q(value)
@@ -53,7 +53,7 @@ def _percent(part: Quantity | None, whole: Quantity | None) -> float | None:
     return round(100 * part.nanos / whole.nanos, 1)
 
 
-def summarize(quota: Mapping[str, Any], now: datetime) -> dict[str, Any]:
+def summarize(quota: Mapping[str, Any]) -> dict[str, Any]:
     """Per resource: hard, used, reserved, free, percent ((used + reserved) / hard: what
     admission checks against) and each member's used/observed.
 
@@ -63,7 +63,7 @@ def summarize(quota: Mapping[str, Any], now: datetime) -> dict[str, Any]:
     hard: Mapping[str, Any] = (quota.get("spec") or {}).get("hard") or {}
     status = quota.get("status") or {}
     used_raw: Mapping[str, Any] = status.get("used") or {}
-    reserved = _live_reserved(status, now)
+    reserved = _reserved(status)
     clusters = sorted(
         (c for c in status.get("aggregatedStatus") or [] if c.get("clusterName")),
         key=lambda c: str(c["clusterName"]),

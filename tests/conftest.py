@@ -241,5 +241,5 @@ def view(
     now: datetime = NOW,
     **kw: Any,
 ) -> QuotaView:
-    """QuotaView.of(quota(...), now)."""
-    return QuotaView.of(quota(name, hard, used, **kw), now)
+    """QuotaView.of(quota(...))."""
+    return QuotaView.of(quota(name, hard, used, **kw))

@@ -651,7 +651,7 @@ class FakeStore:
 
     def quota_store(self) -> QuotaStore:
         """A synced QuotaStore holding what this replica's cache holds (what a Webhook reads)."""
-        quotas = QuotaStore(None)
+        quotas = QuotaStore(self.api)  # the API: a miss is read live (QuotaStore.lookup)
         for q in self.cached.values():
             quotas.fold_quota(q)
         quotas.synced.set()

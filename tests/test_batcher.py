@@ -144,16 +144,37 @@ async def test_dry_run_is_answered_but_writes_and_reserves_nothing() -> None:
     assert [r.reservedBy.name for r in store.stored().status.reservations] == ["real"]
 
 
-async def test_reservations_count_until_they_expire_and_lapsed_ones_are_dropped() -> None:
-    store = FakeStore(quota_doc(hard={"requests.cpu": "2"}))
+async def test_reservations_count_past_their_expiry_and_are_never_dropped_by_the_webhook() -> None:
+    """A clock alone never frees quota: past its expiry a charge still counts (the bug: the
+    second workload was admitted once the first one's charge had lapsed, though no `used` had
+    counted it yet) and the next write keeps it."""
+    store = FakeStore(quota_doc(hard={"requests.cpu": "3"}))
     ttl = timedelta(seconds=30)
     clock = [NOW]
     batcher = Batcher(store, BatcherConfig(reservation_ttl=ttl), clock=lambda: clock[0])
     assert (await batcher.submit(pending("a", cpu="2"))).allowed
-    assert not (await batcher.submit(pending("b", cpu="1"))).allowed  # reserved counts
-    clock[0] = NOW + ttl + timedelta(seconds=1)
-    assert (await batcher.submit(pending("c", cpu="2"))).allowed  # a's reservation lapsed
-    assert [r.reservedBy.name for r in store.stored().status.reservations] == ["c"]
+    assert not (await batcher.submit(pending("b", cpu="2"))).allowed  # reserved counts
+    clock[0] = NOW + 3 * ttl
+    assert not (await batcher.submit(pending("c", cpu="2"))).allowed  # still counts
+    assert (await batcher.submit(pending("d", cpu="1"))).allowed
+    assert [r.reservedBy.name for r in store.stored().status.reservations] == ["a", "d"]
+
+
+async def test_a_replica_whose_clock_runs_ahead_counts_its_peers_charges() -> None:
+    """Two webhook replicas over one quota; the second's clock runs 2×TTL ahead (or behind):
+    each counts what the other admitted."""
+    ttl = timedelta(seconds=30)
+    for skew in (2 * ttl, -2 * ttl):
+        store = FakeStore(quota_doc(hard={"requests.cpu": "2"}))
+        honest = Batcher(store, BatcherConfig(reservation_ttl=ttl), clock=lambda: NOW)
+        skewed = Batcher(store, BatcherConfig(reservation_ttl=ttl), clock=lambda s=skew: NOW + s)
+        assert (await honest.submit(pending("a", cpu="2"))).allowed
+        assert not (await skewed.submit(pending("b", cpu="1"))).allowed, skew
+        store2 = FakeStore(quota_doc(hard={"requests.cpu": "2"}))
+        first = Batcher(store2, BatcherConfig(reservation_ttl=ttl), clock=lambda s=skew: NOW + s)
+        second = Batcher(store2, BatcherConfig(reservation_ttl=ttl), clock=lambda: NOW)
+        assert (await first.submit(pending("a", cpu="2"))).allowed
+        assert not (await second.submit(pending("b", cpu="1"))).allowed, skew
 
 
 async def test_update_reserves_only_the_growth() -> None:
@@ -269,3 +290,26 @@ async def test_a_kick_without_waiting_changes_writes_nothing_and_the_worker_ends
     await batcher.close()
     assert store.puts == 1
     assert not batcher._workers and not batcher._queues
+
+
+async def test_compensation_takes_back_only_the_refused_charge() -> None:
+    """An UPDATE (generation 2) admitted by quota a, then refused by quota b: a keeps the
+    binding's charge of generation 1 (still unobserved), losing only generation 2's."""
+    store = FakeStore(
+        quota_doc("a", hard={"requests.cpu": "10"}), quota_doc("b", hard={"pods": "10"})
+    )
+    batcher = Batcher(store, clock=lambda: NOW)
+    assert (await batcher.submit(pending("web", replicas=1, generation=1))).allowed
+    store.refresh()
+
+    def fill_b(s: FakeStore, body: JSON) -> None:
+        if body["metadata"]["name"] == "b" and s.conflicts == 0:
+            s.bump("ns", "b", lambda d: d["status"].update(used={"pods": "10"}))
+
+    store.before_put = fill_b
+    old = binding("web", replicas=1, generation=1)
+    up = await batcher.submit(pending("web", replicas=3, generation=2, old=old))
+    assert not up.allowed and up.message.startswith("exceeded quota: b,")
+    held = store.stored(name="a").status.reservations
+    assert [(r.reservedBy.uid, r.generation) for r in held] == [("uid-web", 1)]
+    assert reserved_cpu(store, "a") == Quantity.parse("1")

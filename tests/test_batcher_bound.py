@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from karmadaquota import charge
 from karmadaquota.api import KarmadaQuotaStatus, ObjectReference, Reservation, encode_pending
@@ -89,11 +89,20 @@ async def test_a_full_reservation_list_refuses_with_a_retryable_429_reason() -> 
     assert [d.allowed for d in decisions] == [True] * 10 + [False] * 5
     assert decisions[10].reason == REASON_TOO_MANY
     assert decisions[10].message == (
-        "KarmadaQuota team-a has too many pending reservations; try again"
+        "KarmadaQuota team-a holds 10 pending charges the quota controller has not yet counted, "
+        f"the most its status can carry ({bound} bytes); admission resumes as the controller "
+        "counts them (is karmadaquota-controller running?); try again"
     )
     kept = store.stored().status.reservations
     assert [r.reservedBy.name for r in kept] == [f"b{i}" for i in range(10)]
     assert pending_size(kept) <= bound
+
+    # a controller outage: the charges expire, and still the bound refuses (fail closed)
+    later = Batcher(
+        store, BatcherConfig(max_reservation_bytes=bound), clock=lambda: NOW + timedelta(hours=1)
+    )
+    refused = await later.submit(pending("late"))
+    assert not refused.allowed and refused.reason == REASON_TOO_MANY
 
     # the controller drains what it has observed: room again
     store.bump("ns", "team-a", lambda d: d["status"].pop("pending"))

@@ -18,7 +18,7 @@ from karmadaquota.controller import status as st
 from karmadaquota.controller.index import BindingIndex, observe
 from karmadaquota.controller.pods import PodTable
 from karmadaquota.controller.recompute import (
-    RELEASED_EXPIRED,
+    RELEASED_DISPROVED,
     RELEASED_OBSERVED,
     NamespaceSnapshot,
     prune_reservations,
@@ -225,7 +225,9 @@ def test_reservation_of_a_deleted_binding_is_dropped() -> None:
     assert out.released == {RELEASED_OBSERVED: 1}
 
 
-def test_expired_and_unreadable_reservations_are_dropped_next_expiry_reported() -> None:
+def test_expired_and_unreadable_reservations_hold_next_expiry_reported() -> None:
+    """A clock alone never releases a charge: expired and unreadable expirations are kept
+    (due for the orphan audit); the next expiry is the earliest one still to come."""
     q = quota(
         hard=HARD,
         reservations=[
@@ -236,9 +238,22 @@ def test_expired_and_unreadable_reservations_are_dropped_next_expiry_reported() 
         ],
     )
     out = recompute(q, inputs(index_of()), NOW)
-    assert [r.reservedBy.name for r in out.status.reservations] == ["later", "soon"]
-    assert out.released == {RELEASED_EXPIRED: 2}
+    assert [r.reservedBy.name for r in out.status.reservations] == ["old", "bad", "later", "soon"]
+    assert out.released == {}
     assert out.next_expiry == NOW + timedelta(seconds=5)
+
+
+def test_a_reservation_naming_no_possible_binding_is_disproved_at_once() -> None:
+    q = quota(
+        hard=HARD,
+        reservations=[
+            res("Not/A Name", "u1", {"pods": "1"}, expires=NOW + timedelta(seconds=30)),
+            res("fine", "u2", {"pods": "1"}, expires=NOW + timedelta(seconds=30)),
+        ],
+    )
+    out = recompute(q, inputs(index_of()), NOW)
+    assert [r.reservedBy.name for r in out.status.reservations] == ["fine"]
+    assert out.released == {RELEASED_DISPROVED: 1}
 
 
 def test_used_plus_reserved_never_dips_below_the_truth() -> None:

@@ -352,14 +352,44 @@ async def test_observed_reservation_is_dropped_in_the_write_that_counts_it(env: 
     assert sample(c, "karmadaquota_reservations_released_total", reason="observed") == 1
 
 
-async def test_reservation_expires_without_any_event(env: Any) -> None:
+async def test_an_expired_reservation_holds_until_the_audit_disproves_it(env: Any) -> None:
+    """Expiry is no release: a charge whose binding never appears outlives its TTL and goes
+    only once a GET after the admission window finds its name free."""
     api, c, _ = env
+    c.settings.orphan_grace = 0.05
+    c.settings.admission_window = 1.5
     add_quota(api, "q", {"pods": "10"})
     await listed(c)
     await until(lambda: used(api) == {"pods": "0"})
-    add_reservation(api, "q", "uid-never", {"pods": "2"}, ttl=0.3)
-    await until(lambda: held(api) == [], timeout=3)
-    assert sample(c, "karmadaquota_reservations_released_total", reason="expired") == 1
+    add_reservation(api, "q", "uid-never", {"pods": "2"}, ttl=0.1)
+    seen = asyncio.get_running_loop().time()
+    await asyncio.sleep(0.5)  # the TTL is long past: nothing may happen on the clock alone
+    assert len(held(api)) == 1
+    await until(lambda: held(api) == [], timeout=5)
+    assert asyncio.get_running_loop().time() - seen >= 1.5
+    assert sample(c, "karmadaquota_reservations_released_total", reason="observed") == 1
+
+
+async def test_an_update_admitted_but_never_stored_is_released_after_the_window(
+    env: Any,
+) -> None:
+    """A charge at generation 3 of a binding that stays at 1 (the UPDATE lost its
+    compare-and-swap after admission, or another webhook refused it): released once a GET
+    after the admission window still finds generation 1, and not before (the GET is of the
+    binding's own name: the entry's is only what a writer said)."""
+    api, c, _ = env
+    c.settings.admission_window = 0.5
+    add_quota(api, "q", {"pods": "10"})
+    add_binding(api, "web", uid="uid-web", replicas=2)
+    await listed(c)
+    await until(lambda: used(api) == {"pods": "2"})
+    add_reservation(api, "q", "uid-web", {"pods": "3"}, gen=3, ttl=600, binding="not-its-name")
+    assert api.bindings  # generation 1 as the fake API server creates it: below 3
+    seen = asyncio.get_running_loop().time()
+    await until(lambda: held(api) == [], timeout=5)
+    assert asyncio.get_running_loop().time() - seen >= 1.5  # window + the second it rounds to
+    assert sample(c, "karmadaquota_reservations_released_total", reason="disproved") == 1
+    assert used(api) == {"pods": "2"}
 
 
 async def test_follower_never_writes_and_a_new_leader_catches_up(env: Any) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 
 from karmadaquota.api import KarmadaQuota
 from karmadaquota.kube import paths
@@ -112,3 +113,28 @@ def test_fold_keeps_the_newer_version_and_reports_what_the_informer_delivers() -
     store.informer.offer("DELETED", quota_doc("b", rv=10))  # never held: nothing to report
     store.informer.offer("DELETED", quota_doc("a", rv=11))
     assert gone == ["a"] and not store.has("ns") and len(store) == 0
+
+
+def test_overdue_is_the_oldest_pending_charge_past_its_expiry_and_how_many() -> None:
+    store = QuotaStore(None)
+    now = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+    doc = quota_doc("q", rv=3)
+    doc["status"]["pending"] = [
+        {"charge": {"pods": "1"}, "expires": "2026-01-01T11:58:00Z", "bindings": ["a/u-a"]},
+        {"charge": {"pods": "2"}, "expires": "2026-01-01T11:59:30Z", "bindings": ["b/u-b"]},
+        {"charge": {"pods": "3"}, "expires": "2026-01-01T12:01:00Z", "bindings": ["c/u-c"]},
+    ]
+    store.added(doc)
+    assert store.overdue(now) == (120.0, 2)
+    assert store.overdue(now - timedelta(hours=1)) == (0.0, 0)
+
+
+async def test_lookup_on_a_miss_reads_live_once_for_concurrent_reviews() -> None:
+    api = FakeApiServer()
+    store = QuotaStore(api)
+    store.synced.set()
+    api.add_quota(quota_doc("q", namespace="late"))
+    lists = api.calls["LIST karmadaquotas"]
+    assert await asyncio.gather(*(store.lookup("late") for _ in range(5))) == [True] * 5
+    assert api.calls["LIST karmadaquotas"] == lists + 1
+    assert not await store.lookup("empty")

@@ -421,7 +421,7 @@ def test_alerts_yaml_and_operations_md_state_the_same_thresholds() -> None:
         ("rules", "          >= 0.9\n", "          >= 0.8\n", "KarmadaQuotaAlmostFull comparisons"),
         ("rules", "\n          < 14\n", "\n          < 21\n", "CertificateExpiring comparisons"),
         ("rules", "> 1\n        for: 10m\n", "> 1\n        for: 15m\n", "WebhookSlow for"),
-        ("rules", "[30m])) > 0", "[1h])) > 0", "KarmadaQuotaReservationsExpiring windows"),
+        ("rules", "[30m])) > 0", "[1h])) > 0", "KarmadaQuotaChargesDisproved windows"),
         ("doc", "expires in `< 3` days", "expires in `< 2` days", "ExpiringSoon comparisons"),
         ("doc", "| critical | leaders", "| warning | leaders", "KarmadaQuotaNoLeader severity"),
     ],
@@ -469,3 +469,34 @@ def test_certificate_alerts_warn_at_14_days_and_page_at_3() -> None:
     groups = yaml.safe_load(ALERTS.read_text())["groups"]
     exprs = {r["alert"]: r["expr"] for g in groups for r in g["rules"]}
     assert all(EXPIRY in exprs[name] for name in expiry)
+
+
+def test_every_alert_has_a_runbook_that_docs_operations_md_holds() -> None:
+    """Each rule's runbook_url is a section of docs/operations.md (a `### <alert>` heading,
+    whose anchor is the alert's name in lower case)."""
+    headings = {
+        line.removeprefix("### ").strip().lower()
+        for line in OPERATIONS.read_text().splitlines()
+        if line.startswith("### ")
+    }
+    for group in yaml.safe_load(ALERTS.read_text())["groups"]:
+        for rule in group["rules"]:
+            url = rule["annotations"].get("runbook_url", "")
+            assert url.endswith(f"docs/operations.md#{rule['alert'].lower()}"), rule["alert"]
+            assert rule["alert"].lower() in headings, rule["alert"]
+
+
+def test_the_controller_outage_alerts_read_what_is_exported() -> None:
+    """KarmadaQuotaControllerDown and KarmadaQuotaPendingNotConfirmed select metrics the
+    processes export (the latter: the webhook's pending charges past their expiry)."""
+    rules = {
+        r["alert"]: r["expr"]
+        for g in yaml.safe_load(ALERTS.read_text())["groups"]
+        for r in g["rules"]
+    }
+    assert "karmadaquota_leader" in rules["KarmadaQuotaControllerDown"]
+    assert "karmadaquota_pending_overdue_seconds" in rules["KarmadaQuotaPendingNotConfirmed"]
+    w = WebhookMetrics()
+    w.watch_pending(lambda: (75.5, 3))
+    assert w.registry.get_sample_value("karmadaquota_pending_overdue_seconds") == 75.5
+    assert w.registry.get_sample_value("karmadaquota_pending_overdue_charges") == 3

@@ -183,9 +183,10 @@ def test_expiry_is_whole_seconds_rounded_up_and_clamped() -> None:
     assert expires("2026-01-01T12:01:00Z") == SOON_T
     assert expires("2026-01-01T12:01:00.000001Z") == "2026-01-01T12:01:01Z"  # never earlier
     assert expires("2026-01-01T13:01:00+01:00") == SOON_T
-    assert expires("1969-12-31T23:59:59Z") == "1970-01-01T00:00:00Z"  # long lapsed either way
+    assert expires("1969-12-31T23:59:59Z") == "1970-01-01T00:00:00Z"  # long due either way
     assert expires("9999-12-31T23:59:59-01:00") == "9999-12-31T23:59:59Z"  # still far away
-    assert expires("not a time") == ""  # held nothing (expired()): not written at all
+    # unreadable: still held, written as due for the controller's audit at once
+    assert expires("not a time") == "1970-01-01T00:00:00Z"
 
 
 def test_the_batches_of_one_second_share_a_group() -> None:
@@ -301,7 +302,7 @@ def test_an_old_layout_is_read_and_the_next_write_has_only_pending() -> None:
     raw = doc({"reservations": [old_entry(r) for r in OLD]})
     q = KarmadaQuota.model_validate(raw)
     assert q.status.reservations == OLD  # exactly what v0.1 held, in its order
-    assert QuotaView.of(q, NOW).reserved == {
+    assert QuotaView.of(q).reserved == {
         "pods": Quantity.parse("5"),
         "requests.cpu": Quantity.parse("200m"),
     }
@@ -314,8 +315,8 @@ def test_an_old_layout_is_read_and_the_next_write_has_only_pending() -> None:
     assert [(r.reservedBy.uid, r.reserved, r.generation) for r in again] == [
         (r.reservedBy.uid, r.reserved, r.generation) for r in grouped(OLD)
     ]
-    assert QuotaView.of(KarmadaQuota.model_validate({**raw, "status": written}), NOW).reserved == (
-        QuotaView.of(q, NOW).reserved
+    assert QuotaView.of(KarmadaQuota.model_validate({**raw, "status": written})).reserved == (
+        QuotaView.of(q).reserved
     )
 
 
@@ -335,7 +336,7 @@ def test_both_layouts_at_once_are_merged_without_counting_one_charge_twice() -> 
         ("u-2", 1),
         ("u-1", 3),
     ]
-    assert QuotaView.of(q, NOW).reserved["pods"] == Quantity.parse("7")
+    assert QuotaView.of(q).reserved["pods"] == Quantity.parse("7")
     assert "reservations" not in q.model_dump(mode="json")["status"]
     # the raw readers (kubectl plugin) see the same list
     data = kubectl_plugin.describe_data(doc({"pending": pending, "reservations": old}), NOW)
@@ -362,7 +363,7 @@ def test_the_first_form_of_pending_is_read_and_the_next_write_has_the_new_one() 
         (r.reservedBy.name, r.reservedBy.uid, r.reserved, r.generation, format_time(SOON))
         for r in (OLD[0], OLD[2])
     ] + [("db-statefulset", "u-2", {"pods": "3"}, 1, "2026-01-01T12:01:01Z")]
-    assert QuotaView.of(q, NOW).reserved == {
+    assert QuotaView.of(q).reserved == {
         "pods": Quantity.parse("5"),
         "requests.cpu": Quantity.parse("200m"),
     }
@@ -402,7 +403,7 @@ async def test_the_webhooks_first_write_after_an_upgrade_rewrites_the_old_layout
 def held_by(raw_pending: Any) -> tuple[list[Reservation], dict[str, Quantity]]:
     q = read_quota(doc({"pending": raw_pending}))
     assert q is not None  # a malformed entry never makes the quota unreadable
-    return q.status.reservations, QuotaView.of(q, NOW).reserved
+    return q.status.reservations, QuotaView.of(q).reserved
 
 
 @pytest.mark.parametrize(
@@ -420,18 +421,23 @@ def held_by(raw_pending: Any) -> tuple[list[Reservation], dict[str, Quantity]]:
         None,
     ],
 )
-def test_an_unreadable_expiry_holds_nothing_as_in_the_old_layout(entry: Any) -> None:
-    """The old layout's `expired()` reads an unreadable expirationTime as lapsed: such a
-    reservation held nothing. An entry whose expiry cannot be read holds nothing likewise
-    (and the next write drops it); the entries around it are read as they are."""
+def test_an_unreadable_expiry_holds_and_is_due_at_once(entry: Any) -> None:
+    """An entry whose expiry cannot be read still holds its charge (the old layout read it as
+    lapsed, holding nothing: fail open); it is due for the controller's orphan audit at once,
+    and the next write keeps it, as due (1970-01-01)."""
     good = f"db/u-2/1/{SOON_S}"
     rs, reserved = held_by([{"charge": {"pods": "2"}, "bindings": [entry, good]}])
-    assert len(rs) == 2 and rs[0].lapsed(NOW) and rs[0].expires() is None
-    assert reserved == {"pods": Quantity.parse("2")}  # the good entry only
+    assert len(rs) == 2 and rs[0].due(NOW) and rs[0].expires() is None
+    assert reserved == {"pods": Quantity.parse("4")}
     old = read_quota(doc({"reservations": [old_entry(res("x", "u-1", {"pods": "2"}, "soon"))]}))
-    assert old is not None and QuotaView.of(old, NOW).reserved == {}  # the same, before
+    assert old is not None and QuotaView.of(old).reserved == {"pods": Quantity.parse("2")}
     written = wire(rs)["status"]["pending"]
-    assert written == [{"charge": {"pods": "2"}, "expires": SOON_T, "bindings": ["db/u-2"]}]
+    assert [g["expires"] for g in written] == [EPOCH_T, SOON_T]
+    again, held = held_by(written)
+    assert len(again) == 2 and held == reserved
+
+
+EPOCH_T = "1970-01-01T00:00:00Z"
 
 
 @pytest.mark.parametrize(
@@ -447,29 +453,36 @@ def test_an_unreadable_expiry_holds_nothing_as_in_the_old_layout(entry: Any) -> 
         "9" * 5000,
     ],
 )
-def test_an_unreadable_group_expiry_holds_nothing_as_in_the_old_layout(expires: Any) -> None:
-    """A group whose `expires` cannot be read holds nothing, as an unreadable expirationTime
-    of the old layout did; the groups around it are read as they are, and the next write
-    drops it."""
+def test_an_unreadable_group_expiry_holds_and_is_due_at_once(expires: Any) -> None:
+    """A group whose `expires` cannot be read holds its charge, due for the audit at once;
+    the groups around it are read as they are."""
     good = {"charge": {"pods": "2"}, "expires": SOON_T, "bindings": ["db/u-2"]}
     bad = {"charge": {"pods": "5"}, "expires": expires, "bindings": ["web/u-1", "api/u-3/2"]}
     rs, reserved = held_by([bad, good])
-    assert len(rs) == 3 and all(r.lapsed(NOW) and r.expires() is None for r in rs[:2])
-    assert reserved == {"pods": Quantity.parse("2")}
-    assert wire(rs)["status"]["pending"] == [good]
+    assert len(rs) == 3 and all(r.due(NOW) and r.expires() is None for r in rs[:2])
+    assert [(r.reservedBy.name, r.reservedBy.uid, r.generation) for r in rs[:2]] == [
+        ("web", "u-1", 1),
+        ("api", "u-3", 2),
+    ]
+    assert reserved == {"pods": Quantity.parse("12")}
+    assert wire(rs)["status"]["pending"] == [
+        {"charge": {"pods": "5"}, "expires": EPOCH_T, "bindings": ["web/u-1", "api/u-3/2"]},
+        good,
+    ]
 
 
 @pytest.mark.parametrize(
     "entry", ["web", "", "web/u-1/1/2/3", f"web/u-1/1/{SOON_S}/x", 42, None, ["web", "u-1"]]
 )
-def test_an_entry_of_neither_form_holds_nothing(entry: Any) -> None:
-    """Not `name/uid[/generation]` (the group's expiry) nor `name/uid/generation/expires`
-    (its own): no expiry to read, so it holds nothing, and the next write drops it."""
+def test_an_entry_of_neither_form_holds_until_the_audit(entry: Any) -> None:
+    """Not `name/uid[/generation]` nor `name/uid/generation/expires`: held under its text as
+    name and uid, due at once (the controller drops it: no binding has such a name)."""
     good = {"charge": {"pods": "2"}, "expires": SOON_T, "bindings": ["db/u-2"]}
     rs, reserved = held_by([{**good, "bindings": [entry, "db/u-2"]}])
-    assert len(rs) == 2 and rs[0].lapsed(NOW) and rs[0].expires() is None
-    assert reserved == {"pods": Quantity.parse("2")}
-    assert wire(rs)["status"]["pending"] == [good]
+    assert len(rs) == 2 and rs[0].due(NOW) and rs[0].expires() is None
+    assert reserved == {"pods": Quantity.parse("4")}
+    again, held = held_by(wire(rs)["status"]["pending"])
+    assert len(again) == 2 and held == reserved
 
 
 def test_a_first_form_entry_is_read_by_its_own_expiry_in_any_group() -> None:
@@ -477,20 +490,20 @@ def test_a_first_form_entry_is_read_by_its_own_expiry_in_any_group() -> None:
     rs, reserved = held_by([{**later, "bindings": [f"web/u-1/3/{SOON_S}", "db/u-2"]}])
     assert [(r.expirationTime, r.generation) for r in rs] == [
         (SOON_T, 3),
-        ("2026-01-01T11:00:00Z", 1),  # lapsed an hour ago
+        ("2026-01-01T11:00:00Z", 1),  # due an hour ago: still held
     ]
-    assert reserved == {"pods": Quantity.parse("2")}
+    assert reserved == {"pods": Quantity.parse("4")}
 
 
 @pytest.mark.parametrize("form", ["group expiry", "first form"])
 @pytest.mark.parametrize(
     "generation", ["x", "-1", "1.5", "", "99999999999999999999", "9" * 5000, "١"]
 )
-def test_an_unreadable_generation_holds_the_charge_until_it_expires(
+def test_an_unreadable_generation_holds_the_charge_past_its_expiry(
     generation: str, form: str
 ) -> None:
     """Dropped early (as if observed), the charge could be missing while its binding is not
-    yet counted in `used`: under-count. It holds until its expiry instead."""
+    yet counted in `used`: under-count. It holds, expired or not, until the audit settles it."""
     group: dict[str, Any] = {"charge": {"pods": "2"}, "bindings": [f"web/u/{generation}"]}
     if form == "group expiry":
         group["expires"] = SOON_T
@@ -498,9 +511,8 @@ def test_an_unreadable_generation_holds_the_charge_until_it_expires(
         group["bindings"] = [f"web/u/{generation}/{SOON_S}"]
     rs, reserved = held_by([group])
     (r,) = rs
-    assert r.generation == HOLD_GENERATION and not r.lapsed(NOW)
+    assert r.generation == HOLD_GENERATION and not r.due(NOW) and r.due(SOON)
     assert reserved == {"pods": Quantity.parse("2")}
-    assert r.lapsed(SOON)
 
 
 @pytest.mark.parametrize(
@@ -513,7 +525,7 @@ def test_an_unreadable_charge_fails_closed_never_reads_as_nothing(raw_charge: An
     q = read_quota(doc({"pending": [{"charge": raw_charge, "bindings": [f"web/u/1/{SOON_S}"]}]}))
     assert q is not None and len(q.status.reservations) == 1
     with pytest.raises(QuantityError):
-        QuotaView.of(q, NOW)
+        QuotaView.of(q)
 
 
 @pytest.mark.parametrize(
@@ -552,8 +564,8 @@ def test_describe_and_usage_view_read_pending() -> None:
         res("gone", "u-2", {"pods": "5"}, expires=NOW - timedelta(seconds=1)),
     ]
     raw = wire(rs)
-    by = {r["name"]: r for r in usage_view.summarize(raw, NOW)["resources"]}
-    assert (by["pods"]["reserved"], by["requests.cpu"]["reserved"]) == ("2", "1")
+    by = {r["name"]: r for r in usage_view.summarize(raw)["resources"]}
+    assert (by["pods"]["reserved"], by["requests.cpu"]["reserved"]) == ("7", "1")  # expired holds
     data = kubectl_plugin.describe_data(raw, NOW)
     assert [(r["binding"], r["uid"], r["expired"]) for r in data["reservations"]] == [
         ("web", "u-1", False),

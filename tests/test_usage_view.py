@@ -14,30 +14,31 @@ from tests.conftest import NOW
 from tests.test_kubectl_plugin import FULL, kq
 
 
-def test_summary_counts_only_live_reservations_and_never_guesses_usage() -> None:
-    s = summarize(FULL, NOW)
+def test_summary_counts_every_pending_charge_and_never_guesses_usage() -> None:
+    s = summarize(FULL)
     by = {r["name"]: r for r in s["resources"]}
-    # the reservation expiring in 42 s counts; the expired one (pods=1) does not
+    # the reservation expiring in 42 s counts, and so does the expired one (pods=1): only the
+    # controller releases a charge, never a clock
     assert by["pods"] == {
         "name": "pods",
         "hard": "500",
         "used": "30",
-        "reserved": "4",
-        "free": "466",
-        "percent": 6.8,
+        "reserved": "5",
+        "free": "465",
+        "percent": 7.0,
         "clusters": [
             {"name": "member1", "used": "20", "observed": "20"},
             {"name": "member2", "used": "10", "observed": "11"},
         ],
     }
     assert by["requests.cpu"]["free"] == "86" and by["requests.cpu"]["percent"] == 14.0
-    fresh = {r["name"]: r for r in summarize(kq(), NOW)["resources"]}
+    fresh = {r["name"]: r for r in summarize(kq())["resources"]}
     assert fresh["pods"]["used"] is None and fresh["pods"]["free"] is None
     assert fresh["pods"]["percent"] is None
 
 
 def test_bars_draw_used_and_reserved_against_hard_per_resource_and_member() -> None:
-    lines = bars(summarize(FULL, NOW))
+    lines = bars(summarize(FULL))
     assert lines[0].startswith("Usage (# used, + reserved")
     cpu = next(line for line in lines if line.strip().startswith("requests.cpu"))
     bar = cpu[cpu.index("[") + 1 : cpu.index("]")]
@@ -54,10 +55,10 @@ def test_bars_draw_used_and_reserved_against_hard_per_resource_and_member() -> N
 
 def test_an_over_full_quota_is_marked_and_unknown_usage_is_not_zero() -> None:
     over = kq(used={"requests.cpu": "150", "pods": "0", "count/deployments.apps": "10"})
-    lines = {line.split()[0]: line for line in bars(summarize(over, NOW))[1:]}
+    lines = {line.split()[0]: line for line in bars(summarize(over))[1:]}
     assert "!" in lines["requests.cpu"] and "150/100 150%" in lines["requests.cpu"]
     assert "]" in lines["count/deployments.apps"]  # exactly full is not over
-    unknown = {line.split()[0]: line for line in bars(summarize(kq(), NOW))[1:]}
+    unknown = {line.split()[0]: line for line in bars(summarize(kq()))[1:]}
     assert unknown["pods"].endswith("?/500 ?%")
 
 
@@ -70,7 +71,7 @@ def test_bars_fit_100_columns_with_long_names_and_many_members() -> None:
         ],
     )
     q["spec"]["hard"]["requests.example.com/a-very-long-extended-resource-name"] = "1000000000"
-    lines = bars(summarize(q, NOW))
+    lines = bars(summarize(q))
     assert max(len(line) for line in lines) <= 100
     assert any("~" in line for line in lines)  # long names are shortened, visibly
 

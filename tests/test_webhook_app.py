@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 from karmadaquota.api import KarmadaQuota
 from karmadaquota.evaluate import Decision
-from karmadaquota.kube.client import KubeClient
+from karmadaquota.kube import paths
+from karmadaquota.kube.client import JSON, KubeClient, KubeError
 from karmadaquota.kube.quotas import QuotaStore
 from karmadaquota.trust import Writers
 from karmadaquota.webhook import review as review_mod
@@ -29,7 +30,7 @@ from karmadaquota.webhook.app import (
 )
 from karmadaquota.webhook.batcher import Batcher
 from karmadaquota.webhook.metrics import WebhookMetrics
-from tests.fake_api import FakeStore, quota_doc
+from tests.fake_api import FakeApiServer, FakeStore, quota_doc
 from tests.polling import until
 from tests.webhook_fakes import binding_doc
 
@@ -700,3 +701,73 @@ async def test_overrides_in_a_namespace_without_quota_are_not_ours(setup: Any) -
     assert body["response"]["allowed"] is True
     status, _ = await post(client, "/validate-overridepolicy", review(doc, resource=BINDINGS))
     assert status == 400
+
+
+# ---- fail closed on every unknown ------------------------------------------------------------
+
+
+class _Client:
+    """KubeClient's get and put over the fake API server (what KubeQuotaBackend calls)."""
+
+    def __init__(self, api: FakeApiServer) -> None:
+        self.api = api
+
+    async def get(self, path: str, params: Any = None) -> JSON:
+        return await self.api.get(path, params)
+
+    async def put(self, path: str, body: JSON) -> JSON:
+        return await self.api.request("PUT", path, body)
+
+
+def live_webhook(api: FakeApiServer, cache: QuotaStore) -> Webhook:
+    """A webhook as `app.run` wires it: the batcher reads the one quota store."""
+    backend = KubeQuotaBackend(cast(KubeClient, _Client(api)), cache)
+    return Webhook(cache, Batcher(backend), WebhookMetrics())
+
+
+async def test_a_quota_missing_from_the_cache_is_read_live() -> None:
+    """The watch has not delivered a quota created a moment ago: the webhook reads the
+    namespace's quotas live (as Kubernetes' quota admission does on a miss) instead of
+    admitting as if there were none."""
+    api = FakeApiServer()
+    cache = QuotaStore(api)
+    cache.synced.set()
+    api.add_quota(quota_doc(namespace="late", hard={"requests.cpu": "1"}))
+    webhook = live_webhook(api, cache)
+    refused = await webhook.admit_binding(
+        review_mod.parse(json.dumps(review(binding_doc("web", namespace="late", cpu="5"))).encode())
+    )
+    assert not refused.allowed and refused.message.startswith("exceeded quota: team-a,")
+    assert cache.has("late")  # folded in: the next review needs no read
+    await webhook.batcher.close()
+
+
+async def test_a_failed_live_read_refuses_never_admits_unchecked() -> None:
+    api = FakeApiServer()
+    api.refuse[paths.quotas("late")] = KubeError(500, "InternalError", "etcd timed out")
+    cache = QuotaStore(api)
+    cache.synced.set()
+    webhook = live_webhook(api, cache)
+    d = await webhook.admit_binding(
+        review_mod.parse(json.dumps(review(binding_doc("web", namespace="late"))).encode())
+    )
+    assert not d.allowed and d.reason == "ServiceUnavailable"
+    assert "cannot tell whether namespace late holds a quota" in d.message
+
+
+async def test_an_unreadable_quota_refuses_bindings_in_its_namespace_naming_it() -> None:
+    """Skipping a quota that cannot be parsed would admit whatever it limits (fail open)."""
+    api = FakeApiServer()
+    cache = QuotaStore(api)
+    cache.synced.set()
+    bad = quota_doc("broken", rv=3)
+    bad["spec"]["hard"] = "not a map"
+    cache.added(bad)
+    cache.added(quota_doc("fine", rv=4))
+    webhook = live_webhook(api, cache)
+    d = await webhook.admit_binding(
+        review_mod.parse(json.dumps(review(binding_doc("web"))).encode())
+    )
+    assert not d.allowed and d.reason == "Forbidden"
+    assert d.message.startswith("KarmadaQuota broken in namespace ns cannot be read")
+    await webhook.batcher.close()

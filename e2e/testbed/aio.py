@@ -15,6 +15,12 @@ from typing import Any, TypeVar, overload
 T = TypeVar("T")
 
 
+class InvariantViolation(AssertionError):
+    """A guarantee broken (two leaders at once, Σ over hard): never "not yet". `eventually`
+    re-raises it at once instead of polling on; raise it, not a bare assert, for what must
+    hold at every poll."""
+
+
 @overload
 async def eventually(
     check: Callable[[], Awaitable[T | None]],
@@ -42,8 +48,9 @@ async def eventually(
     """Poll ``check`` until it returns something truthy and return that.
 
     ``check`` may be sync (run in a worker thread) or async. An exception (e.g. a failed
-    assertion) counts as "not yet"; on timeout an AssertionError names ``what`` and repeats
-    the last exception, so a failing check explains itself."""
+    assertion) counts as "not yet" — except `InvariantViolation`, which fails at once; on
+    timeout an AssertionError names ``what`` and repeats the last exception, so a failing check
+    explains itself."""
     deadline = time.monotonic() + timeout
     last: BaseException | None = None
     while True:
@@ -55,6 +62,8 @@ async def eventually(
                 result = await asyncio.to_thread(check)
                 if inspect.isawaitable(result):
                     result = await result
+        except InvariantViolation:
+            raise
         except Exception as e:
             last = e
             result = None

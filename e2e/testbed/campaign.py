@@ -44,6 +44,7 @@ import aiohttp
 
 from e2e.testbed import TestBed, product
 from e2e.testbed import guards as gi
+from e2e.testbed.aio import InvariantViolation
 from karmadaquota import scopes
 from karmadaquota.api import KarmadaQuota, ResourceBinding
 from karmadaquota.charge import charge
@@ -416,12 +417,59 @@ async def converge(
             v = None  # the API server is still coming back
         if v is not None:
             if not v.safe:
-                raise AssertionError(f"over-admitted in {namespace}:\n{v}")
+                raise InvariantViolation(f"over-admitted in {namespace}:\n{v}")
             if v.converged:
                 return v, time.monotonic() - started
         if time.monotonic() - started > timeout:
             raise AssertionError(f"not converged within {timeout}s in {namespace}:\n{v}")
         await asyncio.sleep(0.5)  # polling interval
+
+
+@dataclass
+class StormInvariant:
+    """Σ charges of the live bindings ≤ hard (`verdict(...).safe`), polled while a storm runs
+    (not only once it is over: the storm deletes bindings, which would hide an over-admission
+    from a check made afterwards)."""
+
+    client: KubeClient
+    namespace: str
+    polls: int = 0
+    unreadable: int = 0
+    violations: list[str] = field(default_factory=list)
+
+    async def run(self, period: float = 0.1) -> None:
+        while True:
+            try:
+                v = await verdict(self.client, self.namespace)
+            except (KubeError, aiohttp.ClientError, OSError, TimeoutError):
+                self.unreadable += 1  # the API server is away (a fault): not judged
+            else:
+                self.polls += 1
+                if not v.safe:
+                    self.violations.append(str(v))
+            await asyncio.sleep(period)  # the poll period of the invariant check
+
+
+@contextlib.asynccontextmanager
+async def invariant_during(
+    client: KubeClient, namespace: str, period: float = 0.1
+) -> AsyncIterator[StormInvariant]:
+    """Poll Σ ≤ hard in the background for the duration of the block; afterwards polls were
+    judged and none found an over-admission."""
+    inv = StormInvariant(client, namespace)
+    task = asyncio.create_task(inv.run(period))
+    try:
+        yield inv
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    print(f"\nin-storm invariant in {namespace}: {inv.polls} polls, {inv.unreadable} unreadable")
+    assert inv.polls > 0, f"the invariant was never polled during the storm in {namespace}"
+    if inv.violations:
+        raise InvariantViolation(
+            f"over-admitted during the storm in {namespace}:\n{inv.violations[0]}"
+        )
 
 
 @dataclass
@@ -444,11 +492,16 @@ class Stack:
         self.controllers.append(proc)
         return proc
 
-    async def restart_webhook(self, i: int) -> product.WebhookProc:
-        """Start replica `i` again on its port (after it was killed)."""
+    async def restart_webhook(
+        self, i: int, env: dict[str, str] | None = None
+    ) -> product.WebhookProc:
+        """Start replica `i` again on its port (after it was killed), with the stack's TTL
+        (as it is now) and `env` added to its environment."""
         old = self.webhooks[i]
         old.proc.stop()
-        hook = await product.start_webhook(self.bed, old.proc.name, self.ttl, False, port=old.port)
+        hook = await product.start_webhook(
+            self.bed, old.proc.name, self.ttl, False, port=old.port, env=env
+        )
         self.webhooks[i] = hook
         return hook
 

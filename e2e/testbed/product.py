@@ -178,8 +178,10 @@ async def start_webhook(
     detach: bool = False,
     *extra: str,
     port: int | None = None,
+    env: dict[str, str] | None = None,
 ) -> WebhookProc:
-    """Start a webhook replica; `port` restarts one where it was (behind a proxy)."""
+    """Start a webhook replica; `port` restarts one where it was (behind a proxy); `env` adds
+    to its environment (e.g. the test-only clock offset)."""
     cert = bed.serving_cert(name)
     port = port or free_port()
     metrics_port = free_port()
@@ -201,6 +203,7 @@ async def start_webhook(
             "--shutdown-delay=0s",
             *extra,
         ],
+        env=env,
         detach=detach,
     )
     hook = WebhookProc(proc, port, cert.ca_bundle, metrics_port)
@@ -309,14 +312,16 @@ def start_controller(
     *extra: str,
     detach: bool = False,
     env: dict[str, str] | None = None,
+    kubeconfig: Path | None = None,
 ) -> tuple[Proc, int]:
+    """A controller; `kubeconfig` instead of the bed's (e.g. through `tcp_proxy`)."""
     port = free_port()
     proc = start(
         bed,
         name,
         [
             "controller",
-            f"--kubeconfig={bed.karmada_kubeconfig}",
+            f"--kubeconfig={kubeconfig or bed.karmada_kubeconfig}",
             "--metrics-bind-address=127.0.0.1",
             f"--metrics-port={port}",
             *extra,
@@ -330,10 +335,20 @@ def start_controller(
 @contextlib.contextmanager
 def round_robin_proxy(bed: TestBed, backends: Sequence[int]) -> Iterator[int]:
     """A separate L4 round-robin proxy process in front of webhook replicas (a Service)."""
+    with tcp_proxy(bed, backends) as (port, _):
+        yield port
+
+
+@contextlib.contextmanager
+def tcp_proxy(
+    bed: TestBed, backends: Sequence[int], name: str = "tcpproxy"
+) -> Iterator[tuple[int, Proc]]:
+    """An L4 proxy process (e2e/testbed/tcpproxy.py); its port and its process (SIGSTOP it and
+    every connection through it stalls, as a partition does)."""
     port = free_port()
     logs = bed.home.root / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    with (logs / "tcpproxy.log").open("ab") as out:
+    with (logs / f"{name}.log").open("ab") as out:
         popen = subprocess.Popen(
             [
                 sys.executable,
@@ -345,14 +360,14 @@ def round_robin_proxy(bed: TestBed, backends: Sequence[int]) -> Iterator[int]:
             stdout=out,
             stderr=subprocess.STDOUT,
         )
-    proc = Proc("tcpproxy", popen, logs / "tcpproxy.log")
+    proc = Proc(name, popen, logs / f"{name}.log")
     try:
         deadline = time.monotonic() + 10
         while not is_listening(port):
             if popen.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"tcpproxy did not start:\n{proc.tail()}")
             time.sleep(0.05)  # polling a port with a deadline
-        yield port
+        yield port, proc
     finally:
         proc.stop()
 

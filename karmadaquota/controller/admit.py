@@ -91,7 +91,7 @@ class Admitter:
         if not entries:
             return None
         try:
-            views = [QuotaView.of(q, now) for q in quotas]
+            views = [QuotaView.of(q) for q in quotas]
         except QuantityError:
             return None  # an unreadable quota refuses everything: nothing can be admitted
         policies = {q.metadata.name: queueing.Policy.of(q) for q in quotas}

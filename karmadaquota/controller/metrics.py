@@ -201,7 +201,7 @@ class ControllerMetrics:
         )
         # every labelled series published per quota, to drop the stale ones
         self._quota_series: dict[tuple[str, str], set[tuple[Gauge, tuple[str, ...]]]] = {}
-        for reason in ("observed", "expired"):
+        for reason in ("observed", "disproved"):
             self.released.labels(reason)
         for result in ("ok", "conflict", "notfound", "error"):
             self.status_writes.labels(result)

@@ -8,9 +8,11 @@ From the binding index, the member pod tables and the quota as last read:
 - `aggregatedStatus[]`: per cluster (every known member, plus any cluster a binding is placed
   in), `used` from the bindings' placement and `observed` from the member's own pods.
 - `reservations`: those of the object as read, minus the ones the index now accounts for (the
-  binding is indexed at the reservation's generation or later, or was seen deleted) and the
-  expired ones. Both come out of the same snapshot as `used`, so the write that drops a
-  reservation also carries the binding's usage: used + reserved never dips below the truth.
+  binding is indexed at the reservation's generation or later, or was seen deleted, or the
+  orphan audit proved it absent) and those naming no possible binding. Both come out of the
+  same snapshot as `used`, so the write that drops a reservation also carries the binding's
+  usage: used + reserved never dips below the truth. An expired reservation is kept: expiry
+  only makes it due for the orphan audit, a clock alone never releases quota.
 - `waiting`: as read (the webhook keeps it), minus workloads whose template is gone and
   refused creates whose binding exists as another object (`waiting.settled`).
 - `hard`, `summary`, `conditions` (Ready, Valid, MemberObserved), `observedGeneration`.
@@ -21,6 +23,7 @@ Ready=False, no `used` (so the webhook denies what it would charge: fail closed)
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -32,10 +35,12 @@ from karmadaquota.api import (
     ENFORCED_VALUE,
     ClusterUsage,
     Condition,
+    EntryKey,
     KarmadaQuota,
     KarmadaQuotaStatus,
     Reservation,
     WaitingWorkload,
+    entry_key,
 )
 from karmadaquota.controller import guards as gd
 from karmadaquota.controller import status as st
@@ -45,7 +50,14 @@ from karmadaquota.resources import ResourceList
 from karmadaquota.scopes import Expression
 
 RELEASED_OBSERVED = "observed"
-RELEASED_EXPIRED = "expired"
+# proven never created, or never stored at its generation (the orphan audit), or naming no
+# possible binding
+RELEASED_DISPROVED = "disproved"
+# a stale charge is looked at this long after the admission window: entries of one key (one
+# expiry second) were admitted within that second
+STALE_MARGIN = 1.0
+# a ResourceBinding's name: a DNS subdomain (the API server validates custom resources' names)
+_BINDING_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 REASON_CALCULATED = "Calculated"
 REASON_INVALID = "InvalidSpec"
@@ -108,11 +120,18 @@ class Outcome:
     used: ResourceList
     hard: ResourceList
     released: Mapping[str, int] = field(default_factory=dict)
-    # earliest expirationTime among the reservations kept (to recompute when it lapses)
+    # earliest expirationTime still to come among the reservations kept (the orphan audit
+    # looks at them again then; nothing is released by it)
     next_expiry: datetime | None = None
     # memberEnforcement ResourceQuota: what the share policy reads (reachability and the
     # guards' current hard are the I/O shell's to fill in); None otherwise
     guard: gd.GuardInputs | None = None
+
+
+def possible_binding(name: str) -> bool:
+    """Whether a ResourceBinding can have this name (a reservation naming none is proof at
+    once that its binding was never created: only a writer bypassing the schema makes one)."""
+    return bool(_BINDING_NAME.match(name))
 
 
 def prune_reservations(
@@ -121,7 +140,11 @@ def prune_reservations(
     deleted: Callable[[str], bool],
     now: datetime,
 ) -> tuple[list[Reservation], dict[str, int], datetime | None]:
-    """(kept, released count per reason, earliest expiry among kept)."""
+    """(kept, released count per reason, earliest expiry yet to come among kept).
+
+    Released: a reservation whose binding the index holds at its generation or later (counted
+    in `used` by the same snapshot), or saw deleted (or the orphan audit proved absent), or
+    whose name no binding can have. Everything else is kept, expired or not."""
     kept: list[Reservation] = []
     released: dict[str, int] = {}
     earliest: datetime | None = None
@@ -131,12 +154,13 @@ def prune_reservations(
         if (entry is not None and entry.generation >= r.generation) or deleted(uid):
             released[RELEASED_OBSERVED] = released.get(RELEASED_OBSERVED, 0) + 1
             continue
-        expires = r.expires()
-        if expires is None or r.lapsed(now):
-            released[RELEASED_EXPIRED] = released.get(RELEASED_EXPIRED, 0) + 1
+        if not possible_binding(r.reservedBy.name):
+            released[RELEASED_DISPROVED] = released.get(RELEASED_DISPROVED, 0) + 1
             continue
         kept.append(r)
-        earliest = expires if earliest is None or expires < earliest else earliest
+        expires = r.expires()
+        if expires is not None and not r.due(now):
+            earliest = expires if earliest is None or expires < earliest else earliest
     return kept, released, earliest
 
 
@@ -482,14 +506,71 @@ def unobserved_reservations(
     bindings: Mapping[str, IndexedBinding],
     deleted: Callable[[str], bool],
 ) -> dict[str, str]:
-    """uid -> binding name of every reservation whose binding the index has never seen."""
+    """uid -> binding name of every reservation whose binding the index has never seen (and
+    whose name a binding can have: the others are released without a look)."""
     pending: dict[str, str] = {}
     for quota in quotas:
         for r in quota.status.reservations:
             uid = r.reservedBy.uid
-            if uid not in bindings and not deleted(uid):
+            if uid not in bindings and not deleted(uid) and possible_binding(r.reservedBy.name):
                 pending[uid] = r.reservedBy.name
     return pending
+
+
+@dataclass(frozen=True)
+class StaleCharge:
+    """Reservations of a binding the index holds at an earlier generation: an UPDATE admitted
+    and then refused (a resourceVersion conflict after admission, another webhook) leaves one
+    that no stored generation will ever carry."""
+
+    quota: str
+    name: str
+    key: EntryKey
+    count: int  # entries with this key: a change in it restarts the wait (a new admission)
+
+
+def stale_charges(
+    quotas: Iterable[KarmadaQuota], bindings: Mapping[str, IndexedBinding]
+) -> list[StaleCharge]:
+    """Every reservation whose binding is indexed below its generation, by quota and key."""
+    out: list[StaleCharge] = []
+    for quota in quotas:
+        counts: dict[EntryKey, int] = {}
+        names: dict[EntryKey, str] = {}
+        for r in quota.status.reservations:
+            entry = bindings.get(r.reservedBy.uid)
+            if entry is not None and entry.generation < r.generation:
+                key = entry_key(r)
+                counts[key] = counts.get(key, 0) + 1
+                names[key] = entry.name  # the object's own name, not what the entry says
+        out.extend(StaleCharge(quota.metadata.name, names[k], k, n) for k, n in counts.items())
+    return out
+
+
+def without_stale(
+    reservations: Sequence[Reservation], key: EntryKey, count: int
+) -> list[Reservation]:
+    """`reservations` minus up to `count` entries with `key` (the ones the audit disproved; a
+    later admission of the same key, if any, keeps its own)."""
+    kept: list[Reservation] = []
+    for r in reservations:
+        if count > 0 and entry_key(r) == key:
+            count -= 1
+            continue
+        kept.append(r)
+    return kept
+
+
+def stale_disproved(
+    holder_uid: str, holder_generation: int, charge: StaleCharge, waited: float, window: float
+) -> bool:
+    """Whether a stale charge can no longer be carried, from a quorum GET of its binding made
+    `waited` seconds after every entry of its key was already there: the binding is still the
+    same object below the charge's generation once the admission window has passed (every
+    UPDATE admitted before that was stored or refused by then; +1 s: entries of one key were
+    admitted within the second their expiry rounds to)."""
+    uid, generation = charge.key[0], charge.key[1]
+    return holder_uid == uid and holder_generation < generation and waited >= window + STALE_MARGIN
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 import aiohttp
 
 from karmadaquota import queued
-from karmadaquota.api import ON_EXCEED_QUEUE
+from karmadaquota.api import ON_EXCEED_QUEUE, EntryKey, KarmadaQuota
 from karmadaquota.controller import recompute as rc
 from karmadaquota.controller import status as st
 from karmadaquota.controller.admit import Admitter
@@ -183,6 +183,8 @@ class Controller:
         self.writes = 0
         self._unseen: dict[str, float] = {}  # reservation uid -> loop time first seen unobserved
         self._absent: set[str] = set()  # of those, the ones whose binding's name a GET found free
+        # (namespace, quota, key, count) of a stale charge -> loop time first seen so
+        self._stale: dict[tuple[str, str, EntryKey, int], float] = {}
 
     # ---- inputs ----------------------------------------------------------------------------
 
@@ -417,7 +419,10 @@ class Controller:
             self.dirty.mark_at(namespace, again)
 
     async def _audit_orphans(self, namespace: str) -> bool:
-        """Release reservations of bindings that do not exist; True when some were found."""
+        """Release reservations of bindings that do not exist, or that exist below the
+        generation charged (`_audit_stale`); True when some were found. Nothing is released
+        because it expired: only what a quorum GET after the admission window disproves."""
+        stale = await self._audit_stale(namespace)
         now = asyncio.get_running_loop().time()
         pending = rc.unobserved_reservations(
             self.quotas.quotas(namespace),
@@ -451,7 +456,97 @@ class Controller:
             elif not holder:  # its create may still be in flight: look again after the window
                 self._absent.add(uid)
                 self.dirty.mark_at(namespace, checks.first_seen[uid] + window + 0.05)
+        return found or stale
+
+    async def _audit_stale(self, namespace: str) -> bool:
+        """Drop the charges of UPDATEs admitted but never stored (the binding is still below
+        their generation once the admission window has passed since they were all there):
+        a compare-and-swap status write of the quota without exactly those entries."""
+        now = asyncio.get_running_loop().time()
+        window = self.settings.admission_window
+        charges = rc.stale_charges(self.quotas.quotas(namespace), self.index.bindings(namespace))
+        seen = {(namespace, c.quota, c.key, c.count) for c in charges}
+        self._stale = {k: t for k, t in self._stale.items() if k[0] != namespace or k in seen}
+        holders: dict[str, tuple[str, int]] = {}  # binding name -> (uid, generation) read
+        found = False
+        for c in charges:
+            first = self._stale.setdefault((namespace, c.quota, c.key, c.count), now)
+            due = first + window + rc.STALE_MARGIN
+            if now < due:
+                self.dirty.mark_at(namespace, due + 0.05)
+                continue
+            if c.name not in holders:
+                try:
+                    got = await self.api.get(f"{paths.bindings(namespace)}/{c.name}")
+                    meta = got.get("metadata") or {}
+                    gen = meta.get("generation")
+                    holders[c.name] = (str(meta.get("uid", "")), gen if isinstance(gen, int) else 0)
+                except NotFound:
+                    holders[c.name] = ("", 0)
+            uid, generation = holders[c.name]
+            if uid != c.key[0]:  # the object is gone (its name free, or another's): a uid
+                self.index.mark_absent(namespace, c.key[0])  # never comes back
+                found = True
+                continue
+            if rc.stale_disproved(uid, generation, c, now - first, window):
+                found = await self._drop_stale(namespace, c) or found
         return found
+
+    async def _drop_stale(self, namespace: str, c: rc.StaleCharge) -> bool:
+        """Write the quota without up to `c.count` entries of `c.key`; True when written."""
+
+        async def read() -> KarmadaQuota:
+            return KarmadaQuota.model_validate(await self.api.get(paths.quota(namespace, c.quota)))
+
+        def without(obj: KarmadaQuota) -> JSON | None:
+            kept = rc.without_stale(obj.status.reservations, c.key, c.count)
+            if len(kept) == len(obj.status.reservations) or not self._can_write():
+                return None
+            status = obj.status.model_copy(update={"reservations": kept})
+            body: JSON = obj.model_copy(update={"status": status}).model_dump(
+                mode="json", exclude_none=True
+            )
+            return body
+
+        async def write(body: JSON) -> JSON:
+            return await self.api.request(
+                "PUT",
+                paths.quota_status(namespace, c.quota),
+                body,
+                timeout=self.settings.write_timeout,
+            )
+
+        try:
+            result = await retry_on_conflict(
+                read,
+                without,
+                write,
+                attempts=self.settings.max_attempts,
+                backoff=self.settings.conflict_backoff,
+            )
+        except (NotFound, ConflictsExhausted, KubeError, aiohttp.ClientError, TimeoutError) as e:
+            log.info(
+                "stale charge not dropped; retrying",
+                extra={"namespace": namespace, "quota": c.quota, "error": str(e)},
+            )
+            self.dirty.mark_at(namespace, asyncio.get_running_loop().time() + 1.0)
+            return False
+        if result is None:
+            return False
+        self.quotas.fold(result)
+        self.metrics.released.labels(rc.RELEASED_DISPROVED).inc(c.count)
+        log.info(
+            "charge of an update never stored released",
+            extra={
+                "namespace": namespace,
+                "quota": c.quota,
+                "binding": c.name,
+                "uid": c.key[0],
+                "generation": c.key[1],
+                "count": c.count,
+            },
+        )
+        return True
 
     def _can_write(self) -> bool:
         return (

@@ -135,7 +135,7 @@ class Waker:
         loop_now = asyncio.get_running_loop().time()
         self._forget(loop_now, [waiting.key(w.template) for w in entries])
         try:
-            views = [QuotaView.of(q, now) for q in quotas]
+            views = [QuotaView.of(q) for q in quotas]
         except QuantityError:
             return None  # an invalid quota refuses everything: nothing can fit
         flying = waiting.in_flight(entries, {k: n for k, (n, _) in self._woken.items()})

@@ -12,7 +12,9 @@ two recomputes, and only the last version is ever parsed by the controller.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import Any
 
 from karmadaquota.api import KarmadaQuota, read_quota
@@ -22,6 +24,18 @@ from karmadaquota.kube.retry import Backoff
 from karmadaquota.kube.versions import parse_rv
 
 RECONNECT = Backoff(1.0, 1.0)
+
+
+class UnreadableQuota(Exception):
+    """A namespace holds a quota that cannot be parsed: what it limits is unknown, so admission
+    in that namespace is refused (fail closed) until it is fixed or deleted."""
+
+    def __init__(self, namespace: str, names: list[str]) -> None:
+        self.namespace, self.names = namespace, names
+        super().__init__(
+            f"KarmadaQuota {', '.join(names)} in namespace {namespace} cannot be read "
+            "(see the webhook's log); bindings there are refused until it is fixed or deleted"
+        )
 
 
 class QuotaRecord:
@@ -88,6 +102,8 @@ class QuotaStore:
         backoff: Backoff = RECONNECT,
     ) -> None:
         self._by_ns: dict[str, dict[str, QuotaRecord]] = {}
+        self._client = client
+        self._lookups: dict[str, asyncio.Future[None]] = {}  # live reads in flight
         self._on_put = on_put
         self._on_delete = on_delete
         self._on_relisted = on_relisted
@@ -118,6 +134,56 @@ class QuotaStore:
     def quotas(self, namespace: str) -> list[KarmadaQuota]:
         """The namespace's readable quotas by name (an unreadable one is logged, and skipped)."""
         return [q for r in self.records(namespace) if (q := r.quota) is not None]
+
+    def enforced(self, namespace: str) -> list[KarmadaQuota]:
+        """The namespace's quotas by name, for admission: raises `UnreadableQuota` naming
+        those that cannot be parsed (skipping one would admit what it limits: fail open)."""
+        records = self.records(namespace)
+        quotas = [q for r in records if (q := r.quota) is not None]
+        if len(quotas) < len(records):
+            raise UnreadableQuota(namespace, [r.name for r in records if r.quota is None])
+        return quotas
+
+    def overdue(self, now: datetime) -> tuple[float, int]:
+        """(seconds the oldest pending charge is past its expiry, 0 when none is; how many
+        are) over every quota held: charges the controller has neither counted in `used` nor
+        disproved by their expiry — with no controller they pile up and the quotas fill. An
+        unreadable expiry counts, with no age."""
+        oldest, count = 0.0, 0
+        for bucket in self._by_ns.values():
+            for record in bucket.values():
+                quota = record.quota
+                for r in quota.status.reservations if quota is not None else ():
+                    if not r.due(now):
+                        continue
+                    count += 1
+                    expires = r.expires()
+                    if expires is not None:
+                        oldest = max(oldest, (now - expires).total_seconds())
+        return oldest, count
+
+    async def lookup(self, namespace: str) -> bool:
+        """Whether the namespace holds a quota: the store, or on a miss a live LIST of the
+        namespace's quotas (folded in), as Kubernetes' quota admission reads live on a miss —
+        a quota created a moment ago may not have reached the watch yet. Concurrent misses of
+        one namespace share one read. Raises what the read raises (the caller refuses)."""
+        if self.has(namespace):
+            return True
+        flight = self._lookups.get(namespace)
+        if flight is None:
+            flight = asyncio.ensure_future(self._list(namespace))
+            self._lookups[namespace] = flight
+            flight.add_done_callback(lambda _: self._lookups.pop(namespace, None))
+        await asyncio.shield(flight)
+        return self.has(namespace)
+
+    async def _list(self, namespace: str) -> None:
+        if self._client is None:
+            raise RuntimeError("no API client to read quotas live")
+        got = await self._client.get(paths.quotas(namespace))
+        for item in got.get("items") or []:
+            if isinstance(item, Mapping):
+                self.fold(item)
 
     def get(self, namespace: str, name: str) -> QuotaRecord | None:
         return self._by_ns.get(namespace, {}).get(name)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import aiohttp
 import orjson
 from aiohttp import web
 from pydantic import ValidationError
@@ -41,7 +42,7 @@ from karmadaquota.api import KarmadaQuota, ResourceBinding
 from karmadaquota.aux_port import serve_aux
 from karmadaquota.evaluate import REASON_FORBIDDEN, Decision, LimitedResource, QuotaView
 from karmadaquota.kube import paths
-from karmadaquota.kube.client import JSON, KubeClient, user_agent
+from karmadaquota.kube.client import JSON, KubeClient, KubeError, user_agent
 from karmadaquota.kube.quotas import QuotaStore
 from karmadaquota.quantity import QuantityError
 from karmadaquota.webhook import review
@@ -74,6 +75,24 @@ DEADLINE_SHARE = 0.9
 # how long this replica counts a binding it queued towards its quota's queue, before the
 # controller's `status.queued` surely has it (its reaction time is tens of milliseconds)
 QUEUED_RECENTLY = 2.0
+
+
+# Tests only (e2e/test_faults.py): seconds added to this process' wall clock wherever it stamps
+# or reads a pending charge's expiry, to show that replicas whose clocks disagree by more than
+# the TTL still count each other's charges. Unset in every shipped manifest.
+CLOCK_OFFSET_ENV = "KARMADAQUOTA_TEST_CLOCK_OFFSET_SECONDS"
+
+
+def skewed_clock(offset: str) -> Callable[[], datetime]:
+    """The wall clock, `offset` seconds ahead (negative: behind); a bad offset is an error."""
+    try:
+        delta = timedelta(seconds=float(offset or 0))
+    except ValueError as e:
+        raise ValueError(f"{CLOCK_OFFSET_ENV}={offset!r} is not a number of seconds") from e
+    if not delta:
+        return lambda: datetime.now(UTC)
+    log.warning("test clock offset in effect", extra={"offset_seconds": delta.total_seconds()})
+    return lambda: datetime.now(UTC) + delta
 
 
 def review_budget(timeout: str | None) -> float | None:
@@ -128,7 +147,7 @@ class KubeQuotaBackend:
         self.api_seconds[namespace] = self.api_seconds.get(namespace, 0.0) + elapsed
 
     def quotas(self, namespace: str) -> list[KarmadaQuota]:
-        return self._store.quotas(namespace)
+        return self._store.enforced(namespace)
 
     def update(self, quota: KarmadaQuota) -> None:
         self._store.fold_quota(quota)
@@ -199,8 +218,9 @@ class Webhook:
                 "karmadaquota webhook is starting: quota cache not synced; try again",
                 REASON_NOT_READY,
             )
-        if not self.quotas.has(req.namespace):
-            return Decision(True)
+        unlimited = await self._unlimited(req.namespace)
+        if unlimited is not None:
+            return unlimited
         refused = self._untrusted_write(req)
         if refused is not None:
             return refused
@@ -261,7 +281,7 @@ class Webhook:
             REASON_FORBIDDEN,
         )
 
-    def admit_override(self, req: review.Request) -> Decision:
+    async def admit_override(self, req: review.Request) -> Decision:
         """An OverridePolicy in a namespace with a quota: an untrusted writer may not add an
         override that changes what is charged (karmadaquota.overrides)."""
         if req.resource.group != api.OVERRIDE_GROUP or req.resource.resource != api.OVERRIDE_PLURAL:
@@ -279,8 +299,11 @@ class Webhook:
                 "karmadaquota webhook is starting: quota cache not synced; try again",
                 REASON_NOT_READY,
             )
-        if not self.quotas.has(req.namespace) or self.writers.trusts(req.userInfo):
+        if self.writers.trusts(req.userInfo):
             return Decision(True)
+        unlimited = await self._unlimited(req.namespace)
+        if unlimited is not None:
+            return unlimited
         charged = overrides.charged_overrides(req.object)
         if not charged or charged == overrides.charged_overrides(req.oldObject or {}):
             return Decision(True)  # nothing charged, or only what was there before
@@ -296,6 +319,22 @@ class Webhook:
             ),
             REASON_FORBIDDEN,
         )
+
+    async def _unlimited(self, namespace: str) -> Decision | None:
+        """The answer for a namespace no quota limits (None: one does, charge the review): a
+        miss in the store is read live (the watch may not have delivered a quota created a
+        moment ago); a read that fails refuses, never admits unchecked."""
+        try:
+            holds = await self.quotas.lookup(namespace)
+        except (KubeError, aiohttp.ClientError, TimeoutError, RuntimeError) as e:
+            log.warning("cannot read quotas live", extra={"namespace": namespace, "error": str(e)})
+            return Decision(
+                False,
+                f"karmadaquota webhook cannot tell whether namespace {namespace} holds a quota "
+                f"(none cached, live read failed: {e}); try again",
+                REASON_NOT_READY,
+            )
+        return None if holds else Decision(True)
 
     def mutate_binding(self, req: review.Request) -> queueing.QueueDecision | None:
         """Whether a new binding is created queued (suspended, naming the quota); None leaves
@@ -318,7 +357,7 @@ class Webhook:
             return None
         try:
             full = charge.full_charge(ResourceBinding.model_validate(req.object))
-            views = [QuotaView.of(q, datetime.now(UTC)) for q in quotas]
+            views = [QuotaView.of(q) for q in quotas]
         except (ValidationError, QuantityError):
             return None
         if full.invalid:
@@ -478,7 +517,7 @@ def build_app(
                     req, review_budget(request.query.get("timeout"))
                 )
             elif kind == "override":
-                decision = webhook.admit_override(req)
+                decision = await webhook.admit_override(req)
             else:
                 decision = await webhook.admit_quota(req)
         except review.MalformedReview as e:
@@ -612,6 +651,8 @@ async def running(settings: WebhookConfig) -> AsyncIterator[tuple[Webhook, int]]
 
     quotas = QuotaStore(client, on_put=count, on_delete=count, on_relisted=count)
     store = KubeQuotaBackend(client, quotas)
+    clock = skewed_clock(os.environ.get(CLOCK_OFFSET_ENV, ""))
+    metrics.watch_pending(lambda: quotas.overdue(clock()))
     batcher = Batcher(
         store,
         BatcherConfig(
@@ -622,6 +663,7 @@ async def running(settings: WebhookConfig) -> AsyncIterator[tuple[Webhook, int]]
         on_batch=metrics.batch_size.observe,
         on_conflict=metrics.conflicts.inc,
         on_write=metrics.observe_write,
+        clock=clock,
     )
     refusals = RefusalRecorder(store, batcher) if settings.record_waiting else None
     webhook = Webhook(quotas, batcher, metrics, store.api_seconds, refusals, settings.writers)

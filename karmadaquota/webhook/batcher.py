@@ -34,11 +34,13 @@ from karmadaquota import resources
 from karmadaquota.api import (
     BINDING_API_VERSION,
     BINDING_KIND,
+    EntryKey,
     KarmadaQuota,
     ObjectReference,
     Reservation,
     WaitingWorkload,
     charge_key,
+    entry_key,
     expiry_seconds,
     format_time,
     pending_entry,
@@ -47,6 +49,7 @@ from karmadaquota.api import (
 from karmadaquota.charge import Charge
 from karmadaquota.evaluate import (
     ALLOW,
+    REASON_FORBIDDEN,
     Decision,
     LimitedResource,
     QuotaView,
@@ -54,6 +57,7 @@ from karmadaquota.evaluate import (
     evaluate,
 )
 from karmadaquota.kube.client import JSON, Conflict, NotFound
+from karmadaquota.kube.quotas import UnreadableQuota
 from karmadaquota.kube.retry import Backoff, ConflictsExhausted, retry_on_conflict
 from karmadaquota.quantity import QuantityError
 from karmadaquota.resources import ResourceList
@@ -79,7 +83,10 @@ _GROUP_OVERHEAD = 72
 class QuotaBackend(Protocol):
     """What the batcher needs of the API: the cache's view, a fresh read, a CAS status write."""
 
-    def quotas(self, namespace: str) -> list[KarmadaQuota]: ...
+    def quotas(self, namespace: str) -> list[KarmadaQuota]:
+        """The namespace's quotas; raises `UnreadableQuota` when one of them cannot be read
+        (admission in that namespace is refused: fail closed)."""
+        ...
 
     def update(self, quota: KarmadaQuota) -> None: ...
 
@@ -151,7 +158,9 @@ class BatcherConfig:
     conflict_backoff: Backoff = CONFLICT_BACKOFF
     limited: Sequence[LimitedResource] = ()
     # bound on the (estimated) JSON size of one quota's `status.pending`; admissions that
-    # would pass it are refused with a retryable 429 until the controller drains some
+    # would pass it are refused with a retryable 429 until the controller counts some. Pending
+    # charges never lapse on a clock, so with no controller this bound (or hard, whichever
+    # comes first) is what refuses: it caps what an outage costs the quota object
     max_reservation_bytes: int = DEFAULT_RESERVATION_BYTES
 
 
@@ -245,9 +254,13 @@ class Batcher:
         if not batch and not kicked:
             return
         now = self._clock()
-        objects = {q.metadata.name: q for q in self._store.quotas(namespace)}
         try:
-            views = {name: QuotaView.of(q, now) for name, q in objects.items()}
+            objects = {q.metadata.name: q for q in self._store.quotas(namespace)}
+            views = {name: QuotaView.of(q) for name, q in objects.items()}
+        except UnreadableQuota as e:  # fail closed: a quota we cannot read limits nothing we know
+            for p in batch:
+                p.resolve(Decision(False, str(e), REASON_FORBIDDEN))
+            return  # waiting-list changes stay with the recorder for a pass that can read
         except QuantityError as e:
             for p in batch:
                 p.resolve(Decision(False, f"a KarmadaQuota in {namespace} is invalid: {e}"))
@@ -275,7 +288,7 @@ class Batcher:
         kicked: bool = False,
     ) -> None:
         denied: dict[int, Decision] = {}
-        written: dict[str, list[Pending]] = {}
+        written: dict[str, list[tuple[Pending, Reservation]]] = {}
         charged = sorted({n for a in admitted for n in a.charges})
         # the waiting list's changes ride these writes: those of the charged quotas always (no
         # extra write), every quota's when the recorder's coalescing interval is up (kicked)
@@ -323,18 +336,20 @@ class Batcher:
         now: datetime,
         taken: WaitingTake | None = None,
         carried: dict[str, bool] | None = None,
-    ) -> list[Pending]:
+    ) -> list[tuple[Pending, Reservation]]:
         """Record `entries` (and `taken`'s waiting list, if any) in one quota with CAS; re-check
-        on conflict. Returns who was written; `carried[name]` says how the waiting list fared."""
+        on conflict. Returns who was written, with the entry written for each; `carried[name]`
+        says how the waiting list fared."""
         carried = carried if carried is not None else {}
         entries = [(p, rl) for p, rl in entries if id(p) not in denied]
         sent: KarmadaQuota | None = None  # the quota as the last write sent it
+        made: dict[int, Reservation] = {}  # review identity -> the entry the last write sent
 
         async def read() -> KarmadaQuota:
             nonlocal entries
             fresh = KarmadaQuota.model_validate(await self._store.get(namespace, name))
             self._store.update(fresh)
-            entries = _recheck(fresh, entries, denied, now)
+            entries = _recheck(fresh, entries, denied)
             return fresh
 
         def mutate(version: KarmadaQuota) -> JSON | None:
@@ -346,19 +361,18 @@ class Batcher:
             wanted = taken.wanted(version) if taken is not None else None
             if not entries and wanted is None:
                 return None
+            made.clear()
             sent, overflow = _with_reservations(
-                version, entries, now + self.config.reservation_ttl, now, self.config
+                version, entries, now + self.config.reservation_ttl, self.config, made
             )
             if wanted is not None:
                 status = sent.status.model_copy(update={"waiting": wanted})
                 sent = sent.model_copy(update={"status": status})
             body = _dump(sent)
+            if overflow:
+                message = full_message(name, len(sent.status.reservations), self.config)
             for p, _ in overflow:
-                denied[id(p)] = Decision(
-                    False,
-                    f"KarmadaQuota {name} has too many pending reservations; try again",
-                    REASON_TOO_MANY,
-                )
+                denied[id(p)] = Decision(False, message, REASON_TOO_MANY)
             entries = [(p, rl) for p, rl in entries if id(p) not in denied]
             return body if entries or wanted is not None else None
 
@@ -405,26 +419,32 @@ class Batcher:
         if result is None or sent is None:
             return []
         self._store.update(_stored(sent, result))
-        return [p for p, _ in entries]
+        return [(p, made[id(p)]) for p, _ in entries]
 
     async def _compensate(
-        self, namespace: str, written: dict[str, list[Pending]], denied: dict[int, Decision]
+        self,
+        namespace: str,
+        written: dict[str, list[tuple[Pending, Reservation]]],
+        denied: dict[int, Decision],
     ) -> None:
-        """Take back reservations of requests that a later quota of the same batch refused, or
-        whose caller gave up while they were being written.
+        """Take back the reservations of requests that a later quota of the same batch refused,
+        or whose caller gave up while they were being written: each exactly once, by what it
+        wrote (uid, generation, charge, expiry) — the binding's other charges (an earlier
+        generation, another replica's) are untouched.
 
-        Best effort: whatever is not taken back here lapses at its expiration time.
+        Best effort: whatever is not taken back here holds until the controller's orphan audit
+        proves its binding was never created (or never reached that generation).
         """
         for name, pendings in written.items():
-            undo = {p.uid for p in pendings if id(p) in denied}
+            undo = [r for p, r in pendings if id(p) in denied]
             if not undo:
                 continue
 
             async def read(name: str = name) -> KarmadaQuota:
                 return KarmadaQuota.model_validate(await self._store.get(namespace, name))
 
-            def without(obj: KarmadaQuota, undo: set[str] = undo) -> JSON:
-                kept = [r for r in obj.status.reservations if r.reservedBy.uid not in undo]
+            def without(obj: KarmadaQuota, undo: list[Reservation] = undo) -> JSON:
+                kept = without_refused(obj.status.reservations, undo)
                 status = obj.status.model_copy(update={"reservations": kept})
                 return _dump(obj.model_copy(update={"status": status}))
 
@@ -447,11 +467,10 @@ def _recheck(
     obj: KarmadaQuota,
     entries: list[tuple[Pending, ResourceList]],
     denied: dict[int, Decision],
-    now: datetime,
 ) -> list[tuple[Pending, ResourceList]]:
     """Re-evaluate, in order, the requests that charged this quota against its fresh state."""
     try:
-        view = QuotaView.of(obj, now)
+        view = QuotaView.of(obj)
     except QuantityError as e:
         for p, _ in entries:
             denied[id(p)] = Decision(False, f"KarmadaQuota {obj.metadata.name} is invalid: {e}")
@@ -503,27 +522,58 @@ def _stored(sent: KarmadaQuota, answer: JSON) -> KarmadaQuota:
     return sent.model_copy(update={"metadata": meta})
 
 
+def full_message(name: str, held: int, config: BatcherConfig) -> str:
+    """Why an admission that would pass the size bound of `status.pending` is refused."""
+    return (
+        f"KarmadaQuota {name} holds {held} pending charges the quota controller has not yet "
+        f"counted, the most its status can carry ({config.max_reservation_bytes} bytes); "
+        "admission resumes as the controller counts them (is karmadaquota-controller "
+        "running?); try again"
+    )
+
+
+def without_refused(
+    reservations: Sequence[Reservation], refused: Sequence[Reservation]
+) -> list[Reservation]:
+    """`reservations` minus one entry per refused one, matched by uid, generation, charge and
+    expiry second (what `status.pending` keeps of an entry): never the binding's others."""
+    wanted: dict[EntryKey, int] = {}
+    for r in refused:
+        key = entry_key(r)
+        wanted[key] = wanted.get(key, 0) + 1
+    kept: list[Reservation] = []
+    for r in reservations:
+        key = entry_key(r)
+        if wanted.get(key, 0) > 0:
+            wanted[key] -= 1
+            continue
+        kept.append(r)
+    return kept
+
+
 def _with_reservations(
     obj: KarmadaQuota,
     entries: list[tuple[Pending, ResourceList]],
     expires: datetime,
-    now: datetime,
     config: BatcherConfig,
+    written: dict[int, Reservation] | None = None,
 ) -> tuple[KarmadaQuota, list[tuple[Pending, ResourceList]]]:
-    """The quota with our reservations appended and lapsed ones dropped, ready for PUT status,
-    and the entries that did not fit `config.max_reservation_bytes` (not written): that bound
-    is on the estimated size of `status.pending` (`pending_size`), where a reservation costs
-    its entry, plus its group when its charge and expiry are new.
+    """The quota with our reservations appended, ready for PUT status, and the entries that
+    did not fit `config.max_reservation_bytes` (not written): that bound is on the estimated
+    size of `status.pending` (`pending_size`), where a reservation costs its entry, plus its
+    group when its charge and expiry are new. Every entry already there is kept, expired or
+    not: only the controller drops one (counted, or proven never created). `written` gets
+    each written entry by its review's identity (what compensation takes back).
 
     Shallow copies only: the cached quota is never mutated, and a deep copy of hundreds of
     reservations per write was the webhook's largest CPU cost under load.
     """
-    keep = [r for r in obj.status.reservations if not r.lapsed(now)]
+    keep = list(obj.status.reservations)
     budget = config.max_reservation_bytes - pending_size(keep)
     groups = set(pending_groups(keep))
     overflow: list[tuple[Pending, ResourceList]] = []
     stamp = format_time(expires)
-    second = expiry_seconds(stamp)  # this batch's group: all its reservations share it
+    second = expiry_seconds(stamp) or 0  # this batch's group: all its reservations share it
     for p, rl in entries:
         r = Reservation(
             reservedBy=ObjectReference(
@@ -545,6 +595,8 @@ def _with_reservations(
         budget -= size
         groups.add(key)
         keep.append(r)
+        if written is not None:
+            written[id(p)] = r
     status = obj.status.model_copy(update={"reservations": keep})
     return obj.model_copy(update={"status": status}), overflow
 

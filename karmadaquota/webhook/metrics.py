@@ -4,6 +4,7 @@ HTTP metrics port (`aux_port.serve_aux`, `--metrics-bind-address`/`--metrics-por
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -121,6 +122,32 @@ class WebhookMetrics:
             "in --tls-cert-file), as seconds since the epoch; set at start and on each reload.",
             registry=r,
         )
+
+    def watch_pending(self, overdue: Callable[[], tuple[float, int]]) -> None:
+        """Export, at each scrape, what `overdue()` says of the pending charges in the quota
+        store (`QuotaStore.overdue`): what KarmadaQuotaPendingNotConfirmed alerts on."""
+        memo: list[tuple[float, int]] = []  # one store walk per scrape, for both gauges
+
+        def seconds() -> float:
+            memo[:] = [overdue()]
+            return memo[0][0]
+
+        def charges() -> float:
+            return float((memo.pop() if memo else overdue())[1])
+
+        Gauge(
+            "karmadaquota_pending_overdue_seconds",
+            "How long the oldest pending charge in this webhook's quota store has been past its "
+            "expiry without the controller counting it in used or disproving it (0: none is). "
+            "Charges never lapse: with no controller this grows and the quotas fill.",
+            registry=self.registry,
+        ).set_function(seconds)
+        Gauge(
+            "karmadaquota_pending_overdue_charges",
+            "Pending charges in this webhook's quota store past their expiry, neither counted "
+            "nor disproved by the controller yet.",
+            registry=self.registry,
+        ).set_function(charges)
 
     def observe_decision(
         self, operation: str, allowed: bool, reason: str, seconds: float, own: float

@@ -37,6 +37,7 @@ from e2e.testbed.installed import (
     VWC,
     check_drain,
     check_end_to_end,
+    check_tenant_reads_its_quota,
     container_port,
     flag,
     forbidden_lines,
@@ -141,6 +142,7 @@ async def test_install_as_documented_refuses_and_counts(
             await asyncio.to_thread(point_registration_at, testbed, port, cert.ca_bundle)
             await check_ports(testbed, host, deployments)
             await check_end_to_end(testbed, karmada_client, namespace)
+            await check_tenant_reads_its_quota(testbed, namespace)  # api/rbac/
             assert forbidden_lines(*procs) == []
             for p in procs:
                 assert p.popen.poll() is None, f"{p.name} exited:\n{p.tail()}"

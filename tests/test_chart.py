@@ -175,6 +175,7 @@ def test_every_pod_runs_restricted(sets: tuple[str, ...]) -> None:
         "Deployment/karmadaquota-webhook",
         "Deployment/karmadaquota-controller",
         "Job/karmadaquota-install-apply",
+        "Job/karmadaquota-install-register",
         "Job/karmadaquota-install-delete",
         "Job/karmadaquota-install-delete-lease",
     }
@@ -355,6 +356,7 @@ def test_by_default_everything_uses_the_karmada_charts_admin_kubeconfig() -> Non
         ("Deployment", "karmadaquota-webhook"),
         ("Deployment", "karmadaquota-controller"),
         ("Job", "karmadaquota-install-apply"),
+        ("Job", "karmadaquota-install-register"),
         ("Job", "karmadaquota-install-delete"),
         ("Job", "karmadaquota-install-delete-lease"),
     ]:
@@ -381,8 +383,9 @@ def test_per_component_kubeconfigs() -> None:
     secret = one(docs, "Secret", "karmadaquota-controller-kubeconfig")
     assert base64.b64decode(secret["data"]["karmada.config"]) == b"apiVersion: v1"
     # the hooks keep the admin kubeconfig: they create CRDs, RBAC and registrations
-    hook = _kubeconfig_volume(docs, "Job", "karmadaquota-install-apply")
-    assert hook["secretName"] == "karmada-kubeconfig"
+    for job in ("apply", "register", "delete"):
+        hook = _kubeconfig_volume(docs, "Job", f"karmadaquota-install-{job}")
+        assert hook["secretName"] == "karmada-kubeconfig"
 
 
 # ---- hooks ---------------------------------------------------------------------------------
@@ -391,17 +394,35 @@ def test_per_component_kubeconfigs() -> None:
 def test_hook_jobs_are_annotated_and_run_install() -> None:
     docs = render()
     jobs = objects(docs, "Job")
-    apply_job, delete_job = jobs["karmadaquota-install-apply"], jobs["karmadaquota-install-delete"]
+    apply_job, register_job = (
+        jobs["karmadaquota-install-apply"],
+        jobs["karmadaquota-install-register"],
+    )
+    delete_job = jobs["karmadaquota-install-delete"]
     lease_job = jobs["karmadaquota-install-delete-lease"]
     policy = "before-hook-creation,hook-succeeded"
-    hooks = [(apply_job, "post-install,post-upgrade"), (delete_job, "pre-delete")]
-    for job, hook in [*hooks, (lease_job, "post-delete")]:
+    hooks = [
+        (apply_job, "pre-install,pre-upgrade"),
+        (register_job, "post-install,post-upgrade"),
+        (delete_job, "pre-delete"),
+        (lease_job, "post-delete"),
+    ]
+    for job, hook in hooks:
         ann = job["metadata"]["annotations"]
         assert ann["helm.sh/hook"] == hook
         assert ann["helm.sh/hook-delete-policy"] == policy
         assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"
 
-    (c,) = apply_job["spec"]["template"]["spec"]["containers"]
+    (a,) = apply_job["spec"]["template"]["spec"]["containers"]
+    assert a["args"] == [
+        "--log-format=json",
+        "install",
+        "apply",
+        "--kubeconfig=/etc/karmada/config/karmada.config",
+        "--manifests=/etc/karmadaquota/manifests",
+        "--timeout=5m",
+    ]
+    (c,) = register_job["spec"]["template"]["spec"]["containers"]
     assert c["args"] == [
         "--log-format=json",
         "install",
@@ -416,7 +437,7 @@ def test_hook_jobs_are_annotated_and_run_install() -> None:
     assert d["args"][1:3] == ["install", "delete"]
     assert "--delete-crd" not in d["args"]  # crd.keepOnUninstall defaults to true
 
-    spec = apply_job["spec"]["template"]["spec"]
+    spec = register_job["spec"]["template"]["spec"]
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert volumes["manifests"]["configMap"]["name"] == "karmadaquota-karmada-apiserver"
     assert volumes["serving-cert"]["secret"] == {
@@ -439,12 +460,68 @@ def test_hook_jobs_are_annotated_and_run_install() -> None:
     env = {e["name"]: e.get("value") for e in cc["env"]}
     ns = next(a.split("=", 1)[1] for a in cc["args"] if a.startswith("--namespace="))
     assert f"--lease={ns}/{env['KARMADAQUOTA_LEASE_NAME']}" in lease["args"]
-    # post-delete runs after the release's objects are gone: nothing of the release is used
+    # pre-install and post-delete run while the release's objects do not exist: nothing of
+    # the release is used but their own hook ConfigMap
+    for job in (apply_job, lease_job):
+        pod = job["spec"]["template"]["spec"]
+        assert "serviceAccountName" not in pod
     lease_pod = lease_job["spec"]["template"]["spec"]
-    assert "serviceAccountName" not in lease_pod
     assert {v["name"] for v in lease_pod["volumes"]} == {"karmada-config", "tmp"}
-    for job_args in (c["args"], d["args"], lease["args"]):
+    for job_args in (a["args"], c["args"], d["args"], lease["args"]):
         _parser().parse_args(job_args)
+
+
+def _hook_phase(doc: Doc) -> tuple[str, int]:
+    ann = doc["metadata"].get("annotations") or {}
+    return ann.get("helm.sh/hook", ""), int(ann.get("helm.sh/hook-weight", "0"))
+
+
+def test_what_the_pods_need_is_applied_before_them_and_the_registration_after(
+    tmp_path: Path,
+) -> None:
+    """`helm install --wait` runs pre-install hooks, then waits for the pods to be Ready, and
+    only then runs post-install hooks: everything the pods need (the CRD, their identities and
+    rights) must come from a pre-install hook, the fail-closed registration from a post-install
+    one, and a pre-install hook may use nothing the release creates (it does not exist yet)."""
+    docs = render()
+    jobs = objects(docs, "Job")
+    apply_pod = jobs["karmadaquota-install-apply"]["spec"]["template"]["spec"]
+    (cm_volume,) = (v for v in apply_pod["volumes"] if "configMap" in v)
+    cm = one(docs, "ConfigMap", cm_volume["configMap"]["name"])
+    assert _hook_phase(cm) == ("pre-install,pre-upgrade", -10)  # before the Job (weight 0)
+    assert cm["metadata"]["annotations"]["helm.sh/hook-delete-policy"] == (
+        "before-hook-creation,hook-succeeded"
+    )
+    release_objects = {(d["kind"], d["metadata"]["name"]) for d in docs if not _hook_phase(d)[0]}
+    for v in apply_pod["volumes"]:
+        for kind, ref in (
+            ("Secret", v.get("secret", {}).get("secretName")),
+            ("ConfigMap", v.get("configMap", {}).get("name")),
+        ):
+            assert (kind, ref) not in release_objects, f"pre-install hook mounts {kind} {ref}"
+    # the pre-install manifests: everything but the registrations, the CRD first
+    for name, text in cm["data"].items():
+        (tmp_path / name).write_text(text)
+    pre = install.apply_order(install.load_manifests(tmp_path))
+    kinds = {o.kind.kind for o in pre}
+    assert pre[0].kind.kind == "CustomResourceDefinition"
+    assert {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"} <= kinds
+    assert not kinds & {"ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"}
+    assert {o.name for o in pre if o.kind.kind == "ClusterRole"} >= {
+        "karmadaquota-view",
+        "karmadaquota-edit",
+    }
+    # the post-install hook: the registrations only, from the release's ConfigMap
+    register_pod = jobs["karmadaquota-install-register"]["spec"]["template"]["spec"]
+    (reg,) = (v for v in register_pod["volumes"] if "configMap" in v)
+    assert {i["key"] for i in reg["configMap"]["items"]} == {
+        "validatingwebhookconfiguration.yaml",
+        "mutatingwebhookconfiguration.yaml",
+    }
+    full = karmada_objects(docs)
+    assert set(full) == set(cm["data"]) | {i["key"] for i in reg["configMap"]["items"]}
+    for key, text in cm["data"].items():
+        assert [d for d in yaml.safe_load_all(text) if d] == full[key], key
 
 
 def test_uninstall_deletes_the_crd_only_when_asked() -> None:
@@ -454,7 +531,7 @@ def test_uninstall_deletes_the_crd_only_when_asked() -> None:
         "--delete-crd"
         in jobs["karmadaquota-install-delete"]["spec"]["template"]["spec"]["containers"][0]["args"]
     )
-    apply_args = jobs["karmadaquota-install-apply"]["spec"]["template"]["spec"]["containers"][0][
+    apply_args = jobs["karmadaquota-install-register"]["spec"]["template"]["spec"]["containers"][0][
         "args"
     ]
     assert not any(a.startswith("--wait-webhook-url") for a in apply_args)
@@ -542,6 +619,34 @@ def test_the_rbac_is_the_kustomize_rbac() -> None:
             assert c["metadata"].get("annotations") == k["metadata"].get("annotations"), key
 
 
+def test_the_aggregated_roles_are_the_kustomize_ones() -> None:
+    """Namespace users read quotas through view/edit/admin (api/rbac/): the same names, rules
+    and aggregation labels; nothing on quotas beyond reading for edit and admin."""
+    chart = by_kind(karmada_objects(render())["aggregated-roles.yaml"])
+    kust = by_kind(
+        yaml.safe_load_all((REPO / "api/rbac/aggregate-to-view-edit-admin.yaml").read_text())
+    )
+    assert (
+        set(chart)
+        == set(kust)
+        == {
+            ("ClusterRole", "karmadaquota-view"),
+            ("ClusterRole", "karmadaquota-edit"),
+        }
+    )
+    for key, k in kust.items():
+        assert chart[key]["rules"] == k["rules"], key
+        aggregation = {
+            label: v
+            for label, v in chart[key]["metadata"]["labels"].items()
+            if label.startswith("rbac.authorization.k8s.io/")
+        }
+        assert aggregation == k["metadata"]["labels"], key
+    verbs = {v for r in kust[("ClusterRole", "karmadaquota-view")]["rules"] for v in r["verbs"]}
+    assert verbs == {"get", "list", "watch"}
+    assert kust[("ClusterRole", "karmadaquota-edit")]["rules"] == []
+
+
 def test_controller_extra_rules_are_appended() -> None:
     rule = "controller.extraRules[0].apiGroups[0]=batch"
     docs = render(
@@ -626,7 +731,7 @@ def test_existing_secret_mode_mounts_that_secret() -> None:
         objects(docs, "Secret")
     )
     webhook = one(docs, "Deployment", "karmadaquota-webhook")["spec"]["template"]["spec"]
-    hook = one(docs, "Job", "karmadaquota-install-apply")["spec"]["template"]["spec"]
+    hook = one(docs, "Job", "karmadaquota-install-register")["spec"]["template"]["spec"]
     for spec in (webhook, hook):
         (vol,) = (v for v in spec["volumes"] if v["name"] == "serving-cert")
         assert vol["secret"]["secretName"] == "my-cert"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import json
 import signal
 from pathlib import Path
@@ -204,3 +205,52 @@ async def check_end_to_end(bed: TestBed, api: KubeClient, ns: str) -> None:
         return True
 
     await eventually(members_observed, 60, "member clusters watched with the granted rights")
+
+
+async def check_tenant_reads_its_quota(bed: TestBed, ns: str) -> None:
+    """A namespace user holding Kubernetes' `view` there (impersonated: `--as`) reads its
+    quotas through the karmadaquota-view aggregation and may not write one; holding `edit`
+    does not let it write one either; without a binding it reads nothing (what grants the
+    read is the binding, not some wider rule)."""
+    quota = product.quota(ns, "tenant-made", {"pods": "1000"})
+    try:
+        for user, role in (("alice", "view"), ("bob", "edit")):
+            await bed.akubectl(
+                "create",
+                "rolebinding",
+                f"{user}-{role}",
+                "-n",
+                ns,
+                f"--clusterrole={role}",
+                f"--user={user}",
+            )
+
+        async def reads(user: str) -> bool:
+            out = await bed.akubectl(
+                "get", "kq", "-n", ns, "-o", "name", f"--as={user}", check=False
+            )
+            assert out.returncode == 0, out.stderr
+            assert "karmadaquota.quota.karmada.io/team" in out.stdout.split(), out.stdout
+            return True
+
+        # the aggregation controller adds the rules to view/edit within moments
+        for user in ("alice", "bob"):
+            await eventually(functools.partial(reads, user), 30, f"{user} reads {ns}'s quotas")
+        for user in ("alice", "bob"):
+            made = await bed.akubectl(
+                "create", "-f", "-", f"--as={user}", input=json.dumps(quota), check=False
+            )
+            assert made.returncode != 0 and "forbidden" in made.stderr, (user, made.stderr)
+            edited = await bed.akubectl(
+                *("patch", "kq", "team", "-n", ns, "--type=merge", f"--as={user}"),
+                *("-p", '{"spec":{"hard":{"pods":"1000"}}}'),
+                check=False,
+            )
+            assert edited.returncode != 0 and "forbidden" in edited.stderr, (user, edited.stderr)
+        stranger = await bed.akubectl("get", "kq", "-n", ns, "--as=mallory", check=False)
+        assert stranger.returncode != 0 and "forbidden" in stranger.stderr, stranger.stderr
+        assert bed.get("karmadaquota", "tenant-made", namespace=ns) is None
+    finally:
+        await bed.akubectl(
+            *("delete", "rolebinding", "alice-view", "bob-edit", "-n", ns, "--ignore-not-found")
+        )

@@ -11,6 +11,7 @@ the alerting rules that cannot drift from their sources.
 from __future__ import annotations
 
 import base64
+import json
 import os
 import subprocess
 from collections.abc import Iterator
@@ -122,7 +123,11 @@ MODES = (
     [
         (),
         *MODES,
-        ("serviceMonitor.enabled=true", "prometheusRule.enabled=true"),
+        (
+            "serviceMonitor.enabled=true",
+            "prometheusRule.enabled=true",
+            "grafanaDashboard.enabled=true",
+        ),
         ("crd.keepOnUninstall=false", "hooks.waitForWebhook=false", "logLevel=debug"),
     ],
     ids=lambda s: ",".join(s) or "defaults",
@@ -163,6 +168,22 @@ def test_the_alerts_are_deploy_monitorings() -> None:
     docs = render("prometheusRule.enabled=true")
     rule = one(docs, "PrometheusRule", "karmadaquota")
     assert rule["spec"] == yaml.safe_load(source)
+
+
+def test_the_dashboard_is_deploy_monitorings_for_the_grafana_sidecar() -> None:
+    source = (REPO / "deploy" / "monitoring" / "grafana-dashboard.json").read_text()
+    assert (CHART / "files" / "grafana-dashboard.json").read_text() == source
+    assert "karmadaquota-dashboard" not in objects(render(), "ConfigMap")  # optional
+    docs = render(
+        "grafanaDashboard.enabled=true",
+        "grafanaDashboard.namespace=monitoring",
+        "grafanaDashboard.annotations.grafana_folder=Karmada",
+    )
+    cm = one(docs, "ConfigMap", "karmadaquota-dashboard")
+    assert cm["metadata"]["namespace"] == "monitoring"
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert cm["metadata"]["annotations"] == {"grafana_folder": "Karmada"}
+    assert json.loads(cm["data"]["karmadaquota.json"]) == json.loads(source)
 
 
 # ---- workloads -----------------------------------------------------------------------------

@@ -437,7 +437,7 @@ def test_alerts_yaml_and_operations_md_state_the_same_thresholds() -> None:
 @pytest.mark.parametrize(
     ("where", "old", "new", "expected"),
     [
-        ("rules", "          > 0.9 < 1\n", "          > 0.8 < 1\n", "KarmadaQuotaAlmostFull comparisons"),
+        ("rules", "  > 0.9 < 1\n", "  > 0.8 < 1\n", "KarmadaQuotaAlmostFull comparisons"),
         ("rules", "\n          < 14\n", "\n          < 21\n", "CertificateExpiring comparisons"),
         ("rules", "> 1\n        for: 10m\n", "> 1\n        for: 15m\n", "WebhookSlow for"),
         ("rules", "[30m])) > 0", "[1h])) > 0", "KarmadaQuotaReservationsExpiring windows"),

@@ -247,6 +247,10 @@ async def check_tenant_reads_its_quota(bed: TestBed, ns: str) -> None:
                 check=False,
             )
             assert edited.returncode != 0 and "forbidden" in edited.stderr, (user, edited.stderr)
+        # the printer columns: whether the quota is enforced (its Enforced condition)
+        table = (await bed.akubectl("get", "kq", "team", "-n", ns, "--as=alice")).stdout
+        header, row = table.splitlines()
+        assert dict(zip(header.split(), row.split(), strict=False))["ENFORCED"] == "True", table
         stranger = await bed.akubectl("get", "kq", "-n", ns, "--as=mallory", check=False)
         assert stranger.returncode != 0 and "forbidden" in stranger.stderr, stranger.stderr
         assert bed.get("karmadaquota", "tenant-made", namespace=ns) is None

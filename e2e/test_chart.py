@@ -41,6 +41,7 @@ from e2e.testbed.installed import (
     VWC,
     check_drain,
     check_end_to_end,
+    check_first_quota_as_documented,
     check_tenant_reads_its_quota,
     forbidden_lines,
     materialize,
@@ -278,6 +279,7 @@ async def test_helm_install_upgrade_uninstall(
         await asyncio.to_thread(point_registration_at, testbed, run.ports["--port"], ca)
         await check_end_to_end(testbed, api, namespace)
         await check_tenant_reads_its_quota(testbed, namespace)
+        await check_first_quota_as_documented(testbed, release.work / "first-quota")
 
         # ---- upgrade: a changed flag rolls the webhook; the CA and the caBundle stay
         cert_before = release.cert_data()

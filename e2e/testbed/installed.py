@@ -12,7 +12,12 @@ import asyncio
 import base64
 import functools
 import json
+import os
+import re
+import secrets
+import shutil
 import signal
+import subprocess
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -258,3 +263,61 @@ async def check_tenant_reads_its_quota(bed: TestBed, ns: str) -> None:
         await bed.akubectl(
             *("delete", "rolebinding", "alice-view", "bob-edit", "-n", ns, "--ignore-not-found")
         )
+
+
+# docs/install.md's "First quota: see a refusal", run as written
+FIRST_QUOTA = re.compile(
+    r"<!-- install: first quota, (refused|fits) [^\n]*-->\s*```bash\n(.*?)```", re.S
+)
+INSTALL_MD = Path(__file__).resolve().parents[2] / "docs" / "install.md"
+
+
+async def check_first_quota_as_documented(bed: TestBed, work: Path) -> None:
+    """The documented first steps after an install, against the bed's karmada-apiserver (its
+    namespace `team-a` renamed to a fresh one): a Deployment over the quota is refused with
+    Kubernetes' words in its events, and once scaled to what fits it is counted."""
+
+    def prepare() -> dict[str, str]:
+        work.mkdir(parents=True, exist_ok=True)
+        shutil.copy(bed.karmada_kubeconfig, work / "karmada-apiserver.config")
+        return dict(FIRST_QUOTA.findall(INSTALL_MD.read_text()))
+
+    blocks = await asyncio.to_thread(prepare)
+    assert set(blocks) == {"refused", "fits"}, "docs/install.md: the first-quota steps"
+    ns = f"first-quota-{secrets.token_hex(3)}"
+    path = f"{Path(bed.kubectl_binary).parent}{os.pathsep}{os.environ['PATH']}"
+
+    def run(script: str) -> None:
+        step = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", script.replace("team-a", ns)],
+            cwd=work,
+            env={**os.environ, "PATH": path},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert step.returncode == 0, f"docs/install.md first-quota step:\n{step.stderr}"
+
+    try:
+        await asyncio.to_thread(run, blocks["refused"])
+
+        def refused() -> bool:
+            events = bed.kubectl(
+                *("get", "events", "-n", ns, "-o", "json"),
+                "--field-selector=involvedObject.name=web",
+            ).stdout
+            messages = [e.get("message", "") for e in json.loads(events)["items"]]
+            assert any(
+                "exceeded quota: team" in m and "limited: requests.cpu=2" in m for m in messages
+            ), messages
+            return True
+
+        await eventually(refused, 60, "the Deployment's events say it exceeded quota: team")
+        assert used(bed, ns, "requests.cpu") == Quantity.zero()
+        await asyncio.to_thread(run, blocks["fits"])
+        await eventually(
+            lambda: used(bed, ns, "requests.cpu") == Quantity.parse("2"), 60, "web counted"
+        )
+    finally:
+        await bed.akubectl("delete", "namespace", ns, "--ignore-not-found", "--wait=false")

@@ -2,8 +2,9 @@
 on the bed (a member plays the cluster that hosts Karmada), every container run from the built
 image under its declared securityContext (e2e.testbed.kubelet).
 
-The chart is installed with `helm install --wait --atomic` and upgraded with `helm upgrade
---wait`, as Terraform and Argo CD do (they wait for health before post-install hooks).
+The chart is installed with `helm install --wait --rollback-on-failure` (Helm 3's `--atomic`)
+and upgraded with `helm upgrade --wait`, as Terraform and Argo CD do (they wait for health
+before post-install hooks).
 
 No kubelet runs here: the host's pods are kwok's, which mark them Running and Ready (and hook
 Jobs' Complete) without running anything, so Helm's waits pass at once. Each container the
@@ -241,7 +242,7 @@ async def test_helm_install_upgrade_uninstall(
             str(CHART),
             *release.set_values(),
             "--wait",
-            "--atomic",
+            "--rollback-on-failure",  # Helm 3's --atomic (deprecated under that name in Helm 4)
             "--timeout",
             "3m",
         )

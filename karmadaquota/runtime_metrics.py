@@ -6,8 +6,8 @@ import platform
 
 from prometheus_client import (
     CollectorRegistry,
-    GCCollector,
     Gauge,
+    GCCollector,
     PlatformCollector,
     ProcessCollector,
 )

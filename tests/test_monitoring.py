@@ -480,9 +480,7 @@ def test_quota_alerts_follow_kubernetes_mixins_convention() -> None:
 
 def test_every_alert_has_a_runbook_that_exists() -> None:
     runbooks = (REPO / "docs" / "runbooks.md").read_text()
-    anchors = {
-        line[3:].strip().lower() for line in runbooks.splitlines() if line.startswith("## ")
-    }
+    anchors = {line[3:].strip().lower() for line in runbooks.splitlines() if line.startswith("## ")}
     groups = yaml.safe_load(ALERTS.read_text())["groups"]
     for rule in (r for g in groups for r in g["rules"]):
         url = rule["annotations"].get("runbook_url", "")

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -79,7 +80,10 @@ KARMADA_OBJECTS = [
     ("serviceaccount", "karmadaquota-controller", SYSTEM),
     ("lease", "karmadaquota-controller", SYSTEM),
 ]
-HOST_KINDS = "deployment,service,secret,configmap,serviceaccount,poddisruptionbudget,job"
+HOST_KINDS = "deployment,service,secret,configmap,serviceaccount,poddisruptionbudget,job,cronjob"
+# the components' kubeconfigs the hooks issue (componentCredentials): no Helm objects
+ISSUED_FOR = ("webhook", "controller")
+ISSUED = [f"karmadaquota-{c}-karmada" for c in ISSUED_FOR]
 
 
 @dataclass
@@ -126,31 +130,44 @@ class Release:
 
     async def run_hook(self, phase: list[dict[str, Any]], name: str) -> str:
         """The hook phase's Job container run for real; its output once it exited 0. The
-        phase's other objects (the pre-install hook's ConfigMap) were deleted by Helm once kwok
-        completed the Job: they are created again from the release's record for the run."""
+        phase's other objects (the pre-install hook's ConfigMap and identity) were deleted by
+        Helm once kwok completed the Job: they are created again from the release's record
+        for the run, and deleted after it as Helm does."""
         (job,) = (d for d in phase if d["kind"] == "Job")
-        others = [d for d in phase if d["kind"] != "Job"]
+        return await self.run_pod(pod_of(job), name, [d for d in phase if d["kind"] != "Job"])
+
+    async def run_pod(self, pod: dict[str, Any], name: str, others: list[dict[str, Any]]) -> str:
         for d in others:
             assert not self.bed.get(
                 d["kind"], d["metadata"]["name"], cluster=self.host, namespace=SYSTEM
             ), f"Helm left hook {d['kind']} {d['metadata']['name']} (hook-succeeded)"
             self.bed.kubectl("create", "-f", "-", input=yaml.safe_dump(d), cluster=self.host)
         try:
-            run, _ = materialize(self.bed, self.host, pod_of(job), self.work / name, self.image)
+            run, _ = materialize(self.bed, self.host, pod, self.work / name, self.image)
+            proc = kubelet.start(self.bed, name, run)
+            try:
+                code = await asyncio.to_thread(proc.popen.wait, 180)
+            finally:
+                proc.stop()
+                kubelet.remove(name)
         finally:
             for d in others:
                 self.bed.kubectl(
                     *("delete", d["kind"], d["metadata"]["name"], "-n", SYSTEM),
                     cluster=self.host,
                 )
-        proc = kubelet.start(self.bed, name, run)
-        try:
-            code = await asyncio.to_thread(proc.popen.wait, 180)
-        finally:
-            proc.stop()
-            kubelet.remove(name)
-        assert code == 0, f"hook {name} exited {code}:\n{proc.tail()}"
+        assert code == 0, f"{name} exited {code}:\n{proc.tail()}"
         return proc.log.read_text()
+
+    def issued(self, component: str) -> dict[str, Any] | None:
+        """The kubeconfig the hooks issued for a component (componentCredentials), decoded."""
+        secret = self.bed.get(
+            "secret", f"karmadaquota-{component}-karmada", cluster=self.host, namespace=SYSTEM
+        )
+        if secret is None:
+            return None
+        config: dict[str, Any] = yaml.safe_load(base64.b64decode(secret["data"]["karmada.config"]))
+        return config
 
     def ca_bundle(self) -> bytes:
         cert = self.bed.get(
@@ -221,6 +238,12 @@ def release(testbed: TestBed, image: str, tmp_path: Path) -> Iterator[Release]:
             testbed.kubectl(*args, *(["-n", ns] if ns else []), check=False)
         testbed.kubectl(
             *("-n", SYSTEM, "delete", "secret", "karmada-kubeconfig", "--ignore-not-found"),
+            *ISSUED,
+            cluster=host,
+        )
+        testbed.kubectl(
+            *("-n", SYSTEM, "delete", "serviceaccount,role,rolebinding,configmap"),
+            *("karmadaquota-install-apply", "--ignore-not-found"),
             cluster=host,
         )
 
@@ -265,6 +288,19 @@ async def test_helm_install_upgrade_uninstall(
         assert testbed.get("validatingwebhookconfiguration", VWC) is None, (
             "the fail-closed registration must wait for the post-install hook"
         )
+        # least privilege: each component's own token, in the Secret its Deployment mounts
+        for component in ("webhook", "controller"):
+            config = release.issued(component) or {}
+            (user,) = config.get("users") or [{}]
+            assert user.get("name") == f"system:serviceaccount:{SYSTEM}:karmadaquota-{component}"
+        secrets_role = testbed.get(
+            "role", "karmadaquota-controller-cluster-secrets", namespace="karmada-cluster"
+        )
+        (rule,) = (secrets_role or {}).get("rules") or [{}]
+        clusters = json.loads(testbed.kubectl("get", "clusters", "-o", "json").stdout)["items"]
+        assert sorted(rule.get("resourceNames", [])) == sorted(
+            c["spec"]["secretRef"]["name"] for c in clusters
+        ), "the controller reads the member credentials of the registered clusters only"
         # ready (their probes answer) with only what the pre-install hook applied
         webhook, run, ctx = await release.start("webhook", "chart-webhook")
         procs.append(webhook)
@@ -281,6 +317,19 @@ async def test_helm_install_upgrade_uninstall(
         await check_end_to_end(testbed, api, namespace)
         await check_tenant_reads_its_quota(testbed, namespace)
         await check_first_quota_as_documented(testbed, release.work / "first-quota")
+
+        # ---- rotation: the CronJob issues fresh tokens into the same Secrets
+        before = {c: (release.issued(c) or {})["users"][0]["user"]["token"] for c in ISSUED_FOR}
+        cron = testbed.get(
+            "cronjob", "karmadaquota-rotate-credentials", cluster=release.host, namespace=SYSTEM
+        )
+        assert cron, "the chart creates the rotation CronJob"
+        await release.run_pod(
+            cron["spec"]["jobTemplate"]["spec"]["template"]["spec"], "chart-rotate", []
+        )
+        for c in ISSUED_FOR:
+            token = (release.issued(c) or {})["users"][0]["user"]["token"]
+            assert token and token != before[c], f"{c}: the rotation issued no new token"
 
         # ---- upgrade: a changed flag rolls the webhook; the CA and the caBundle stay
         cert_before = release.cert_data()
@@ -331,6 +380,7 @@ async def test_helm_install_upgrade_uninstall(
             ]
             assert left == [], f"left on karmada-apiserver: {left}"
             assert release.host_objects() == [], "left on the host"
+            assert [c for c in ISSUED_FOR if release.issued(c)] == [], "issued kubeconfigs left"
             return True
 
         await eventually(nothing_left, 30, "nothing of the release left on either API server")

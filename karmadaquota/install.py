@@ -478,6 +478,14 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="also delete the CRD, and with it every KarmadaQuota",
     )
+    d.add_argument(
+        "--host-secret",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also delete this Secret of the pod's own namespace on the host (the kubeconfigs "
+        "`--issue-kubeconfig` wrote; repeatable)",
+    )
 
 
 def _read_ca(path: str) -> bytes:
@@ -531,6 +539,30 @@ async def _credentials(args: argparse.Namespace, karmada: Any) -> None:
         await host.close()
 
 
+async def _delete_host_secrets(names: Sequence[str]) -> None:
+    """The issued kubeconfigs, from the pod's own namespace (they are no Helm object: the hook
+    wrote them)."""
+    from karmadaquota.kube.client import KubeClient, user_agent
+
+    namespace = await asyncio.to_thread(_own_namespace)
+    host = await KubeClient.connect(None, user_agent=user_agent("install"))
+    try:
+        for name in names:
+            try:
+                await _call(
+                    host,
+                    f"delete host Secret {namespace}/{name}",
+                    "DELETE",
+                    f"/api/v1/namespaces/{namespace}/secrets/{name}",
+                )
+            except NotFound:
+                log.info("already gone", extra={"object": f"Secret {namespace}/{name}"})
+                continue
+            log.info("deleted", extra={"object": f"Secret {namespace}/{name}"})
+    finally:
+        await host.close()
+
+
 async def _run(args: argparse.Namespace, objs: Sequence[Obj], ca_pem: bytes | None) -> None:
     from karmadaquota.kube.client import KubeClient, user_agent
 
@@ -553,6 +585,8 @@ async def _run(args: argparse.Namespace, objs: Sequence[Obj], ca_pem: bytes | No
             await _credentials(args, client)
         elif args.action == "delete":
             await delete(client, objs, delete_crd=args.delete_crd)
+            if args.host_secret:
+                await _delete_host_secrets(args.host_secret)
         else:
             namespace, _, name = args.lease.partition("/")
             await delete_lease(client, namespace, name, args.timeout.total_seconds())

@@ -100,12 +100,26 @@ def by_kind(docs: list[Doc] | Iterator[Doc]) -> dict[tuple[str, str], Doc]:
 
 
 def pod_specs(docs: tuple[Doc, ...]) -> dict[str, Doc]:
-    """Every pod template of the chart: both Deployments and both hook Jobs."""
-    return {
+    """Every pod template of the chart: both Deployments, the hook Jobs, the CronJob."""
+    out = {
         f"{d['kind']}/{d['metadata']['name']}": d["spec"]["template"]["spec"]
         for d in docs
         if d["kind"] in ("Deployment", "Job")
     }
+    for d in docs:
+        if d["kind"] == "CronJob":
+            out[f"CronJob/{d['metadata']['name']}"] = d["spec"]["jobTemplate"]["spec"]["template"][
+                "spec"
+            ]
+    return out
+
+
+# the pods that write or delete the issued kubeconfig Secrets on the host (componentCredentials)
+HOST_WRITERS = {
+    "Job/karmadaquota-install-apply",
+    "Job/karmadaquota-install-delete",
+    "CronJob/karmadaquota-rotate-credentials",
+}
 
 
 MODES = (
@@ -199,9 +213,10 @@ def test_every_pod_runs_restricted(sets: tuple[str, ...]) -> None:
         "Job/karmadaquota-install-register",
         "Job/karmadaquota-install-delete",
         "Job/karmadaquota-install-delete-lease",
+        "CronJob/karmadaquota-rotate-credentials",
     }
     for where, spec in specs.items():
-        assert spec["automountServiceAccountToken"] is False, where
+        assert spec["automountServiceAccountToken"] is (where in HOST_WRITERS), where
         assert spec["securityContext"] == {
             "runAsNonRoot": True,
             "runAsUser": 65532,
@@ -346,6 +361,7 @@ def test_service_accounts_mount_no_token() -> None:
         "karmadaquota-webhook",
         "karmadaquota-controller",
         "karmadaquota-install",
+        "karmadaquota-install-apply",  # the pre-install hook's (componentCredentials)
     }
     assert all(sa["automountServiceAccountToken"] is False for sa in sas.values())
 
@@ -367,25 +383,130 @@ def _kubeconfig_volume(docs: tuple[Doc, ...], kind: str, name: str) -> Doc:
     return dict(vol["secret"])
 
 
-def test_by_default_everything_uses_the_karmada_charts_admin_kubeconfig() -> None:
+ADMIN = {
+    "secretName": "karmada-kubeconfig",
+    "items": [{"key": "kubeconfig", "path": "karmada.config"}],
+}
+HOOKS = [
+    ("Job", "karmadaquota-install-apply"),
+    ("Job", "karmadaquota-install-register"),
+    ("Job", "karmadaquota-install-delete"),
+    ("Job", "karmadaquota-install-delete-lease"),
+    ("CronJob", "karmadaquota-rotate-credentials"),
+]
+
+
+def _pod_kubeconfig_volume(docs: tuple[Doc, ...], kind: str, name: str) -> Doc:
+    if kind != "CronJob":
+        return _kubeconfig_volume(docs, kind, name)
+    spec = one(docs, kind, name)["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    (vol,) = (v for v in spec["volumes"] if v["name"] == "karmada-config")
+    return dict(vol["secret"])
+
+
+def test_by_default_each_component_uses_its_own_issued_kubeconfig() -> None:
+    """Least privilege by default: the components mount the kubeconfigs the pre-install hook
+    issues for their own ServiceAccounts; only the hooks hold the admin kubeconfig."""
     docs = render()
-    admin = {
-        "secretName": "karmada-kubeconfig",
-        "items": [{"key": "kubeconfig", "path": "karmada.config"}],
+    for component in ("webhook", "controller"):
+        assert _kubeconfig_volume(docs, "Deployment", f"karmadaquota-{component}") == {
+            "secretName": f"karmadaquota-{component}-karmada",
+            "items": [{"key": "karmada.config", "path": "karmada.config"}],
+        }
+    for kind, name in HOOKS:
+        assert _pod_kubeconfig_volume(docs, kind, name) == ADMIN, name
+    # the Secrets are the hook's, not Helm objects: a Helm object would be created after the
+    # pre-install hook wrote them, and fail
+    assert not objects(docs, "Secret").keys() & {
+        "karmadaquota-webhook-karmada",
+        "karmadaquota-controller-karmada",
     }
+
+
+def test_the_admin_kubeconfig_for_the_components_is_an_explicit_opt_in() -> None:
+    docs = render("componentCredentials.enabled=false")
     for kind, name in [
         ("Deployment", "karmadaquota-webhook"),
         ("Deployment", "karmadaquota-controller"),
-        ("Job", "karmadaquota-install-apply"),
-        ("Job", "karmadaquota-install-register"),
-        ("Job", "karmadaquota-install-delete"),
-        ("Job", "karmadaquota-install-delete-lease"),
+        *HOOKS[:4],
     ]:
-        assert _kubeconfig_volume(docs, kind, name) == admin, name
+        assert _kubeconfig_volume(docs, kind, name) == ADMIN, name
+    assert "CronJob" not in {d["kind"] for d in docs}
     assert not objects(docs, "Secret").keys() & {
         "karmadaquota-webhook-kubeconfig",
         "karmadaquota-controller-kubeconfig",
     }
+    (apply_c,) = one(docs, "Job", "karmadaquota-install-apply")["spec"]["template"]["spec"][
+        "containers"
+    ]
+    assert not any(a.startswith(("--issue-kubeconfig", "--member-")) for a in apply_c["args"])
+
+
+def test_issuing_the_kubeconfigs_hooks_and_rotation() -> None:
+    """The pre-install hook issues both kubeconfigs (and narrows member credentials) with a
+    hook-phase identity that may write only those Secrets; the CronJob does it again with the
+    release's; the pre-delete hook deletes them."""
+    docs = render()
+    jobs = objects(docs, "Job")
+    apply_pod = jobs["karmadaquota-install-apply"]["spec"]["template"]["spec"]
+    (c,) = apply_pod["containers"]
+    issue_args = [
+        "--issue-kubeconfig=karmada-system/karmadaquota-webhook=karmadaquota-webhook-karmada",
+        "--issue-kubeconfig=karmada-system/karmadaquota-controller=karmadaquota-controller-karmada",
+        "--token-ttl=168h",
+        "--member-secrets-role=karmada-cluster/karmadaquota-controller-cluster-secrets",
+    ]
+    assert c["args"][-4:] == issue_args
+    assert apply_pod["serviceAccountName"] == "karmadaquota-install-apply"
+    names = ["karmadaquota-webhook-karmada", "karmadaquota-controller-karmada"]
+    for role, verbs in [
+        (one(docs, "Role", "karmadaquota-install-apply"), ["get", "update"]),
+        (one(docs, "Role", "karmadaquota-install"), ["get", "update", "delete"]),
+    ]:
+        assert role["rules"] == [
+            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+            {"apiGroups": [""], "resources": ["secrets"], "resourceNames": names, "verbs": verbs},
+        ]
+    hook_phase = {
+        (d["kind"], d["metadata"]["name"]): d["metadata"]["annotations"]["helm.sh/hook"]
+        for d in docs
+        if d["metadata"].get("name") == "karmadaquota-install-apply"
+    }
+    assert hook_phase == {
+        (kind, "karmadaquota-install-apply"): "pre-install,pre-upgrade"
+        for kind in ("ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Job")
+    }
+    binding = one(docs, "RoleBinding", "karmadaquota-install")
+    assert binding["subjects"][0]["name"] == "karmadaquota-install"
+    cron = one(docs, "CronJob", "karmadaquota-rotate-credentials")
+    assert cron["spec"]["schedule"] == "17 */12 * * *"
+    cron_pod = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    assert cron_pod["serviceAccountName"] == "karmadaquota-install"
+    (rc,) = cron_pod["containers"]
+    assert rc["args"][1:3] == ["install", "kubeconfigs"]
+    assert rc["args"][-4:] == issue_args
+    (d,) = jobs["karmadaquota-install-delete"]["spec"]["template"]["spec"]["containers"]
+    assert [a for a in d["args"] if a.startswith("--host-secret")] == [
+        f"--host-secret={n}" for n in names
+    ]
+    from karmadaquota.cli import _parser
+
+    for args in (c["args"], rc["args"], d["args"]):
+        _parser().parse_args(args)
+    # the controller's member credentials: rules left to the hooks (never widened on apply)
+    (role,) = [
+        r
+        for r in karmada_objects(docs)["controller-rbac.yaml"]
+        if r["metadata"]["name"] == "karmadaquota-controller-cluster-secrets"
+        and r["kind"] == "Role"
+    ]
+    assert "rules" not in role
+    # a component given its own kubeconfig is not issued one
+    docs = render("webhook.kubeconfig.secretName=mine")
+    (c,) = objects(docs, "Job")["karmadaquota-install-apply"]["spec"]["template"]["spec"][
+        "containers"
+    ]
+    assert [a for a in c["args"] if a.startswith("--issue-kubeconfig")] == [issue_args[1]]
 
 
 def test_per_component_kubeconfigs() -> None:
@@ -435,14 +556,14 @@ def test_hook_jobs_are_annotated_and_run_install() -> None:
         assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"
 
     (a,) = apply_job["spec"]["template"]["spec"]["containers"]
-    assert a["args"] == [
+    assert a["args"][:6] == [
         "--log-format=json",
         "install",
         "apply",
         "--kubeconfig=/etc/karmada/config/karmada.config",
         "--manifests=/etc/karmadaquota/manifests",
         "--timeout=5m",
-    ]
+    ]  # then the componentCredentials flags (test_issuing_the_kubeconfigs_hooks_and_rotation)
     (c,) = register_job["spec"]["template"]["spec"]["containers"]
     assert c["args"] == [
         "--log-format=json",
@@ -482,10 +603,11 @@ def test_hook_jobs_are_annotated_and_run_install() -> None:
     ns = next(a.split("=", 1)[1] for a in cc["args"] if a.startswith("--namespace="))
     assert f"--lease={ns}/{env['KARMADAQUOTA_LEASE_NAME']}" in lease["args"]
     # pre-install and post-delete run while the release's objects do not exist: nothing of
-    # the release is used but their own hook ConfigMap
-    for job in (apply_job, lease_job):
-        pod = job["spec"]["template"]["spec"]
-        assert "serviceAccountName" not in pod
+    # the release is used but their own hook objects
+    assert apply_job["spec"]["template"]["spec"]["serviceAccountName"] == (
+        "karmadaquota-install-apply"  # a pre-install hook too
+    )
+    assert "serviceAccountName" not in lease_job["spec"]["template"]["spec"]
     lease_pod = lease_job["spec"]["template"]["spec"]
     assert {v["name"] for v in lease_pod["volumes"]} == {"karmada-config", "tmp"}
     for job_args in (a["args"], c["args"], d["args"], lease["args"]):
@@ -623,7 +745,7 @@ def test_the_webhook_url_host_is_overridable_and_in_the_certificate() -> None:
 
 
 def test_the_rbac_is_the_kustomize_rbac() -> None:
-    manifests = karmada_objects(render())
+    manifests = karmada_objects(render("componentCredentials.narrowMemberSecrets=false"))
     for component in ("webhook", "controller"):
         chart = by_kind(manifests[f"{component}-rbac.yaml"])
         kust = by_kind(

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 import pytest
+import yaml
 
 from e2e.testbed import TestBed, kubelet, product
 from e2e.testbed.aio import eventually
@@ -74,6 +75,30 @@ def pod_of(workload: dict[str, Any]) -> dict[str, Any]:
     return spec
 
 
+def service_account(
+    bed: TestBed, host: str, pod: dict[str, Any], root: Path
+) -> tuple[Path, str] | None:
+    """The pod's ServiceAccount token as the kubelet projects it (a TokenRequest on the host
+    for that account, its CA and namespace) and the host's address, when the pod mounts it:
+    the pod's automountServiceAccountToken, else its ServiceAccount's, else true."""
+    name = pod.get("serviceAccountName", "default")
+    automount = pod.get("automountServiceAccountToken")
+    if automount is None:
+        sa = bed.get("serviceaccount", name, cluster=host, namespace=SYSTEM)
+        assert sa, f"the pod runs as ServiceAccount {name}: not created"
+        automount = sa.get("automountServiceAccountToken", True)
+    if not automount:
+        return None
+    token = bed.kubectl(
+        *("create", "token", name, "-n", SYSTEM, "--duration=1h"), cluster=host
+    ).stdout.strip()
+    config = yaml.safe_load(bed.kubeconfig(host).read_text())
+    (cluster,) = config["clusters"]
+    ca = base64.b64decode(cluster["cluster"]["certificate-authority-data"])
+    files = {"token": token.encode(), "ca.crt": ca, "namespace": SYSTEM.encode()}
+    return kubelet.write_volume(files, root / "serviceaccount"), str(cluster["cluster"]["server"])
+
+
 def materialize(
     bed: TestBed, host: str, pod: dict[str, Any], root: Path, image: str
 ) -> tuple[kubelet.Run, dict[str, Any]]:
@@ -86,6 +111,7 @@ def materialize(
         image=image,
         pod_name=f"{container['name']}-{root.name}",
         namespace=SYSTEM,
+        service_account=service_account(bed, host, pod, root),
     )
     return run, container
 

@@ -2,9 +2,9 @@
 on the bed (a member plays the cluster that hosts Karmada), every container run from the built
 image under its declared securityContext (e2e.testbed.kubelet).
 
-The chart is installed with `helm install --wait --rollback-on-failure` (Helm 3's `--atomic`)
-and upgraded with `helm upgrade --wait`, as Terraform and Argo CD do (they wait for health
-before post-install hooks).
+The chart, packaged as `make release` packages it, is installed with `helm install --wait
+--rollback-on-failure` (Helm 3's `--atomic`) and upgraded with `helm upgrade --wait`, as
+Terraform and Argo CD do (they wait for health before post-install hooks).
 
 No kubelet runs here: the host's pods are kwok's, which mark them Running and Ready (and hook
 Jobs' Complete) without running anything, so Helm's waits pass at once. Each container the
@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -108,6 +109,24 @@ class Release:
         )
         assert out.returncode == 0, f"helm {' '.join(args)}:\n{out.stderr}"
         return out.stdout
+
+    def package(self) -> Path:
+        """The chart as `make release` packages it (`helm package`, version and appVersion from
+        pyproject.toml): what users install."""
+        version = re.search(r'^version = "([^"]+)"$', (REPO / "pyproject.toml").read_text(), re.M)
+        assert version, "pyproject.toml has a version"
+        out = self.work / "chart"
+        subprocess.run(
+            [
+                *(str(cache_dir() / "bin" / "helm"), "package", str(CHART)),
+                *("--version", version.group(1), "--app-version", version.group(1)),
+                *("--destination", str(out)),
+            ],
+            capture_output=True,
+            check=True,
+            timeout=60,
+        )
+        return out / f"karmadaquota-{version.group(1)}.tgz"
 
     def set_values(self, *extra: str) -> list[str]:
         return [a for v in [*VALUES, *extra] for a in ("--set", v)]
@@ -262,7 +281,7 @@ async def test_helm_install_upgrade_uninstall(
         release.helm(
             "install",
             RELEASE,
-            str(CHART),
+            str(release.package()),
             *release.set_values(),
             "--wait",
             "--rollback-on-failure",  # Helm 3's --atomic (deprecated under that name in Helm 4)
@@ -336,7 +355,7 @@ async def test_helm_install_upgrade_uninstall(
         release.helm(
             "upgrade",
             RELEASE,
-            str(CHART),
+            str(release.package()),
             *release.set_values("webhook.reservationTTL=45s"),
             "--wait",
             "--timeout",

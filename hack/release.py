@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -176,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         archive = out / f"kubectl-karmadaquota_{platform.replace('/', '_')}.tar.gz"
         digests[platform] = sha256(archive)
     (out / "karmadaquota.yaml").write_text(krew_manifest(args.repo, ver, digests))
+    leftover = not (REPO / "build").exists()  # setuptools builds in the tree: tidy up after
     with tempfile.TemporaryDirectory() as tmp:
         run(
             python,
@@ -191,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
             cwd=Path(tmp),
         )
     run(python, "-c", f"from setuptools import build_meta; build_meta.build_sdist({str(out)!r})")
+    if leftover:
+        shutil.rmtree(REPO / "build", ignore_errors=True)
     files = sorted(f for f in out.iterdir() if f.name != "SHA256SUMS" and f.is_file())
     (out / "SHA256SUMS").write_text("".join(f"{sha256(f)}  {f.name}\n" for f in files))
     print(out)

@@ -501,6 +501,13 @@ def test_issuing_the_kubeconfigs_hooks_and_rotation() -> None:
         and r["kind"] == "Role"
     ]
     assert "rules" not in role
+    # no standing, non-expiring token of either identity: only the issued, expiring ones
+    assert not [
+        d
+        for docs_ in karmada_objects(docs).values()
+        for d in docs_
+        if d.get("type") == "kubernetes.io/service-account-token"
+    ]
     # a component given its own kubeconfig is not issued one
     docs = render("webhook.kubeconfig.secretName=mine")
     (c,) = objects(docs, "Job")["karmadaquota-install-apply"]["spec"]["template"]["spec"][
@@ -745,7 +752,7 @@ def test_the_webhook_url_host_is_overridable_and_in_the_certificate() -> None:
 
 
 def test_the_rbac_is_the_kustomize_rbac() -> None:
-    manifests = karmada_objects(render("componentCredentials.narrowMemberSecrets=false"))
+    manifests = karmada_objects(render("componentCredentials.enabled=false"))
     for component in ("webhook", "controller"):
         chart = by_kind(manifests[f"{component}-rbac.yaml"])
         kust = by_kind(

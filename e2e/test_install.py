@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import re
 import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -45,6 +43,7 @@ from e2e.testbed.installed import (
     pod_of,
     point_registration_at,
     probe,
+    run_documented,
 )
 from karmadaquota.kube.client import KubeClient
 
@@ -74,17 +73,7 @@ def installed(bed: TestBed, host: str, work: Path) -> Iterator[None]:
         shutil.copy(bed.karmada_kubeconfig, work / "karmada-apiserver.config")
         shutil.copy(bed.kubeconfig(host), work / "host.config")
         (script,) = KUBECONFIG_STEP.findall((REPO / "docs" / "install.md").read_text())
-        path = f"{Path(bed.kubectl_binary).parent}{os.pathsep}{os.environ['PATH']}"
-        step = subprocess.run(
-            ["bash", "-euo", "pipefail", "-c", script],
-            cwd=work,
-            env={**os.environ, "PATH": path},
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert step.returncode == 0, f"docs/install.md kubeconfig step:\n{step.stderr}"
+        run_documented(bed, script, work, "kubeconfig step")
         for k in HOST_KUSTOMIZATIONS:
             kubectl("apply", "-k", str(REPO / k), cluster=host)
         yield

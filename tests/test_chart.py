@@ -562,23 +562,20 @@ def test_hook_jobs_are_annotated_and_run_install() -> None:
         assert ann["helm.sh/hook-delete-policy"] == policy
         assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"
 
-    (a,) = apply_job["spec"]["template"]["spec"]["containers"]
-    assert a["args"][:6] == [
+    apply_args = [
         "--log-format=json",
         "install",
         "apply",
         "--kubeconfig=/etc/karmada/config/karmada.config",
         "--manifests=/etc/karmadaquota/manifests",
         "--timeout=5m",
-    ]  # then the componentCredentials flags (test_issuing_the_kubeconfigs_hooks_and_rotation)
+    ]
+    (a,) = apply_job["spec"]["template"]["spec"]["containers"]
+    # then the componentCredentials flags (test_issuing_the_kubeconfigs_hooks_and_rotation)
+    assert a["args"][:6] == apply_args
     (c,) = register_job["spec"]["template"]["spec"]["containers"]
     assert c["args"] == [
-        "--log-format=json",
-        "install",
-        "apply",
-        "--kubeconfig=/etc/karmada/config/karmada.config",
-        "--manifests=/etc/karmadaquota/manifests",
-        "--timeout=5m",
+        *apply_args,
         "--ca-bundle-file=/var/serving-cert/ca.crt",
         "--wait-webhook-url=https://karmadaquota-webhook.karmada-system.svc:443/readyz",
     ]

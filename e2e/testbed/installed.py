@@ -291,6 +291,22 @@ async def check_tenant_reads_its_quota(bed: TestBed, ns: str) -> None:
         )
 
 
+def run_documented(bed: TestBed, script: str, cwd: Path, what: str) -> None:
+    """A shell block of docs/install.md run as written (`bash -euo pipefail`) in `cwd`, with
+    the bed's kubectl first on PATH, as a user following the docs would."""
+    path = f"{Path(bed.kubectl_binary).parent}{os.pathsep}{os.environ['PATH']}"
+    step = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        cwd=cwd,
+        env={**os.environ, "PATH": path},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert step.returncode == 0, f"docs/install.md {what}:\n{step.stderr}"
+
+
 # docs/install.md's "First quota: see a refusal", run as written
 FIRST_QUOTA = re.compile(
     r"<!-- install: first quota, (refused|fits) [^\n]*-->\s*```bash\n(.*?)```", re.S
@@ -311,19 +327,9 @@ async def check_first_quota_as_documented(bed: TestBed, work: Path) -> None:
     blocks = await asyncio.to_thread(prepare)
     assert set(blocks) == {"refused", "fits"}, "docs/install.md: the first-quota steps"
     ns = f"first-quota-{secrets.token_hex(3)}"
-    path = f"{Path(bed.kubectl_binary).parent}{os.pathsep}{os.environ['PATH']}"
 
     def run(script: str) -> None:
-        step = subprocess.run(
-            ["bash", "-euo", "pipefail", "-c", script.replace("team-a", ns)],
-            cwd=work,
-            env={**os.environ, "PATH": path},
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert step.returncode == 0, f"docs/install.md first-quota step:\n{step.stderr}"
+        run_documented(bed, script.replace("team-a", ns), work, "first-quota step")
 
     try:
         await asyncio.to_thread(run, blocks["refused"])

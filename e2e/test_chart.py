@@ -356,12 +356,16 @@ async def test_helm_install_upgrade_uninstall(
             "upgrade",
             RELEASE,
             str(release.package()),
-            *release.set_values("webhook.reservationTTL=45s"),
+            # as docs/install.md says: the install's values kept (the URL host 127.0.0.1, one
+            # replica each: a dropped one would re-sign the certificate or roll differently)
+            "--reset-then-reuse-values",
+            *("--set", "webhook.reservationTTL=45s"),
             "--wait",
             "--timeout",
             "3m",
         )
         assert release.cert_data() == cert_before, "an upgrade re-signed or replaced the cert"
+        assert release.deployment("webhook")["spec"]["replicas"] == 1, "the install's values"
         hooks = release.hooks()
         await release.run_hook(hooks["pre-install,pre-upgrade"], "chart-hook-apply-2")
         assert (

@@ -905,3 +905,17 @@ def test_monitoring_objects_are_off_by_default_and_select_the_metrics_services()
         assert endpoint["port"] == "metrics"
         (port,) = matched[0]["spec"]["ports"]
         assert port["targetPort"] == "metrics"
+
+
+def test_the_docs_upgrade_keeping_new_chart_defaults() -> None:
+    """`helm upgrade --reuse-values` freezes the old chart's defaults, so values a newer chart
+    adds render empty; the docs say `--reset-then-reuse-values` (the chart e2e upgrades so)."""
+    docs = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    upgrades = [
+        (doc.name, line)
+        for doc in docs
+        for line in doc.read_text().splitlines()
+        if "helm upgrade" in line and "values" in line
+    ]
+    assert upgrades, "docs/install.md shows the upgrade"
+    assert [u for u in upgrades if "--reuse-values" in u[1]] == []

@@ -7,7 +7,7 @@ export PYTHON ?= $(VENV)/bin/python
 export KARMADAQUOTA_CACHE ?= $(HOME)/.cache/karmadaquota
 export PIP_DISABLE_PIP_VERSION_CHECK ?= 1
 
-.PHONY: install binaries lint typecheck unit e2e test up down crds bench
+.PHONY: install binaries lint typecheck unit e2e test up down crds bench release
 
 # The venv is (re)installed when pyproject.toml changes; the stamp records the last install.
 ifeq ($(PYTHON),$(VENV)/bin/python)
@@ -62,3 +62,9 @@ bench: binaries
 	$(PYTHON) -m bench.bench_cost --rounds 3 --count 600 --deployments 100
 	$(PYTHON) -m bench.bench_admission --rounds 3 --seconds 8
 	$(PYTHON) -m bench.bench_wake --trials 10 --refused-for 60
+
+# What a user installs, in dist/release/v<version>: the image as an OCI archive, the packaged
+# chart, the plugin archives and their Krew manifest, wheel, sdist, SHA256SUMS (docs/install.md,
+# "Release artifacts"). RELEASE_REPO is the GitHub OWNER/NAME the release is published at.
+release: binaries
+	bash hack/release.sh --repo "$(RELEASE_REPO)"

@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import re
 import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -37,6 +35,7 @@ from e2e.testbed.installed import (
     VWC,
     check_drain,
     check_end_to_end,
+    check_tenant_reads_its_quota,
     container_port,
     flag,
     forbidden_lines,
@@ -44,6 +43,7 @@ from e2e.testbed.installed import (
     pod_of,
     point_registration_at,
     probe,
+    run_documented,
 )
 from karmadaquota.kube.client import KubeClient
 
@@ -73,17 +73,7 @@ def installed(bed: TestBed, host: str, work: Path) -> Iterator[None]:
         shutil.copy(bed.karmada_kubeconfig, work / "karmada-apiserver.config")
         shutil.copy(bed.kubeconfig(host), work / "host.config")
         (script,) = KUBECONFIG_STEP.findall((REPO / "docs" / "install.md").read_text())
-        path = f"{Path(bed.kubectl_binary).parent}{os.pathsep}{os.environ['PATH']}"
-        step = subprocess.run(
-            ["bash", "-euo", "pipefail", "-c", script],
-            cwd=work,
-            env={**os.environ, "PATH": path},
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert step.returncode == 0, f"docs/install.md kubeconfig step:\n{step.stderr}"
+        run_documented(bed, script, work, "kubeconfig step")
         for k in HOST_KUSTOMIZATIONS:
             kubectl("apply", "-k", str(REPO / k), cluster=host)
         yield
@@ -141,6 +131,7 @@ async def test_install_as_documented_refuses_and_counts(
             await asyncio.to_thread(point_registration_at, testbed, port, cert.ca_bundle)
             await check_ports(testbed, host, deployments)
             await check_end_to_end(testbed, karmada_client, namespace)
+            await check_tenant_reads_its_quota(testbed, namespace)  # api/rbac/
             assert forbidden_lines(*procs) == []
             for p in procs:
                 assert p.popen.poll() is None, f"{p.name} exited:\n{p.tail()}"

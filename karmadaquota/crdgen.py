@@ -166,6 +166,15 @@ def crd() -> dict[str, Any]:
                     "subresources": {"status": {}},
                     "additionalPrinterColumns": [
                         {
+                            # True once karmada-apiserver sends the namespace's bindings to
+                            # the webhook (the namespace carries the enforcement label)
+                            "name": "Enforced",
+                            "type": "string",
+                            "jsonPath": '.status.conditions[?(@.type=="Enforced")].status',
+                            "description": "whether bindings of this namespace are checked "
+                            "against the quota (its Enforced condition)",
+                        },
+                        {
                             "name": "Summary",
                             "type": "string",
                             "jsonPath": ".status.summary",

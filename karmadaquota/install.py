@@ -12,6 +12,12 @@ wait until it is Established (the webhook and the controller cannot sync without
 identities and their rights, then — optionally once the webhook answers ready through its
 Service — the webhook registration, whose `caBundle` is filled from `--ca-bundle-file`.
 
+With `--issue-kubeconfig`, `apply` then gives each component its own kubeconfig on the host
+(`karmadaquota.credentials`: TokenRequest tokens of their ServiceAccounts, written into host
+Secrets) and, with `--member-secrets-role`, narrows the controller's read of member
+credentials to the Clusters' Secrets; `kubeconfigs` does only that (the chart's rotation
+CronJob).
+
 `delete` goes the other way and removes the registration first: it is fail-closed, so a
 registration left behind without a webhook refuses every ResourceBinding. The CRD stays unless
 `--delete-crd` (deleting it deletes every KarmadaQuota). Namespaces are never deleted.
@@ -38,6 +44,7 @@ from typing import Any
 import aiohttp
 import yaml
 
+from karmadaquota import credentials
 from karmadaquota.api import ON_EXCEED_QUEUE, parse_time
 from karmadaquota.kube import namespaces
 from karmadaquota.kube.client import JSON, Api, KubeError, NotFound
@@ -397,8 +404,16 @@ def _namespaced(text: str) -> str:
     return text
 
 
+def _target(text: str) -> credentials.Target:
+    try:
+        return credentials.Target.parse(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def add_parser(sub: Any) -> None:
-    """`install apply|delete` under the `karmadaquota` parser's subcommands."""
+    """`install apply|delete|delete-lease|kubeconfigs` under the `karmadaquota` parser's
+    subcommands."""
     from karmadaquota.cli import duration
 
     i = sub.add_parser("install", help="apply or delete karmadaquota's karmada-apiserver objects")
@@ -410,11 +425,47 @@ def add_parser(sub: Any) -> None:
         help="delete the controller's leader Lease once no controller holds it (after the "
         "workloads are gone: the chart's post-delete hook)",
     )
-    for p in (a, d, lease):
+    k = actions.add_parser(
+        "kubeconfigs",
+        help="issue the components' kubeconfigs again (fresh tokens) and narrow the member "
+        "credentials they may read (the chart's rotation CronJob)",
+    )
+    for p in (a, d, lease, k):
         p.add_argument("--kubeconfig", help="karmada-apiserver kubeconfig (default: in-cluster)")
         p.add_argument("--timeout", type=duration, default=duration("2m"))
     for p in (a, d):
         p.add_argument("--manifests", required=True, type=Path, help="directory of manifests")
+    for p in (a, k):
+        p.add_argument(
+            "--issue-kubeconfig",
+            action="append",
+            default=[],
+            type=_target,
+            metavar="NAMESPACE/SERVICEACCOUNT=SECRET",
+            help="write a kubeconfig with a fresh token of that ServiceAccount on "
+            "karmada-apiserver into that Secret on the host (repeatable)",
+        )
+        p.add_argument(
+            "--token-ttl",
+            type=duration,
+            default=duration("168h"),
+            help="lifetime asked of each token (karmada-apiserver may shorten it)",
+        )
+        p.add_argument(
+            "--host-kubeconfig",
+            help="the cluster the Secrets go to (default: in-cluster, the pod's own)",
+        )
+        p.add_argument(
+            "--host-namespace",
+            help="namespace of the Secrets (default: the pod's own namespace)",
+        )
+        p.add_argument(
+            "--member-secrets-role",
+            type=_namespaced,
+            metavar="NAMESPACE/NAME",
+            help="rewrite this Role on karmada-apiserver to `get` only the Secrets the Clusters "
+            "name (Cluster.spec.secretRef)",
+        )
     lease.add_argument("--lease", required=True, type=_namespaced, help="NAMESPACE/NAME")
     a.add_argument("--ca-bundle-file", help="PEM CA to set as every webhook's caBundle")
     a.add_argument(
@@ -427,6 +478,14 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="also delete the CRD, and with it every KarmadaQuota",
     )
+    d.add_argument(
+        "--host-secret",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also delete this Secret of the pod's own namespace on the host (the kubeconfigs "
+        "`--issue-kubeconfig` wrote; repeatable)",
+    )
 
 
 def _read_ca(path: str) -> bytes:
@@ -437,6 +496,71 @@ def _read_ca(path: str) -> bytes:
     if b"-----BEGIN CERTIFICATE-----" not in ca_pem:
         raise InstallError(f"--ca-bundle-file {path}: no PEM certificate in it")
     return ca_pem
+
+
+SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+def _own_namespace() -> str:
+    try:
+        return SA_NAMESPACE_FILE.read_text().strip()
+    except OSError as e:
+        raise InstallError(f"--host-namespace not given and not in a pod ({e})") from None
+
+
+async def _credentials(args: argparse.Namespace, karmada: Any) -> None:
+    """--issue-kubeconfig and --member-secrets-role, with the host client they need."""
+    from karmadaquota.kube.client import KubeClient, user_agent
+
+    if args.member_secrets_role:
+        namespace, _, name = args.member_secrets_role.partition("/")
+        await credentials.narrow_member_secrets(karmada, namespace, name)
+    if not args.issue_kubeconfig:
+        return
+    host_namespace = args.host_namespace or await asyncio.to_thread(_own_namespace)
+    creds = karmada.credentials
+    ca = await asyncio.to_thread(Path(creds.ca_path).read_bytes) if creds.ca_path else None
+    server = credentials.Server(creds.host, ca, creds.insecure)
+    try:
+        host = await KubeClient.connect(args.host_kubeconfig, user_agent=user_agent("install"))
+    except Exception as e:  # no in-cluster credentials, a malformed kubeconfig
+        raise InstallError(f"the host cluster: {type(e).__name__}: {e}") from None
+    labels = {
+        "app.kubernetes.io/part-of": "karmadaquota",
+        "app.kubernetes.io/managed-by": FIELD_MANAGER,
+    }
+    try:
+        await credentials.issue(
+            karmada, host, server, args.issue_kubeconfig, host_namespace, args.token_ttl, labels
+        )
+    except KubeError as e:
+        raise InstallError(f"issue kubeconfigs: {e}") from None
+    finally:
+        await host.close()
+
+
+async def _delete_host_secrets(names: Sequence[str]) -> None:
+    """The issued kubeconfigs, from the pod's own namespace (they are no Helm object: the hook
+    wrote them)."""
+    from karmadaquota.kube.client import KubeClient, user_agent
+
+    namespace = await asyncio.to_thread(_own_namespace)
+    host = await KubeClient.connect(None, user_agent=user_agent("install"))
+    try:
+        for name in names:
+            try:
+                await _call(
+                    host,
+                    f"delete host Secret {namespace}/{name}",
+                    "DELETE",
+                    f"/api/v1/namespaces/{namespace}/secrets/{name}",
+                )
+            except NotFound:
+                log.info("already gone", extra={"object": f"Secret {namespace}/{name}"})
+                continue
+            log.info("deleted", extra={"object": f"Secret {namespace}/{name}"})
+    finally:
+        await host.close()
 
 
 async def _run(args: argparse.Namespace, objs: Sequence[Obj], ca_pem: bytes | None) -> None:
@@ -456,8 +580,13 @@ async def _run(args: argparse.Namespace, objs: Sequence[Obj], ca_pem: bytes | No
                 wait_webhook_url=args.wait_webhook_url,
                 ca_file=args.ca_bundle_file,
             )
+            await _credentials(args, client)
+        elif args.action == "kubeconfigs":
+            await _credentials(args, client)
         elif args.action == "delete":
             await delete(client, objs, delete_crd=args.delete_crd)
+            if args.host_secret:
+                await _delete_host_secrets(args.host_secret)
         else:
             namespace, _, name = args.lease.partition("/")
             await delete_lease(client, namespace, name, args.timeout.total_seconds())
@@ -469,7 +598,7 @@ def main(args: argparse.Namespace) -> int:
     """`karmadaquota install apply|delete|delete-lease`: 0, or 1 with one line on stderr saying
     why."""
     try:
-        objs = load_manifests(args.manifests) if args.action != "delete-lease" else []
+        objs = load_manifests(args.manifests) if args.action in ("apply", "delete") else []
         ca_pem = None
         if args.action == "apply" and args.ca_bundle_file:
             ca_pem = _read_ca(args.ca_bundle_file)

@@ -1,9 +1,11 @@
-"""`kubectl karmadaquota describe NAME -n NS` — a KarmadaQuota as `kubectl describe quota` shows
-a ResourceQuota, plus one `used/observed` column per member cluster (`placed/observed/guard`
-with memberEnforcement ResourceQuota: the hard of that member's guard ResourceQuota), usage
-bars per resource and member (`karmadaquota.usage_view`), the pending reservations, the
-workloads waiting for room, the workloads queued by the quota (`onExceed: Queue`: position,
-priority, wait) and the conditions; `--output json|yaml` gives the same for scripts.
+"""`kubectl karmadaquota describe [NAME] [-n NS | -A]` — a KarmadaQuota as `kubectl describe
+quota` shows a ResourceQuota (without NAME every quota of the namespace, or of all of them with
+`-A`, as kubectl describes all), plus one `used/observed` column per member cluster
+(`placed/observed/guard` with memberEnforcement ResourceQuota: the hard of that member's guard
+ResourceQuota), usage bars per resource and member (`karmadaquota.usage_view`), the pending
+reservations, the workloads waiting for room, the workloads queued by the quota (`onExceed:
+Queue`: position, priority, wait) and the conditions; `--output json|yaml` gives the same for
+scripts (a list without NAME).
 `kubectl karmadaquota import-frq [-n NS | -A]` prints a KarmadaQuota for each
 FederatedResourceQuota (`karmadaquota.frq`).
 
@@ -255,6 +257,31 @@ def _output(
     return render(quota, now, queue)
 
 
+def _quota_key(quota: Mapping[str, Any]) -> tuple[str, str]:
+    meta = quota.get("metadata") or {}
+    return str(meta.get("namespace", "")), str(meta.get("name", ""))
+
+
+def output_all(
+    quotas: Sequence[Mapping[str, Any]],
+    now: datetime,
+    fmt: str,
+    queues: Mapping[tuple[str, str], Sequence[Mapping[str, Any]] | None],
+) -> str:
+    """Several quotas by namespace and name: text descriptions separated by a blank line as
+    `kubectl describe` separates them; json and yaml a list of what one quota gives."""
+    ordered = sorted(quotas, key=_quota_key)
+    if fmt == "json":
+        data = [describe_data(q, now, queues.get(_quota_key(q))) for q in ordered]
+        return json.dumps(data, indent=2) + "\n"
+    if fmt == "yaml":
+        data = [describe_data(q, now, queues.get(_quota_key(q))) for q in ordered]
+        return yaml.safe_dump(data, sort_keys=False)
+    return "\n\n".join(render(q, now, queues.get(_quota_key(q))).rstrip("\n") for q in ordered) + (
+        "\n" if ordered else ""
+    )
+
+
 def _age(when: datetime | None, now: datetime) -> str:
     """How long ago, as kubectl prints ages (45s, 12m, 3h, 2d)."""
     if when is None:
@@ -316,6 +343,15 @@ def fetch(name: str, namespace: str | None, kubeconfig: str | None, context: str
     return kubectl_get([f"{api.PLURAL}.{api.GROUP}", name], where, kubeconfig, context)
 
 
+def fetch_all(
+    namespace: str | None, all_namespaces: bool, kubeconfig: str | None, context: str | None
+) -> list[dict[str, Any]]:
+    """Every quota of the namespace (kubectl's current one when none given), or of all."""
+    where = ["-A"] if all_namespaces else ["-n", namespace] if namespace else []
+    listed = kubectl_get([f"{api.PLURAL}.{api.GROUP}"], where, kubeconfig, context)
+    return list(listed.get("items") or [])
+
+
 def fetch_queue(
     quota: Mapping[str, Any], kubeconfig: str | None, context: str | None, now: datetime
 ) -> list[dict[str, Any]] | None:
@@ -361,9 +397,16 @@ def import_frq(
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="kubectl karmadaquota", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
-    d = sub.add_parser("describe", help="usage, per-cluster breakdown and reservations")
-    d.add_argument("name")
-    d.add_argument("-n", "--namespace")
+    d = sub.add_parser(
+        "describe",
+        help="usage, per-cluster breakdown and reservations (no NAME: every quota in scope)",
+    )
+    d.add_argument("name", nargs="?", help="default: every quota of the namespace")
+    where = d.add_mutually_exclusive_group()
+    where.add_argument("-n", "--namespace")
+    where.add_argument(
+        "-A", "--all-namespaces", action="store_true", help="every quota of every namespace"
+    )
     d.add_argument("--kubeconfig")
     d.add_argument("--context")
     d.add_argument("-o", "--output", choices=["text", "json", "yaml"], default="text")
@@ -385,6 +428,14 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         sys.stdout.write(out)
         return 0
+    if args.name and args.all_namespaces:
+        # kubectl's own words for `kubectl describe quota NAME -A`
+        print(
+            "error: a resource cannot be retrieved by name across all namespaces", file=sys.stderr
+        )
+        return 1
+    if not args.name:
+        return _describe_all(args)
     try:
         quota = fetch(args.name, args.namespace, args.kubeconfig, args.context)
     except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as e:
@@ -393,6 +444,23 @@ def main(argv: list[str] | None = None) -> int:
     now = datetime.now(UTC)
     queue = fetch_queue(quota, args.kubeconfig, args.context, now)
     sys.stdout.write(_output(quota, now, args.output, queue))
+    return 0
+
+
+def _describe_all(args: argparse.Namespace) -> int:
+    try:
+        quotas = fetch_all(args.namespace, args.all_namespaces, args.kubeconfig, args.context)
+    except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    if not quotas:
+        where = "" if args.all_namespaces else f" in {args.namespace or 'the current'} namespace"
+        print(f"No resources found{where}.", file=sys.stderr)  # as kubectl says it
+        if args.output == "text":
+            return 0
+    now = datetime.now(UTC)
+    queues = {_quota_key(q): fetch_queue(q, args.kubeconfig, args.context, now) for q in quotas}
+    sys.stdout.write(output_all(quotas, now, args.output, queues))
     return 0
 
 

@@ -11,6 +11,7 @@ the alerting rules that cannot drift from their sources.
 from __future__ import annotations
 
 import base64
+import json
 import os
 import subprocess
 from collections.abc import Iterator
@@ -99,12 +100,26 @@ def by_kind(docs: list[Doc] | Iterator[Doc]) -> dict[tuple[str, str], Doc]:
 
 
 def pod_specs(docs: tuple[Doc, ...]) -> dict[str, Doc]:
-    """Every pod template of the chart: both Deployments and both hook Jobs."""
-    return {
+    """Every pod template of the chart: both Deployments, the hook Jobs, the CronJob."""
+    out = {
         f"{d['kind']}/{d['metadata']['name']}": d["spec"]["template"]["spec"]
         for d in docs
         if d["kind"] in ("Deployment", "Job")
     }
+    for d in docs:
+        if d["kind"] == "CronJob":
+            out[f"CronJob/{d['metadata']['name']}"] = d["spec"]["jobTemplate"]["spec"]["template"][
+                "spec"
+            ]
+    return out
+
+
+# the pods that write or delete the issued kubeconfig Secrets on the host (componentCredentials)
+HOST_WRITERS = {
+    "Job/karmadaquota-install-apply",
+    "Job/karmadaquota-install-delete",
+    "CronJob/karmadaquota-rotate-credentials",
+}
 
 
 MODES = (
@@ -122,7 +137,11 @@ MODES = (
     [
         (),
         *MODES,
-        ("serviceMonitor.enabled=true", "prometheusRule.enabled=true"),
+        (
+            "serviceMonitor.enabled=true",
+            "prometheusRule.enabled=true",
+            "grafanaDashboard.enabled=true",
+        ),
         ("crd.keepOnUninstall=false", "hooks.waitForWebhook=false", "logLevel=debug"),
     ],
     ids=lambda s: ",".join(s) or "defaults",
@@ -165,6 +184,22 @@ def test_the_alerts_are_deploy_monitorings() -> None:
     assert rule["spec"] == yaml.safe_load(source)
 
 
+def test_the_dashboard_is_deploy_monitorings_for_the_grafana_sidecar() -> None:
+    source = (REPO / "deploy" / "monitoring" / "grafana-dashboard.json").read_text()
+    assert (CHART / "files" / "grafana-dashboard.json").read_text() == source
+    assert "karmadaquota-dashboard" not in objects(render(), "ConfigMap")  # optional
+    docs = render(
+        "grafanaDashboard.enabled=true",
+        "grafanaDashboard.namespace=monitoring",
+        "grafanaDashboard.annotations.grafana_folder=Karmada",
+    )
+    cm = one(docs, "ConfigMap", "karmadaquota-dashboard")
+    assert cm["metadata"]["namespace"] == "monitoring"
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert cm["metadata"]["annotations"] == {"grafana_folder": "Karmada"}
+    assert json.loads(cm["data"]["karmadaquota.json"]) == json.loads(source)
+
+
 # ---- workloads -----------------------------------------------------------------------------
 
 
@@ -175,13 +210,16 @@ def test_every_pod_runs_restricted(sets: tuple[str, ...]) -> None:
         "Deployment/karmadaquota-webhook",
         "Deployment/karmadaquota-controller",
         "Job/karmadaquota-install-apply",
+        "Job/karmadaquota-install-register",
         "Job/karmadaquota-install-delete",
         "Job/karmadaquota-install-delete-lease",
+        "CronJob/karmadaquota-rotate-credentials",
     }
     for where, spec in specs.items():
-        # the Deployments mount their host token only to review scrapers' (metricsAuth)
-        token = where.startswith("Deployment/") and "metricsAuth.mode=none" not in sets
-        assert spec["automountServiceAccountToken"] is token, where
+        # hook Jobs that write host Secrets mount their token; the Deployments mount theirs only
+        # to review scrapers' tokens (metricsAuth)
+        metrics = where.startswith("Deployment/") and "metricsAuth.mode=none" not in sets
+        assert spec["automountServiceAccountToken"] is (where in HOST_WRITERS or metrics), where
         assert spec["securityContext"] == {
             "runAsNonRoot": True,
             "runAsUser": 65532,
@@ -326,6 +364,7 @@ def test_service_accounts_mount_no_token() -> None:
         "karmadaquota-webhook",
         "karmadaquota-controller",
         "karmadaquota-install",
+        "karmadaquota-install-apply",  # the pre-install hook's (componentCredentials)
     }
     assert all(sa["automountServiceAccountToken"] is False for sa in sas.values())
 
@@ -347,24 +386,137 @@ def _kubeconfig_volume(docs: tuple[Doc, ...], kind: str, name: str) -> Doc:
     return dict(vol["secret"])
 
 
-def test_by_default_everything_uses_the_karmada_charts_admin_kubeconfig() -> None:
+ADMIN = {
+    "secretName": "karmada-kubeconfig",
+    "items": [{"key": "kubeconfig", "path": "karmada.config"}],
+}
+HOOKS = [
+    ("Job", "karmadaquota-install-apply"),
+    ("Job", "karmadaquota-install-register"),
+    ("Job", "karmadaquota-install-delete"),
+    ("Job", "karmadaquota-install-delete-lease"),
+    ("CronJob", "karmadaquota-rotate-credentials"),
+]
+
+
+def _pod_kubeconfig_volume(docs: tuple[Doc, ...], kind: str, name: str) -> Doc:
+    if kind != "CronJob":
+        return _kubeconfig_volume(docs, kind, name)
+    spec = one(docs, kind, name)["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    (vol,) = (v for v in spec["volumes"] if v["name"] == "karmada-config")
+    return dict(vol["secret"])
+
+
+def test_by_default_each_component_uses_its_own_issued_kubeconfig() -> None:
+    """Least privilege by default: the components mount the kubeconfigs the pre-install hook
+    issues for their own ServiceAccounts; only the hooks hold the admin kubeconfig."""
     docs = render()
-    admin = {
-        "secretName": "karmada-kubeconfig",
-        "items": [{"key": "kubeconfig", "path": "karmada.config"}],
+    for component in ("webhook", "controller"):
+        assert _kubeconfig_volume(docs, "Deployment", f"karmadaquota-{component}") == {
+            "secretName": f"karmadaquota-{component}-karmada",
+            "items": [{"key": "karmada.config", "path": "karmada.config"}],
+        }
+    for kind, name in HOOKS:
+        assert _pod_kubeconfig_volume(docs, kind, name) == ADMIN, name
+    # the Secrets are the hook's, not Helm objects: a Helm object would be created after the
+    # pre-install hook wrote them, and fail
+    assert not objects(docs, "Secret").keys() & {
+        "karmadaquota-webhook-karmada",
+        "karmadaquota-controller-karmada",
     }
+
+
+def test_the_admin_kubeconfig_for_the_components_is_an_explicit_opt_in() -> None:
+    docs = render("componentCredentials.enabled=false")
     for kind, name in [
         ("Deployment", "karmadaquota-webhook"),
         ("Deployment", "karmadaquota-controller"),
-        ("Job", "karmadaquota-install-apply"),
-        ("Job", "karmadaquota-install-delete"),
-        ("Job", "karmadaquota-install-delete-lease"),
+        *HOOKS[:4],
     ]:
-        assert _kubeconfig_volume(docs, kind, name) == admin, name
+        assert _kubeconfig_volume(docs, kind, name) == ADMIN, name
+    assert "CronJob" not in {d["kind"] for d in docs}
     assert not objects(docs, "Secret").keys() & {
         "karmadaquota-webhook-kubeconfig",
         "karmadaquota-controller-kubeconfig",
     }
+    (apply_c,) = one(docs, "Job", "karmadaquota-install-apply")["spec"]["template"]["spec"][
+        "containers"
+    ]
+    assert not any(a.startswith(("--issue-kubeconfig", "--member-")) for a in apply_c["args"])
+
+
+def test_issuing_the_kubeconfigs_hooks_and_rotation() -> None:
+    """The pre-install hook issues both kubeconfigs (and narrows member credentials) with a
+    hook-phase identity that may write only those Secrets; the CronJob does it again with the
+    release's; the pre-delete hook deletes them."""
+    docs = render()
+    jobs = objects(docs, "Job")
+    apply_pod = jobs["karmadaquota-install-apply"]["spec"]["template"]["spec"]
+    (c,) = apply_pod["containers"]
+    issue_args = [
+        "--issue-kubeconfig=karmada-system/karmadaquota-webhook=karmadaquota-webhook-karmada",
+        "--issue-kubeconfig=karmada-system/karmadaquota-controller=karmadaquota-controller-karmada",
+        "--token-ttl=168h",
+        "--member-secrets-role=karmada-cluster/karmadaquota-controller-cluster-secrets",
+    ]
+    assert c["args"][-4:] == issue_args
+    assert apply_pod["serviceAccountName"] == "karmadaquota-install-apply"
+    names = ["karmadaquota-webhook-karmada", "karmadaquota-controller-karmada"]
+    for role, verbs in [
+        (one(docs, "Role", "karmadaquota-install-apply"), ["get", "update"]),
+        (one(docs, "Role", "karmadaquota-install"), ["get", "update", "delete"]),
+    ]:
+        assert role["rules"] == [
+            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+            {"apiGroups": [""], "resources": ["secrets"], "resourceNames": names, "verbs": verbs},
+        ]
+    hook_phase = {
+        (d["kind"], d["metadata"]["name"]): d["metadata"]["annotations"]["helm.sh/hook"]
+        for d in docs
+        if d["metadata"].get("name") == "karmadaquota-install-apply"
+    }
+    assert hook_phase == {
+        (kind, "karmadaquota-install-apply"): "pre-install,pre-upgrade"
+        for kind in ("ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Job")
+    }
+    binding = one(docs, "RoleBinding", "karmadaquota-install")
+    assert binding["subjects"][0]["name"] == "karmadaquota-install"
+    cron = one(docs, "CronJob", "karmadaquota-rotate-credentials")
+    assert cron["spec"]["schedule"] == "17 */12 * * *"
+    cron_pod = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    assert cron_pod["serviceAccountName"] == "karmadaquota-install"
+    (rc,) = cron_pod["containers"]
+    assert rc["args"][1:3] == ["install", "kubeconfigs"]
+    assert rc["args"][-4:] == issue_args
+    (d,) = jobs["karmadaquota-install-delete"]["spec"]["template"]["spec"]["containers"]
+    assert [a for a in d["args"] if a.startswith("--host-secret")] == [
+        f"--host-secret={n}" for n in names
+    ]
+    from karmadaquota.cli import _parser
+
+    for args in (c["args"], rc["args"], d["args"]):
+        _parser().parse_args(args)
+    # the controller's member credentials: rules left to the hooks (never widened on apply)
+    (role,) = [
+        r
+        for r in karmada_objects(docs)["controller-rbac.yaml"]
+        if r["metadata"]["name"] == "karmadaquota-controller-cluster-secrets"
+        and r["kind"] == "Role"
+    ]
+    assert "rules" not in role
+    # no standing, non-expiring token of either identity: only the issued, expiring ones
+    assert not [
+        d
+        for docs_ in karmada_objects(docs).values()
+        for d in docs_
+        if d.get("type") == "kubernetes.io/service-account-token"
+    ]
+    # a component given its own kubeconfig is not issued one
+    docs = render("webhook.kubeconfig.secretName=mine")
+    (c,) = objects(docs, "Job")["karmadaquota-install-apply"]["spec"]["template"]["spec"][
+        "containers"
+    ]
+    assert [a for a in c["args"] if a.startswith("--issue-kubeconfig")] == [issue_args[1]]
 
 
 def test_per_component_kubeconfigs() -> None:
@@ -383,8 +535,9 @@ def test_per_component_kubeconfigs() -> None:
     secret = one(docs, "Secret", "karmadaquota-controller-kubeconfig")
     assert base64.b64decode(secret["data"]["karmada.config"]) == b"apiVersion: v1"
     # the hooks keep the admin kubeconfig: they create CRDs, RBAC and registrations
-    hook = _kubeconfig_volume(docs, "Job", "karmadaquota-install-apply")
-    assert hook["secretName"] == "karmada-kubeconfig"
+    for job in ("apply", "register", "delete"):
+        hook = _kubeconfig_volume(docs, "Job", f"karmadaquota-install-{job}")
+        assert hook["secretName"] == "karmada-kubeconfig"
 
 
 # ---- hooks ---------------------------------------------------------------------------------
@@ -393,24 +546,39 @@ def test_per_component_kubeconfigs() -> None:
 def test_hook_jobs_are_annotated_and_run_install() -> None:
     docs = render()
     jobs = objects(docs, "Job")
-    apply_job, delete_job = jobs["karmadaquota-install-apply"], jobs["karmadaquota-install-delete"]
+    apply_job, register_job = (
+        jobs["karmadaquota-install-apply"],
+        jobs["karmadaquota-install-register"],
+    )
+    delete_job = jobs["karmadaquota-install-delete"]
     lease_job = jobs["karmadaquota-install-delete-lease"]
     policy = "before-hook-creation,hook-succeeded"
-    hooks = [(apply_job, "post-install,post-upgrade"), (delete_job, "pre-delete")]
-    for job, hook in [*hooks, (lease_job, "post-delete")]:
+    hooks = [
+        (apply_job, "pre-install,pre-upgrade"),
+        (register_job, "post-install,post-upgrade"),
+        (delete_job, "pre-delete"),
+        (lease_job, "post-delete"),
+    ]
+    for job, hook in hooks:
         ann = job["metadata"]["annotations"]
         assert ann["helm.sh/hook"] == hook
         assert ann["helm.sh/hook-delete-policy"] == policy
         assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"
 
-    (c,) = apply_job["spec"]["template"]["spec"]["containers"]
-    assert c["args"] == [
+    apply_args = [
         "--log-format=json",
         "install",
         "apply",
         "--kubeconfig=/etc/karmada/config/karmada.config",
         "--manifests=/etc/karmadaquota/manifests",
         "--timeout=5m",
+    ]
+    (a,) = apply_job["spec"]["template"]["spec"]["containers"]
+    # then the componentCredentials flags (test_issuing_the_kubeconfigs_hooks_and_rotation)
+    assert a["args"][:6] == apply_args
+    (c,) = register_job["spec"]["template"]["spec"]["containers"]
+    assert c["args"] == [
+        *apply_args,
         "--ca-bundle-file=/var/serving-cert/ca.crt",
         "--wait-webhook-url=https://karmadaquota-webhook.karmada-system.svc:443/readyz",
     ]
@@ -418,7 +586,7 @@ def test_hook_jobs_are_annotated_and_run_install() -> None:
     assert d["args"][1:3] == ["install", "delete"]
     assert "--delete-crd" not in d["args"]  # crd.keepOnUninstall defaults to true
 
-    spec = apply_job["spec"]["template"]["spec"]
+    spec = register_job["spec"]["template"]["spec"]
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert volumes["manifests"]["configMap"]["name"] == "karmadaquota-karmada-apiserver"
     assert volumes["serving-cert"]["secret"] == {
@@ -441,12 +609,69 @@ def test_hook_jobs_are_annotated_and_run_install() -> None:
     env = {e["name"]: e.get("value") for e in cc["env"]}
     ns = next(a.split("=", 1)[1] for a in cc["args"] if a.startswith("--namespace="))
     assert f"--lease={ns}/{env['KARMADAQUOTA_LEASE_NAME']}" in lease["args"]
-    # post-delete runs after the release's objects are gone: nothing of the release is used
+    # pre-install and post-delete run while the release's objects do not exist: nothing of
+    # the release is used but their own hook objects
+    assert apply_job["spec"]["template"]["spec"]["serviceAccountName"] == (
+        "karmadaquota-install-apply"  # a pre-install hook too
+    )
+    assert "serviceAccountName" not in lease_job["spec"]["template"]["spec"]
     lease_pod = lease_job["spec"]["template"]["spec"]
-    assert "serviceAccountName" not in lease_pod
     assert {v["name"] for v in lease_pod["volumes"]} == {"karmada-config", "tmp"}
-    for job_args in (c["args"], d["args"], lease["args"]):
+    for job_args in (a["args"], c["args"], d["args"], lease["args"]):
         _parser().parse_args(job_args)
+
+
+def _hook_phase(doc: Doc) -> tuple[str, int]:
+    ann = doc["metadata"].get("annotations") or {}
+    return ann.get("helm.sh/hook", ""), int(ann.get("helm.sh/hook-weight", "0"))
+
+
+def test_what_the_pods_need_is_applied_before_them_and_the_registration_after(
+    tmp_path: Path,
+) -> None:
+    """`helm install --wait` runs pre-install hooks, then waits for the pods to be Ready, and
+    only then runs post-install hooks: everything the pods need (the CRD, their identities and
+    rights) must come from a pre-install hook, the fail-closed registration from a post-install
+    one, and a pre-install hook may use nothing the release creates (it does not exist yet)."""
+    docs = render()
+    jobs = objects(docs, "Job")
+    apply_pod = jobs["karmadaquota-install-apply"]["spec"]["template"]["spec"]
+    (cm_volume,) = (v for v in apply_pod["volumes"] if "configMap" in v)
+    cm = one(docs, "ConfigMap", cm_volume["configMap"]["name"])
+    assert _hook_phase(cm) == ("pre-install,pre-upgrade", -10)  # before the Job (weight 0)
+    assert cm["metadata"]["annotations"]["helm.sh/hook-delete-policy"] == (
+        "before-hook-creation,hook-succeeded"
+    )
+    release_objects = {(d["kind"], d["metadata"]["name"]) for d in docs if not _hook_phase(d)[0]}
+    for v in apply_pod["volumes"]:
+        for kind, ref in (
+            ("Secret", v.get("secret", {}).get("secretName")),
+            ("ConfigMap", v.get("configMap", {}).get("name")),
+        ):
+            assert (kind, ref) not in release_objects, f"pre-install hook mounts {kind} {ref}"
+    # the pre-install manifests: everything but the registrations, the CRD first
+    for name, text in cm["data"].items():
+        (tmp_path / name).write_text(text)
+    pre = install.apply_order(install.load_manifests(tmp_path))
+    kinds = {o.kind.kind for o in pre}
+    assert pre[0].kind.kind == "CustomResourceDefinition"
+    assert {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"} <= kinds
+    assert not kinds & {"ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"}
+    assert {o.name for o in pre if o.kind.kind == "ClusterRole"} >= {
+        "karmadaquota-view",
+        "karmadaquota-edit",
+    }
+    # the post-install hook: the registrations only, from the release's ConfigMap
+    register_pod = jobs["karmadaquota-install-register"]["spec"]["template"]["spec"]
+    (reg,) = (v for v in register_pod["volumes"] if "configMap" in v)
+    assert {i["key"] for i in reg["configMap"]["items"]} == {
+        "validatingwebhookconfiguration.yaml",
+        "mutatingwebhookconfiguration.yaml",
+    }
+    full = karmada_objects(docs)
+    assert set(full) == set(cm["data"]) | {i["key"] for i in reg["configMap"]["items"]}
+    for key, text in cm["data"].items():
+        assert [d for d in yaml.safe_load_all(text) if d] == full[key], key
 
 
 def test_uninstall_deletes_the_crd_only_when_asked() -> None:
@@ -456,7 +681,7 @@ def test_uninstall_deletes_the_crd_only_when_asked() -> None:
         "--delete-crd"
         in jobs["karmadaquota-install-delete"]["spec"]["template"]["spec"]["containers"][0]["args"]
     )
-    apply_args = jobs["karmadaquota-install-apply"]["spec"]["template"]["spec"]["containers"][0][
+    apply_args = jobs["karmadaquota-install-register"]["spec"]["template"]["spec"]["containers"][0][
         "args"
     ]
     assert not any(a.startswith("--wait-webhook-url") for a in apply_args)
@@ -527,7 +752,7 @@ def test_the_webhook_url_host_is_overridable_and_in_the_certificate() -> None:
 
 
 def test_the_rbac_is_the_kustomize_rbac() -> None:
-    manifests = karmada_objects(render())
+    manifests = karmada_objects(render("componentCredentials.enabled=false"))
     for component in ("webhook", "controller"):
         chart = by_kind(manifests[f"{component}-rbac.yaml"])
         kust = by_kind(
@@ -542,6 +767,34 @@ def test_the_rbac_is_the_kustomize_rbac() -> None:
             for field in ("rules", "roleRef", "subjects", "type"):
                 assert c.get(field) == k.get(field), (key, field)
             assert c["metadata"].get("annotations") == k["metadata"].get("annotations"), key
+
+
+def test_the_aggregated_roles_are_the_kustomize_ones() -> None:
+    """Namespace users read quotas through view/edit/admin (api/rbac/): the same names, rules
+    and aggregation labels; nothing on quotas beyond reading for edit and admin."""
+    chart = by_kind(karmada_objects(render())["aggregated-roles.yaml"])
+    kust = by_kind(
+        yaml.safe_load_all((REPO / "api/rbac/aggregate-to-view-edit-admin.yaml").read_text())
+    )
+    assert (
+        set(chart)
+        == set(kust)
+        == {
+            ("ClusterRole", "karmadaquota-view"),
+            ("ClusterRole", "karmadaquota-edit"),
+        }
+    )
+    for key, k in kust.items():
+        assert chart[key]["rules"] == k["rules"], key
+        aggregation = {
+            label: v
+            for label, v in chart[key]["metadata"]["labels"].items()
+            if label.startswith("rbac.authorization.k8s.io/")
+        }
+        assert aggregation == k["metadata"]["labels"], key
+    verbs = {v for r in kust[("ClusterRole", "karmadaquota-view")]["rules"] for v in r["verbs"]}
+    assert verbs == {"get", "list", "watch"}
+    assert kust[("ClusterRole", "karmadaquota-edit")]["rules"] == []
 
 
 def test_controller_extra_rules_are_appended() -> None:
@@ -628,7 +881,7 @@ def test_existing_secret_mode_mounts_that_secret() -> None:
         objects(docs, "Secret")
     )
     webhook = one(docs, "Deployment", "karmadaquota-webhook")["spec"]["template"]["spec"]
-    hook = one(docs, "Job", "karmadaquota-install-apply")["spec"]["template"]["spec"]
+    hook = one(docs, "Job", "karmadaquota-install-register")["spec"]["template"]["spec"]
     for spec in (webhook, hook):
         (vol,) = (v for v in spec["volumes"] if v["name"] == "serving-cert")
         assert vol["secret"]["secretName"] == "my-cert"
@@ -786,3 +1039,17 @@ def test_client_ca_makes_the_webhook_require_client_certificates() -> None:
         "secretName": "kas-client-ca",
         "items": [{"key": "ca.crt", "path": "ca.crt"}],
     }
+
+
+def test_the_docs_upgrade_keeping_new_chart_defaults() -> None:
+    """`helm upgrade --reuse-values` freezes the old chart's defaults, so values a newer chart
+    adds render empty; the docs say `--reset-then-reuse-values` (the chart e2e upgrades so)."""
+    docs = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    upgrades = [
+        (doc.name, line)
+        for doc in docs
+        for line in doc.read_text().splitlines()
+        if "helm upgrade" in line and "values" in line
+    ]
+    assert upgrades, "docs/install.md shows the upgrade"
+    assert [u for u in upgrades if "--reuse-values" in u[1]] == []

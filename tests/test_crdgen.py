@@ -112,12 +112,28 @@ def test_printer_columns() -> None:
     }
     for column in columns.values():
         # every printer column reads a field that exists in the schema
-        parts = column["jsonPath"].lstrip(".").split(".")
+        path = re.sub(r"\[\?\(@\.type==\"[A-Za-z]+\"\)\]", ".items", column["jsonPath"])
+        parts = path.lstrip(".").split(".")
         node = schema()
         if parts[0] == "metadata":
             continue
         for part in parts:
-            node = node["properties"][part]
+            node = node[part] if part == "items" else node["properties"][part]
+
+
+def test_the_enforced_column_reads_the_enforced_condition() -> None:
+    """`kubectl get kq` says whether the quota is enforced: the status of the condition the
+    controller writes (controller/status.py), empty before its first write."""
+    from karmadaquota.controller.status import COND_ENFORCED
+
+    (column,) = [c for c in version()["additionalPrinterColumns"] if c["name"] == "Enforced"]
+    match = re.fullmatch(
+        r'\.status\.conditions\[\?\(@\.type=="([A-Za-z]+)"\)\]\.status', column["jsonPath"]
+    )
+    assert match and match.group(1) == COND_ENFORCED
+    assert column["type"] == "string"
+    names = [c["name"] for c in version()["additionalPrinterColumns"]]
+    assert names.index("Enforced") < names.index("Summary")
 
 
 # ---------------------------------------------------------------------------------------------

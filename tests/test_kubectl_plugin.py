@@ -262,3 +262,76 @@ def test_member_enforcement_shows_placed_observed_and_guard_per_member() -> None
 def test_without_member_enforcement_the_columns_are_used_and_observed() -> None:
     out = render(FULL, NOW)
     assert "used/observed" in out and "guard" not in out
+
+
+def _fake_kubectl(tmp_path: Path, listed: dict[str, Any]) -> Path:
+    """A kubectl that logs its arguments and answers every `get` with `listed`."""
+    fake = tmp_path / "kubectl"
+    log = tmp_path / "args"
+    fake.write_text(f"#!/bin/sh\necho \"$@\" >> {log}\ncat <<'EOF'\n{json.dumps(listed)}\nEOF\n")
+    fake.chmod(0o755)
+    return log
+
+
+def _named(namespace: str, name: str) -> dict[str, Any]:
+    q = json.loads(json.dumps(FULL))
+    q["metadata"] = {"name": name, "namespace": namespace}
+    return dict(q)
+
+
+@pytest.mark.parametrize(
+    ("flags", "where"),
+    [(["-n", "team-a"], ["-n", "team-a"]), (["-A"], ["-A"]), ([], [])],
+    ids=["namespace", "all-namespaces", "current-namespace"],
+)
+def test_describe_without_a_name_describes_every_quota_in_scope(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    flags: list[str],
+    where: list[str],
+) -> None:
+    """As `kubectl describe quota` without NAME: every one, sorted by namespace and name,
+    separated by a blank line; `-A` lists them across namespaces."""
+    items = [_named("team-b", "b"), _named("team-a", "z"), _named("team-a", "a")]
+    log = _fake_kubectl(tmp_path, {"items": items})
+    monkeypatch.setenv("KUBECTL", str(log.parent / "kubectl"))
+    assert kubectl_plugin.main(["describe", *flags]) == 0
+    out = capsys.readouterr().out
+    names = [line.split()[1] for line in out.splitlines() if line.startswith("Name:")]
+    assert names == ["a", "z", "b"]
+    spaces = [line.split()[1] for line in out.splitlines() if line.startswith("Namespace:")]
+    assert spaces == ["team-a", "team-a", "team-b"]
+    assert "\n\nName:" in out
+    first = log.read_text().splitlines()[0].split()
+    assert first == ["get", "karmadaquotas.quota.karmada.io", "-o", "json", *where]
+
+
+def test_describe_all_as_json_is_a_list(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = _fake_kubectl(tmp_path, {"items": [_named("team-a", "b"), _named("team-a", "a")]})
+    monkeypatch.setenv("KUBECTL", str(log.parent / "kubectl"))
+    assert kubectl_plugin.main(["describe", "-n", "team-a", "-o", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [d["name"] for d in data] == ["a", "b"]
+
+
+def test_describe_all_of_an_empty_namespace_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = _fake_kubectl(tmp_path, {"items": []})
+    monkeypatch.setenv("KUBECTL", str(log.parent / "kubectl"))
+    assert kubectl_plugin.main(["describe", "-n", "empty"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.strip() == "No resources found in empty namespace."
+
+
+def test_describe_a_name_across_all_namespaces_is_refused(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert kubectl_plugin.main(["describe", "team", "-A"]) == 1
+    assert "cannot be retrieved by name across all namespaces" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        kubectl_plugin.main(["describe", "-A", "-n", "x"])

@@ -10,14 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import json
+import os
+import re
+import secrets
+import shutil
 import signal
+import subprocess
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
 import pytest
+import yaml
 
 from e2e.testbed import TestBed, kubelet, product
 from e2e.testbed.aio import eventually
@@ -68,6 +75,30 @@ def pod_of(workload: dict[str, Any]) -> dict[str, Any]:
     return spec
 
 
+def service_account(
+    bed: TestBed, host: str, pod: dict[str, Any], root: Path
+) -> tuple[Path, str] | None:
+    """The pod's ServiceAccount token as the kubelet projects it (a TokenRequest on the host
+    for that account, its CA and namespace) and the host's address, when the pod mounts it:
+    the pod's automountServiceAccountToken, else its ServiceAccount's, else true."""
+    name = pod.get("serviceAccountName", "default")
+    automount = pod.get("automountServiceAccountToken")
+    if automount is None:
+        sa = bed.get("serviceaccount", name, cluster=host, namespace=SYSTEM)
+        assert sa, f"the pod runs as ServiceAccount {name}: not created"
+        automount = sa.get("automountServiceAccountToken", True)
+    if not automount:
+        return None
+    token = bed.kubectl(
+        *("create", "token", name, "-n", SYSTEM, "--duration=1h"), cluster=host
+    ).stdout.strip()
+    config = yaml.safe_load(bed.kubeconfig(host).read_text())
+    (cluster,) = config["clusters"]
+    ca = base64.b64decode(cluster["cluster"]["certificate-authority-data"])
+    files = {"token": token.encode(), "ca.crt": ca, "namespace": SYSTEM.encode()}
+    return kubelet.write_volume(files, root / "serviceaccount"), str(cluster["cluster"]["server"])
+
+
 def materialize(
     bed: TestBed, host: str, pod: dict[str, Any], root: Path, image: str
 ) -> tuple[kubelet.Run, dict[str, Any]]:
@@ -80,6 +111,7 @@ def materialize(
         image=image,
         pod_name=f"{container['name']}-{root.name}",
         namespace=SYSTEM,
+        service_account=service_account(bed, host, pod, root),
     )
     return run, container
 
@@ -204,3 +236,120 @@ async def check_end_to_end(bed: TestBed, api: KubeClient, ns: str) -> None:
         return True
 
     await eventually(members_observed, 60, "member clusters watched with the granted rights")
+
+
+async def check_tenant_reads_its_quota(bed: TestBed, ns: str) -> None:
+    """A namespace user holding Kubernetes' `view` there (impersonated: `--as`) reads its
+    quotas through the karmadaquota-view aggregation and may not write one; holding `edit`
+    does not let it write one either; without a binding it reads nothing (what grants the
+    read is the binding, not some wider rule)."""
+    quota = product.quota(ns, "tenant-made", {"pods": "1000"})
+    try:
+        for user, role in (("alice", "view"), ("bob", "edit")):
+            await bed.akubectl(
+                "create",
+                "rolebinding",
+                f"{user}-{role}",
+                "-n",
+                ns,
+                f"--clusterrole={role}",
+                f"--user={user}",
+            )
+
+        async def reads(user: str) -> bool:
+            out = await bed.akubectl(
+                "get", "kq", "-n", ns, "-o", "name", f"--as={user}", check=False
+            )
+            assert out.returncode == 0, out.stderr
+            assert "karmadaquota.quota.karmada.io/team" in out.stdout.split(), out.stdout
+            return True
+
+        # the aggregation controller adds the rules to view/edit within moments
+        for user in ("alice", "bob"):
+            await eventually(functools.partial(reads, user), 30, f"{user} reads {ns}'s quotas")
+        for user in ("alice", "bob"):
+            made = await bed.akubectl(
+                "create", "-f", "-", f"--as={user}", input=json.dumps(quota), check=False
+            )
+            assert made.returncode != 0 and "forbidden" in made.stderr, (user, made.stderr)
+            edited = await bed.akubectl(
+                *("patch", "kq", "team", "-n", ns, "--type=merge", f"--as={user}"),
+                *("-p", '{"spec":{"hard":{"pods":"1000"}}}'),
+                check=False,
+            )
+            assert edited.returncode != 0 and "forbidden" in edited.stderr, (user, edited.stderr)
+        # the printer columns: whether the quota is enforced (its Enforced condition)
+        table = (await bed.akubectl("get", "kq", "team", "-n", ns, "--as=alice")).stdout
+        header, row = table.splitlines()
+        assert dict(zip(header.split(), row.split(), strict=False))["ENFORCED"] == "True", table
+        stranger = await bed.akubectl("get", "kq", "-n", ns, "--as=mallory", check=False)
+        assert stranger.returncode != 0 and "forbidden" in stranger.stderr, stranger.stderr
+        assert bed.get("karmadaquota", "tenant-made", namespace=ns) is None
+    finally:
+        await bed.akubectl(
+            *("delete", "rolebinding", "alice-view", "bob-edit", "-n", ns, "--ignore-not-found")
+        )
+
+
+def run_documented(bed: TestBed, script: str, cwd: Path, what: str) -> None:
+    """A shell block of docs/install.md run as written (`bash -euo pipefail`) in `cwd`, with
+    the bed's kubectl first on PATH, as a user following the docs would."""
+    path = f"{Path(bed.kubectl_binary).parent}{os.pathsep}{os.environ['PATH']}"
+    step = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        cwd=cwd,
+        env={**os.environ, "PATH": path},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert step.returncode == 0, f"docs/install.md {what}:\n{step.stderr}"
+
+
+# docs/install.md's "First quota: see a refusal", run as written
+FIRST_QUOTA = re.compile(
+    r"<!-- install: first quota, (refused|fits) [^\n]*-->\s*```bash\n(.*?)```", re.S
+)
+INSTALL_MD = Path(__file__).resolve().parents[2] / "docs" / "install.md"
+
+
+async def check_first_quota_as_documented(bed: TestBed, work: Path) -> None:
+    """The documented first steps after an install, against the bed's karmada-apiserver (its
+    namespace `team-a` renamed to a fresh one): a Deployment over the quota is refused with
+    Kubernetes' words in its events, and once scaled to what fits it is counted."""
+
+    def prepare() -> dict[str, str]:
+        work.mkdir(parents=True, exist_ok=True)
+        shutil.copy(bed.karmada_kubeconfig, work / "karmada-apiserver.config")
+        return dict(FIRST_QUOTA.findall(INSTALL_MD.read_text()))
+
+    blocks = await asyncio.to_thread(prepare)
+    assert set(blocks) == {"refused", "fits"}, "docs/install.md: the first-quota steps"
+    ns = f"first-quota-{secrets.token_hex(3)}"
+
+    def run(script: str) -> None:
+        run_documented(bed, script.replace("team-a", ns), work, "first-quota step")
+
+    try:
+        await asyncio.to_thread(run, blocks["refused"])
+
+        def refused() -> bool:
+            events = bed.kubectl(
+                *("get", "events", "-n", ns, "-o", "json"),
+                "--field-selector=involvedObject.name=web",
+            ).stdout
+            messages = [e.get("message", "") for e in json.loads(events)["items"]]
+            assert any(
+                "exceeded quota: team" in m and "limited: requests.cpu=2" in m for m in messages
+            ), messages
+            return True
+
+        await eventually(refused, 60, "the Deployment's events say it exceeded quota: team")
+        assert used(bed, ns, "requests.cpu") == Quantity.zero()
+        await asyncio.to_thread(run, blocks["fits"])
+        await eventually(
+            lambda: used(bed, ns, "requests.cpu") == Quantity.parse("2"), 60, "web counted"
+        )
+    finally:
+        await bed.akubectl("delete", "namespace", ns, "--ignore-not-found", "--wait=false")

@@ -12,11 +12,14 @@ pod and container spec to what the container gets in a cluster — and nothing m
   HOSTNAME, and HOME=/ for a uid without a passwd entry), never the caller's;
 * capabilities dropped, no-new-privileges, the memory limit;
 * Secret volumes read-only at their mountPaths (files 0644 as the default `defaultMode`), and
-  writable mounts only where an emptyDir is declared.
+  writable mounts only where an emptyDir is declared;
+* the ServiceAccount token, CA and namespace at /var/run/secrets/kubernetes.io/serviceaccount
+  when the pod (or its ServiceAccount) automounts it, from a TokenRequest for that account.
 
 Only what cannot hold on one shared machine is substituted, and `Run.substituted` names each:
-the host network (no pod network here) with listen addresses bound to 127.0.0.1, and free
-ports for the ones the args declare.
+the host network (no pod network here) with listen addresses bound to 127.0.0.1, free ports for
+the ones the args declare, and the in-cluster API server address (KUBERNETES_SERVICE_HOST/PORT)
+set to the host cluster's own.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ ULIMITS = ["--ulimit", "nofile=20000:20000", "--ulimit", "nproc=32768:32768"]
 _LISTEN = re.compile(r"--((?:metrics-)?bind-address)=.*")
 _PORT = re.compile(r"--((?:metrics-)?port)=\d+")
 _SIZE = re.compile(r"^(\d+)(Ki|Mi|Gi)?$")
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
 @dataclass
@@ -80,11 +84,14 @@ def plan(
     image: str | None = None,
     pod_name: str = "",
     namespace: str = "default",
+    service_account: tuple[Path, str] | None = None,
 ) -> Run:
     """The container `container_name` of the pod spec `pod`, with each Secret or ConfigMap
     volume's files already written to `volumes[name]` (a local directory), as pod `pod_name`
-    (default: the container's name) of `namespace` for the downward API. Pure apart from
-    choosing free ports."""
+    (default: the container's name) of `namespace` for the downward API; `service_account`:
+    (a local directory with the pod's ServiceAccount `token`, `ca.crt` and `namespace`, the
+    API server's https URL) when the pod mounts its token. Pure apart from choosing free
+    ports."""
     fields = {"metadata.name": pod_name or container_name, "metadata.namespace": namespace}
     (container,) = [c for c in pod["containers"] if c["name"] == container_name]
     security = _security(pod, container)
@@ -125,6 +132,14 @@ def plan(
             "host network, listening on 127.0.0.1: "
             + ", ".join(f"{k}={v}" for k, v in run.ports.items())
         )
+    if service_account is not None:
+        # what the kubelet projects for an automounted token, and the in-cluster address of the
+        # API server (the Service `kubernetes`): here the host cluster's own address
+        local, url = service_account
+        run.binds.append((local, SERVICE_ACCOUNT_DIR))
+        address, _, api_port = url.removeprefix("https://").rstrip("/").rpartition(":")
+        run.env["KUBERNETES_SERVICE_HOST"], run.env["KUBERNETES_SERVICE_PORT"] = address, api_port
+        run.substituted.append(f"the in-cluster API server address: {url}")
     for e in container.get("env", []):
         field_path = ((e.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
         if field_path in fields:

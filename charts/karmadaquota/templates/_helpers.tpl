@@ -104,9 +104,69 @@ Prints "<secret name> <key>".
 {{ include "karmadaquota.fullname" .root }}-{{ .component }}-kubeconfig karmada.config
 {{- else if $c.kubeconfig.secretName -}}
 {{ $c.kubeconfig.secretName }} {{ $c.kubeconfig.key }}
+{{- else if .root.Values.componentCredentials.enabled -}}
+{{ include "karmadaquota.issuedSecret" (dict "root" .root "component" .component) }} karmada.config
 {{- else -}}
 {{ .root.Values.karmadaApiserver.kubeconfigSecret.name }} {{ .root.Values.karmadaApiserver.kubeconfigSecret.key }}
 {{- end -}}
+{{- end -}}
+
+{{/* The host Secret the hooks write a component's issued kubeconfig into (componentCredentials). */}}
+{{- define "karmadaquota.issuedSecret" -}}
+{{ include "karmadaquota.fullname" .root }}-{{ .component }}-karmada
+{{- end -}}
+
+{{/*
+`install` flags that issue the components' kubeconfigs (componentCredentials), one per line:
+--issue-kubeconfig for each component without a kubeconfig of its own, --token-ttl, and
+--member-secrets-role. Empty when nothing is to be issued.
+*/}}
+{{- define "karmadaquota.issueArgs" -}}
+{{- $root := . -}}
+{{- $name := include "karmadaquota.fullname" . -}}
+{{- $cc := .Values.componentCredentials -}}
+{{- if $cc.enabled }}
+{{- range $component := list "webhook" "controller" }}
+{{- $c := index $root.Values $component }}
+{{- if not (or $c.kubeconfig.content $c.kubeconfig.secretName) }}
+- --issue-kubeconfig={{ $root.Values.karmadaApiserver.namespace }}/{{ $name }}-{{ $component }}={{ include "karmadaquota.issuedSecret" (dict "root" $root "component" $component) }}
+{{- end }}
+{{- end }}
+- --token-ttl={{ $cc.tokenTTL }}
+{{- if $cc.narrowMemberSecrets }}
+- --member-secrets-role={{ .Values.karmadaApiserver.clusterSecretsNamespace }}/{{ $name }}-controller-cluster-secrets
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/*
+Host RBAC rules on the issued Secrets: create (which resourceNames cannot restrict) and the
+given verbs on their names. (dict "root" $ "verbs" (list "get" "update")).
+*/}}
+{{- define "karmadaquota.issuedSecretRules" -}}
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [create]
+- apiGroups: [""]
+  resources: [secrets]
+  resourceNames:
+    {{- range splitList "\n" (include "karmadaquota.issuedSecrets" .root | trim) }}
+    - {{ . }}
+    {{- end }}
+  verbs: {{ toJson .verbs }}
+{{- end -}}
+
+{{/* The issued Secrets the hooks write (names, one per line). */}}
+{{- define "karmadaquota.issuedSecrets" -}}
+{{- $root := . -}}
+{{- if .Values.componentCredentials.enabled }}
+{{- range $component := list "webhook" "controller" }}
+{{- $c := index $root.Values $component }}
+{{- if not (or $c.kubeconfig.content $c.kubeconfig.secretName) }}
+{{ include "karmadaquota.issuedSecret" (dict "root" $root "component" $component) }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- end -}}
 
 {{/* A Secret volume mounting one key of a kubeconfig Secret as karmada.config. */}}

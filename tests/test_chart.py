@@ -1053,3 +1053,17 @@ def test_the_docs_upgrade_keeping_new_chart_defaults() -> None:
     ]
     assert upgrades, "docs/install.md shows the upgrade"
     assert [u for u in upgrades if "--reuse-values" in u[1]] == []
+
+
+def test_the_webhook_trusts_the_controllers_identity_and_the_admins() -> None:
+    """docs/security.md: who may write bindings where a quota is. The controller admits queued
+    bindings with its own identity on karmada-apiserver; Karmada's components are admins."""
+    args = _args(render(), "karmadaquota-webhook")
+    assert "--trusted-user=system:serviceaccount:karmada-system:karmadaquota-controller" in args
+    assert "--trusted-group=system:masters" in args
+    more = _args(
+        render("webhook.trustedUsers={system:karmada:*}", "webhook.trustedGroups={karmada}"),
+        "karmadaquota-webhook",
+    )
+    assert "--trusted-user=system:karmada:*" in more
+    assert "--trusted-group=karmada" in more and "--trusted-group=system:masters" not in more

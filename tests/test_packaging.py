@@ -46,3 +46,20 @@ def test_wheel_holds_only_the_product(tmp_path: Path) -> None:
     # The production entry points are there.
     for module in ("cli.py", "webhook/app.py", "controller/main.py", "kube/client.py"):
         assert f"karmadaquota/{module}" in names
+
+
+def test_the_release_workflow_publishes_what_make_release_builds() -> None:
+    """.github/workflows/release.yml: on a v* tag, `make release`, then the artifacts attached
+    and the image and chart pushed under the names hack/release.py gives them."""
+    import yaml
+
+    root = Path(__file__).resolve().parents[1]
+    flow = yaml.safe_load((root / ".github/workflows/release.yml").read_text())
+    assert flow[True]["push"]["tags"] == ["v*"]  # YAML 1.1 reads the key `on` as True
+    steps = [s.get("run", "") for s in flow["jobs"]["release"]["steps"]]
+    text = "\n".join(steps)
+    assert "make release RELEASE_REPO=" in text
+    release_py = (root / "hack/release.py").read_text()
+    for made in ("karmadaquota-image-{ver}.oci.tar", "karmadaquota-<version>.tgz"):
+        assert made in release_py
+    assert "*.oci.tar" in text and "karmadaquota-${VERSION}.tgz" in text

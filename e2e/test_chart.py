@@ -210,13 +210,13 @@ class Release:
         pod = pod_of(self.deployment(component))
         run, container = materialize(self.bed, self.host, pod, self.work / tag, self.image)
         proc = kubelet.start(self.bed, tag, run)
-        serving = "--port" if component == "webhook" else "--metrics-port"
         ctx = None
         if component == "webhook":
             ctx = product.WebhookProc(proc, run.ports["--port"], self.ca_bundle()).ssl_context()
             url = f"https://127.0.0.1:{run.ports['--port']}/readyz"
             await product.wait_ready(url, ctx, proc)
-        await probe(container, serving, run, ctx)
+        # both probe their metrics port (the webhook's HTTPS port may ask for client certificates)
+        await probe(container, "--metrics-port", run, None)
         return proc, run, ctx
 
 

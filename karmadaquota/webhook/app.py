@@ -348,10 +348,15 @@ class Webhook:
         return self.validate_quota(req)
 
     def validate_quota(self, req: review.Request) -> Decision:
-        if req.resource.group != api.GROUP or req.resource.resource != api.PLURAL:
+        """A KarmadaQuota's or ClusterKarmadaQuota's spec, in Kubernetes' words."""
+        model: type[KarmadaQuota] = KarmadaQuota
+        kind = api.KIND
+        if req.resource.group == api.GROUP and req.resource.resource == api.CLUSTER_PLURAL:
+            model, kind = api.ClusterKarmadaQuota, api.CLUSTER_KIND
+        elif req.resource.group != api.GROUP or req.resource.resource != api.PLURAL:
             raise review.MalformedReview(
-                f"this endpoint admits {api.PLURAL}.{api.GROUP}, got "
-                f"{req.resource.resource}.{req.resource.group}"
+                f"this endpoint admits {api.PLURAL}.{api.GROUP} and {api.CLUSTER_PLURAL}."
+                f"{api.GROUP}, got {req.resource.resource}.{req.resource.group}"
             )
         if req.operation not in ("CREATE", "UPDATE") or req.subResource:
             return Decision(True)
@@ -359,16 +364,14 @@ class Webhook:
             raise review.MalformedReview(f"request.object is required for {req.operation}")
         name = req.object.get("metadata", {}).get("name", req.name)
         try:
-            quota = KarmadaQuota.model_validate(req.object)
+            quota = model.model_validate(req.object)
         except ValidationError as e:
             errors = [api.describe(e)]
         else:
             errors = validation.validate_spec(quota.spec)
         if not errors:
             return Decision(True)
-        return Decision(
-            False, invalid_message(f"{api.KIND}.{api.GROUP}", name, errors), REASON_INVALID
-        )
+        return Decision(False, invalid_message(f"{kind}.{api.GROUP}", name, errors), REASON_INVALID)
 
 
 def invalid_message(kind: str, name: str, errors: Sequence[str]) -> str:

@@ -102,7 +102,7 @@ async def env() -> AsyncIterator[tuple[FakeApiServer, Controller]]:
 
 
 async def test_used_is_the_sum_over_the_selected_namespaces(env: Any) -> None:
-    api, c = env
+    api, _ = env
     add_namespace(api, "a-dev", team="a")
     add_namespace(api, "a-prod", team="a")
     add_namespace(api, "a-idle", team="a")
@@ -148,7 +148,7 @@ async def test_used_is_the_sum_over_the_selected_namespaces(env: Any) -> None:
 
 
 async def test_relabelling_moves_usage_within_two_seconds(env: Any) -> None:
-    api, c = env
+    api, _ = env
     add_namespace(api, "a-dev", team="a")
     add_namespace(api, "other")
     add_binding(api, "a-dev", "web", replicas=2)
@@ -171,7 +171,7 @@ async def test_deleting_and_recreating_a_namespace_spends_nothing_twice(env: Any
     """Capsule #1662: a claim juggled between namespaces was spent twice. Bindings are keyed by
     uid: what is deleted leaves, a namespace recreated under the same name counts only what
     exists in it now."""
-    api, c = env
+    api, _ = env
     add_namespace(api, "a-1", team="a")
     add_namespace(api, "a-2", team="a")
     add_cluster_quota(api, {"pods": "10"})
@@ -189,7 +189,7 @@ async def test_deleting_and_recreating_a_namespace_spends_nothing_twice(env: Any
 
 
 async def test_pending_charges_are_dropped_once_observed_even_out_of_selection(env: Any) -> None:
-    api, c = env
+    api, _ = env
     add_namespace(api, "a-1", team="a")
     add_namespace(api, "a-2", team="a")
     add_cluster_quota(api, {"pods": "10"})
@@ -227,7 +227,7 @@ async def test_pending_charges_are_dropped_once_observed_even_out_of_selection(e
 async def test_a_spec_a_cluster_quota_cannot_have_is_invalid_and_charges_nothing(
     env: Any,
 ) -> None:
-    api, c = env
+    api, _ = env
     add_namespace(api, "a-1", team="a")
     add_binding(api, "a-1", "web", replicas=2)
     add_cluster_quota(api, {"pods": "10"}, onExceed="Queue")

@@ -28,10 +28,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 
 from karmadaquota import api, charge, durations, overrides, queued, queueing, trust, validation
-from karmadaquota.api import KarmadaQuota, ResourceBinding
+from karmadaquota.api import ClusterKarmadaQuota, KarmadaQuota, ResourceBinding
 from karmadaquota.evaluate import REASON_FORBIDDEN, Decision, LimitedResource, QuotaView
 from karmadaquota.kube import paths
 from karmadaquota.kube.client import JSON, KubeClient, user_agent
+from karmadaquota.kube.namespace_labels import NamespaceLabels
 from karmadaquota.kube.quotas import QuotaStore
 from karmadaquota.quantity import QuantityError
 from karmadaquota.webhook import review
@@ -41,6 +42,13 @@ from karmadaquota.webhook.batcher import (
     Batcher,
     BatcherConfig,
     Pending,
+)
+from karmadaquota.webhook.cluster import (
+    ClusterQuotaBackend,
+    ClusterQuotas,
+    cluster_store,
+    combined,
+    for_cluster_quota,
 )
 from karmadaquota.webhook.metrics import WebhookMetrics, serve_metrics
 from karmadaquota.webhook.refusals import RefusalRecorder
@@ -140,8 +148,11 @@ class Webhook:
         api_seconds: Mapping[str, float] | None = None,
         refusals: RefusalRecorder | None = None,
         writers: trust.Writers | None = None,
+        cluster: ClusterQuotas | None = None,
     ) -> None:
         self.quotas = quotas
+        # ClusterKarmadaQuotas (None: not served, e.g. a unit test of namespaced quotas)
+        self.cluster = cluster
         self.writers = writers or trust.Writers()
         self.batcher = batcher
         # set on SIGTERM: /readyz fails so endpoints drop the pod, reviews are still answered
@@ -170,14 +181,24 @@ class Webhook:
             raise review.MalformedReview(f"request.object is required for {req.operation}")
         if req.operation == "UPDATE" and req.oldObject is None:
             raise review.MalformedReview("request.oldObject is required for UPDATE")
-        if not self.quotas.synced.is_set():
+        if not self.quotas.synced.is_set() or (
+            self.cluster is not None and not self.cluster.synced()
+        ):
             # before the first LIST we cannot know the namespace has no quota: fail closed
             return Decision(
                 False,
                 "karmadaquota webhook is starting: quota cache not synced; try again",
                 REASON_NOT_READY,
             )
-        if not self.quotas.has(req.namespace):
+        selecting = self.cluster.selecting(req.namespace) if self.cluster is not None else []
+        if selecting is None:
+            return Decision(
+                False,
+                f"karmadaquota webhook: namespace {req.namespace} not seen yet, so which "
+                "ClusterKarmadaQuotas select it is unknown; try again",
+                REASON_NOT_READY,
+            )
+        if not self.quotas.has(req.namespace) and not selecting:
             return Decision(True)
         refused = self._untrusted_write(req)
         if refused is not None:
@@ -209,7 +230,7 @@ class Webhook:
             old=old_charge,
             dry_run=req.dryRun,
         )
-        decision = await self._submit(pending, budget)
+        decision = await self._charge(pending, selecting, budget)
         # a refused clear of a queued binding (the controller admitting it) leaves it queued:
         # it is no refused workload to wake by annotation
         from_queue = old is not None and bool(queued.queued_by(old))
@@ -257,7 +278,7 @@ class Webhook:
                 "karmadaquota webhook is starting: quota cache not synced; try again",
                 REASON_NOT_READY,
             )
-        if not self.quotas.has(req.namespace) or self.writers.trusts(req.userInfo):
+        if self.writers.trusts(req.userInfo) or not self._has_quota(req.namespace):
             return Decision(True)
         charged = overrides.charged_overrides(req.object)
         if not charged or charged == overrides.charged_overrides(req.oldObject or {}):
@@ -274,6 +295,13 @@ class Webhook:
             ),
             REASON_FORBIDDEN,
         )
+
+    def _has_quota(self, namespace: str) -> bool:
+        """A quota of the namespace, or a cluster quota selecting it (or possibly: a namespace
+        the table has not seen yet counts as selected, fail closed)."""
+        if self.quotas.has(namespace):
+            return True
+        return self.cluster is not None and self.cluster.selecting(namespace) != []
 
     def mutate_binding(self, req: review.Request) -> queueing.QueueDecision | None:
         """Whether a new binding is created queued (suspended, naming the quota); None leaves
@@ -328,12 +356,41 @@ class Webhook:
             return policy
         return replace(policy, queued=len(recent))
 
-    async def _submit(self, pending: Pending, budget: float | None) -> Decision:
+    async def _charge(
+        self, pending: Pending, cluster_quotas: Sequence[str], budget: float | None
+    ) -> Decision:
+        """Charge the namespace's quotas and every cluster quota selecting it, each behind its
+        own writer, at once: admitted when all reserved it; else the first refusal, and what
+        the others reserved for it is taken back (webhook.cluster)."""
+        subs: list[tuple[Batcher, Pending]] = []
+        if self.quotas.has(pending.namespace):
+            subs.append((self.batcher, pending))
+        if self.cluster is not None:
+            subs += [(self.cluster.batcher, for_cluster_quota(pending, n)) for n in cluster_quotas]
+        if len(subs) == 1:
+            results = [await self._submit(subs[0][1], budget, subs[0][0])]
+        else:
+            results = list(await asyncio.gather(*(self._submit(p, budget, b) for b, p in subs)))
+        decision, undo = combined(results)
+        for i in undo:
+            batcher, sub = subs[i]
+            if not sub.dry_run:
+                batcher.release(sub, results[i].charges.keys())
+        namespaced = subs[0][1] is pending and decision is results[0]
+        if not decision.allowed and not namespaced:
+            # a cluster quota refused: no namespaced quota's waiting list is to record it
+            decision = replace(decision, quota="")
+        return decision
+
+    async def _submit(
+        self, pending: Pending, budget: float | None, batcher: Batcher | None = None
+    ) -> Decision:
+        batcher = batcher or self.batcher
         if budget is None:
-            return await self.batcher.submit(pending)
+            return await batcher.submit(pending)
         try:
             async with asyncio.timeout(budget):
-                return await self.batcher.submit(pending)
+                return await batcher.submit(pending)
         except TimeoutError:
             return Decision(
                 False,
@@ -515,7 +572,7 @@ def build_app(webhook: Webhook, decisions: DecisionLog | None = None) -> web.App
     async def readyz(_: web.Request) -> web.Response:
         if webhook.draining:
             return web.Response(status=503, text="shutting down\n")
-        if webhook.quotas.synced.is_set():
+        if webhook.quotas.synced.is_set() and (webhook.cluster is None or webhook.cluster.synced()):
             return web.Response(text="ok\n")
         return web.Response(status=503, text="quota cache not synced\n")
 
@@ -595,15 +652,33 @@ async def running(settings: WebhookConfig) -> AsyncIterator[tuple[Webhook, int]]
         on_write=metrics.observe_write,
     )
     refusals = RefusalRecorder(store, batcher) if settings.record_waiting else None
-    webhook = Webhook(quotas, batcher, metrics, store.api_seconds, refusals, settings.writers)
+    cluster_quotas = cluster_store(client)
+    cluster = ClusterQuotas(
+        cluster_quotas,
+        NamespaceLabels(client),
+        Batcher(
+            ClusterQuotaBackend(client, cluster_quotas),
+            replace(batcher.config),
+            on_batch=metrics.batch_size.observe,
+            on_conflict=metrics.conflicts.inc,
+            on_write=metrics.observe_write,
+            model=ClusterKarmadaQuota,
+        ),
+    )
+    webhook = Webhook(
+        quotas, batcher, metrics, store.api_seconds, refusals, settings.writers, cluster
+    )
     certs = CertReloader(settings.cert_file, settings.key_file, metrics.serving_certificate_loaded)
     tasks: list[asyncio.Task[Any]] = [
         asyncio.create_task(quotas.run(), name="quota-store"),
+        asyncio.create_task(cluster.run(), name="cluster-quotas"),
         asyncio.create_task(certs.watch(settings.cert_check_interval), name="cert-reload"),
     ]
 
     async def mark_synced() -> None:
         await quotas.synced.wait()
+        await cluster_quotas.synced.wait()
+        await cluster.labels.synced.wait()
         metrics.cache_synced.set(1)
 
     tasks.append(asyncio.create_task(mark_synced()))
@@ -635,6 +710,7 @@ async def running(settings: WebhookConfig) -> AsyncIterator[tuple[Webhook, int]]
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await batcher.close()
+        await cluster.close()
         if refusals is not None:
             await refusals.close()
         await client.close()

@@ -28,6 +28,7 @@ from e2e.testbed.ports import free_port, is_listening
 
 REPO = Path(__file__).resolve().parents[2]
 CRD = REPO / "api" / "crds" / "quota.karmada.io_karmadaquotas.yaml"
+CLUSTER_CRD = REPO / "api" / "crds" / "quota.karmada.io_clusterkarmadaquotas.yaml"
 VWC_MANIFEST = REPO / "webhook" / "karmada" / "validatingwebhookconfiguration.yaml"
 MWC_MANIFEST = REPO / "webhook" / "karmada" / "mutatingwebhookconfiguration.yaml"
 WEBHOOK_NAME = "karmadaquota"
@@ -47,17 +48,27 @@ QUOTA_RULES = [
         "operations": ["CREATE", "UPDATE"],
         "resources": ["karmadaquotas"],
         "scope": "Namespaced",
-    }
+    },
+    {
+        "apiGroups": ["quota.karmada.io"],
+        "apiVersions": ["v1alpha1"],
+        "operations": ["CREATE", "UPDATE"],
+        "resources": ["clusterkarmadaquotas"],
+        "scope": "Cluster",
+    },
 ]
 
 
 def install_crd(bed: TestBed) -> None:
-    bed.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
+    """Both CRDs: KarmadaQuota and ClusterKarmadaQuota."""
+    for crd in (CRD, CLUSTER_CRD):
+        bed.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd))
     bed.kubectl(
         "wait",
         "--for=condition=Established",
         "--timeout=60s",
         "crd/karmadaquotas.quota.karmada.io",
+        "crd/clusterkarmadaquotas.quota.karmada.io",
     )
 
 

@@ -8,11 +8,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import json
 import secrets
 import time
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
+import yaml
 
 from e2e.testbed import TestBed, product
 from e2e.testbed.aio import eventually
@@ -308,3 +311,55 @@ async def test_a_cluster_quota_and_a_namespaced_quota_together_the_tighter_wins(
 
         # refusals by the namespaced quota took back what the cluster quota reserved for them
         await eventually(settled, 30, "cluster quota: exactly what was admitted")
+
+
+VIEW_ROLE = "karmadaquota-applied-cluster-quotas-view"
+TENANT = "alice-ckq"
+
+
+async def test_a_tenant_with_namespaced_read_rights_sees_the_totals_and_only_its_namespace(
+    testbed: TestBed, replicas: None, api: KubeClient, team: tuple[str, list[str]]
+) -> None:
+    """OpenShift's AppliedClusterResourceQuota, on Karmada: the controller keeps a view in
+    every selected namespace; the shipped aggregated ClusterRole makes `view` read it."""
+    value, names = team
+    name = f"ckq-view-{value}"
+    docs = yaml.safe_load_all((product.REPO / "controller/karmada/rbac.yaml").read_text())
+    (role,) = [d for d in docs if d["metadata"]["name"] == VIEW_ROLE]
+    await testbed.aapply(role)
+    await testbed.akubectl(
+        "create",
+        "rolebinding",
+        "tenant-view",
+        "--clusterrole=view",
+        f"--user={TENANT}",
+        "-n",
+        names[0],
+    )
+    async with deleting(api, name):
+        await api.request("POST", RB_PATH.format(ns=names[0]), binding(names[0], "web", "100m", 2))
+        await api.request("POST", RB_PATH.format(ns=names[1]), binding(names[1], "web", "100m", 3))
+        await create_cluster_quota(api, name, value, {"requests.cpu": "1"}, selected=5)
+
+        async def seen() -> dict[str, Any] | None:
+            proc = await testbed.akubectl(
+                "--as", TENANT, "-n", names[0], "get", "ackq", name, "-o", "json", check=False
+            )
+            if proc.returncode != 0:
+                return None
+            doc: dict[str, Any] = json.loads(proc.stdout)
+            return doc if doc["status"]["used"].get("requests.cpu") == "500m" else None
+
+        mine = await eventually(seen, 30, "the tenant reads its namespace's view")
+        assert mine["status"]["namespaceUsed"] == {"requests.cpu": "200m"}
+        assert mine["status"]["summary"] == "requests.cpu: 500m/1"
+        assert mine["status"]["selectedNamespaces"] == 5
+        assert names[1] not in json.dumps(mine)  # no other namespace's breakdown
+        table = await testbed.akubectl("--as", TENANT, "-n", names[0], "get", "ackq")
+        assert "requests.cpu: 500m/1" in table.stdout and "requests.cpu: 200m" in table.stdout
+        for args in (["get", "ckq", name], ["-n", names[1], "get", "ackq", name]):
+            denied = await testbed.akubectl("--as", TENANT, *args, check=False)
+            assert denied.returncode != 0 and "forbidden" in denied.stderr.lower(), denied.stderr
+        admin = await testbed.akubectl("get", "ckq", name)
+        assert "SUMMARY" in admin.stdout and "NAMESPACES" in admin.stdout
+        assert "requests.cpu: 500m/1" in admin.stdout

@@ -845,6 +845,45 @@ def read_cluster_quota(raw: Mapping[str, Any]) -> ClusterKarmadaQuota | None:
         return None
 
 
+# A tenant's view of the cluster quotas applying to a namespace: one object per (cluster quota,
+# selected namespace), kept by the controller, readable with namespaced rights
+# (docs/cluster-quotas.md)
+APPLIED_KIND = "AppliedClusterKarmadaQuota"
+APPLIED_PLURAL = "appliedclusterkarmadaquotas"
+APPLIED_SINGULAR = "appliedclusterkarmadaquota"
+APPLIED_SHORT_NAMES = ["ackq"]
+# on every view: the cluster quota it shows (what the controller lists its views by)
+CLUSTER_QUOTA_LABEL = "quota.karmada.io/cluster-quota"
+
+
+class AppliedClusterKarmadaQuotaStatus(_Lenient):
+    clusterQuota: str = Field(description="The ClusterKarmadaQuota this view shows.")
+    hard: RawResourceList = _resource_list("The cluster quota's hard limits.")
+    used: RawResourceList = _resource_list(
+        "The cluster quota's usage: the total over every namespace it selects."
+    )
+    namespaceUsed: RawResourceList = _resource_list("What this namespace's bindings use of it.")
+    summary: str = Field(default="", description="used/hard per resource, for kubectl get.")
+    namespaceSummary: str = Field(
+        default="", description="this namespace's usage per resource, for kubectl get."
+    )
+    selectedNamespaces: int = Field(
+        default=0, description="How many namespaces share the budget (not which)."
+    )
+
+
+class AppliedClusterKarmadaQuota(_Lenient):
+    """A ClusterKarmadaQuota as seen from one namespace it selects: its totals and this
+    namespace's usage, never other namespaces'. Kept by the controller; read-only for users."""
+
+    apiVersion: str = API_VERSION
+    kind: str = APPLIED_KIND
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    status: AppliedClusterKarmadaQuotaStatus = Field(
+        description="Written by the controller from the cluster quota's status."
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # ResourceBinding (work.karmada.io/v1alpha2), the fields that decide its charge
 

@@ -38,6 +38,24 @@ def test_committed_crd_matches_the_generator() -> None:
     assert chart.read_text(encoding="utf-8") == CRD_FILE.read_text(encoding="utf-8")
 
 
+def test_the_applied_view_crd_is_committed_namespaced_and_read_only_by_design() -> None:
+    path = ROOT / "api" / "crds" / "quota.karmada.io_appliedclusterkarmadaquotas.yaml"
+    assert path.read_text(encoding="utf-8") == crdgen.render(applied=True), "run hack/gen-crds"
+    spec = crdgen.applied_crd()["spec"]
+    assert spec["scope"] == "Namespaced" and spec["names"]["shortNames"] == ["ackq"]
+    status = spec["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+    # totals and this namespace's usage; no list of the other namespaces
+    assert set(status["properties"]) == {
+        "clusterQuota",
+        "hard",
+        "used",
+        "namespaceUsed",
+        "summary",
+        "namespaceSummary",
+        "selectedNamespaces",
+    }
+
+
 def test_names_scope_and_columns() -> None:
     spec = crdgen.cluster_crd()["spec"]
     assert spec["scope"] == "Cluster"

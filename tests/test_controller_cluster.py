@@ -79,10 +79,12 @@ async def env() -> AsyncIterator[tuple[FakeApiServer, Controller]]:
         api,
         ControllerMetrics(),
         Lead(),
-        ReconcilerConfig(quiet=0.01, max_delay=0.1, page_size=2, member_watch=False),
+        ReconcilerConfig(
+            quiet=0.01, max_delay=0.1, page_size=2, member_watch=False, view_delay=0.2
+        ),
         namespace_api=api,
     )
-    assert c.enforcement is not None
+    assert c.enforcement is not None and c.views is not None
     async with controlling(c):
         tasks = [
             asyncio.create_task(i.run())
@@ -91,6 +93,7 @@ async def env() -> AsyncIterator[tuple[FakeApiServer, Controller]]:
                 c.quotas.informer,
                 c.cluster_quotas.informer,
                 c.enforcement.informer,
+                c.views.informer,
             )
         ]
         try:
@@ -235,3 +238,43 @@ async def test_a_spec_a_cluster_quota_cannot_have_is_invalid_and_charges_nothing
     valid = next(c for c in status(api)["conditions"] if c["type"] == "Valid")
     assert valid["status"] == "False" and "spec.onExceed" in valid["message"]
     assert not used(api)  # no used: the webhook refuses what it would charge (fail closed)
+
+
+def view(api: FakeApiServer, ns: str) -> JSON | None:
+    return api.objects(VIEWS).get((ns, CKQ))
+
+
+VIEWS = ("/apis/quota.karmada.io/v1alpha1", "appliedclusterkarmadaquotas")
+
+
+async def test_each_selected_namespace_gets_a_view_with_totals_and_only_its_own_usage(
+    env: Any,
+) -> None:
+    """What a tenant with namespaced read rights sees (OpenShift's
+    AppliedClusterResourceQuota): the totals and its namespace's usage, not the others'."""
+    api, _ = env
+    add_namespace(api, "a-dev", team="a")
+    add_namespace(api, "a-prod", team="a")
+    add_namespace(api, "b", team="b")
+    add_binding(api, "a-dev", "web", replicas=2)
+    add_binding(api, "a-prod", "web", replicas=3)
+    add_cluster_quota(api, {"pods": "10"})
+    await until(lambda: view(api, "a-dev") is not None and view(api, "a-prod") is not None)
+    await until(lambda: (view(api, "a-dev") or {})["status"]["used"] == {"pods": "5"})
+    dev = view(api, "a-dev")
+    assert dev is not None
+    assert dev["status"] == {
+        "clusterQuota": CKQ,
+        "hard": {"pods": "10"},
+        "used": {"pods": "5"},
+        "namespaceUsed": {"pods": "2"},
+        "summary": "pods: 5/10",
+        "namespaceSummary": "pods: 2",
+        "selectedNamespaces": 2,
+    }
+    assert "a-prod" not in str(dev)  # nothing of the other namespace but the count
+    assert dev["metadata"]["ownerReferences"][0]["kind"] == "ClusterKarmadaQuota"
+    assert view(api, "b") is None
+    relabel(api, "a-prod", team=None)  # out of the selection: its view goes
+    await until(lambda: view(api, "a-prod") is None, timeout=3.0)
+    await until(lambda: (view(api, "a-dev") or {})["status"]["used"] == {"pods": "2"})

@@ -29,6 +29,7 @@ from e2e.testbed.ports import free_port, is_listening
 REPO = Path(__file__).resolve().parents[2]
 CRD = REPO / "api" / "crds" / "quota.karmada.io_karmadaquotas.yaml"
 CLUSTER_CRD = REPO / "api" / "crds" / "quota.karmada.io_clusterkarmadaquotas.yaml"
+APPLIED_CRD = REPO / "api" / "crds" / "quota.karmada.io_appliedclusterkarmadaquotas.yaml"
 VWC_MANIFEST = REPO / "webhook" / "karmada" / "validatingwebhookconfiguration.yaml"
 MWC_MANIFEST = REPO / "webhook" / "karmada" / "mutatingwebhookconfiguration.yaml"
 WEBHOOK_NAME = "karmadaquota"
@@ -60,8 +61,8 @@ QUOTA_RULES = [
 
 
 def install_crd(bed: TestBed) -> None:
-    """Both CRDs: KarmadaQuota and ClusterKarmadaQuota."""
-    for crd in (CRD, CLUSTER_CRD):
+    """The CRDs: KarmadaQuota, ClusterKarmadaQuota and its tenants' view."""
+    for crd in (CRD, CLUSTER_CRD, APPLIED_CRD):
         bed.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd))
     bed.kubectl(
         "wait",
@@ -69,6 +70,7 @@ def install_crd(bed: TestBed) -> None:
         "--timeout=60s",
         "crd/karmadaquotas.quota.karmada.io",
         "crd/clusterkarmadaquotas.quota.karmada.io",
+        "crd/appliedclusterkarmadaquotas.quota.karmada.io",
     )
 
 

@@ -17,9 +17,14 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Any
 
 from karmadaquota import resources, scopes
 from karmadaquota.api import (
+    API_VERSION,
+    APPLIED_KIND,
+    CLUSTER_KIND,
+    CLUSTER_QUOTA_LABEL,
     ClusterKarmadaQuota,
     ClusterKarmadaQuotaStatus,
     KarmadaQuotaStatus,
@@ -134,3 +139,39 @@ def recompute_cluster(
         **fields, namespaces=usage, selectedNamespaces=len(inputs.selected)
     )
     return replace(outcome, status=status)
+
+
+def view(quota: ClusterKarmadaQuota, namespace: str) -> dict[str, Any]:
+    """The AppliedClusterKarmadaQuota the namespace's tenants read (as written: owned by the
+    cluster quota, so the garbage collector removes it with it): the totals and this
+    namespace's usage, nothing of the other namespaces but how many they are."""
+    status = quota.status
+    hard = dict(status.hard)
+    mine = next((dict(u.used) for u in status.namespaces if u.namespace == namespace), {})
+    here = {n: mine.get(n, "0") for n in sorted(hard)}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": APPLIED_KIND,
+        "metadata": {
+            "name": quota.metadata.name,
+            "namespace": namespace,
+            "labels": {CLUSTER_QUOTA_LABEL: quota.metadata.name},
+            "ownerReferences": [
+                {
+                    "apiVersion": API_VERSION,
+                    "kind": CLUSTER_KIND,
+                    "name": quota.metadata.name,
+                    "uid": quota.metadata.uid,
+                }
+            ],
+        },
+        "status": {
+            "clusterQuota": quota.metadata.name,
+            "hard": hard,
+            "used": dict(status.used),
+            "namespaceUsed": here,
+            "summary": status.summary,
+            "namespaceSummary": ", ".join(f"{n}: {v}" for n, v in here.items()),
+            "selectedNamespaces": status.selectedNamespaces,
+        },
+    }

@@ -39,6 +39,7 @@ from karmadaquota.controller.guard_keeper import FINALIZER, GuardKeeper
 from karmadaquota.controller.index import BindingIndex, safe_observe
 from karmadaquota.controller.members import Members
 from karmadaquota.controller.metrics import ControllerMetrics
+from karmadaquota.controller.views import Views
 from karmadaquota.controller.wake import Waker
 from karmadaquota.kube import namespaces, paths
 from karmadaquota.kube.client import JSON, JSON_PATCH, Api, Conflict, KubeError, NotFound
@@ -98,6 +99,10 @@ class ReconcilerConfig:
     admission_window: float = DEFAULT_ADMISSION_WINDOW
     # bindings and quotas are listed again this often (a safety net under the watches)
     resync_period: float | None = 300.0
+    # keep an AppliedClusterKarmadaQuota in every namespace a cluster quota selects (the
+    # tenants' view, controller.views); a view is rewritten at most this often in a storm
+    tenant_views: bool = True
+    view_delay: float = 1.0
 
 
 class Controller:
@@ -190,6 +195,20 @@ class Controller:
             if namespace_api is not None
             else None
         )
+        self.views = (
+            Views(
+                api,
+                api,
+                self._cluster_quota,
+                lambda name: self._selection.get(name, frozenset()),
+                lambda: self.synced.is_set() and self._can_write(),
+                page_size=self.settings.page_size,
+                relist_period=self.settings.resync_period,
+                max_delay=self.settings.view_delay,
+            )
+            if self.settings.tenant_views
+            else None
+        )
         self._queues: tuple[DirtyQueue, ...] = (
             self.dirty,
             self.cluster_dirty,
@@ -200,6 +219,8 @@ class Controller:
         )
         if self.enforcement is not None:
             self._queues += (self.enforcement.queue,)
+        if self.views is not None:
+            self._queues += (self.views.queue,)
         self.binding_informer = Informer(
             paths.bindings(),
             _BindingFeed(self),
@@ -286,6 +307,13 @@ class Controller:
     def _cluster_quota_deleted(self, record: QuotaRecord) -> None:
         self.metrics.forget_quota("", record.name)
         self._set_selection(record.name, frozenset())
+        if self.views is not None:
+            self.views.queue.mark(record.name)  # its views go (the garbage collector's too)
+
+    def _cluster_quota(self, name: str) -> ClusterKarmadaQuota | None:
+        record = self.cluster_quotas.get("", name)
+        quota = record.quota if record is not None else None
+        return quota if isinstance(quota, ClusterKarmadaQuota) else None
 
     def member_changed(self, namespaces: Collection[str] | None) -> None:
         if namespaces is None:
@@ -340,6 +368,7 @@ class Controller:
                 "binding-informer": self.binding_informer.run(),
                 "quota-informer": self.quotas.informer.run(),
                 "cluster-quota-informer": self.cluster_quotas.informer.run(),
+                **({"view-informer": self.views.informer.run()} if self.views is not None else {}),
                 **(
                     {"namespace-informer": self.enforcement.informer.run()}
                     if self.enforcement is not None
@@ -411,6 +440,8 @@ class Controller:
         if not await self._sync_quota(record, selected):
             loop = asyncio.get_running_loop()
             self.cluster_dirty.mark_at(name, loop.time() + 0.05 + random.random() * 0.1)
+        if self._can_write() and self.views is not None:
+            self.views.queue.mark(name)
         if self._can_write() and quota is not None:
             # the orphan audit of its pending charges, in their bindings' namespaces
             self.audits.mark_many(

@@ -363,3 +363,30 @@ async def test_a_tenant_with_namespaced_read_rights_sees_the_totals_and_only_its
         admin = await testbed.akubectl("get", "ckq", name)
         assert "SUMMARY" in admin.stdout and "NAMESPACES" in admin.stdout
         assert "requests.cpu: 500m/1" in admin.stdout
+
+
+@pytest.mark.parametrize(
+    ("spec", "reason"),
+    [
+        ({"onExceed": "Queue"}, "onExceed"),
+        ({"memberEnforcement": "ResourceQuota"}, "memberEnforcement"),
+        (
+            {"namespaceSelector": {"matchExpressions": [{"key": "team", "operator": "In"}]}},
+            "values: must be specified when `operator` is 'In' or 'NotIn'",
+        ),
+    ],
+)
+async def test_what_a_cluster_quota_cannot_have_is_refused_with_the_reason(
+    testbed: TestBed, replicas: None, api: KubeClient, spec: dict[str, Any], reason: str
+) -> None:
+    """Queue mode and member guards, exercised once each with a cluster quota: refused by the
+    API server (CEL) before anything is stored, saying why."""
+    body = {
+        "apiVersion": "quota.karmada.io/v1alpha1",
+        "kind": "ClusterKarmadaQuota",
+        "metadata": {"name": f"ckq-bad-{secrets.token_hex(3)}"},
+        "spec": {"hard": {"pods": "1"}, "namespaceSelector": {}, **spec},
+    }
+    with pytest.raises(KubeError) as refused:
+        await api.request("POST", CKQ_PATH, body)
+    assert refused.value.status == 422 and reason in refused.value.message, refused.value.message

@@ -117,7 +117,17 @@ def test_main_fetches_with_kubectl_and_prints(
     code = kubectl_plugin.main(["describe", "team", "-n", "team-a", "--kubeconfig", "/k"])
     assert code == 0
     assert "requests.cpu" in capsys.readouterr().out
-    quota_call, bindings_call = log.read_text().splitlines()
+    quota_call, bindings_call, applied_call = log.read_text().splitlines()
+    # the cluster quotas applying to the namespace: its AppliedClusterKarmadaQuotas
+    assert applied_call.split() == [
+        "--kubeconfig=/k",
+        "get",
+        "appliedclusterkarmadaquotas.quota.karmada.io",
+        "-o",
+        "json",
+        "-n",
+        "team-a",
+    ]
     # the queue: the namespace's bindings, with the same kubeconfig
     assert bindings_call.split() == [
         "--kubeconfig=/k",
@@ -262,3 +272,19 @@ def test_member_enforcement_shows_placed_observed_and_guard_per_member() -> None
 def test_without_member_enforcement_the_columns_are_used_and_observed() -> None:
     out = render(FULL, NOW)
     assert "used/observed" in out and "guard" not in out
+
+
+def test_describe_lists_the_cluster_quotas_applying_to_the_namespace() -> None:
+    applied = [
+        {
+            "metadata": {"name": "team-a", "namespace": "team-a"},
+            "status": {"summary": "pods: 5/10", "namespaceSummary": "pods: 2"},
+        }
+    ]
+    out = render(kq(), NOW, applied=applied)
+    lines = out.splitlines()
+    at = lines.index("Cluster quotas:")
+    assert lines[at + 3].split() == ["team-a", "pods:", "5/10", "pods:", "2"]
+    assert "Cluster quotas: <none>" in render(kq(), NOW, applied=[])
+    assert "Cluster quotas" not in render(kq(), NOW)  # not readable: not shown
+    assert kubectl_plugin.cluster_quotas([]) == ["Cluster quotas: <none>"]

@@ -25,7 +25,7 @@ from karmadaquota.webhook.cluster import ClusterQuotaBackend, ClusterQuotas, clu
 from karmadaquota.webhook.metrics import WebhookMetrics
 from tests.fake_api import FakeApiServer, FakeStore, quota_doc
 from tests.polling import until
-from tests.test_webhook_app import review
+from tests.test_webhook_app import OVERRIDES, TENANT, override_policy, review
 from tests.webhook_fakes import binding_doc
 
 CKQ = "team-a"
@@ -176,3 +176,35 @@ async def test_the_tighter_of_a_namespaced_and_a_cluster_quota_wins(
     admitted = {f"uid-a-0-web-{i}" for i, d in enumerate(decisions) if d.allowed}
     assert {r.reservedBy.uid for r in stored(api).status.reservations} == admitted
     assert {r.reservedBy.uid for r in api.quota("a-0", "kq").status.reservations} == admitted
+
+
+async def test_dry_run_reserves_nothing_in_a_cluster_quota(api: FakeApiServer) -> None:
+    add_cluster_quota(api, {"pods": "1"})
+    async with replica(api) as webhook:
+        doc = binding_doc("web", replicas=1, namespace="a-0", uid="uid-dry")
+        req = review_mod.parse(json.dumps(review(doc, dry_run=True)).encode())
+        assert (await webhook.admit_binding(req)).allowed
+        big = binding_doc("big", replicas=2, namespace="a-0", uid="uid-big")
+        req = review_mod.parse(json.dumps(review(big, dry_run=True)).encode())
+        assert not (await webhook.admit_binding(req)).allowed
+    assert stored(api).status.reservations == []
+
+
+async def test_a_namespace_only_a_cluster_quota_selects_is_enforced_for_tenants(
+    api: FakeApiServer,
+) -> None:
+    """Trusted writers and charged overrides (issue 29) apply where a cluster quota selects
+    the namespace, with no KarmadaQuota of its own."""
+    add_cluster_quota(api, {"pods": "10"})
+    async with replica(api) as webhook:
+        doc = binding_doc("web", replicas=1, namespace="a-0", uid="uid-t")
+        req = review_mod.parse(json.dumps(review(doc, user=TENANT)).encode())
+        refused = await webhook.admit_binding(req)
+        assert not refused.allowed and "forbidden" in refused.message
+        policy = override_policy("/spec/replicas")
+        policy["metadata"]["namespace"] = "a-0"
+        req = review_mod.parse(json.dumps(review(policy, resource=OVERRIDES, user=TENANT)).encode())
+        assert not webhook.admit_override(req).allowed
+        policy["metadata"]["namespace"] = "b"  # not selected: not ours
+        req = review_mod.parse(json.dumps(review(policy, resource=OVERRIDES, user=TENANT)).encode())
+        assert webhook.admit_override(req).allowed

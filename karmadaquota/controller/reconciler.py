@@ -28,7 +28,7 @@ from typing import Any, Protocol
 import aiohttp
 
 from karmadaquota import queued, selectors, validation
-from karmadaquota.api import ON_EXCEED_QUEUE, ClusterKarmadaQuota, read_cluster_quota
+from karmadaquota.api import ON_EXCEED_QUEUE, ClusterKarmadaQuota
 from karmadaquota.controller import cluster as cl
 from karmadaquota.controller import recompute as rc
 from karmadaquota.controller import status as st
@@ -44,7 +44,7 @@ from karmadaquota.controller.wake import Waker
 from karmadaquota.kube import namespaces, paths
 from karmadaquota.kube.client import JSON, JSON_PATCH, Api, Conflict, KubeError, NotFound
 from karmadaquota.kube.informer import Informer, Lister
-from karmadaquota.kube.quotas import QuotaRecord, QuotaStore
+from karmadaquota.kube.quotas import QuotaRecord, QuotaStore, cluster_quota_store
 from karmadaquota.kube.retry import Backoff, ConflictsExhausted, retry_on_conflict
 from karmadaquota.kube.versions import parse_rv
 
@@ -142,7 +142,7 @@ class Controller:
         )
         # ClusterKarmadaQuotas (all under namespace ""), each recomputed from its own queue
         # (keyed by its name) over the namespaces its selector picks (controller.cluster)
-        self.cluster_quotas = QuotaStore(
+        self.cluster_quotas = cluster_quota_store(
             api,
             on_put=lambda record: self.cluster_dirty.mark(record.name),
             on_delete=self._cluster_quota_deleted,
@@ -152,9 +152,6 @@ class Controller:
             ),
             page_size=self.settings.page_size,
             relist_period=self.settings.resync_period,
-            path=paths.cluster_quotas(),
-            read=read_cluster_quota,
-            name="clusterkarmadaquotas",
         )
         # as of each cluster quota's last recompute: the namespaces it selects, and back
         self._selection: dict[str, frozenset[str]] = {}

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from karmadaquota.api import KarmadaQuota, read_quota
+from karmadaquota.api import KarmadaQuota, read_cluster_quota, read_quota
 from karmadaquota.kube import paths
 from karmadaquota.kube.informer import Informer, Lister
 from karmadaquota.kube.retry import Backoff
@@ -188,3 +188,26 @@ class QuotaStore:
         self._by_ns.setdefault(record.namespace, {})[record.name] = record
         if self._on_put is not None:
             self._on_put(record)
+
+
+def cluster_quota_store(
+    client: Lister | None,
+    *,
+    on_put: Callable[[QuotaRecord], None] | None = None,
+    on_delete: Callable[[QuotaRecord], None] | None = None,
+    on_relisted: Callable[[int], None] | None = None,
+    page_size: int = 500,
+    relist_period: float | None = None,
+) -> QuotaStore:
+    """The store of ClusterKarmadaQuotas (cluster-scoped: all under namespace "")."""
+    return QuotaStore(
+        client,
+        on_put=on_put,
+        on_delete=on_delete,
+        on_relisted=on_relisted,
+        page_size=page_size,
+        relist_period=relist_period,
+        path=paths.cluster_quotas(),
+        read=read_cluster_quota,
+        name="clusterkarmadaquotas",
+    )

@@ -25,13 +25,13 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from karmadaquota import selectors
-from karmadaquota.api import ClusterKarmadaQuota, KarmadaQuota, read_cluster_quota
+from karmadaquota.api import ClusterKarmadaQuota, KarmadaQuota
 from karmadaquota.evaluate import Decision
 from karmadaquota.kube import paths
 from karmadaquota.kube.client import JSON, Api
 from karmadaquota.kube.informer import Lister
 from karmadaquota.kube.namespace_labels import NamespaceLabels
-from karmadaquota.kube.quotas import QuotaStore
+from karmadaquota.kube.quotas import QuotaStore, cluster_quota_store
 from karmadaquota.resources import ResourceList
 from karmadaquota.webhook.batcher import Batcher, Pending
 
@@ -71,15 +71,9 @@ class ClusterQuotaBackend:
         self.api_seconds[key] = self.api_seconds.get(key, 0.0) + time.perf_counter() - started
 
 
-def cluster_store(client: Lister | None, **kw: object) -> QuotaStore:
-    """The informer-fed store of ClusterKarmadaQuotas (all under namespace "")."""
-    return QuotaStore(
-        client,
-        path=paths.cluster_quotas(),
-        read=read_cluster_quota,
-        name="clusterkarmadaquotas",
-        **kw,  # type: ignore[arg-type]
-    )
+def cluster_store(client: Lister | None) -> QuotaStore:
+    """The webhook's informer-fed store of ClusterKarmadaQuotas."""
+    return cluster_quota_store(client)
 
 
 class ClusterQuotas:

@@ -16,7 +16,7 @@ import pytest
 from karmadaquota.api import ClusterKarmadaQuota
 from karmadaquota.evaluate import Decision
 from karmadaquota.kube import paths
-from karmadaquota.kube.client import JSON
+from karmadaquota.kube.client import JSON, KubeError
 from karmadaquota.kube.namespace_labels import NamespaceLabels
 from karmadaquota.webhook import review as review_mod
 from karmadaquota.webhook.app import Webhook
@@ -125,11 +125,23 @@ async def test_an_unseen_namespace_or_an_unsynced_table_fails_closed(api: FakeAp
         add_namespace(api, "a-new", team="a")
         d = await admit(webhook, "a-new", "web", replicas=1)
         assert not d.allowed and "not seen yet" in d.message and "try again" in d.message
+        api.release("namespaces")
+        assert webhook.cluster is not None
+        # a broken namespace watch: every review a cluster quota may concern fails closed
+        # until the namespaces are listed again
+        api.refuse["/namespaces"] = KubeError(500, "InternalError", "etcd is slow")
+        api.compact()  # the watches end 410 Gone: the list again fails
+        await until(lambda: webhook.cluster is not None and webhook.cluster.labels.stale)
+        d = await admit(webhook, "a-0", "web", replicas=1)
+        assert not d.allowed and "reconnecting" in d.message
+        del api.refuse["/namespaces"]
+        await until(lambda: webhook.cluster is not None and not webhook.cluster.labels.stale)
+        assert (await admit(webhook, "a-0", "web-2", replicas=1)).allowed
         assert webhook.cluster is not None
         webhook.cluster.labels.synced.clear()
-        d = await admit(webhook, "a-0", "web", replicas=1)
+        d = await admit(webhook, "a-0", "web-3", replicas=1)
         assert not d.allowed and "not synced" in d.message
-    assert stored(api).status.reservations == []
+    assert [r.reservedBy.name for r in stored(api).status.reservations] == ["web-2"]
 
 
 async def test_a_storm_across_namespaces_and_two_replicas_admits_exactly_the_room(

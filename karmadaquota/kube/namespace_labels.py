@@ -3,7 +3,8 @@
 The controller keeps the enforcement labels and a cluster quota's membership from it; the
 webhook decides from it which ClusterKarmadaQuotas select a review's namespace (an
 AdmissionReview carries no namespace labels). A namespace the table has not seen is not known
-to be unselected: readers treat it as unknown (the webhook refuses with `try again`).
+to be unselected, nor is any while the watch is broken (`stale`, from a failed list or watch
+until the next full list): the webhook refuses with `try again` then.
 """
 
 from __future__ import annotations
@@ -35,12 +36,16 @@ class NamespaceLabels:
         self._labels: dict[str, Mapping[str, str]] = {}
         self._on_change = on_change
         self._on_relisted = on_relisted
+        # the list or watch failed and has not been listed again since: what is held may be
+        # stale (a reader that must not act on stale labels refuses meanwhile)
+        self.stale = False
         self.informer = Informer(
             NAMESPACES,
             self,
             api,
             page_size=page_size,
             relist_period=relist_period,
+            on_error=self._failed,
             name="namespaces",
         )
         self.synced = self.informer.synced
@@ -78,6 +83,10 @@ class NamespaceLabels:
         if before is not None and self._on_change is not None:
             self._on_change(name, before, None)
 
+    def _failed(self, _: BaseException) -> None:
+        self.stale = True
+
     def relisted(self, resource_version: int) -> None:
+        self.stale = False
         if self._on_relisted is not None:
             self._on_relisted()

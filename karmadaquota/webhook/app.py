@@ -194,8 +194,9 @@ class Webhook:
         if selecting is None:
             return Decision(
                 False,
-                f"karmadaquota webhook: namespace {req.namespace} not seen yet, so which "
-                "ClusterKarmadaQuotas select it is unknown; try again",
+                f"karmadaquota webhook: which ClusterKarmadaQuotas select namespace "
+                f"{req.namespace} is unknown (namespace not seen yet, or the namespace watch is "
+                "reconnecting); try again",
                 REASON_NOT_READY,
             )
         if not self.quotas.has(req.namespace) and not selecting:

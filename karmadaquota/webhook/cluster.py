@@ -13,8 +13,9 @@ Which cluster quotas select a namespace is read from the webhook's own namespace
 AdmissionReview carries no namespace labels): the labels as the API server has them now,
 milliseconds behind, rather than the selection the controller last published, which lags by
 its recompute. A table that cannot say fails closed: before the namespace informer or the
-cluster quota informer has listed, and for a namespace it has not seen (created since), a
-review is refused with `try again`.
+cluster quota informer has listed, for a namespace it has not seen (created since), and while
+its namespace watch is broken (a failed list or watch, until the next full list), a review is
+refused with `try again`.
 """
 
 from __future__ import annotations
@@ -92,13 +93,14 @@ class ClusterQuotas:
 
     def selecting(self, namespace: str) -> list[str] | None:
         """The cluster quotas selecting the namespace, by name; None when the table cannot say
-        (a namespace not seen yet while cluster quotas exist: fail closed). A quota whose spec
+        while cluster quotas exist (a namespace not seen yet, or the namespace watch broken
+        and not listed again since: fail closed). A quota whose spec
         is otherwise invalid selects too: it refuses what it would charge (it has no `used`),
         as a namespaced one does; an invalid selector selects nothing."""
         if not self.any():
             return []
         labels = self.labels.get(namespace)
-        if labels is None:
+        if labels is None or self.labels.stale:
             return None
         out = []
         for record in self.store.records(""):

@@ -105,7 +105,7 @@ async def env() -> AsyncIterator[tuple[FakeApiServer, Controller]]:
 
 
 async def test_used_is_the_sum_over_the_selected_namespaces(env: Any) -> None:
-    api, _ = env
+    api, c = env
     add_namespace(api, "a-dev", team="a")
     add_namespace(api, "a-prod", team="a")
     add_namespace(api, "a-idle", team="a")
@@ -148,6 +148,11 @@ async def test_used_is_the_sum_over_the_selected_namespaces(env: Any) -> None:
         )
     )
     assert "waiting" not in status(api) and "queued" not in status(api)
+    # the quota gauges carry it, with quota_namespace "" (cluster-scoped)
+    sample = c.metrics.registry.get_sample_value(
+        "karmadaquota_quota_used", {"quota_namespace": "", "quota": CKQ, "resource": "pods"}
+    )
+    assert sample == 5.0
 
 
 async def test_relabelling_moves_usage_within_two_seconds(env: Any) -> None:

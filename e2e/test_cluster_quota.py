@@ -20,6 +20,7 @@ import yaml
 from e2e.testbed import TestBed, product
 from e2e.testbed.aio import eventually
 from e2e.testbed.storm import binding, retryable, storm
+from e2e.testbed.workloads import deployment, divided_policy
 from karmadaquota.api import ClusterKarmadaQuota
 from karmadaquota.kube import paths
 from karmadaquota.kube.client import KubeClient, KubeError
@@ -391,3 +392,59 @@ async def test_what_a_cluster_quota_cannot_have_is_refused_with_the_reason(
     with pytest.raises(KubeError) as refused:
         await api.request("POST", CKQ_PATH, body)
     assert refused.value.status == 422 and reason in refused.value.message, refused.value.message
+
+
+def _events(bed: TestBed, ns: str, name: str) -> str:
+    events = bed.get("events", namespace=ns) or {"items": []}
+    return "\n".join(
+        e.get("message", "")
+        for e in events["items"]
+        if e.get("involvedObject", {}).get("name") == name
+    )
+
+
+def _member_replicas(bed: TestBed, ns: str, name: str) -> int:
+    total = 0
+    for m in bed.members:
+        d = bed.get("deployment", name, cluster=m, namespace=ns)
+        total += int(d["spec"]["replicas"]) if d else 0
+    return total
+
+
+async def test_deployments_in_two_namespaces_share_the_budget_through_karmada(
+    testbed: TestBed, replicas: None, api: KubeClient, team: tuple[str, list[str]]
+) -> None:
+    """The user's path: Deployments + PropagationPolicies, Karmada's detector creating the
+    bindings. The second namespace's Deployment does not fit what the first one uses: Karmada
+    reports the cluster quota's refusal on it, and the members run only the first."""
+    value, names = team
+    name = f"ckq-deploy-{value}"
+    members = list(testbed.members)
+    cpu = {"cpu": "250m"}
+    async with deleting(api, name):
+        await create_cluster_quota(api, name, value, {"requests.cpu": "1"}, selected=5)
+        await testbed.aapply(
+            [deployment(names[0], "web", 3, cpu), divided_policy(names[0], "web", members, "web")]
+        )
+        await eventually(lambda: _used_is(api, name, "750m"), 60, "web counted in the budget")
+        await eventually(
+            lambda: _member_replicas(testbed, names[0], "web") == 3, 90, "web runs in the members"
+        )
+        await testbed.aapply(
+            [deployment(names[1], "api", 2, cpu), divided_policy(names[1], "api", members, "api")]
+        )
+        message = await eventually(
+            lambda: (
+                "exceeded quota" in _events(testbed, names[1], "api")
+                and _events(testbed, names[1], "api")
+            ),
+            60,
+            "an event on Deployment api naming the cluster quota",
+        )
+        expected = (
+            f"exceeded quota: {name}, requested: requests.cpu=500m, used: requests.cpu=750m, "
+            "limited: requests.cpu=1"
+        )
+        assert expected in str(message), message
+        assert testbed.get("resourcebinding", "api-deployment", namespace=names[1]) is None
+        assert _member_replicas(testbed, names[1], "api") == 0

@@ -5,7 +5,10 @@
    PriorityClass): the webhook is called and charges nothing;
 3. **no quota** — a namespace without a KarmadaQuota;
 4. **no webhook** — a namespace the webhook registration's namespaceSelector skips: Karmada
-   with no webhook of ours at all, **the limit** every ratio is taken against.
+   with no webhook of ours at all, **the limit** every ratio is taken against;
+5. **cluster** — the same creates spread over 5 namespaces that one ClusterKarmadaQuota
+   selects (room for every create; docs/cluster-quotas.md): printed beside the quota storm,
+   **cluster / quota** is what one budget over many namespaces costs more.
 
 Each round runs the four storms one after the other (the order rotated per round, so that
 machine noise hits all alike), every storm `--count` ResourceBinding creates with
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import statistics
 import time
 from typing import Any
@@ -37,18 +41,97 @@ from bench.bench_admission import cpu_by_process, opened, processes
 from e2e.testbed import TestBed, product
 from e2e.testbed.aio import eventually
 from e2e.testbed.storm import StormResult, binding, storm
-from karmadaquota.api import KarmadaQuota
+from karmadaquota.api import ClusterKarmadaQuota, KarmadaQuota
 from karmadaquota.kube.client import KubeClient
 from karmadaquota.quantity import Quantity
 
-STORMS = ("quota", "floor", "no-quota", "no-webhook")
+STORMS = ("quota", "floor", "no-quota", "no-webhook", "cluster")
+# the cluster storm's namespaces, selected by one ClusterKarmadaQuota
+SPREAD = 5
 RB = "/apis/work.karmada.io/v1alpha2/namespaces/{ns}/resourcebindings"
 QUOTAS = "/apis/quota.karmada.io/v1alpha1/namespaces/{ns}/karmadaquotas"
 # the label that puts a namespace outside the registration (bench only; see harness)
 SKIP = harness.NO_WEBHOOK_LABEL
 
 
+def spread(ns: str) -> list[str]:
+    return [f"{ns}-{i}" for i in range(SPREAD)]
+
+
+async def prepare_cluster(bed: TestBed, ns: str, count: int) -> None:
+    """`SPREAD` namespaces labelled for one ClusterKarmadaQuota with room for every create;
+    ready once it is Ready and every namespace is labelled for enforcement."""
+    await bed.aapply(
+        [
+            {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {"name": n, "labels": {"bench": ns}},
+            }
+            for n in spread(ns)
+        ]
+    )
+    hard = {"requests.cpu": f"{count * 100}m", "pods": str(count)}
+    await bed.aapply(
+        {
+            "apiVersion": "quota.karmada.io/v1alpha1",
+            "kind": "ClusterKarmadaQuota",
+            "metadata": {"name": ns},
+            "spec": {"hard": hard, "namespaceSelector": {"matchLabels": {"bench": ns}}},
+        }
+    )
+
+    def ready() -> bool:
+        q = bed.get("clusterkarmadaquota", ns) or {}
+        conditions = {c["type"]: c["status"] for c in q.get("status", {}).get("conditions", [])}
+        return conditions.get("Ready") == "True" and conditions.get("Enforced") == "True"
+
+    await eventually(ready, 60, f"ClusterKarmadaQuota {ns} Ready and enforced")
+
+
+def cluster_observed(bed: TestBed, ns: str, admitted: int) -> bool:
+    q = bed.get("clusterkarmadaquota", ns) or {}
+    held = ClusterKarmadaQuota.model_validate(q).status.reservations if q else []
+    pods = q.get("status", {}).get("used", {}).get("pods")
+    return pods is not None and Quantity.parse(pods) == Quantity.parse(str(admitted)) and not held
+
+
+async def spread_storm(api: KubeClient, ns: str, args: argparse.Namespace) -> StormResult:
+    """`args.count` creates over the `SPREAD` namespaces, `args.concurrency` in flight in all."""
+    names = spread(ns)
+    counts = [args.count // SPREAD + (i < args.count % SPREAD) for i in range(SPREAD)]
+    flight = [args.concurrency // SPREAD + (i < args.concurrency % SPREAD) for i in range(SPREAD)]
+    parts = await asyncio.gather(
+        *(
+            storm(
+                api,
+                RB.format(ns=n),
+                functools.partial(_spread_binding, n),
+                c,
+                concurrency=f,
+                deadline=300,
+            )
+            for n, c, f in zip(names, counts, flight, strict=True)
+        )
+    )
+    out = StormResult()
+    for part in parts:
+        out.admitted += part.admitted
+        out.denied.update(part.denied)
+        out.latencies += part.latencies
+        out.retries += part.retries
+    out.elapsed = max(part.elapsed for part in parts)  # they ran at once
+    return out
+
+
+def _spread_binding(ns: str, i: int) -> dict[str, Any]:
+    return binding(ns, f"x-{i:04d}")
+
+
 async def prepare(bed: TestBed, ns: str, kind: str, count: int) -> None:
+    if kind == "cluster":
+        await prepare_cluster(bed, ns, count)
+        return
     labels = {SKIP: "true"} if kind == "no-webhook" else {}
     await bed.aapply(
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": labels}}
@@ -134,14 +217,17 @@ async def one_storm(
     hook_before, ctl_before = product.parse_metrics(hook_text), await it.controller_metrics()
     conn_before = opened(hook_text)
     sizes = Sizes(api, ns) if kind == "quota" else None
-    res: StormResult = await storm(
-        api,
-        RB.format(ns=ns),
-        lambda i: binding(ns, f"x-{i:04d}"),
-        args.count,
-        concurrency=args.concurrency,
-        deadline=300,
-    )
+    if kind == "cluster":
+        res = await spread_storm(api, ns, args)
+    else:
+        res = await storm(
+            api,
+            RB.format(ns=ns),
+            lambda i: binding(ns, f"x-{i:04d}"),
+            args.count,
+            concurrency=args.concurrency,
+            deadline=300,
+        )
     largest = await sizes.stop() if sizes else 0
     pending = sizes.pending if sizes else (0, 0, 0)
     if len(res.admitted) != args.count:
@@ -151,6 +237,9 @@ async def one_storm(
     if kind in ("quota", "floor"):
         n = len(res.admitted) if kind == "quota" else 0
         await eventually(lambda: kind == "floor" or observed(bed, ns, n), 120, f"{ns} observed")
+    if kind == "cluster":
+        n = len(res.admitted)
+        await eventually(lambda: cluster_observed(bed, ns, n), 120, f"{ns} observed")
     cpu_after = cpu_by_process(pids)
     hook_text = await hook.metrics()
     hook_after, ctl_after = product.parse_metrics(hook_text), await it.controller_metrics()
@@ -276,6 +365,13 @@ def report(
         f"**quota / no webhook {tput['quota'] / limit:.2f}** (rounds: {', '.join(per_round)}); "
         f"no quota / no webhook {tput['no-quota'] / limit:.2f}; "
         f"quota / floor {tput['quota'] / tput['floor']:.2f}; "
+        f"**cluster ({SPREAD} namespaces, one ClusterKarmadaQuota) / quota "
+        f"{tput['cluster'] / tput['quota']:.2f}** (rounds: "
+        + ", ".join(
+            f"{c['throughput'] / q['throughput']:.2f}"
+            for c, q in zip(rows["cluster"], rows["quota"], strict=True)
+        )
+        + "); "
         f"machine CPU per create, quota minus no webhook: "
         f"{machine['quota'] - machine['no-webhook']:+.2f} ms; largest quota object during the "
         f"quota storms: {biggest['largest'] / 1024:.1f} KB ({composition(biggest)}; per round: "
@@ -283,8 +379,8 @@ def report(
         "",
         "CPU ms per create of every process (median), quota storm vs no webhook:",
         "",
-        "| process | quota | floor | no quota | no webhook |",
-        "|---|---|---|---|---|",
+        "| process | quota | floor | no quota | no webhook | cluster |",
+        "|---|---|---|---|---|---|",
     ]
     names = sorted(rows["quota"][0]["cpu"], key=lambda n: -med("quota", lambda r, n=n: r["cpu"][n]))
     for n in names:

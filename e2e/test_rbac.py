@@ -31,6 +31,8 @@ LEASES = "/apis/coordination.k8s.io/v1/namespaces/karmada-system/leases"
 RB_ALL = "/apis/work.karmada.io/v1alpha2/resourcebindings"
 QUOTAS_ALL = "/apis/quota.karmada.io/v1alpha1/karmadaquotas"
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+CKQ_ALL = "/apis/quota.karmada.io/v1alpha1/clusterkarmadaquotas"
+VIEWS_ALL = "/apis/quota.karmada.io/v1alpha1/appliedclusterkarmadaquotas"
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +108,17 @@ async def objects(admin: KubeClient, testbed: TestBed, manifests: None) -> dict[
     await admin.post(
         f"/apis/apps/v1/namespaces/{ns}/deployments", deployment(ns, "d", 0, {"cpu": "1m"})
     )
-    return {"ns": ns, "member": testbed.members[0]}
+    # a cluster quota selecting nothing (docs/cluster-quotas.md)
+    await admin.post(
+        CKQ_ALL,
+        {
+            "apiVersion": "quota.karmada.io/v1alpha1",
+            "kind": "ClusterKarmadaQuota",
+            "metadata": {"name": ns},
+            "spec": {"hard": {"pods": "1"}, "namespaceSelector": {"matchLabels": {"none": ns}}},
+        },
+    )
+    return {"ns": ns, "member": testbed.members[0], "ckq": f"{CKQ_ALL}/{ns}"}
 
 
 async def test_the_controller_can_make_every_call_it_makes_and_nothing_else(
@@ -165,8 +177,28 @@ async def test_the_controller_can_make_every_call_it_makes_and_nothing_else(
             },
         ),
     }
+    ckq = objects["ckq"]
+    view = {
+        "apiVersion": "quota.karmada.io/v1alpha1",
+        "kind": "AppliedClusterKarmadaQuota",
+        "metadata": {"name": "v", "namespace": ns},
+        "status": {"clusterQuota": "v"},
+    }
+    views = f"/apis/quota.karmada.io/v1alpha1/namespaces/{ns}/appliedclusterkarmadaquotas"
+    allowed |= {
+        "list cluster quotas": ("GET", CKQ_ALL, None),
+        "watch cluster quotas": ("GET", f"{CKQ_ALL}?watch=1&timeoutSeconds=1", None),
+        "get a cluster quota (CAS retry)": ("GET", ckq, None),
+        "update cluster quota status": ("PUT", f"{ckq}/status", await admin.get(ckq)),
+        "list tenant views": ("GET", VIEWS_ALL, None),
+        "watch tenant views": ("GET", f"{VIEWS_ALL}?watch=1&timeoutSeconds=1", None),
+        "create a tenant view": ("POST", views, view),
+    }
     got = {what: await status_of(c, *call) for what, call in allowed.items()}
     assert got == {what: 200 for what in allowed}, got
+    stored_view = await admin.get(f"{views}/v")  # (the controller reads views by watch)
+    assert await status_of(c, "PUT", f"{views}/v", stored_view) == 200
+    assert await status_of(c, "DELETE", f"{views}/v") == 200
     # wake: the merge patch of one annotation the waker sends (controller/wake.py)
     patched = await c.merge_patch(
         template, {"metadata": {"annotations": {"quota.karmada.io/woken-at": "rbac-test"}}}
@@ -244,11 +276,21 @@ async def test_the_webhook_can_make_every_call_it_makes_and_nothing_else(
         "watch quotas": ("GET", f"{QUOTAS_ALL}?watch=1&timeoutSeconds=1", None),
         "get a quota (CAS retry)": ("GET", quota, None),
         "update quota status": ("PUT", f"{quota}/status", await admin.get(quota)),
+        "list cluster quotas": ("GET", CKQ_ALL, None),
+        "watch cluster quotas": ("GET", f"{CKQ_ALL}?watch=1&timeoutSeconds=1", None),
+        "get a cluster quota (CAS retry)": ("GET", objects["ckq"], None),
+        "update cluster quota status": (
+            "PUT",
+            f"{objects['ckq']}/status",
+            await admin.get(objects["ckq"]),
+        ),
+        "list namespaces (cluster quotas' selectors)": ("GET", "/api/v1/namespaces", None),
+        "watch namespaces": ("GET", "/api/v1/namespaces?watch=1&timeoutSeconds=1", None),
     }
     got = {what: await status_of(w, *call) for what, call in allowed.items()}
     assert got == {what: 200 for what in allowed}, got
     lease = {"metadata": {"name": "w", "namespace": "karmada-system"}, "spec": {}}
-    forbidden = {
+    forbidden: dict[str, tuple[str, str, Any]] = {
         "list bindings": ("GET", RB_ALL, None),
         "update a quota's spec": ("PUT", quota, await admin.get(quota)),
         "delete a quota": ("DELETE", quota, None),
@@ -257,6 +299,8 @@ async def test_the_webhook_can_make_every_call_it_makes_and_nothing_else(
         "create a Lease": ("POST", LEASES, lease),
         # a review has no side effect: labelling namespaces is the controller's
         "patch a namespace": ("PATCH", f"/api/v1/namespaces/{ns}", {"metadata": {}}),
+        "update a cluster quota's spec": ("PUT", objects["ckq"], await admin.get(objects["ckq"])),
+        "list tenant views": ("GET", VIEWS_ALL, None),
     }
     got = {what: await status_of(w, *call) for what, call in forbidden.items()}
     assert got == {what: 403 for what in forbidden}, got

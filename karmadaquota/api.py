@@ -34,6 +34,11 @@ KIND = "KarmadaQuota"
 PLURAL = "karmadaquotas"
 SINGULAR = "karmadaquota"
 SHORT_NAMES = ["kq"]
+# the cluster-scoped quota over the namespaces a label selector picks (docs/cluster-quotas.md)
+CLUSTER_KIND = "ClusterKarmadaQuota"
+CLUSTER_PLURAL = "clusterkarmadaquotas"
+CLUSTER_SINGULAR = "clusterkarmadaquota"
+CLUSTER_SHORT_NAMES = ["ckq"]
 
 BINDING_GROUP = "work.karmada.io"
 OVERRIDE_GROUP = "policy.karmada.io"
@@ -333,7 +338,7 @@ def charge_key(reserved: Mapping[str, QuantityValue]) -> tuple[tuple[str, Quanti
     return tuple(sorted(reserved.items()))
 
 
-PendingKey = tuple[tuple[tuple[str, QuantityValue], ...], int]
+PendingKey = tuple[tuple[tuple[str, QuantityValue], ...], int, str | None]
 # one entry as `status.pending` keeps it: uid, generation, charge, expiry second (0: unreadable)
 EntryKey = tuple[str, int, tuple[tuple[str, QuantityValue], ...], int]
 
@@ -349,33 +354,42 @@ def entry_key(r: Reservation) -> EntryKey:
     )
 
 
-def pending_groups(reservations: Iterable[Reservation]) -> dict[PendingKey, list[Reservation]]:
+def pending_groups(
+    reservations: Iterable[Reservation], by_namespace: bool = False
+) -> dict[PendingKey, list[Reservation]]:
     """The reservations by their `status.pending` group, (charge, expiry in whole seconds
-    rounded up; 0 — due at once — when unreadable), groups in order of first appearance, each
-    in list order: what the encoder writes and the webhook's size bound counts."""
+    rounded up; 0 — due at once — when unreadable; and with `by_namespace` — a cluster quota,
+    whose entries come from many namespaces — the binding's namespace), groups in order of first
+    appearance, each in list order: what the encoder writes and the webhook's size bound
+    counts."""
     groups: dict[PendingKey, list[Reservation]] = {}
     seconds: dict[str, int] = {}  # a batch's reservations share their expiration
     for r in reservations:
         stamp = r.expirationTime
         if stamp not in seconds:
             seconds[stamp] = expiry_seconds(stamp) or 0
-        groups.setdefault((charge_key(r.reserved), seconds[stamp]), []).append(r)
+        ns = r.reservedBy.namespace if by_namespace else None
+        groups.setdefault((charge_key(r.reserved), seconds[stamp], ns), []).append(r)
     return groups
 
 
-def encode_pending(reservations: Iterable[Reservation]) -> list[dict[str, Any]]:
+def encode_pending(
+    reservations: Iterable[Reservation], by_namespace: bool = False
+) -> list[dict[str, Any]]:
     """The wire `pending` of a logical reservation list (`pending_groups`), so an unchanged
     list encodes to the same JSON (the controller writes only what differs). Decoding the
     result gives the list grouped stably; a reservation whose expiration is unreadable is
     written as due at once (1970-01-01): it is held until the controller's audit drops it,
-    never left out."""
+    never left out. With `by_namespace` (a cluster quota) each group says its bindings'
+    `namespace`."""
     return [
         {
+            **({"namespace": ns} if ns is not None else {}),
             "charge": dict(rs[0].reserved),
             "expires": _seconds_time(at),
             "bindings": [pending_entry(r) for r in rs],
         }
-        for (_, at), rs in pending_groups(reservations).items()
+        for (_, at, ns), rs in pending_groups(reservations, by_namespace).items()
     ]
 
 
@@ -487,8 +501,11 @@ def decode_pending(raw: Any, namespace: str = "") -> list[dict[str, Any]]:
         charge = _read_charge(group.get("charge"))
         expires = _read_expires(group)
         entries = group.get("bindings")
+        # a cluster quota's group names its bindings' namespace; a quota's are its own
+        ns = group.get("namespace")
+        ns = ns if isinstance(ns, str) else namespace
         for entry in entries if isinstance(entries, list) else []:
-            out.append(_read_entry(entry, charge, namespace, expires, stamps))
+            out.append(_read_entry(entry, charge, ns, expires, stamps))
     return out
 
 
@@ -739,6 +756,156 @@ def read_quota(raw: Mapping[str, Any]) -> KarmadaQuota | None:
             extra={"namespace": meta.get("namespace"), "quota": meta.get("name"), "error": str(e)},
         )
         return None
+
+
+# ---------------------------------------------------------------------------------------------
+# ClusterKarmadaQuota: one budget over the namespaces a label selector picks
+
+
+LABEL_OPERATOR_ENUM: list[JsonValue] = ["In", "NotIn", "Exists", "DoesNotExist"]
+
+
+class LabelSelectorRequirement(_Lenient):
+    """metav1.LabelSelectorRequirement."""
+
+    # the operator stays a string: `selectors.validate` refuses a bad one in Kubernetes' words
+
+    key: str = Field(description="The label key the selector applies to.")
+    operator: str = Field(
+        description="In/NotIn need values; Exists/DoesNotExist take none.",
+        json_schema_extra={"enum": LABEL_OPERATOR_ENUM},
+    )
+    values: list[str] = Field(default_factory=list, description="Label values for In and NotIn.")
+
+
+class LabelSelector(_Lenient):
+    """metav1.LabelSelector: matchLabels and matchExpressions, ANDed; empty selects all."""
+
+    matchLabels: dict[str, str] = Field(
+        default_factory=dict, description="Labels a namespace must carry, with these values."
+    )
+    matchExpressions: list[LabelSelectorRequirement] = Field(
+        default_factory=list, description="Requirements a namespace's labels must all meet."
+    )
+
+
+class ClusterKarmadaQuotaSpec(KarmadaQuotaSpec):
+    namespaceSelector: LabelSelector = Field(
+        description="The namespaces whose bindings share this budget (metav1.LabelSelector over "
+        "namespace labels). Required; an empty selector selects every namespace."
+    )
+
+
+class NamespaceUsage(_Lenient):
+    namespace: str = Field(description="A selected namespace.")
+    used: RawResourceList = _resource_list("Usage charged by this namespace's bindings.")
+
+
+class ClusterPendingCharge(PendingCharge):
+    """Pending charges of one namespace's bindings with one charge and expiry."""
+
+    namespace: str = Field(description="The namespace of these bindings.")
+
+
+def _cluster_status_schema(schema: dict[str, Any]) -> None:
+    """ClusterKarmadaQuotaStatus's JSON schema: `pending` groups carry their namespace; no
+    waiting list or queue (a cluster quota refuses; see docs/cluster-quotas.md)."""
+    _pending_schema(schema)
+    props = schema["properties"]
+    props["pending"]["items"] = ClusterPendingCharge.model_json_schema()
+    for name in CLUSTER_STATUS_UNUSED:
+        props.pop(name, None)
+
+
+# fields of KarmadaQuotaStatus a cluster quota never fills (onExceed Queue is refused for it,
+# and refused workloads are retried by Karmada's own backoff): not in its schema, never written
+CLUSTER_STATUS_UNUSED = ("waiting", "queued")
+
+
+class ClusterKarmadaQuotaStatus(KarmadaQuotaStatus):
+    model_config = ConfigDict(json_schema_extra=_cluster_status_schema)
+
+    namespaces: list[NamespaceUsage] = Field(
+        default_factory=list,
+        description="Usage per selected namespace, only those with non-zero usage (sorted).",
+    )
+    selectedNamespaces: int = Field(
+        default=0, description="How many namespaces the selector picks now."
+    )
+
+    @model_serializer(mode="wrap")
+    def _write_pending(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        for name in CLUSTER_STATUS_UNUSED:
+            out.pop(name, None)
+        groups = encode_pending(self.reservations, by_namespace=True)
+        if groups:
+            out["pending"] = groups
+        return out
+
+
+class ClusterKarmadaQuota(KarmadaQuota):
+    """A global hard quota for the bindings of every namespace its selector picks, summed."""
+
+    kind: str = CLUSTER_KIND
+    spec: ClusterKarmadaQuotaSpec = Field(description="The desired global hard limits.")
+    status: ClusterKarmadaQuotaStatus = Field(
+        default_factory=ClusterKarmadaQuotaStatus,
+        description="Enforced limits and usage, written by the controller (used, per namespace "
+        "and per member cluster) and the webhook (pending charges).",
+    )
+
+
+def read_cluster_quota(raw: Mapping[str, Any]) -> ClusterKarmadaQuota | None:
+    """A cluster quota from the wire, or None (logged) when unreadable (`read_quota`)."""
+    try:
+        return ClusterKarmadaQuota.model_validate(raw)
+    except ValidationError as e:
+        meta = raw.get("metadata") or {}
+        log.warning(
+            "ignoring unreadable ClusterKarmadaQuota",
+            extra={"quota": meta.get("name"), "error": str(e)},
+        )
+        return None
+
+
+# A tenant's view of the cluster quotas applying to a namespace: one object per (cluster quota,
+# selected namespace), kept by the controller, readable with namespaced rights
+# (docs/cluster-quotas.md)
+APPLIED_KIND = "AppliedClusterKarmadaQuota"
+APPLIED_PLURAL = "appliedclusterkarmadaquotas"
+APPLIED_SINGULAR = "appliedclusterkarmadaquota"
+APPLIED_SHORT_NAMES = ["ackq"]
+# on every view: the cluster quota it shows (what the controller lists its views by)
+CLUSTER_QUOTA_LABEL = "quota.karmada.io/cluster-quota"
+
+
+class AppliedClusterKarmadaQuotaStatus(_Lenient):
+    clusterQuota: str = Field(description="The ClusterKarmadaQuota this view shows.")
+    hard: RawResourceList = _resource_list("The cluster quota's hard limits.")
+    used: RawResourceList = _resource_list(
+        "The cluster quota's usage: the total over every namespace it selects."
+    )
+    namespaceUsed: RawResourceList = _resource_list("What this namespace's bindings use of it.")
+    summary: str = Field(default="", description="used/hard per resource, for kubectl get.")
+    namespaceSummary: str = Field(
+        default="", description="this namespace's usage per resource, for kubectl get."
+    )
+    selectedNamespaces: int = Field(
+        default=0, description="How many namespaces share the budget (not which)."
+    )
+
+
+class AppliedClusterKarmadaQuota(_Lenient):
+    """A ClusterKarmadaQuota as seen from one namespace it selects: its totals and this
+    namespace's usage, never other namespaces'. Kept by the controller; read-only for users."""
+
+    apiVersion: str = API_VERSION
+    kind: str = APPLIED_KIND
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    status: AppliedClusterKarmadaQuotaStatus = Field(
+        description="Written by the controller from the cluster quota's status."
+    )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -231,6 +231,11 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--namespace", default="karmada-system", help="namespace of the leader Lease")
     c.add_argument("--no-member-watch", action="store_true", help="skip member-cluster pods")
     c.add_argument(
+        "--no-tenant-views",
+        action="store_true",
+        help="keep no AppliedClusterKarmadaQuota in the namespaces a cluster quota selects",
+    )
+    c.add_argument(
         "--no-wake",
         action="store_true",
         help="never patch resource templates: refused workloads wait on Karmada's own backoff",

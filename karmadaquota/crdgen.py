@@ -1,4 +1,4 @@
-"""Generate the KarmadaQuota CustomResourceDefinition from the pydantic models.
+"""Generate the KarmadaQuota and ClusterKarmadaQuota CustomResourceDefinitions from the models.
 
 The models are the source of truth; `api/crds/quota.karmada.io_karmadaquotas.yaml` is their
 output (`hack/gen-crds`), and a unit test fails when the committed YAML drifts. Pydantic's JSON
@@ -118,13 +118,40 @@ def _structural(node: Any, defs: dict[str, Any]) -> Any:
     return out
 
 
-def _schema() -> dict[str, Any]:
-    raw = api.KarmadaQuota.model_json_schema()
+# a ClusterKarmadaQuota: what validation.validate_cluster_spec refuses and CEL states well
+CLUSTER_SPEC_RULES: list[dict[str, str]] = [
+    {
+        "rule": "!has(self.onExceed) || self.onExceed == 'Refuse'",
+        "message": "onExceed: a ClusterKarmadaQuota refuses (Queue orders one namespace's "
+        "bindings against that namespace's quotas)",
+    },
+    {
+        "rule": "!has(self.memberEnforcement) || self.memberEnforcement == 'None'",
+        "message": "memberEnforcement: a member guard is a ResourceQuota, which holds one "
+        "namespace: a ClusterKarmadaQuota cannot have guards",
+    },
+]
+SELECTOR_RULES: list[dict[str, str]] = [
+    {
+        "rule": "!(self.operator in ['In', 'NotIn']) || "
+        "(has(self.values) && size(self.values) > 0)",
+        "message": "values: must be specified when `operator` is 'In' or 'NotIn'",
+    },
+    {
+        "rule": "!(self.operator in ['Exists', 'DoesNotExist']) || !has(self.values) || "
+        "size(self.values) == 0",
+        "message": "values: may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
+    },
+]
+
+
+def _schema(model: type[api.KarmadaQuota] = api.KarmadaQuota) -> dict[str, Any]:
+    raw = model.model_json_schema()
     defs = raw.get("$defs", {})
     schema: dict[str, Any] = _structural(raw, defs)
     schema.pop("$defs", None)
     schema.pop("required", None)
-    schema["description"] = " ".join((api.KarmadaQuota.__doc__ or "").split())
+    schema["description"] = " ".join((model.__doc__ or "").split())
     props = schema["properties"]
     props["apiVersion"] = {"type": "string"}
     props["kind"] = {"type": "string"}
@@ -138,23 +165,143 @@ def _schema() -> dict[str, Any]:
     expr["items"]["properties"]["values"]["items"]["maxLength"] = 253
     spec["properties"]["scopes"]["maxItems"] = 2
     spec["properties"]["clusterHard"]["maxProperties"] = 256
+    if "namespaceSelector" in spec["properties"]:
+        spec["x-kubernetes-validations"] = SPEC_RULES + CLUSTER_SPEC_RULES
+        sel = spec["properties"]["namespaceSelector"]["properties"]
+        sel["matchExpressions"]["maxItems"] = 32
+        sel["matchExpressions"]["items"]["x-kubernetes-validations"] = SELECTOR_RULES
+        sel["matchLabels"]["maxProperties"] = 64
     return schema
+
+
+# True once karmada-apiserver sends the namespace's bindings to the webhook (the namespace
+# carries the enforcement label)
+_ENFORCED_COLUMN = {
+    "name": "Enforced",
+    "type": "string",
+    "jsonPath": '.status.conditions[?(@.type=="Enforced")].status',
+    "description": "whether bindings of this namespace are checked against the quota (its "
+    "Enforced condition)",
+}
+_SUMMARY_COLUMN = {
+    "name": "Summary",
+    "type": "string",
+    "jsonPath": ".status.summary",
+    "description": "used/hard per resource",
+}
+_AGE_COLUMN = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+
+
+def _crd(
+    model: type[api.KarmadaQuota],
+    kind: str,
+    plural: str,
+    singular: str,
+    short: list[str],
+    scope: str,
+    columns: list[dict[str, str]],
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{api.GROUP}"},
+        "spec": {
+            "group": api.GROUP,
+            "names": {
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "plural": plural,
+                "singular": singular,
+                "shortNames": short,
+                "categories": ["karmada-io"],
+            },
+            "scope": scope,
+            "versions": [
+                {
+                    "name": api.VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": columns,
+                    "schema": {"openAPIV3Schema": _schema(model)},
+                }
+            ],
+        },
+    }
 
 
 def crd() -> dict[str, Any]:
     """The CustomResourceDefinition object for quota.karmada.io/v1alpha1 KarmadaQuota."""
+    queued = {
+        "name": "Queued",
+        "type": "integer",
+        "jsonPath": ".status.queued",
+        "description": "workloads queued by this quota (onExceed: Queue)",
+    }
+    return _crd(
+        api.KarmadaQuota,
+        api.KIND,
+        api.PLURAL,
+        api.SINGULAR,
+        api.SHORT_NAMES,
+        "Namespaced",
+        [_ENFORCED_COLUMN, _SUMMARY_COLUMN, queued, _AGE_COLUMN],
+    )
+
+
+def cluster_crd() -> dict[str, Any]:
+    """The CustomResourceDefinition object for ClusterKarmadaQuota (cluster-scoped)."""
+    selected = {
+        "name": "Namespaces",
+        "type": "integer",
+        "jsonPath": ".status.selectedNamespaces",
+        "description": "namespaces the selector picks",
+    }
+    return _crd(
+        api.ClusterKarmadaQuota,
+        api.CLUSTER_KIND,
+        api.CLUSTER_PLURAL,
+        api.CLUSTER_SINGULAR,
+        api.CLUSTER_SHORT_NAMES,
+        "Cluster",
+        [_SUMMARY_COLUMN, selected, _AGE_COLUMN],
+    )
+
+
+def applied_crd() -> dict[str, Any]:
+    """The CustomResourceDefinition object for AppliedClusterKarmadaQuota (namespaced, the
+    controller's read-only view of a cluster quota from one namespace)."""
+    raw = api.AppliedClusterKarmadaQuota.model_json_schema()
+    schema: dict[str, Any] = _structural(raw, raw.get("$defs", {}))
+    schema.pop("$defs", None)
+    schema.pop("required", None)
+    schema["description"] = " ".join((api.AppliedClusterKarmadaQuota.__doc__ or "").split())
+    props = schema["properties"]
+    props["apiVersion"] = {"type": "string"}
+    props["kind"] = {"type": "string"}
+    props["metadata"] = {"type": "object"}
+    columns = [
+        {**_SUMMARY_COLUMN, "description": "the cluster quota's used/hard (all its namespaces)"},
+        {
+            "name": "Namespace Used",
+            "type": "string",
+            "jsonPath": ".status.namespaceSummary",
+            "description": "this namespace's usage",
+        },
+        _AGE_COLUMN,
+    ]
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{api.PLURAL}.{api.GROUP}"},
+        "metadata": {"name": f"{api.APPLIED_PLURAL}.{api.GROUP}"},
         "spec": {
             "group": api.GROUP,
             "names": {
-                "kind": api.KIND,
-                "listKind": f"{api.KIND}List",
-                "plural": api.PLURAL,
-                "singular": api.SINGULAR,
-                "shortNames": api.SHORT_NAMES,
+                "kind": api.APPLIED_KIND,
+                "listKind": f"{api.APPLIED_KIND}List",
+                "plural": api.APPLIED_PLURAL,
+                "singular": api.APPLIED_SINGULAR,
+                "shortNames": api.APPLIED_SHORT_NAMES,
                 "categories": ["karmada-io"],
             },
             "scope": "Namespaced",
@@ -163,32 +310,8 @@ def crd() -> dict[str, Any]:
                     "name": api.VERSION,
                     "served": True,
                     "storage": True,
-                    "subresources": {"status": {}},
-                    "additionalPrinterColumns": [
-                        {
-                            # True once karmada-apiserver sends the namespace's bindings to
-                            # the webhook (the namespace carries the enforcement label)
-                            "name": "Enforced",
-                            "type": "string",
-                            "jsonPath": '.status.conditions[?(@.type=="Enforced")].status',
-                            "description": "whether bindings of this namespace are checked "
-                            "against the quota (its Enforced condition)",
-                        },
-                        {
-                            "name": "Summary",
-                            "type": "string",
-                            "jsonPath": ".status.summary",
-                            "description": "used/hard per resource",
-                        },
-                        {
-                            "name": "Queued",
-                            "type": "integer",
-                            "jsonPath": ".status.queued",
-                            "description": "workloads queued by this quota (onExceed: Queue)",
-                        },
-                        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
-                    ],
-                    "schema": {"openAPIV3Schema": _schema()},
+                    "additionalPrinterColumns": columns,
+                    "schema": {"openAPIV3Schema": schema},
                 }
             ],
         },
@@ -202,9 +325,10 @@ class _NoAliases(yaml.SafeDumper):
         return True
 
 
-def render() -> str:
+def render(cluster: bool = False, applied: bool = False) -> str:
     header = "# Generated by hack/gen-crds from karmadaquota/api.py — do not edit.\n"
-    return header + yaml.dump(crd(), Dumper=_NoAliases, sort_keys=True, width=100)
+    obj = applied_crd() if applied else cluster_crd() if cluster else crd()
+    return header + yaml.dump(obj, Dumper=_NoAliases, sort_keys=True, width=100)
 
 
 def _field_rows(schema: dict[str, Any], prefix: str, rows: list[tuple[str, str, str]]) -> None:
@@ -256,11 +380,64 @@ def render_markdown() -> str:
         "syntax and sign, and the exact set of chargeable resource names (docs/charging.md).",
         "",
     ]
+    out += _cluster_markdown()
     return "\n".join(out)
+
+
+def _cluster_markdown() -> list[str]:
+    schema = cluster_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    out = [
+        "# API reference: ClusterKarmadaQuota",
+        "",
+        f"`{api.API_VERSION}`, kind `{api.CLUSTER_KIND}`, cluster-scoped, short name "
+        f"`{', '.join(api.CLUSTER_SHORT_NAMES)}`, status subresource. {schema['description']} "
+        "The spec is a KarmadaQuota's plus `namespaceSelector` "
+        "([cluster-quotas.md](cluster-quotas.md)).",
+        "",
+        "| field | type | description |",
+        "|---|---|---|",
+    ]
+    rows: list[tuple[str, str, str]] = []
+    for top in ("spec", "status"):
+        _field_rows({"properties": {top: schema["properties"][top]}}, "", rows)
+    out += [f"| `{p}` | {t} | {d} |" for p, t, d in rows]
+    out += ["", "## Validation rules enforced by the API server (CEL)", ""]
+    out += ["- those of a KarmadaQuota's `spec` and `spec.scopeSelector`, and"]
+    out += [f"- `spec`: {r['message']}" for r in CLUSTER_SPEC_RULES]
+    out += [
+        f"- `spec.namespaceSelector.matchExpressions[]`: {r['message']}" for r in SELECTOR_RULES
+    ]
+    out += [
+        "",
+        "The webhook's `/validate-karmadaquota` also validates label keys and values of the "
+        "selector (Kubernetes' `ValidateLabelSelector`) and refuses `queueingStrategy` "
+        "StrictFIFO (no queue to order).",
+        "",
+    ]
+    view = applied_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    out += [
+        "# API reference: AppliedClusterKarmadaQuota",
+        "",
+        f"`{api.API_VERSION}`, kind `{api.APPLIED_KIND}`, namespaced, short name "
+        f"`{', '.join(api.APPLIED_SHORT_NAMES)}`. {view['description']} Named as the cluster "
+        f"quota, labelled `{api.CLUSTER_QUOTA_LABEL}`, owned by it.",
+        "",
+        "| field | type | description |",
+        "|---|---|---|",
+    ]
+    rows = []
+    _field_rows({"properties": {"status": view["properties"]["status"]}}, "", rows)
+    out += [f"| `{p}` | {t} | {d} |" for p, t, d in rows]
+    out.append("")
+    return out
 
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["--markdown"]:
         sys.stdout.write(render_markdown())
+    elif sys.argv[1:] == ["--cluster"]:
+        sys.stdout.write(render(cluster=True))
+    elif sys.argv[1:] == ["--applied"]:
+        sys.stdout.write(render(applied=True))
     else:
         sys.stdout.write(render())

@@ -136,11 +136,33 @@ def _seconds(seconds: int) -> str:
     return f"{max(0, seconds)}s"
 
 
+def cluster_quotas(applied: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The ClusterKarmadaQuotas applying to a namespace, from its AppliedClusterKarmadaQuotas
+    (what a tenant may read, docs/cluster-quotas.md): their totals and this namespace's use."""
+    if not applied:
+        return ["Cluster quotas: <none>"]
+    rows = [["Name", "Used/Hard (all its namespaces)", "This namespace"], ["----", "----", "----"]]
+    for a in sorted(applied, key=lambda a: str((a.get("metadata") or {}).get("name", ""))):
+        status = a.get("status") or {}
+        rows.append(
+            [
+                str((a.get("metadata") or {}).get("name", "")),
+                str(status.get("summary", "")) or _NONE,
+                str(status.get("namespaceSummary", "")) or _NONE,
+            ]
+        )
+    return ["Cluster quotas:", *_table(rows, "  ")]
+
+
 def render(
-    quota: Mapping[str, Any], now: datetime, queue: Sequence[Mapping[str, Any]] | None = None
+    quota: Mapping[str, Any],
+    now: datetime,
+    queue: Sequence[Mapping[str, Any]] | None = None,
+    applied: Sequence[Mapping[str, Any]] | None = None,
 ) -> str:
     """The describe output for one KarmadaQuota object (as JSON from the API server), with
-    its queue (`queue_of`) when the bindings could be read."""
+    its queue (`queue_of`) when the bindings could be read, and the cluster quotas applying
+    to its namespace when their views could be read."""
     meta = quota.get("metadata") or {}
     spec = quota.get("spec") or {}
     status = quota.get("status") or {}
@@ -212,6 +234,8 @@ def render(
                 ]
             )
         lines.extend(_table(c_rows, "  "))
+    if applied is not None:
+        lines.extend(cluster_quotas(applied))
     return "\n".join(lines) + "\n"
 
 
@@ -249,12 +273,19 @@ def _output(
     now: datetime,
     fmt: str,
     queue: Sequence[Mapping[str, Any]] | None = None,
+    applied: Sequence[Mapping[str, Any]] | None = None,
 ) -> str:
     if fmt == "json":
-        return json.dumps(describe_data(quota, now, queue), indent=2) + "\n"
+        data = describe_data(quota, now, queue)
+        if applied is not None:
+            data["clusterQuotas"] = [a.get("status") or {} for a in applied]
+        return json.dumps(data, indent=2) + "\n"
     if fmt == "yaml":
-        return yaml.safe_dump(describe_data(quota, now, queue), sort_keys=False)
-    return render(quota, now, queue)
+        data = describe_data(quota, now, queue)
+        if applied is not None:
+            data["clusterQuotas"] = [a.get("status") or {} for a in applied]
+        return yaml.safe_dump(data, sort_keys=False)
+    return render(quota, now, queue, applied)
 
 
 def _quota_key(quota: Mapping[str, Any]) -> tuple[str, str]:
@@ -379,6 +410,20 @@ def fetch_queue(
     return queue_of(quota, bindings, classes, now)
 
 
+def fetch_applied(
+    namespace: str, kubeconfig: str | None, context: str | None
+) -> list[dict[str, Any]] | None:
+    """The namespace's AppliedClusterKarmadaQuotas; None (not shown) when they cannot be read
+    (the CRD not installed, or no right to)."""
+    where = ["-n", namespace] if namespace else []
+    try:
+        listed = kubectl_get([f"{api.APPLIED_PLURAL}.{api.GROUP}"], where, kubeconfig, context)
+    except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired):
+        return None
+    items = listed.get("items") if isinstance(listed, Mapping) else None
+    return [i for i in items or [] if isinstance(i, dict)]
+
+
 def import_frq(
     namespace: str | None, all_namespaces: bool, kubeconfig: str | None, context: str | None
 ) -> str:
@@ -399,7 +444,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="command", required=True)
     d = sub.add_parser(
         "describe",
-        help="usage, per-cluster breakdown and reservations (no NAME: every quota in scope)",
+        help="usage, per-cluster breakdown and reservations (no NAME: every quota in scope, "
+        "and the cluster quotas applying to the namespace)",
     )
     d.add_argument("name", nargs="?", help="default: every quota of the namespace")
     where = d.add_mutually_exclusive_group()
@@ -435,7 +481,14 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 1
     if not args.name:
-        return _describe_all(args)
+        code = _describe_all(args)
+        if code != 0 or args.all_namespaces or args.output != "text":
+            return code
+        # and the cluster quotas applying to the namespace, where there are any to read
+        applied = fetch_applied(args.namespace or "", args.kubeconfig, args.context)
+        if applied:
+            sys.stdout.write("\n" + "\n".join(cluster_quotas(applied)) + "\n")
+        return 0
     try:
         quota = fetch(args.name, args.namespace, args.kubeconfig, args.context)
     except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as e:
@@ -443,7 +496,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     now = datetime.now(UTC)
     queue = fetch_queue(quota, args.kubeconfig, args.context, now)
-    sys.stdout.write(_output(quota, now, args.output, queue))
+    ns = str((quota.get("metadata") or {}).get("namespace", ""))
+    applied = fetch_applied(ns, args.kubeconfig, args.context)
+    sys.stdout.write(_output(quota, now, args.output, queue, applied))
     return 0
 
 

@@ -10,8 +10,17 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from karmadaquota import resources
-from karmadaquota.api import ENFORCEMENT_ENUM, KarmadaQuotaSpec, QuantityValue
+from karmadaquota import resources, selectors
+from karmadaquota.api import (
+    ENFORCEMENT_ENUM,
+    ENFORCEMENT_RESOURCE_QUOTA,
+    ON_EXCEED_QUEUE,
+    ON_EXCEED_REFUSE,
+    STRATEGY_BEST_EFFORT,
+    ClusterKarmadaQuotaSpec,
+    KarmadaQuotaSpec,
+    QuantityValue,
+)
 from karmadaquota.quantity import Quantity, QuantityError
 from karmadaquota.resources import parse_resource_list
 from karmadaquota.scopes import BEST_EFFORT, NOT_BEST_EFFORT, validate_scopes
@@ -112,6 +121,34 @@ def validate_spec(spec: KarmadaQuotaSpec) -> list[str]:
             )
     errors.extend(validate_scopes(spec))
     errors.extend(validate_member_enforcement(spec))
+    if isinstance(spec, ClusterKarmadaQuotaSpec):
+        errors.extend(validate_cluster_spec(spec))
+    return errors
+
+
+def validate_cluster_spec(spec: ClusterKarmadaQuotaSpec) -> list[str]:
+    """What a ClusterKarmadaQuota adds to a quota spec — its namespace selector — and the
+    features of a namespaced quota it cannot have, each with the reason (docs/cluster-quotas.md)."""
+    errors = selectors.validate(spec.namespaceSelector, "spec.namespaceSelector")
+    if spec.onExceed == ON_EXCEED_QUEUE:
+        errors.append(
+            f'spec.onExceed: Unsupported value: "{ON_EXCEED_QUEUE}": supported values: '
+            f'"{ON_EXCEED_REFUSE}" (a queue admits one namespace\'s bindings in order against '
+            "that namespace's quotas; a ClusterKarmadaQuota refuses, and Karmada retries the "
+            "refused workload)"
+        )
+    if spec.queueingStrategy != STRATEGY_BEST_EFFORT:
+        errors.append(
+            f'spec.queueingStrategy: Unsupported value: "{spec.queueingStrategy}": supported '
+            f'values: "{STRATEGY_BEST_EFFORT}" (a ClusterKarmadaQuota keeps no queue to order)'
+        )
+    if spec.memberEnforcement == ENFORCEMENT_RESOURCE_QUOTA:
+        errors.append(
+            f'spec.memberEnforcement: Unsupported value: "{ENFORCEMENT_RESOURCE_QUOTA}": '
+            'supported values: "None" (a member guard is a ResourceQuota, which holds one '
+            "namespace; a budget shared by many namespaces cannot be split into them without "
+            "stranding it)"
+        )
     return errors
 
 

@@ -117,7 +117,17 @@ def test_main_fetches_with_kubectl_and_prints(
     code = kubectl_plugin.main(["describe", "team", "-n", "team-a", "--kubeconfig", "/k"])
     assert code == 0
     assert "requests.cpu" in capsys.readouterr().out
-    quota_call, bindings_call = log.read_text().splitlines()
+    quota_call, bindings_call, applied_call = log.read_text().splitlines()
+    # the cluster quotas applying to the namespace: its AppliedClusterKarmadaQuotas
+    assert applied_call.split() == [
+        "--kubeconfig=/k",
+        "get",
+        "appliedclusterkarmadaquotas.quota.karmada.io",
+        "-o",
+        "json",
+        "-n",
+        "team-a",
+    ]
     # the queue: the namespace's bindings, with the same kubeconfig
     assert bindings_call.split() == [
         "--kubeconfig=/k",
@@ -335,3 +345,19 @@ def test_describe_a_name_across_all_namespaces_is_refused(
     assert "cannot be retrieved by name across all namespaces" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         kubectl_plugin.main(["describe", "-A", "-n", "x"])
+
+
+def test_describe_lists_the_cluster_quotas_applying_to_the_namespace() -> None:
+    applied = [
+        {
+            "metadata": {"name": "team-a", "namespace": "team-a"},
+            "status": {"summary": "pods: 5/10", "namespaceSummary": "pods: 2"},
+        }
+    ]
+    out = render(kq(), NOW, applied=applied)
+    lines = out.splitlines()
+    at = lines.index("Cluster quotas:")
+    assert lines[at + 3].split() == ["team-a", "pods:", "5/10", "pods:", "2"]
+    assert "Cluster quotas: <none>" in render(kq(), NOW, applied=[])
+    assert "Cluster quotas" not in render(kq(), NOW)  # not readable: not shown
+    assert kubectl_plugin.cluster_quotas([]) == ["Cluster quotas: <none>"]

@@ -28,6 +28,8 @@ from e2e.testbed.ports import free_port, is_listening
 
 REPO = Path(__file__).resolve().parents[2]
 CRD = REPO / "api" / "crds" / "quota.karmada.io_karmadaquotas.yaml"
+CLUSTER_CRD = REPO / "api" / "crds" / "quota.karmada.io_clusterkarmadaquotas.yaml"
+APPLIED_CRD = REPO / "api" / "crds" / "quota.karmada.io_appliedclusterkarmadaquotas.yaml"
 VWC_MANIFEST = REPO / "webhook" / "karmada" / "validatingwebhookconfiguration.yaml"
 MWC_MANIFEST = REPO / "webhook" / "karmada" / "mutatingwebhookconfiguration.yaml"
 WEBHOOK_NAME = "karmadaquota"
@@ -47,17 +49,28 @@ QUOTA_RULES = [
         "operations": ["CREATE", "UPDATE"],
         "resources": ["karmadaquotas"],
         "scope": "Namespaced",
-    }
+    },
+    {
+        "apiGroups": ["quota.karmada.io"],
+        "apiVersions": ["v1alpha1"],
+        "operations": ["CREATE", "UPDATE"],
+        "resources": ["clusterkarmadaquotas"],
+        "scope": "Cluster",
+    },
 ]
 
 
 def install_crd(bed: TestBed) -> None:
-    bed.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
+    """The CRDs: KarmadaQuota, ClusterKarmadaQuota and its tenants' view."""
+    for crd in (CRD, CLUSTER_CRD, APPLIED_CRD):
+        bed.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd))
     bed.kubectl(
         "wait",
         "--for=condition=Established",
         "--timeout=60s",
         "crd/karmadaquotas.quota.karmada.io",
+        "crd/clusterkarmadaquotas.quota.karmada.io",
+        "crd/appliedclusterkarmadaquotas.quota.karmada.io",
     )
 
 

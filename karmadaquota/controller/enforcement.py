@@ -18,28 +18,30 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
 
 import aiohttp
 
 from karmadaquota.controller.dirty import DirtyQueue
 from karmadaquota.kube import namespaces
 from karmadaquota.kube.client import KubeError
-from karmadaquota.kube.informer import Informer, Lister
+from karmadaquota.kube.informer import Lister
+from karmadaquota.kube.namespace_labels import NamespaceLabels
 
 log = logging.getLogger("karmadaquota.controller.enforcement")
 
-NAMESPACES = "/api/v1/namespaces"
 # a failed label patch is tried again this much later (its own queue)
 RETRY = 1.0
 
 
 class Enforcement:
-    """Namespace labels in (an informer's `Handler`), label patches out (`queue`).
+    """Namespace labels in (a `NamespaceLabels` table: every label, which cluster quotas'
+    selectors read too), label patches out (`queue`).
 
-    `wants(ns)`: None when the namespace holds no quota, else whether one of its quotas queues
-    (it needs the queueing label too). `may_write()`: the leader, once quotas and bindings are
-    listed. `changed(ns)`: the namespace's enforcement changed (its quotas' `Enforced`)."""
+    `wants(ns)`: None when the namespace holds no quota and no cluster quota selects it, else
+    whether one of its quotas queues (it needs the queueing label too). `may_write()`: the
+    leader, once quotas and bindings are listed. `changed(ns)`: the namespace's enforcement
+    changed (its quotas' `Enforced`). `relabelled(ns)`: its labels changed, or it came or went
+    (cluster quotas' membership)."""
 
     def __init__(
         self,
@@ -49,6 +51,7 @@ class Enforcement:
         may_write: Callable[[], bool],
         changed: Callable[[str], None],
         *,
+        relabelled: Callable[[str], None] | None = None,
         page_size: int = 500,
         relist_period: float | None = None,
     ) -> None:
@@ -56,24 +59,26 @@ class Enforcement:
         self._wants = wants
         self._may_write = may_write
         self._changed = changed
-        self._labels: dict[str, Mapping[str, str]] = {}
-        self.informer = Informer(
-            NAMESPACES,
-            self,
+        self._relabelled = relabelled
+        self.labels = NamespaceLabels(
             api,
+            self._seen,
+            self._relisted,
             page_size=page_size,
             relist_period=relist_period,
-            name="namespaces",
         )
+        self.informer = self.labels.informer
         self.queue = DirtyQueue(self.ensure, quiet=0.0, max_delay=0.0, name="enforcement")
         self.labelled = 0  # label patches that succeeded
 
     def enforced(self, namespace: str) -> bool:
         """The namespace is seen carrying every label its quotas need."""
-        want = self._wants(namespace)
-        have = self._labels.get(namespace)
+        return self._enforced(namespace, self.labels.get(namespace))
+
+    def _enforced(self, namespace: str, have: Mapping[str, str] | None) -> bool:
         if have is None:
             return False
+        want = self._wants(namespace)
         return namespaces.enforced({"metadata": {"labels": have}}, bool(want))
 
     def check(self, namespace: str) -> None:
@@ -81,36 +86,19 @@ class Enforcement:
         if self._wants(namespace) is not None and not self.enforced(namespace):
             self.queue.mark(namespace)
 
-    # ---- informer.Handler ------------------------------------------------------------------
-
-    def added(self, obj: Mapping[str, Any]) -> None:
-        self._seen(obj)
-
-    def modified(self, obj: Mapping[str, Any]) -> None:
-        self._seen(obj)
-
-    def deleted(self, obj: Mapping[str, Any]) -> None:
-        name = str((obj.get("metadata") or {}).get("name") or "")
-        if self._labels.pop(name, None) is not None:
-            self._changed(name)
-
-    def relisted(self, resource_version: int) -> None:
-        for name in list(self._labels):
+    def _relisted(self) -> None:
+        for name in list(self.labels.table()):
             self.check(name)
 
-    def _seen(self, obj: Mapping[str, Any]) -> None:
-        meta = obj.get("metadata") or {}
-        name = str(meta.get("name") or "")
-        labels = meta.get("labels") or {}
-        if not name or not isinstance(labels, Mapping):
-            return
-        before = self.enforced(name)
-        self._labels[name] = {
-            k: str(v) for k, v in labels.items() if k in namespaces.labels(queueing=True)
-        }
-        if self.enforced(name) != before:
+    def _seen(
+        self, name: str, before: Mapping[str, str] | None, after: Mapping[str, str] | None
+    ) -> None:
+        if self._relabelled is not None:
+            self._relabelled(name)
+        if self._enforced(name, before) != self._enforced(name, after):
             self._changed(name)
-        self.check(name)
+        if after is not None:
+            self.check(name)
 
     # ---- the job ---------------------------------------------------------------------------
 

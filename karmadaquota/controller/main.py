@@ -64,6 +64,8 @@ class ControllerConfig:
     metrics_port: int = 8080
     lease_namespace: str = "karmada-system"
     member_watch: bool = True
+    # the AppliedClusterKarmadaQuota views of cluster quotas (docs/cluster-quotas.md)
+    tenant_views: bool = True
     quiet: float = 0.03
     max_delay: float = 0.1
     leader_elect: bool = True
@@ -95,6 +97,7 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> ControllerC
         metrics_port=args.metrics_port,
         lease_namespace=args.namespace,
         member_watch=not args.no_member_watch,
+        tenant_views=not args.no_tenant_views,
         quiet=float(env.get("KARMADAQUOTA_DEBOUNCE_QUIET", "0.03")),
         max_delay=float(env.get("KARMADAQUOTA_DEBOUNCE_MAX", "0.1")),
         leader_elect=_bool(env.get("KARMADAQUOTA_LEADER_ELECT", "true")),
@@ -167,6 +170,7 @@ async def serve(cfg: ControllerConfig) -> int:
             quiet=cfg.quiet,
             max_delay=cfg.max_delay,
             member_watch=cfg.member_watch,
+            tenant_views=cfg.tenant_views,
             resync_period=cfg.resync_period,
             admission_window=cfg.admission_window,
         ),

@@ -112,6 +112,9 @@ class NamespaceSnapshot:
     guards: Callable[[str, str], Mapping[str, str] | None] = lambda quota, member: None
     # quota name -> member -> why it holds no guard as wanted (None: guards not kept here)
     guard_problems: Callable[[str], Mapping[str, str]] | None = None
+    # where a pending charge's binding is looked up (None: `bindings`); a cluster quota's
+    # pending charges may come from namespaces it no longer selects
+    lookup: Mapping[str, IndexedBinding] | None = None
 
 
 @dataclass(frozen=True)
@@ -245,8 +248,9 @@ def recompute(quota: KarmadaQuota, inputs: NamespaceSnapshot, now: datetime) -> 
     """The status the quota should have now (see the module docstring)."""
     current = quota.status
     generation = quota.metadata.generation
+    lookup = inputs.bindings if inputs.lookup is None else inputs.lookup
     kept, released, next_expiry = prune_reservations(
-        current.reservations, inputs.bindings, inputs.deleted, now
+        current.reservations, lookup, inputs.deleted, now
     )
     still_waiting = _still_waiting(current.waiting, inputs)
     queued = queue_length(quota.metadata.name, inputs.bindings)
@@ -505,12 +509,16 @@ def unobserved_reservations(
     quotas: Iterable[KarmadaQuota],
     bindings: Mapping[str, IndexedBinding],
     deleted: Callable[[str], bool],
+    namespace: str | None = None,
 ) -> dict[str, str]:
     """uid -> binding name of every reservation whose binding the index has never seen (and
-    whose name a binding can have: the others are released without a look)."""
+    whose name a binding can have: the others are released without a look); with `namespace`,
+    only those of bindings in it (a cluster quota holds many namespaces')."""
     pending: dict[str, str] = {}
     for quota in quotas:
         for r in quota.status.reservations:
+            if namespace is not None and r.reservedBy.namespace not in ("", namespace):
+                continue
             uid = r.reservedBy.uid
             if uid not in bindings and not deleted(uid) and possible_binding(r.reservedBy.name):
                 pending[uid] = r.reservedBy.name

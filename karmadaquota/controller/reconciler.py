@@ -27,8 +27,9 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from karmadaquota import queued
-from karmadaquota.api import ON_EXCEED_QUEUE, EntryKey, KarmadaQuota
+from karmadaquota import queued, selectors, validation
+from karmadaquota.api import ON_EXCEED_QUEUE, ClusterKarmadaQuota, EntryKey, KarmadaQuota
+from karmadaquota.controller import cluster as cl
 from karmadaquota.controller import recompute as rc
 from karmadaquota.controller import status as st
 from karmadaquota.controller.admit import Admitter
@@ -38,11 +39,12 @@ from karmadaquota.controller.guard_keeper import FINALIZER, GuardKeeper
 from karmadaquota.controller.index import BindingIndex, safe_observe
 from karmadaquota.controller.members import Members
 from karmadaquota.controller.metrics import ControllerMetrics
+from karmadaquota.controller.views import Views
 from karmadaquota.controller.wake import Waker
 from karmadaquota.kube import namespaces, paths
 from karmadaquota.kube.client import JSON, JSON_PATCH, Api, Conflict, KubeError, NotFound
 from karmadaquota.kube.informer import Informer, Lister
-from karmadaquota.kube.quotas import QuotaRecord, QuotaStore
+from karmadaquota.kube.quotas import QuotaRecord, QuotaStore, cluster_quota_store
 from karmadaquota.kube.retry import Backoff, ConflictsExhausted, retry_on_conflict
 from karmadaquota.kube.versions import parse_rv
 
@@ -97,6 +99,10 @@ class ReconcilerConfig:
     admission_window: float = DEFAULT_ADMISSION_WINDOW
     # bindings and quotas are listed again this often (a safety net under the watches)
     resync_period: float | None = 300.0
+    # keep an AppliedClusterKarmadaQuota in every namespace a cluster quota selects (the
+    # tenants' view, controller.views); a view is rewritten at most this often in a storm
+    tenant_views: bool = True
+    view_delay: float = 1.0
 
 
 class Controller:
@@ -134,9 +140,31 @@ class Controller:
             page_size=self.settings.page_size,
             relist_period=self.settings.resync_period,
         )
+        # ClusterKarmadaQuotas (all under namespace ""), each recomputed from its own queue
+        # (keyed by its name) over the namespaces its selector picks (controller.cluster)
+        self.cluster_quotas = cluster_quota_store(
+            api,
+            on_put=lambda record: self.cluster_dirty.mark(record.name),
+            on_delete=self._cluster_quota_deleted,
+            # each only reads its own record: no need to wait for the others' list
+            on_relisted=lambda _: self.cluster_dirty.mark_many(
+                [r.name for r in self.cluster_quotas.records("")]
+            ),
+            page_size=self.settings.page_size,
+            relist_period=self.settings.resync_period,
+        )
+        # as of each cluster quota's last recompute: the namespaces it selects, and back
+        self._selection: dict[str, frozenset[str]] = {}
+        self._selecting: dict[str, set[str]] = {}
         self.synced = asyncio.Event()
         self.dirty = DirtyQueue(
             self.flush, quiet=self.settings.quiet, max_delay=self.settings.max_delay
+        )
+        self.cluster_dirty = DirtyQueue(
+            self.flush_cluster,
+            quiet=self.settings.quiet,
+            max_delay=self.settings.max_delay,
+            name="cluster-recompute",
         )
         # The jobs that follow a namespace's recompute on the leader, each in a queue of its
         # own (the Kubernetes quota controller's way: a queue per job), so that a slow one
@@ -157,14 +185,30 @@ class Controller:
                 self._queues_wanted,
                 lambda: self.synced.is_set() and self._can_write(),
                 self._mark,
+                relabelled=self._relabelled,
                 page_size=self.settings.page_size,
                 relist_period=self.settings.resync_period,
             )
             if namespace_api is not None
             else None
         )
+        self.views = (
+            Views(
+                api,
+                api,
+                self._cluster_quota,
+                lambda name: self._selection.get(name, frozenset()),
+                lambda: self.synced.is_set() and self._can_write(),
+                page_size=self.settings.page_size,
+                relist_period=self.settings.resync_period,
+                max_delay=self.settings.view_delay,
+            )
+            if self.settings.tenant_views
+            else None
+        )
         self._queues: tuple[DirtyQueue, ...] = (
             self.dirty,
+            self.cluster_dirty,
             self.audits,
             self.wakes,
             self.admissions,
@@ -172,6 +216,8 @@ class Controller:
         )
         if self.enforcement is not None:
             self._queues += (self.enforcement.queue,)
+        if self.views is not None:
+            self._queues += (self.views.queue,)
         self.binding_informer = Informer(
             paths.bindings(),
             _BindingFeed(self),
@@ -192,10 +238,81 @@ class Controller:
         # a namespace whose quota is gone still has its queued bindings to admit
         if self.quotas.has(namespace) or self.index.has_queued(namespace):
             self.dirty.mark(namespace)
+        for name in self._selecting.get(namespace, ()):
+            self.cluster_dirty.mark(name)
 
     def mark_all(self) -> None:
         self.dirty.mark_many(self.quotas.namespaces())
         self.dirty.mark_many(self.index.queued_namespaces())
+        self.cluster_dirty.mark_many([r.name for r in self.cluster_quotas.records("")])
+
+    def _relabelled(self, namespace: str) -> None:
+        """A namespace's labels changed (or it came or went): every cluster quota whose
+        selection of it changes is recomputed (its usage moves with it)."""
+        assert self.enforcement is not None
+        labels = self.enforcement.labels.get(namespace)
+        for record in self.cluster_quotas.records(""):
+            quota = record.quota
+            now = (
+                labels is not None
+                and isinstance(quota, ClusterKarmadaQuota)
+                and selectors.matches(quota.spec.namespaceSelector, labels)
+            )
+            if now != (namespace in self._selection.get(record.name, ())):
+                self.cluster_dirty.mark(record.name)
+
+    def _selects(self, namespace: str) -> bool:
+        """Some valid cluster quota selects the namespace now (it needs the enforcement
+        label): read from the labels as seen, not the last recompute's selection."""
+        if self.enforcement is None:
+            return False
+        labels = self.enforcement.labels.get(namespace)
+        if labels is None:
+            return False
+        for record in self.cluster_quotas.records(""):
+            quota = record.quota
+            if isinstance(quota, ClusterKarmadaQuota) and selectors.matches(
+                quota.spec.namespaceSelector, labels
+            ):
+                return True
+        return False
+
+    def _select(self, name: str, quota: ClusterKarmadaQuota | None) -> list[str]:
+        """The namespaces the cluster quota selects now (none while its spec is invalid);
+        remembered for `_mark`."""
+        table = self.enforcement.labels.table() if self.enforcement is not None else {}
+        valid = quota is not None and not validation.validate_spec(quota.spec)
+        chosen = (
+            selectors.selected(quota.spec.namespaceSelector, table)
+            if valid and quota is not None
+            else []
+        )
+        self._set_selection(name, frozenset(chosen))
+        return chosen
+
+    def _set_selection(self, name: str, chosen: frozenset[str]) -> None:
+        before = self._selection.pop(name, frozenset())
+        for ns in before - chosen:
+            names = self._selecting.get(ns)
+            if names is not None:
+                names.discard(name)
+                if not names:
+                    del self._selecting[ns]
+        for ns in chosen:
+            self._selecting.setdefault(ns, set()).add(name)
+        if chosen:
+            self._selection[name] = chosen
+
+    def _cluster_quota_deleted(self, record: QuotaRecord) -> None:
+        self.metrics.forget_quota("", record.name)
+        self._set_selection(record.name, frozenset())
+        if self.views is not None:
+            self.views.queue.mark(record.name)  # its views go (the garbage collector's too)
+
+    def _cluster_quota(self, name: str) -> ClusterKarmadaQuota | None:
+        record = self.cluster_quotas.get("", name)
+        quota = record.quota if record is not None else None
+        return quota if isinstance(quota, ClusterKarmadaQuota) else None
 
     def member_changed(self, namespaces: Collection[str] | None) -> None:
         if namespaces is None:
@@ -249,6 +366,8 @@ class Controller:
                 "queues": self.run_queues(),
                 "binding-informer": self.binding_informer.run(),
                 "quota-informer": self.quotas.informer.run(),
+                "cluster-quota-informer": self.cluster_quotas.informer.run(),
+                **({"view-informer": self.views.informer.run()} if self.views is not None else {}),
                 **(
                     {"namespace-informer": self.enforcement.informer.run()}
                     if self.enforcement is not None
@@ -302,6 +421,45 @@ class Controller:
             if self.guards is not None:
                 self.guarding.mark(namespace)
 
+    async def flush_cluster(self, name: str) -> None:
+        """Recompute one cluster quota over the namespaces it selects now; the leader writes
+        it when it differs (after labelling those namespaces for enforcement)."""
+        if not self.synced.is_set():
+            return
+        record = self.cluster_quotas.get("", name)
+        if record is None:
+            self._set_selection(name, frozenset())
+            return
+        quota = record.quota
+        selected = self._select(name, quota if isinstance(quota, ClusterKarmadaQuota) else None)
+        if self.enforcement is not None:
+            for ns in selected:
+                if not self.enforcement.enforced(ns):
+                    await self.enforcement.ensure(ns)
+        if not await self._sync_quota(record, selected):
+            loop = asyncio.get_running_loop()
+            self.cluster_dirty.mark_at(name, loop.time() + 0.05 + random.random() * 0.1)
+        if self._can_write() and self.views is not None:
+            self.views.queue.mark(name)
+        if self._can_write() and quota is not None:
+            # the orphan audit of its pending charges, in their bindings' namespaces
+            self.audits.mark_many(
+                sorted({r.reservedBy.namespace for r in quota.status.reservations})
+            )
+
+    def _cluster_snapshot(self, selected: list[str]) -> cl.ClusterSnapshot:
+        enforced = None
+        if self.enforcement is not None:
+            enforced = all(self.enforcement.enforced(ns) for ns in selected)
+        return cl.ClusterSnapshot(
+            selected=selected,
+            bindings=self.index.bindings,
+            deleted=self.index.deleted,
+            members=self.members.views() if self.members is not None else (),
+            member_watch=self.settings.member_watch,
+            enforced=enforced,
+        )
+
     def idle(self) -> bool:
         """Nothing marked or running in any of the controller's queues."""
         return all(q.idle() for q in self._queues)
@@ -317,9 +475,10 @@ class Controller:
 
     async def _audit(self, namespace: str) -> None:
         """The orphan audit of one namespace (leader only): a released reservation is
-        recomputed at once."""
+        recomputed at once (its cluster quotas too: it may be one of theirs)."""
         if self._can_write() and await self._audit_orphans(namespace):
             self._mark(namespace)
+            self.cluster_dirty.mark_many([r.name for r in self.cluster_quotas.records("")])
 
     async def _admit(self, namespace: str) -> None:
         """Publish the namespace's queue lengths; on the leader, admit what fits."""
@@ -335,11 +494,12 @@ class Controller:
             self.admissions.mark_at(namespace, again)
 
     def _queues_wanted(self, namespace: str) -> bool | None:
-        """None when the namespace holds no quota; else whether one of them queues (its
-        namespace needs the queueing label too: controller.enforcement)."""
+        """None when the namespace holds no quota and no cluster quota selects it; else
+        whether one of its quotas queues (its namespace needs the queueing label too:
+        controller.enforcement; a cluster quota never queues)."""
         records = self.quotas.records(namespace)
         if not records:
-            return None
+            return False if self._selects(namespace) else None
         return any(
             r.quota is not None and r.quota.spec.onExceed == ON_EXCEED_QUEUE for r in records
         )
@@ -425,9 +585,10 @@ class Controller:
         stale = await self._audit_stale(namespace)
         now = asyncio.get_running_loop().time()
         pending = rc.unobserved_reservations(
-            self.quotas.quotas(namespace),
+            [*self.quotas.quotas(namespace), *self.cluster_quotas.quotas("")],
             self.index.bindings(namespace),
             self.index.deleted,
+            namespace,
         )
         window = self.settings.admission_window
         checks = rc.orphan_checks(
@@ -555,9 +716,14 @@ class Controller:
             and self.leadership.remaining() > self.settings.write_timeout
         )
 
-    async def _sync_quota(self, record: QuotaRecord) -> bool:
-        """Recompute one quota and write it if needed; False when every CAS attempt lost."""
+    async def _sync_quota(self, record: QuotaRecord, selected: list[str] | None = None) -> bool:
+        """Recompute one quota and write it if needed; False when every CAS attempt lost.
+        With `selected` (the namespaces it picks), a cluster quota."""
         ns, name = record.namespace, record.name
+        cluster = selected is not None
+        store = self.cluster_quotas if cluster else self.quotas
+        queue = self.cluster_dirty if cluster else self.dirty
+        quota_path = paths.cluster_quota(name) if cluster else paths.quota(ns, name)
         if record.quota is None:
             return True  # unreadable (logged): nothing to recompute until it changes
         extra = {"namespace": ns, "quota": name, "uid": record.quota.metadata.uid}
@@ -569,10 +735,10 @@ class Controller:
             # After a lost CAS (and its backoff) the quota watch has usually delivered the
             # version that won: use it instead of reading the whole object back. The server
             # still decides: a version that is stale again just loses the next CAS.
-            held = self.quotas.get(ns, name)
+            held = store.get(ns, name)
             if held is not None and held.rv > tried:
                 return held
-            return self.quotas.fold(await self.api.get(paths.quota(ns, name))) or record
+            return store.fold(await self.api.get(quota_path)) or record
 
         def mutate(current: QuotaRecord) -> tuple[QuotaRecord, st.StatusWrite] | None:
             # pure but for the clock: called again after each lost compare-and-swap, so the
@@ -583,7 +749,10 @@ class Controller:
                 return None
             now = self._clock()
             started = time.perf_counter()
-            outcome = rc.recompute(current.quota, self._snapshot(ns), now)
+            if selected is not None and isinstance(current.quota, ClusterKarmadaQuota):
+                outcome = cl.recompute_cluster(current.quota, self._cluster_snapshot(selected), now)
+            else:
+                outcome = rc.recompute(current.quota, self._snapshot(ns), now)
             self._outcomes[(ns, name)] = outcome
             computed = (now, time.perf_counter() - started)
             desired = rc.status_to_write(current.raw.get("status"), outcome)
@@ -593,7 +762,7 @@ class Controller:
 
         async def write(change: tuple[QuotaRecord, st.StatusWrite]) -> JSON:
             current, desired = change
-            path = paths.quota_status(ns, name)
+            path = f"{quota_path}/status"
             timeout = self.settings.write_timeout
             if desired.patch is None:  # compare-and-swap on resourceVersion
                 body = {**current.raw, "status": desired.status}
@@ -618,7 +787,7 @@ class Controller:
                 on_conflict=self.metrics.status_writes.labels("conflict").inc,
             )
         except ConflictsExhausted:
-            self._computed(ns, name, outcome, *computed)
+            self._computed(ns, name, outcome, *computed, queue)
             log.info("status write contended; retrying shortly", extra=extra)
             return False
         except NotFound:
@@ -627,14 +796,14 @@ class Controller:
         except KubeError:
             self.metrics.status_writes.labels("error").inc()
             raise
-        self._computed(ns, name, outcome, *computed)
+        self._computed(ns, name, outcome, *computed, queue)
         if result is None or outcome is None:
             return True
         self.metrics.status_writes.labels("ok").inc()
         self.writes += 1
         for reason, n in outcome.released.items():
             self.metrics.released.labels(reason).inc(n)
-        self.quotas.fold(result)
+        store.fold(result)
         log.info(
             "quota status written",
             extra={
@@ -647,7 +816,13 @@ class Controller:
         return True
 
     def _computed(
-        self, ns: str, name: str, outcome: rc.Outcome | None, now: datetime, seconds: float
+        self,
+        ns: str,
+        name: str,
+        outcome: rc.Outcome | None,
+        now: datetime,
+        seconds: float,
+        queue: DirtyQueue,
     ) -> None:
         """What a quota's last computed outcome publishes: its metrics (followers keep their
         figures warm too) and a recompute when its earliest reservation lapses."""
@@ -658,7 +833,7 @@ class Controller:
         if outcome.next_expiry is not None:
             loop = asyncio.get_running_loop()
             due = loop.time() + (outcome.next_expiry - now).total_seconds() + 0.05
-            self.dirty.mark_at(ns, due)
+            queue.mark_at(name if queue is self.cluster_dirty else ns, due)
 
     # ---- leadership ------------------------------------------------------------------------
 

@@ -173,7 +173,8 @@ def pending_removals(current: Any, desired: Any) -> list[tuple[int, int | None, 
     for every other entry it dropped. None when `desired` holds an entry `current` does not
     (or either is not the layout `encode_pending` writes): then no patch can say it.
 
-    An entry is the same when its group's charge and `expires` are (as the encoder groups).
+    An entry is the same when its group's charge, `expires` (and `namespace`) are (as the
+    encoder groups).
     """
     if not current:
         current = []
@@ -206,14 +207,15 @@ def pending_removals(current: Any, desired: Any) -> list[tuple[int, int | None, 
     return None if +wanted else removals
 
 
-def _group_key(group: Any) -> tuple[Any, Any] | None:
-    """(charge, expires) of a wire `pending` group; None when it is not one."""
+def _group_key(group: Any) -> tuple[Any, Any, Any] | None:
+    """(charge, expires, namespace) of a wire `pending` group (a cluster quota's groups name
+    their bindings' namespace); None when it is not one."""
     if not isinstance(group, Mapping):
         return None
     charge, expires = group.get("charge") or {}, group.get("expires")
     if not isinstance(charge, Mapping) or not (expires is None or isinstance(expires, str)):
         return None
-    return (charge_key(charge), expires)
+    return (charge_key(charge), expires, group.get("namespace"))
 
 
 def _next(revision: Any) -> int:

@@ -83,6 +83,19 @@ def quota_status(namespace: str, name: str) -> str:
     return f"{quota(namespace, name)}/status"
 
 
+def cluster_quotas() -> str:
+    """The ClusterKarmadaQuota collection (cluster-scoped)."""
+    return f"/apis/{api.GROUP}/{api.VERSION}/{api.CLUSTER_PLURAL}"
+
+
+def cluster_quota(name: str) -> str:
+    return f"{cluster_quotas()}/{name}"
+
+
+def cluster_quota_status(name: str) -> str:
+    return f"{cluster_quota(name)}/status"
+
+
 def bindings(namespace: str | None = None) -> str:
     base = f"/apis/{api.BINDING_GROUP}/{api.BINDING_VERSION}"
     if namespace:

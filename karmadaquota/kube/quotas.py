@@ -17,13 +17,16 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from karmadaquota.api import KarmadaQuota, read_quota
+from karmadaquota.api import KarmadaQuota, read_cluster_quota, read_quota
 from karmadaquota.kube import paths
 from karmadaquota.kube.informer import Informer, Lister
 from karmadaquota.kube.retry import Backoff
 from karmadaquota.kube.versions import parse_rv
 
 RECONNECT = Backoff(1.0, 1.0)
+
+# parses a raw quota (None when unreadable): `read_quota`, or `read_cluster_quota`
+Reader = Callable[[Mapping[str, Any]], KarmadaQuota | None]
 
 
 class UnreadableQuota(Exception):
@@ -46,9 +49,15 @@ class QuotaRecord:
     is, and with a thousand quotas it would be megabytes held for nothing.
     """
 
-    __slots__ = ("_quota", "_raw", "name", "namespace", "rv", "uid")
+    __slots__ = ("_quota", "_raw", "_read", "name", "namespace", "rv", "uid")
 
-    def __init__(self, raw: Mapping[str, Any] | None, quota: KarmadaQuota | None = None) -> None:
+    def __init__(
+        self,
+        raw: Mapping[str, Any] | None,
+        quota: KarmadaQuota | None = None,
+        read: Reader = read_quota,
+    ) -> None:
+        self._read = read
         if raw is not None:
             meta = dict(raw.get("metadata") or {})
             meta.pop("managedFields", None)
@@ -78,12 +87,15 @@ class QuotaRecord:
         """The parsed quota; None (logged once) when it cannot be read."""
         if self._quota is False:
             assert self._raw is not None
-            self._quota = read_quota(self._raw)
+            self._quota = self._read(self._raw)
         return self._quota if isinstance(self._quota, KarmadaQuota) else None
 
 
 class QuotaStore:
     """namespace -> name -> QuotaRecord, fed by its informer (this is its `Handler`).
+
+    KarmadaQuotas by default; ClusterKarmadaQuotas with their `path` and `read` (all under
+    namespace "").
 
     `on_put` and `on_delete` see each record the informer stores or removes (the controller
     marks the namespace dirty; the webhook counts its quotas); `on_relisted` follows a full
@@ -100,7 +112,11 @@ class QuotaStore:
         page_size: int = 500,
         relist_period: float | None = None,
         backoff: Backoff = RECONNECT,
+        path: str | None = None,
+        read: Reader = read_quota,
+        name: str = "karmadaquotas",
     ) -> None:
+        self._read = read
         self._by_ns: dict[str, dict[str, QuotaRecord]] = {}
         self._client = client
         self._lookups: dict[str, asyncio.Future[None]] = {}  # live reads in flight
@@ -108,13 +124,13 @@ class QuotaStore:
         self._on_delete = on_delete
         self._on_relisted = on_relisted
         self.informer = Informer(
-            paths.quotas(),
+            path or paths.quotas(),
             self,
             client,
             page_size=page_size,
             relist_period=relist_period,
             backoff=backoff,
-            name="karmadaquotas",
+            name=name,
         )
         self.synced = self.informer.synced
 
@@ -197,11 +213,11 @@ class QuotaStore:
     def fold(self, raw: Mapping[str, Any]) -> QuotaRecord | None:
         """Fold in a quota a write of ours returned (or a fresh read) unless a newer version
         is held; the record held afterwards."""
-        return self._fold(QuotaRecord(raw))
+        return self._fold(QuotaRecord(raw, read=self._read))
 
     def fold_quota(self, quota: KarmadaQuota) -> QuotaRecord | None:
         """`fold` for a quota already parsed (what the webhook's batch wrote)."""
-        return self._fold(QuotaRecord(None, quota))
+        return self._fold(QuotaRecord(None, quota, self._read))
 
     def _fold(self, record: QuotaRecord) -> QuotaRecord | None:
         # not reported to `on_put`: the writer knows what it wrote (the controller would
@@ -214,7 +230,7 @@ class QuotaStore:
     # ---- informer.Handler --------------------------------------------------------------------
 
     def added(self, obj: Mapping[str, Any]) -> None:
-        self._put(QuotaRecord(obj))
+        self._put(QuotaRecord(obj, read=self._read))
 
     modified = added
 
@@ -238,3 +254,26 @@ class QuotaStore:
         self._by_ns.setdefault(record.namespace, {})[record.name] = record
         if self._on_put is not None:
             self._on_put(record)
+
+
+def cluster_quota_store(
+    client: Lister | None,
+    *,
+    on_put: Callable[[QuotaRecord], None] | None = None,
+    on_delete: Callable[[QuotaRecord], None] | None = None,
+    on_relisted: Callable[[int], None] | None = None,
+    page_size: int = 500,
+    relist_period: float | None = None,
+) -> QuotaStore:
+    """The store of ClusterKarmadaQuotas (cluster-scoped: all under namespace "")."""
+    return QuotaStore(
+        client,
+        on_put=on_put,
+        on_delete=on_delete,
+        on_relisted=on_relisted,
+        page_size=page_size,
+        relist_period=relist_period,
+        path=paths.cluster_quotas(),
+        read=read_cluster_quota,
+        name="clusterkarmadaquotas",
+    )

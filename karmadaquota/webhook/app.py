@@ -38,11 +38,12 @@ from karmadaquota import (
     trust,
     validation,
 )
-from karmadaquota.api import KarmadaQuota, ResourceBinding
+from karmadaquota.api import ClusterKarmadaQuota, KarmadaQuota, ResourceBinding
 from karmadaquota.aux_port import serve_aux
 from karmadaquota.evaluate import REASON_FORBIDDEN, Decision, LimitedResource, QuotaView
 from karmadaquota.kube import paths
 from karmadaquota.kube.client import JSON, KubeClient, KubeError, user_agent
+from karmadaquota.kube.namespace_labels import NamespaceLabels
 from karmadaquota.kube.quotas import QuotaStore
 from karmadaquota.quantity import QuantityError
 from karmadaquota.webhook import review
@@ -52,6 +53,13 @@ from karmadaquota.webhook.batcher import (
     Batcher,
     BatcherConfig,
     Pending,
+)
+from karmadaquota.webhook.cluster import (
+    ClusterQuotaBackend,
+    ClusterQuotas,
+    cluster_store,
+    combined,
+    for_cluster_quota,
 )
 from karmadaquota.webhook.metrics import WebhookMetrics
 from karmadaquota.webhook.refusals import RefusalRecorder
@@ -181,8 +189,11 @@ class Webhook:
         api_seconds: Mapping[str, float] | None = None,
         refusals: RefusalRecorder | None = None,
         writers: trust.Writers | None = None,
+        cluster: ClusterQuotas | None = None,
     ) -> None:
         self.quotas = quotas
+        # ClusterKarmadaQuotas (None: not served, e.g. a unit test of namespaced quotas)
+        self.cluster = cluster
         self.writers = writers or trust.Writers()
         self.batcher = batcher
         # set on SIGTERM: /readyz fails so endpoints drop the pod, reviews are still answered
@@ -211,16 +222,22 @@ class Webhook:
             raise review.MalformedReview(f"request.object is required for {req.operation}")
         if req.operation == "UPDATE" and req.oldObject is None:
             raise review.MalformedReview("request.oldObject is required for UPDATE")
-        if not self.quotas.synced.is_set():
+        if not self.quotas.synced.is_set() or (
+            self.cluster is not None and not self.cluster.synced()
+        ):
             # before the first LIST we cannot know the namespace has no quota: fail closed
             return Decision(
                 False,
                 "karmadaquota webhook is starting: quota cache not synced; try again",
                 REASON_NOT_READY,
             )
-        unlimited = await self._unlimited(req.namespace)
-        if unlimited is not None:
-            return unlimited
+        selecting = self.cluster.selecting(req.namespace) if self.cluster is not None else []
+        if selecting is None:
+            return Decision(False, self._unknown_selection(req.namespace), REASON_NOT_READY)
+        if not selecting:
+            unlimited = await self._unlimited(req.namespace)
+            if unlimited is not None:
+                return unlimited
         refused = self._untrusted_write(req)
         if refused is not None:
             return refused
@@ -251,7 +268,7 @@ class Webhook:
             old=old_charge,
             dry_run=req.dryRun,
         )
-        decision = await self._submit(pending, budget)
+        decision = await self._charge(pending, selecting, budget)
         # a refused clear of a queued binding (the controller admitting it) leaves it queued:
         # it is no refused workload to wake by annotation
         from_queue = old is not None and bool(queued.queued_by(old))
@@ -301,9 +318,13 @@ class Webhook:
             )
         if self.writers.trusts(req.userInfo):
             return Decision(True)
-        unlimited = await self._unlimited(req.namespace)
-        if unlimited is not None:
-            return unlimited
+        selecting = self.cluster.selecting(req.namespace) if self.cluster is not None else []
+        if selecting is None:
+            return Decision(False, self._unknown_selection(req.namespace), REASON_NOT_READY)
+        if not selecting:
+            unlimited = await self._unlimited(req.namespace)
+            if unlimited is not None:
+                return unlimited
         charged = overrides.charged_overrides(req.object)
         if not charged or charged == overrides.charged_overrides(req.oldObject or {}):
             return Decision(True)  # nothing charged, or only what was there before
@@ -321,9 +342,10 @@ class Webhook:
         )
 
     async def _unlimited(self, namespace: str) -> Decision | None:
-        """The answer for a namespace no quota limits (None: one does, charge the review): a
-        miss in the store is read live (the watch may not have delivered a quota created a
-        moment ago); a read that fails refuses, never admits unchecked."""
+        """The answer for a namespace no quota of its own limits, and no cluster quota selects
+        (None: one does, charge the review): a miss in the store is read live (the watch may
+        not have delivered a quota created a moment ago); a read that fails refuses, never
+        admits unchecked."""
         try:
             holds = await self.quotas.lookup(namespace)
         except (KubeError, aiohttp.ClientError, TimeoutError, RuntimeError) as e:
@@ -335,6 +357,13 @@ class Webhook:
                 REASON_NOT_READY,
             )
         return None if holds else Decision(True)
+
+    @staticmethod
+    def _unknown_selection(namespace: str) -> str:
+        return (
+            f"karmadaquota webhook: which ClusterKarmadaQuotas select namespace {namespace} is "
+            "unknown (namespace not seen yet, or the namespace watch is reconnecting); try again"
+        )
 
     def mutate_binding(self, req: review.Request) -> queueing.QueueDecision | None:
         """Whether a new binding is created queued (suspended, naming the quota); None leaves
@@ -389,12 +418,41 @@ class Webhook:
             return policy
         return replace(policy, queued=len(recent))
 
-    async def _submit(self, pending: Pending, budget: float | None) -> Decision:
+    async def _charge(
+        self, pending: Pending, cluster_quotas: Sequence[str], budget: float | None
+    ) -> Decision:
+        """Charge the namespace's quotas and every cluster quota selecting it, each behind its
+        own writer, at once: admitted when all reserved it; else the first refusal, and what
+        the others reserved for it is taken back (webhook.cluster)."""
+        subs: list[tuple[Batcher, Pending]] = []
+        if self.quotas.has(pending.namespace):
+            subs.append((self.batcher, pending))
+        if self.cluster is not None:
+            subs += [(self.cluster.batcher, for_cluster_quota(pending, n)) for n in cluster_quotas]
+        if len(subs) == 1:
+            results = [await self._submit(subs[0][1], budget, subs[0][0])]
+        else:
+            results = list(await asyncio.gather(*(self._submit(p, budget, b) for b, p in subs)))
+        decision, undo = combined(results)
+        for i in undo:
+            batcher, sub = subs[i]
+            if not sub.dry_run:
+                batcher.release(sub, results[i].charges.keys())
+        namespaced = subs[0][1] is pending and decision is results[0]
+        if not decision.allowed and not namespaced:
+            # a cluster quota refused: no namespaced quota's waiting list is to record it
+            decision = replace(decision, quota="")
+        return decision
+
+    async def _submit(
+        self, pending: Pending, budget: float | None, batcher: Batcher | None = None
+    ) -> Decision:
+        batcher = batcher or self.batcher
         if budget is None:
-            return await self.batcher.submit(pending)
+            return await batcher.submit(pending)
         try:
             async with asyncio.timeout(budget):
-                return await self.batcher.submit(pending)
+                return await batcher.submit(pending)
         except TimeoutError:
             return Decision(
                 False,
@@ -409,10 +467,15 @@ class Webhook:
         return self.validate_quota(req)
 
     def validate_quota(self, req: review.Request) -> Decision:
-        if req.resource.group != api.GROUP or req.resource.resource != api.PLURAL:
+        """A KarmadaQuota's or ClusterKarmadaQuota's spec, in Kubernetes' words."""
+        model: type[KarmadaQuota] = KarmadaQuota
+        kind = api.KIND
+        if req.resource.group == api.GROUP and req.resource.resource == api.CLUSTER_PLURAL:
+            model, kind = api.ClusterKarmadaQuota, api.CLUSTER_KIND
+        elif req.resource.group != api.GROUP or req.resource.resource != api.PLURAL:
             raise review.MalformedReview(
-                f"this endpoint admits {api.PLURAL}.{api.GROUP}, got "
-                f"{req.resource.resource}.{req.resource.group}"
+                f"this endpoint admits {api.PLURAL}.{api.GROUP} and {api.CLUSTER_PLURAL}."
+                f"{api.GROUP}, got {req.resource.resource}.{req.resource.group}"
             )
         if req.operation not in ("CREATE", "UPDATE") or req.subResource:
             return Decision(True)
@@ -420,16 +483,14 @@ class Webhook:
             raise review.MalformedReview(f"request.object is required for {req.operation}")
         name = req.object.get("metadata", {}).get("name", req.name)
         try:
-            quota = KarmadaQuota.model_validate(req.object)
+            quota = model.model_validate(req.object)
         except ValidationError as e:
             errors = [api.describe(e)]
         else:
             errors = validation.validate_spec(quota.spec)
         if not errors:
             return Decision(True)
-        return Decision(
-            False, invalid_message(f"{api.KIND}.{api.GROUP}", name, errors), REASON_INVALID
-        )
+        return Decision(False, invalid_message(f"{kind}.{api.GROUP}", name, errors), REASON_INVALID)
 
 
 def invalid_message(kind: str, name: str, errors: Sequence[str]) -> str:
@@ -577,7 +638,7 @@ def build_app(
     async def readyz(_: web.Request) -> web.Response:
         if webhook.draining:
             return web.Response(status=503, text="shutting down\n")
-        if webhook.quotas.synced.is_set():
+        if webhook.quotas.synced.is_set() and (webhook.cluster is None or webhook.cluster.synced()):
             return web.Response(text="ok\n")
         return web.Response(status=503, text="quota cache not synced\n")
 
@@ -666,7 +727,22 @@ async def running(settings: WebhookConfig) -> AsyncIterator[tuple[Webhook, int]]
         clock=clock,
     )
     refusals = RefusalRecorder(store, batcher) if settings.record_waiting else None
-    webhook = Webhook(quotas, batcher, metrics, store.api_seconds, refusals, settings.writers)
+    cluster_quotas = cluster_store(client)
+    cluster = ClusterQuotas(
+        cluster_quotas,
+        NamespaceLabels(client),
+        Batcher(
+            ClusterQuotaBackend(client, cluster_quotas),
+            replace(batcher.config),
+            on_batch=metrics.batch_size.observe,
+            on_conflict=metrics.conflicts.inc,
+            on_write=metrics.observe_write,
+            model=ClusterKarmadaQuota,
+        ),
+    )
+    webhook = Webhook(
+        quotas, batcher, metrics, store.api_seconds, refusals, settings.writers, cluster
+    )
     certs = CertReloader(
         settings.cert_file,
         settings.key_file,
@@ -676,11 +752,14 @@ async def running(settings: WebhookConfig) -> AsyncIterator[tuple[Webhook, int]]
     authorizer = metrics_auth.authorizer(settings.metrics_auth, settings.metrics_auth_kubeconfig)
     tasks: list[asyncio.Task[Any]] = [
         asyncio.create_task(quotas.run(), name="quota-store"),
+        asyncio.create_task(cluster.run(), name="cluster-quotas"),
         asyncio.create_task(certs.watch(settings.cert_check_interval), name="cert-reload"),
     ]
 
     async def mark_synced() -> None:
         await quotas.synced.wait()
+        await cluster_quotas.synced.wait()
+        await cluster.labels.synced.wait()
         metrics.cache_synced.set(1)
 
     tasks.append(asyncio.create_task(mark_synced()))
@@ -723,6 +802,7 @@ async def running(settings: WebhookConfig) -> AsyncIterator[tuple[Webhook, int]]
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await batcher.close()
+        await cluster.close()
         if refusals is not None:
             await refusals.close()
         await client.close()

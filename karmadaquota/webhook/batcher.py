@@ -34,6 +34,7 @@ from karmadaquota import resources
 from karmadaquota.api import (
     BINDING_API_VERSION,
     BINDING_KIND,
+    ClusterKarmadaQuota,
     EntryKey,
     KarmadaQuota,
     ObjectReference,
@@ -132,10 +133,19 @@ class Pending:
     new: Charge
     old: Charge | None
     dry_run: bool
+    # the single writer it queues behind: its namespace's (""), or a cluster quota's name
+    key: str = ""
     future: asyncio.Future[Decision] = field(init=False)
+    # quota name -> the entry its batch wrote there (what `Batcher.release` takes back)
+    written: dict[str, Reservation] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.future = asyncio.get_running_loop().create_future()
+
+    @property
+    def queue(self) -> str:
+        """The batch queue (and writer) this review waits in."""
+        return self.key or self.namespace
 
     def resolve(self, decision: Decision) -> None:
         if not self.future.done():
@@ -171,6 +181,11 @@ class _Admitted:
 
 
 class Batcher:
+    """One batch queue and writer per key: a namespace's KarmadaQuotas (the key is the
+    namespace), or — a second Batcher over `model` ClusterKarmadaQuota — one cluster quota
+    (the key is its name), so a cluster quota many namespaces charge at once still has one
+    writer per replica and unrelated namespaces never wait for each other."""
+
     def __init__(
         self,
         store: QuotaBackend,
@@ -179,11 +194,18 @@ class Batcher:
         on_conflict: Callable[[], None] | None = None,
         on_write: Callable[[str, float], None] | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        model: type[KarmadaQuota] = KarmadaQuota,
     ) -> None:
         self._store = store
         self.config = config or BatcherConfig()
+        self._model = model
+        self._kind = model.__name__
+        # a cluster quota's pending groups are per namespace too (api.encode_pending)
+        self._by_namespace = model is ClusterKarmadaQuota
         self._queues: dict[str, deque[Pending]] = {}
         self._workers: dict[str, asyncio.Task[None]] = {}
+        # key -> quota name -> (uid, generation) of reservations to take back (`release`)
+        self._undo: dict[str, dict[str, list[Reservation]]] = {}
         # namespaces whose waiting-list changes are due: the next pass writes them all
         self._kicked: set[str] = set()
         self._waiting: WaitingSource | None = None
@@ -200,9 +222,22 @@ class Batcher:
         """
         if charges_nothing(pending.new, pending.old):
             return ALLOW
-        self._queues.setdefault(pending.namespace, deque()).append(pending)
-        self._start(pending.namespace)
+        self._queues.setdefault(pending.queue, deque()).append(pending)
+        self._start(pending.queue)
         return await pending.future
+
+    def release(self, pending: Pending, quotas: Collection[str]) -> None:
+        """Take back what `pending` reserved in `quotas` of its key — exactly the entries its
+        batch wrote (`Pending.written`) — by its writer before its next batch: another object
+        the same review charges refused it (compensation; what is not taken back holds until
+        the controller's orphan audit disproves it)."""
+        undo = self._undo.setdefault(pending.queue, {})
+        for name in quotas:
+            entry = pending.written.get(name)
+            if entry is not None:
+                undo.setdefault(name, []).append(entry)
+        self._queues.setdefault(pending.queue, deque())
+        self._start(pending.queue)
 
     def attach(self, source: WaitingSource) -> None:
         """Write `source`'s waiting-list changes with the reservations (one writer per quota)."""
@@ -228,7 +263,10 @@ class Batcher:
     async def _drain(self, namespace: str) -> None:
         queue = self._queues[namespace]
         try:
-            while queue or namespace in self._kicked:
+            while queue or namespace in self._kicked or namespace in self._undo:
+                undo = self._undo.pop(namespace, None)
+                if undo:
+                    await self._take_back(namespace, undo)
                 batch = [queue.popleft() for _ in range(min(len(queue), self.config.max_batch))]
                 kicked = namespace in self._kicked
                 self._kicked.discard(namespace)
@@ -242,7 +280,7 @@ class Batcher:
                         p.resolve(Decision(False, f"quota admission failed: {e}", REASON_INTERNAL))
         finally:
             del self._workers[namespace]
-            if not queue and namespace not in self._kicked:
+            if not queue and namespace not in self._kicked and namespace not in self._undo:
                 self._queues.pop(namespace, None)
             else:  # a review arrived while we were exiting: keep the single writer alive
                 self._workers[namespace] = asyncio.create_task(self._drain(namespace))
@@ -263,7 +301,7 @@ class Batcher:
             return  # waiting-list changes stay with the recorder for a pass that can read
         except QuantityError as e:
             for p in batch:
-                p.resolve(Decision(False, f"a KarmadaQuota in {namespace} is invalid: {e}"))
+                p.resolve(Decision(False, f"a {self._kind} of {namespace} is invalid: {e}"))
             if kicked:
                 await self._commit(namespace, objects, [], now, kicked)
             return
@@ -304,6 +342,8 @@ class Batcher:
                     namespace, name, objects.get(name), entries, denied, now, taken, carried
                 )
                 written[name] = done
+                for p, r in done:
+                    p.written[name] = r
         finally:
             if taken is not None:
                 taken.settle(
@@ -347,7 +387,7 @@ class Batcher:
 
         async def read() -> KarmadaQuota:
             nonlocal entries
-            fresh = KarmadaQuota.model_validate(await self._store.get(namespace, name))
+            fresh = self._model.model_validate(await self._store.get(namespace, name))
             self._store.update(fresh)
             entries = _recheck(fresh, entries, denied)
             return fresh
@@ -363,7 +403,12 @@ class Batcher:
                 return None
             made.clear()
             sent, overflow = _with_reservations(
-                version, entries, now + self.config.reservation_ttl, self.config, made
+                version,
+                entries,
+                now + self.config.reservation_ttl,
+                self.config,
+                made,
+                self._by_namespace,
             )
             if wanted is not None:
                 status = sent.status.model_copy(update={"waiting": wanted})
@@ -405,13 +450,13 @@ class Batcher:
         except ValidationError as e:
             carried[name] = False
             for p, _ in entries:
-                denied[id(p)] = Decision(False, f"KarmadaQuota {name} is unreadable: {e}")
+                denied[id(p)] = Decision(False, f"{self._kind} {name} is unreadable: {e}")
             return []
         except ConflictsExhausted:
             for p, _ in entries:
                 denied[id(p)] = Decision(
                     False,
-                    f"KarmadaQuota {name} is being updated concurrently; try again",
+                    f"{self._kind} {name} is being updated concurrently; try again",
                     REASON_CONFLICT,
                 )
             return []
@@ -435,16 +480,24 @@ class Batcher:
         Best effort: whatever is not taken back here holds until the controller's orphan audit
         proves its binding was never created (or never reached that generation).
         """
-        for name, pendings in written.items():
-            undo = [r for p, r in pendings if id(p) in denied]
-            if not undo:
+        undo = {
+            name: [r for p, r in pendings if id(p) in denied] for name, pendings in written.items()
+        }
+        await self._take_back(namespace, undo)
+
+    async def _take_back(self, key: str, undo: Mapping[str, Sequence[Reservation]]) -> None:
+        """Remove exactly the entries `undo` names (per quota: the entries written, matched by
+        uid, generation, charge and expiry second) from the key's quotas, by their writer.
+        Best effort: what stays holds until the controller's orphan audit disproves it."""
+        for name, gone in undo.items():
+            if not gone:
                 continue
 
             async def read(name: str = name) -> KarmadaQuota:
-                return KarmadaQuota.model_validate(await self._store.get(namespace, name))
+                return self._model.model_validate(await self._store.get(key, name))
 
-            def without(obj: KarmadaQuota, undo: list[Reservation] = undo) -> JSON:
-                kept = without_refused(obj.status.reservations, undo)
+            def without(obj: KarmadaQuota, gone: Sequence[Reservation] = gone) -> JSON:
+                kept = without_refused(obj.status.reservations, gone)
                 status = obj.status.model_copy(update={"reservations": kept})
                 return _dump(obj.model_copy(update={"status": status}))
 
@@ -460,7 +513,7 @@ class Batcher:
             except (NotFound, ConflictsExhausted):
                 continue
             if result is not None:
-                self._store.update(KarmadaQuota.model_validate(result))
+                self._store.update(self._model.model_validate(result))
 
 
 def _recheck(
@@ -504,11 +557,19 @@ def charge_size(reserved: Mapping[str, str | int]) -> int:
     return _GROUP_OVERHEAD + sum(len(k) + len(str(v)) + 8 for k, v in reserved.items())
 
 
-def pending_size(reservations: Sequence[Reservation]) -> int:
+def pending_size(reservations: Sequence[Reservation], by_namespace: bool = False) -> int:
     """An upper bound of the JSON size of `status.pending` for these reservations: every
-    entry, plus each distinct (charge, expiry) group once."""
+    entry, plus each distinct (charge, expiry[, namespace]) group once."""
     size = sum(reservation_size(r) for r in reservations)
-    return size + sum(charge_size(rs[0].reserved) for rs in pending_groups(reservations).values())
+    groups = pending_groups(reservations, by_namespace)
+    return size + sum(
+        charge_size(rs[0].reserved) + _namespace_size(ns) for (_, _, ns), rs in groups.items()
+    )
+
+
+def _namespace_size(namespace: str | None) -> int:
+    """A cluster quota's group names its namespace: `"namespace": "<ns>", `."""
+    return 0 if namespace is None else len(namespace) + 16
 
 
 def _stored(sent: KarmadaQuota, answer: JSON) -> KarmadaQuota:
@@ -557,6 +618,7 @@ def _with_reservations(
     expires: datetime,
     config: BatcherConfig,
     written: dict[int, Reservation] | None = None,
+    by_namespace: bool = False,
 ) -> tuple[KarmadaQuota, list[tuple[Pending, ResourceList]]]:
     """The quota with our reservations appended, ready for PUT status, and the entries that
     did not fit `config.max_reservation_bytes` (not written): that bound is on the estimated
@@ -569,8 +631,8 @@ def _with_reservations(
     reservations per write was the webhook's largest CPU cost under load.
     """
     keep = list(obj.status.reservations)
-    budget = config.max_reservation_bytes - pending_size(keep)
-    groups = set(pending_groups(keep))
+    budget = config.max_reservation_bytes - pending_size(keep, by_namespace)
+    groups = set(pending_groups(keep, by_namespace))
     overflow: list[tuple[Pending, ResourceList]] = []
     stamp = format_time(expires)
     second = expiry_seconds(stamp) or 0  # this batch's group: all its reservations share it
@@ -587,8 +649,10 @@ def _with_reservations(
             expirationTime=stamp,
             generation=p.generation,
         )
-        key = (charge_key(r.reserved), second)
-        size = reservation_size(r) + (0 if key in groups else charge_size(r.reserved))
+        ns = p.namespace if by_namespace else None
+        key = (charge_key(r.reserved), second, ns)
+        group = charge_size(r.reserved) + _namespace_size(ns)
+        size = reservation_size(r) + (0 if key in groups else group)
         if size > budget:
             overflow.append((p, rl))
             continue

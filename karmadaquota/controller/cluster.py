@@ -1,0 +1,177 @@
+"""A ClusterKarmadaQuota's desired status (pure): a quota's recompute over many namespaces.
+
+The namespaces its selector picks now (`selectors.selected` over the namespace table) are one
+namespace's worth of bindings to `recompute.recompute`: `used` = Σ over them of the charges of
+the bindings its scopes match, the per-member breakdown over them, pending charges observed or
+expired dropped in the same write. Membership is read at each recompute, so a namespace
+relabelled in brings its usage and one relabelled out takes it away (nothing is evicted: a
+total over `hard` shows, and refuses new charges). Bindings are keyed by uid, so a namespace
+deleted and recreated under the same name counts only the bindings that exist.
+
+`namespaces[]` keeps the object small when hundreds of namespaces match: only namespaces with
+non-zero usage, sorted; `selectedNamespaces` counts all of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from karmadaquota import resources, scopes
+from karmadaquota.api import (
+    API_VERSION,
+    APPLIED_KIND,
+    CLUSTER_KIND,
+    CLUSTER_QUOTA_LABEL,
+    ClusterKarmadaQuota,
+    ClusterKarmadaQuotaStatus,
+    KarmadaQuotaStatus,
+    NamespaceUsage,
+)
+from karmadaquota.controller.index import IndexedBinding, aggregate
+from karmadaquota.controller.recompute import (
+    MemberView,
+    NamespaceSnapshot,
+    Outcome,
+    _quantities,
+    recompute,
+)
+from karmadaquota.resources import ResourceList
+from karmadaquota.scopes import Expression
+
+
+@dataclass(frozen=True)
+class ClusterSnapshot:
+    """Everything a cluster quota's recompute reads, as one snapshot."""
+
+    selected: Sequence[str]  # the namespaces the selector picks, sorted
+    bindings: Callable[[str], Mapping[str, IndexedBinding]]  # a namespace's, by uid
+    deleted: Callable[[str], bool] = lambda uid: False
+    members: Sequence[MemberView] = ()
+    member_watch: bool = True
+    # every selected namespace carries the enforcement label (None: not known here)
+    enforced: bool | None = None
+
+
+class Union(Mapping[str, IndexedBinding]):
+    """Several namespaces' bindings (by uid: uids are unique across namespaces) as one, read
+    in place: no copy of hundreds of namespaces' tables per recompute."""
+
+    def __init__(self, parts: Sequence[Mapping[str, IndexedBinding]]) -> None:
+        self._parts = [p for p in parts if p]
+
+    def __getitem__(self, uid: str) -> IndexedBinding:
+        for part in self._parts:
+            found = part.get(uid)
+            if found is not None:
+                return found
+        raise KeyError(uid)
+
+    def __iter__(self) -> Iterator[str]:
+        for part in self._parts:
+            yield from part
+
+    def __len__(self) -> int:
+        return sum(len(p) for p in self._parts)
+
+    def values(self) -> Iterator[IndexedBinding]:  # type: ignore[override]
+        """Every part's bindings, read in place (what `aggregate` sums)."""
+        for part in self._parts:
+            yield from part.values()
+
+
+@dataclass(frozen=True)
+class _Across:
+    """A member's observed usage summed over the selected namespaces."""
+
+    member: MemberView
+    namespaces: Sequence[str]
+
+    @property
+    def name(self) -> str:
+        return self.member.name
+
+    @property
+    def synced(self) -> bool:
+        return self.member.synced
+
+    @property
+    def error(self) -> str:
+        return self.member.error
+
+    def observed(
+        self, namespace: str, names: Collection[str], exprs: tuple[Expression, ...]
+    ) -> ResourceList:
+        return resources.total(self.member.observed(ns, names, exprs) for ns in self.namespaces)
+
+
+def recompute_cluster(
+    quota: ClusterKarmadaQuota, inputs: ClusterSnapshot, now: datetime
+) -> Outcome:
+    """The status the cluster quota should have now (see the module docstring)."""
+    per_ns = {ns: inputs.bindings(ns) for ns in inputs.selected}
+    # pending charges are looked up where their bindings are, selected or not any more
+    pending_ns = {r.reservedBy.namespace for r in quota.status.reservations}
+    lookup = Union([inputs.bindings(ns) for ns in sorted(set(per_ns) | pending_ns)])
+    snapshot = NamespaceSnapshot(
+        bindings=Union(list(per_ns.values())),
+        lookup=lookup,
+        deleted=inputs.deleted,
+        members=[_Across(m, inputs.selected) for m in inputs.members],
+        member_watch=inputs.member_watch,
+        enforced=inputs.enforced if inputs.selected else None,
+    )
+    outcome = recompute(quota, snapshot, now)
+    usage: list[NamespaceUsage] = []
+    if outcome.hard:
+        exprs = scopes.expressions(quota.spec)
+        for ns, bindings in per_ns.items():
+            totals = aggregate(bindings.values(), outcome.hard.keys(), exprs)
+            if any(totals.used.values()):
+                used = _quantities(totals.used, outcome.hard)
+                usage.append(
+                    NamespaceUsage(namespace=ns, used=resources.format_resource_list(used))
+                )
+    fields = {k: getattr(outcome.status, k) for k in KarmadaQuotaStatus.model_fields}
+    status = ClusterKarmadaQuotaStatus.model_construct(
+        **fields, namespaces=usage, selectedNamespaces=len(inputs.selected)
+    )
+    return replace(outcome, status=status)
+
+
+def view(quota: ClusterKarmadaQuota, namespace: str) -> dict[str, Any]:
+    """The AppliedClusterKarmadaQuota the namespace's tenants read (as written: owned by the
+    cluster quota, so the garbage collector removes it with it): the totals and this
+    namespace's usage, nothing of the other namespaces but how many they are."""
+    status = quota.status
+    hard = dict(status.hard)
+    mine = next((dict(u.used) for u in status.namespaces if u.namespace == namespace), {})
+    here = {n: mine.get(n, "0") for n in sorted(hard)}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": APPLIED_KIND,
+        "metadata": {
+            "name": quota.metadata.name,
+            "namespace": namespace,
+            "labels": {CLUSTER_QUOTA_LABEL: quota.metadata.name},
+            "ownerReferences": [
+                {
+                    "apiVersion": API_VERSION,
+                    "kind": CLUSTER_KIND,
+                    "name": quota.metadata.name,
+                    "uid": quota.metadata.uid,
+                }
+            ],
+        },
+        "status": {
+            "clusterQuota": quota.metadata.name,
+            "hard": hard,
+            "used": dict(status.used),
+            "namespaceUsed": here,
+            "summary": status.summary,
+            "namespaceSummary": ", ".join(f"{n}: {v}" for n, v in here.items()),
+            "selectedNamespaces": status.selectedNamespaces,
+        },
+    }

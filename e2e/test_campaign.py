@@ -6,6 +6,12 @@ member guards: pods are created directly in a member meanwhile (around Karmada),
 members of the guards' hard ≤ the quota's hard is polled throughout the storm and at every
 convergence poll (e2e/testbed/guards.py).
 
+A ClusterKarmadaQuota spans the campaign's namespace and a sibling (labelled for it, holding no
+KarmadaQuota of its own) where a smaller seeded storm runs at the same time: tighter than the
+namespaced quotas, it refuses during the storms (by name), and its invariant is judged the same
+way over both namespaces — Σ charges of their live bindings ≤ its hard at every poll, `used` ==
+Σ with no pending charge left once converged.
+
 Seeded: the seed is printed (shown on failure); `KARMADAQUOTA_SEED=<n>` replays a run.
 `KARMADAQUOTA_LONG=1` runs the larger local size.
 """
@@ -13,6 +19,7 @@ Seeded: the seed is printed (shown on failure); `KARMADAQUOTA_SEED=<n>` replays 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -27,6 +34,7 @@ from karmadaquota.kube.client import KubeClient, NotFound
 pytestmark = pytest.mark.e2e
 
 TTL_S = 20
+SIBLING_SEED = 0x51B1  # the sibling's storm: its own sequence, replayed with the campaign's seed
 
 
 @pytest.fixture(scope="module")
@@ -64,29 +72,53 @@ async def test_generated_storm_never_over_admits_and_usage_converges(
     direct = testbed.members[-1]
     await gi.member_namespace(members, namespace)
     await gi.guards_ready(members, namespace, campaign.GUARDED)
-
-    await tenant.grant(testbed, namespace)
-    guard_check = campaign.guard_invariant(members, namespace)
-    async with gi.watching(guard_check):
-        async with campaign.invariant_during(api, namespace):  # Σ ≤ hard at every poll
-            stats, (pod_stats, pods_left), tenant_stats = await asyncio.gather(
-                campaign.run(
-                    api, namespace, testbed.members, seed, ops, concurrency=concurrency, names=names
-                ),
-                campaign.direct_pods(members[direct], namespace, seed, ops // 10),
-                campaign.tenant_writes(
-                    tenant.impersonating(api), namespace, testbed.members, seed, ops // 10, names
-                ),
+    sibling = f"{namespace}-sib"
+    await api.post("/api/v1/namespaces", {"metadata": {"name": sibling}})
+    budget = campaign.budget_name()
+    spanned = [namespace, sibling]
+    try:
+        await campaign.create_cluster_quota(api, budget, spanned)
+        await tenant.grant(testbed, namespace)
+        guard_check = campaign.guard_invariant(members, namespace)
+        async with gi.watching(guard_check):
+            async with (
+                campaign.invariant_during(api, namespace),  # Σ ≤ hard at every poll
+                campaign.cluster_invariant_during(api, budget, spanned) as shared,
+            ):
+                stats, sibling_stats, (pod_stats, pods_left), tenant_stats = await asyncio.gather(
+                    campaign.run(
+                        api, namespace, testbed.members, seed, ops, concurrency, names=names
+                    ),
+                    campaign.run(
+                        api, sibling, testbed.members, seed ^ SIBLING_SEED, ops // 4, 4, names // 3
+                    ),
+                    campaign.direct_pods(members[direct], namespace, seed, ops // 10),
+                    campaign.tenant_writes(
+                        tenant.impersonating(api),
+                        namespace,
+                        testbed.members,
+                        seed,
+                        ops // 10,
+                        names,
+                    ),
+                )
+            print(stats.summary())
+            print(f"the sibling's storm: {sibling_stats.summary()}")
+            print(f"the tenant's writes: {tenant_stats.summary()}")
+            print(f"pods made in {direct} around Karmada: {pod_stats.summary()}")
+            # they count in the guarded quota's usage: gone, `used` is the bindings' charges again
+            await campaign.delete_pods(members[direct], namespace, pods_left)
+            verdict, seconds = await campaign.converge(
+                api, namespace, timeout=TTL_S + 60, guards=guard_check
             )
-        print(stats.summary())
-        print(f"the tenant's writes: {tenant_stats.summary()}")
-        print(f"pods made in {direct} around Karmada: {pod_stats.summary()}")
-        # they count in the guarded quota's usage: gone, `used` is the bindings' charges again
-        await campaign.delete_pods(members[direct], namespace, pods_left)
-        verdict, seconds = await campaign.converge(
-            api, namespace, timeout=TTL_S + 60, guards=guard_check
+        shared_verdict, shared_seconds = await campaign.converge_cluster(
+            api, budget, spanned, timeout=TTL_S + 60
         )
-    print(f"converged {seconds:.1f}s after the storm")
+    finally:
+        await campaign.delete_cluster_quota(api, budget)
+        with contextlib.suppress(NotFound):
+            await api.request("DELETE", f"/api/v1/namespaces/{sibling}")
+    print(f"converged {seconds:.1f}s after the storm ({budget}: {shared_seconds:.1f}s later)")
     record_property("converge_seconds", round(seconds, 1))
 
     # the campaign exercised what it claims to: admissions, quota refusals, negative values
@@ -101,12 +133,40 @@ async def test_generated_storm_never_over_admits_and_usage_converges(
         tenant_stats.summary()
     )
     # and never failed inside: a refusal is a decision, not a crash
-    assert "quota admission failed" not in messages, stats.summary()
+    for s in (stats, sibling_stats):
+        assert "quota admission failed" not in " ".join(s.messages), s.summary()
     assert verdict.converged
     # pods were made around Karmada while the guards moved (some may be refused by a guard)
     assert pod_stats.outcomes["pod-create:ok"] > 0, pod_stats.summary()
     guard_refusal = f"exceeded quota: {gk.guard_name(campaign.GUARDED)}"
     assert all(guard_refusal in m for m in pod_stats.messages), pod_stats.summary()
+
+    # the cluster quota: the sibling's bindings got in under it alone, it refused in both
+    # namespaces once the two storms filled it, and it converged like the namespaced ones
+    refusal = f"exceeded quota: {budget},"
+    assert sibling_stats.outcomes["create:ok"] > 0, sibling_stats.summary()
+    refused_by_budget = {
+        ns: sum(n for m, n in s.messages.items() if refusal in m)
+        for ns, s in ((namespace, stats), (sibling, sibling_stats))
+    }
+    peak = {
+        k.split("/", 1)[1]: round(f, 2)
+        for k, f in shared.peak.items()
+        if k.startswith(f"{budget}/")
+    }
+    print(f"{budget}: refusals naming it {refused_by_budget}, peak Σ/hard {peak}, "
+          f"{shared.polls} polls judged")  # fmt: skip
+    record_property("cluster_refusals", sum(refused_by_budget.values()))
+    record_property("cluster_polls", shared.polls)
+    assert sum(refused_by_budget.values()) > 0, (stats.summary(), sibling_stats.summary())
+    # and the storms did fill it (half of a resource at least): the refusals are not only
+    # requests too large for it alone
+    assert max(peak.values(), default=0.0) >= 0.5, peak
+    # the sibling has no quota of its own: every quota refusal there is the cluster quota's
+    assert all(refusal in m for m in sibling_stats.messages if "exceeded quota" in m), (
+        sibling_stats.summary()
+    )
+    assert shared_verdict.converged
 
     # the guarded quota goes with its guards before the namespace does
     path = campaign.QUOTA_PATH.format(ns=namespace) + f"/{campaign.GUARDED}"

@@ -7,7 +7,10 @@ left. No timing is asserted beyond generous deadlines.
 
 The storm's quotas include one with member guards (`memberEnforcement: ResourceQuota`): through
 every fault, Σ over members of what its guard ResourceQuotas may hold ≤ its hard is polled from
-the members (e2e/testbed/guards.py) while the storm runs, and at every convergence poll.
+the members (e2e/testbed/guards.py) while the storm runs, and at every convergence poll. A
+ClusterKarmadaQuota spans the storm's namespace and a sibling with a smaller storm of its own,
+tighter than the namespaced quotas: through every fault, Σ charges of the live bindings of both
+namespaces ≤ its hard at every poll, and `used` == Σ with no pending charge left afterwards.
 
 These tests kill and restart the control plane, so they run on a bed of their own (two members,
 started for this module) and the shared bed of the other suites is never disturbed. A member
@@ -55,6 +58,7 @@ pytestmark = pytest.mark.e2e
 
 TTL_S = 20
 OPS, NAMES = 240, 40
+SIBLING_SEED = 0x51B1  # the sibling namespace's storm, replayed with the storm's seed
 
 
 @pytest.fixture(scope="module")
@@ -136,9 +140,11 @@ async def storm_with_fault(
     """Run a seeded storm in `ns`, inject `fault` once the storm is under way, measure; a
     second namespace, `<ns>-probe`, must admit before and after the fault. `fault` is given
     the storm's task. The member guards of the storm's guarded quota are polled from before
-    the storm until it converged."""
-    probe_ns = f"{ns}-probe"
-    await api.post("/api/v1/namespaces", {"metadata": {"name": probe_ns}})
+    the storm until it converged. A cluster quota spans `ns` and `<ns>-sib`, where a smaller
+    storm runs meanwhile; its invariant is polled and converged as the namespace's is."""
+    probe_ns, sibling = f"{ns}-probe", f"{ns}-sib"
+    for name in (probe_ns, sibling):
+        await api.post("/api/v1/namespaces", {"metadata": {"name": name}})
     seed = campaign.seed_from_env()
     print(f"seed={seed} (replay: KARMADAQUOTA_SEED={seed})")
     record_property("seed", seed)
@@ -152,29 +158,49 @@ async def storm_with_fault(
             "spec": {"hard": {"requests.cpu": "1000"}},
         },
     )
+    budget, spanned = campaign.budget_name(), [ns, sibling]
+    await campaign.create_cluster_quota(api, budget, spanned)
     await admitted_probe(api, probe_ns)  # the probe namespace works before the fault
     await gi.member_namespace(members, ns)
     await gi.guards_ready(members, ns, campaign.GUARDED)
     guard_check = campaign.guard_invariant(members, ns)
-    async with gi.watching(guard_check), campaign.invariant_during(api, ns):
+    async with (
+        gi.watching(guard_check),
+        campaign.invariant_during(api, ns),
+        campaign.cluster_invariant_during(api, budget, spanned) as shared,
+    ):
         storm = asyncio.create_task(
             campaign.run(api, ns, bed.members, seed, OPS, concurrency=12, names=NAMES)
+        )
+        sibling_storm = asyncio.create_task(
+            campaign.run(
+                api, sibling, bed.members, seed ^ SIBLING_SEED, OPS // 4, 4, names=NAMES // 4
+            )
         )
         await under_way(api, ns, storm)  # a fault mid-storm is the point
         t_fault = time.monotonic()
         await fault(storm)
         await admitted_probe(api, probe_ns)
         available = time.monotonic() - t_fault
-        stats = await storm
+        stats, sibling_stats = await storm, await sibling_storm
         print(stats.summary())
+        print(f"the sibling's storm: {sibling_stats.summary()}")
         _, converged = await campaign.converge(
             api, ns, timeout=converge_timeout, guards=guard_check
         )
+        _, converged_shared = await campaign.converge_cluster(
+            api, budget, spanned, timeout=converge_timeout
+        )
     _, converged_probe = await campaign.converge(api, probe_ns, timeout=converge_timeout)
+    await campaign.delete_cluster_quota(api, budget)
+    refusal = f"exceeded quota: {budget},"
+    refused = sum(n for s in (stats, sibling_stats) for m, n in s.messages.items() if refusal in m)
     print(f"recovery: admissions again {available:.1f}s after the fault; usage converged "
-          f"{converged:.1f}s after the storm")  # fmt: skip
+          f"{converged:.1f}s after the storm; {budget}: {refused} refusals, "
+          f"{shared.polls} polls judged")  # fmt: skip
     record_property("available_s", round(available, 1))
-    record_property("converged_s", round(max(converged, converged_probe), 1))
+    record_property("converged_s", round(max(converged + converged_shared, converged_probe), 1))
+    record_property("cluster_refusals", refused)
     return guard_check
 
 

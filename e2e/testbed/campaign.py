@@ -20,6 +20,11 @@ lowered requests, graceful eviction tasks, the queue annotation with a suspensio
 replicas), bindings made by hand and OverridePolicies of replicas. Every one must be refused; the
 invariant above then holds whatever else the tenant tried.
 
+A ClusterKarmadaQuota (`cluster_quota`) may span the campaign's namespace and a sibling running a
+smaller storm of its own at the same time: the same invariant holds for it over both namespaces
+(`cluster_verdict`: Σ charges of the live bindings of every namespace it selects, read in one
+list, so that a binding deleted here and one created there are never both counted).
+
 Out-of-band pods (`direct_pods`) can be created in a member meanwhile: they count in the guarded
 quota's usage, so they are deleted before `used` is compared with the bindings' charges.
 
@@ -34,9 +39,10 @@ import json
 import os
 import random
 import secrets
+import string
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,13 +52,15 @@ from e2e.testbed import TestBed, product
 from e2e.testbed import guards as gi
 from e2e.testbed.aio import InvariantViolation
 from karmadaquota import scopes
-from karmadaquota.api import KarmadaQuota, ResourceBinding
-from karmadaquota.charge import charge
+from karmadaquota.api import ClusterKarmadaQuota, KarmadaQuota, ResourceBinding
+from karmadaquota.charge import Charge, charge
 from karmadaquota.kube.client import JSON, Conflict, KubeClient, KubeError, NotFound
 from karmadaquota.quantity import Quantity, QuantityError
 
 RB_PATH = "/apis/work.karmada.io/v1alpha2/namespaces/{ns}/resourcebindings"
 QUOTA_PATH = "/apis/quota.karmada.io/v1alpha1/namespaces/{ns}/karmadaquotas"
+ALL_RB_PATH = "/apis/work.karmada.io/v1alpha2/resourcebindings"
+CKQ_PATH = "/apis/quota.karmada.io/v1alpha1/clusterkarmadaquotas"
 
 # (value, weight): mostly ordinary values, some zero, negative and huge ones.
 CPU = [
@@ -115,6 +123,37 @@ def guard_invariant(members: dict[str, KubeClient], namespace: str) -> gi.GuardI
             if q["spec"].get("memberEnforcement") == "ResourceQuota"
         ],
     )
+
+
+# The cluster quota over the campaign's namespace and its sibling: tighter than the namespaced
+# quotas (requests.cpu 16 against 40, pods 40 against 120), so that it is what refuses once the
+# two storms together fill it. It selects the namespaces carrying CLUSTER_LABEL=<its name>.
+CLUSTER_LABEL = "e2e.quota.karmada.io/campaign"
+CLUSTER_HARD = {
+    "pods": "40",
+    "requests.cpu": "16",
+    "requests.memory": "32Gi",
+    "count/deployments.apps": "64",
+}
+
+
+def budget_name() -> str:
+    """A fresh cluster quota name, letters only: refusals are counted by their shape
+    (`Stats.messages`, digits dropped), so the name must survive that to be found in them."""
+    return "campaign-" + "".join(random.SystemRandom().choices(string.ascii_lowercase, k=8))
+
+
+def cluster_quota(name: str, hard: dict[str, str] | None = None) -> JSON:
+    """A ClusterKarmadaQuota selecting the namespaces labelled CLUSTER_LABEL=`name`."""
+    return {
+        "apiVersion": "quota.karmada.io/v1alpha1",
+        "kind": "ClusterKarmadaQuota",
+        "metadata": {"name": name},
+        "spec": {
+            "hard": dict(hard or CLUSTER_HARD),
+            "namespaceSelector": {"matchLabels": {CLUSTER_LABEL: name}},
+        },
+    }
 
 
 def _pick(rng: random.Random, table: Sequence[tuple[Any, int]]) -> Any:
@@ -344,6 +383,7 @@ class Verdict:
     drift: list[str] = field(default_factory=list)  # used != Σ
     reservations: list[str] = field(default_factory=list)
     guards_over: list[str] = field(default_factory=list)  # Σ over members of guards > hard
+    fill: dict[str, float] = field(default_factory=dict)  # Σ / hard, by "<quota>/<resource>"
 
     @property
     def safe(self) -> bool:
@@ -365,38 +405,67 @@ class Verdict:
         )
 
 
+def _charges(bindings: Iterable[JSON]) -> list[Charge]:
+    """The charge of each binding (the oracle: `karmadaquota.charge`, not the admission)."""
+    out = []
+    for b in bindings:
+        try:
+            out.append(charge(ResourceBinding.model_validate(b)))
+        except QuantityError:
+            continue  # unreadable: charged as zero, as the controller does
+    return out
+
+
+def _judge(v: Verdict, q: KarmadaQuota, charges: Sequence[Charge]) -> None:
+    """Add to `v` what quota `q` (namespaced or cluster) shows against the charges of the live
+    bindings it may count: Σ of those its scopes match > hard, `used` != Σ, pending left."""
+    name = q.metadata.name
+    exprs = scopes.expressions(q.spec)
+    matching = [c for c in charges if scopes.matches(exprs, c.traits)]
+    for resource, hard_raw in q.spec.hard.items():
+        total = Quantity.zero()
+        for c in matching:
+            total = total + c.total.get(resource, Quantity.zero())
+        hard = Quantity.parse(str(hard_raw))
+        used = Quantity.parse(str(q.status.used.get(resource, "0")))
+        if hard.nanos > 0:
+            v.fill[f"{name}/{resource}"] = total.nanos / hard.nanos
+        if total > hard:
+            v.over.append(f"{name}/{resource}: Σ charges {total} > hard {hard}")
+        if used != total:
+            v.drift.append(f"{name}/{resource}: used {used} != Σ charges {total}")
+    if q.status.reservations:
+        v.reservations.append(f"{name}: {len(q.status.reservations)} reservations")
+
+
 async def verdict(
     client: KubeClient, namespace: str, guards: gi.GuardInvariant | None = None
 ) -> Verdict:
     """Compare every quota of the namespace with the charges of the live bindings; with
     `guards`, poll the member guards too (Σ over members ≤ hard)."""
-    bindings = (await client.get(RB_PATH.format(ns=namespace)))["items"]
-    charges = []
-    for b in bindings:
-        try:
-            charges.append(charge(ResourceBinding.model_validate(b)))
-        except QuantityError:
-            continue  # unreadable: charged as zero, as the controller does
+    charges = _charges((await client.get(RB_PATH.format(ns=namespace)))["items"])
     v = Verdict()
     for raw in (await client.get(QUOTA_PATH.format(ns=namespace)))["items"]:
-        q = KarmadaQuota.model_validate(raw)
-        name = q.metadata.name
-        exprs = scopes.expressions(q.spec)
-        matching = [c for c in charges if scopes.matches(exprs, c.traits)]
-        for resource, hard_raw in q.spec.hard.items():
-            total = Quantity.zero()
-            for c in matching:
-                total = total + c.total.get(resource, Quantity.zero())
-            hard = Quantity.parse(str(hard_raw))
-            used = Quantity.parse(str(q.status.used.get(resource, "0")))
-            if total > hard:
-                v.over.append(f"{name}/{resource}: Σ charges {total} > hard {hard}")
-            if used != total:
-                v.drift.append(f"{name}/{resource}: used {used} != Σ charges {total}")
-        if q.status.reservations:
-            v.reservations.append(f"{name}: {len(q.status.reservations)} reservations")
+        _judge(v, KarmadaQuota.model_validate(raw), charges)
     if guards is not None:
         v.guards_over = await guards.poll()
+    return v
+
+
+async def cluster_verdict(client: KubeClient, name: str, namespaces: Sequence[str]) -> Verdict:
+    """Compare the cluster quota `name` with the charges of the live bindings of `namespaces`
+    (the ones the test labelled for it). The bindings are read in one list over all namespaces:
+    one consistent snapshot (two lists, one per namespace, could count a binding deleted in the
+    first after it was listed and one admitted in its room in the second, which never coexisted).
+    The quota must select exactly those namespaces."""
+    listed = (await client.get(ALL_RB_PATH))["items"]
+    mine = set(namespaces)
+    charges = _charges(b for b in listed if b["metadata"].get("namespace") in mine)
+    q = ClusterKarmadaQuota.model_validate(await client.get(f"{CKQ_PATH}/{name}"))
+    v = Verdict()
+    _judge(v, q, charges)
+    if q.status.selectedNamespaces != len(mine):
+        v.drift.append(f"{name}: selects {q.status.selectedNamespaces} namespaces, not {len(mine)}")
     return v
 
 
@@ -409,19 +478,34 @@ async def converge(
     """Poll until the invariant holds fully; (verdict, seconds it took). Σ ≤ hard (and, with
     `guards`, Σ of the member guards ≤ hard) must hold at every poll; convergence (used == Σ,
     no reservation) within `timeout`."""
+    return await _converge(lambda: verdict(client, namespace, guards), namespace, timeout)
+
+
+async def converge_cluster(
+    client: KubeClient, name: str, namespaces: Sequence[str], timeout: float
+) -> tuple[Verdict, float]:
+    """`converge` for the cluster quota `name` over `namespaces` (`cluster_verdict`)."""
+    return await _converge(
+        lambda: cluster_verdict(client, name, namespaces), f"cluster quota {name}", timeout
+    )
+
+
+async def _converge(
+    judge: Callable[[], Awaitable[Verdict]], what: str, timeout: float
+) -> tuple[Verdict, float]:
     started = time.monotonic()
     while True:
         try:
-            v = await verdict(client, namespace, guards)
+            v = await judge()
         except (KubeError, aiohttp.ClientError, OSError, TimeoutError):
             v = None  # the API server is still coming back
         if v is not None:
             if not v.safe:
-                raise InvariantViolation(f"over-admitted in {namespace}:\n{v}")
+                raise InvariantViolation(f"over-admitted in {what}:\n{v}")
             if v.converged:
                 return v, time.monotonic() - started
         if time.monotonic() - started > timeout:
-            raise AssertionError(f"not converged within {timeout}s in {namespace}:\n{v}")
+            raise AssertionError(f"not converged within {timeout}s in {what}:\n{v}")
         await asyncio.sleep(0.5)  # polling interval
 
 
@@ -429,24 +513,27 @@ async def converge(
 class StormInvariant:
     """Σ charges of the live bindings ≤ hard (`verdict(...).safe`), polled while a storm runs
     (not only once it is over: the storm deletes bindings, which would hide an over-admission
-    from a check made afterwards)."""
+    from a check made afterwards). `peak`: the largest Σ / hard seen, by quota and resource."""
 
-    client: KubeClient
-    namespace: str
+    judge: Callable[[], Awaitable[Verdict]]
+    what: str
     polls: int = 0
     unreadable: int = 0
     violations: list[str] = field(default_factory=list)
+    peak: dict[str, float] = field(default_factory=dict)
 
     async def run(self, period: float = 0.1) -> None:
         while True:
             try:
-                v = await verdict(self.client, self.namespace)
+                v = await self.judge()
             except (KubeError, aiohttp.ClientError, OSError, TimeoutError):
                 self.unreadable += 1  # the API server is away (a fault): not judged
             else:
                 self.polls += 1
                 if not v.safe:
                     self.violations.append(str(v))
+                for key, fill in v.fill.items():
+                    self.peak[key] = max(fill, self.peak.get(key, 0.0))
             await asyncio.sleep(period)  # the poll period of the invariant check
 
 
@@ -456,7 +543,26 @@ async def invariant_during(
 ) -> AsyncIterator[StormInvariant]:
     """Poll Σ ≤ hard in the background for the duration of the block; afterwards polls were
     judged and none found an over-admission."""
-    inv = StormInvariant(client, namespace)
+    async with _polled(lambda: verdict(client, namespace), namespace, period) as inv:
+        yield inv
+
+
+@contextlib.asynccontextmanager
+async def cluster_invariant_during(
+    client: KubeClient, name: str, namespaces: Sequence[str], period: float = 0.1
+) -> AsyncIterator[StormInvariant]:
+    """`invariant_during` for the cluster quota `name` over `namespaces` (`cluster_verdict`)."""
+    async with _polled(
+        lambda: cluster_verdict(client, name, namespaces), f"cluster quota {name}", period
+    ) as inv:
+        yield inv
+
+
+@contextlib.asynccontextmanager
+async def _polled(
+    judge: Callable[[], Awaitable[Verdict]], what: str, period: float
+) -> AsyncIterator[StormInvariant]:
+    inv = StormInvariant(judge, what)
     task = asyncio.create_task(inv.run(period))
     try:
         yield inv
@@ -464,12 +570,10 @@ async def invariant_during(
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-    print(f"\nin-storm invariant in {namespace}: {inv.polls} polls, {inv.unreadable} unreadable")
-    assert inv.polls > 0, f"the invariant was never polled during the storm in {namespace}"
+    print(f"\nin-storm invariant in {what}: {inv.polls} polls, {inv.unreadable} unreadable")
+    assert inv.polls > 0, f"the invariant was never polled during the storm in {what}"
     if inv.violations:
-        raise InvariantViolation(
-            f"over-admitted during the storm in {namespace}:\n{inv.violations[0]}"
-        )
+        raise InvariantViolation(f"over-admitted during the storm in {what}:\n{inv.violations[0]}")
 
 
 @dataclass
@@ -557,6 +661,49 @@ async def create_quotas(
         if time.monotonic() > deadline:
             raise AssertionError(f"quotas in {namespace} not initialised: {items}")
         await asyncio.sleep(0.2)  # polling interval
+
+
+async def create_cluster_quota(
+    client: KubeClient,
+    name: str,
+    namespaces: Sequence[str],
+    hard: dict[str, str] | None = None,
+    timeout: float = 60,
+) -> None:
+    """Label `namespaces` for the cluster quota `name` and create it; return once the
+    controller initialised its `used`, counts every one of them selected and enforced them
+    (labelled for the webhook: a namespace with no KarmadaQuota is enforced by this one)."""
+    for ns in namespaces:
+        await client.request(
+            "PATCH",
+            f"/api/v1/namespaces/{ns}",
+            {"metadata": {"labels": {CLUSTER_LABEL: name}}},
+            content_type="application/merge-patch+json",
+        )
+    body = cluster_quota(name, hard)
+    await client.post(CKQ_PATH, body)
+    deadline = time.monotonic() + timeout
+    while True:
+        status = (await client.get(f"{CKQ_PATH}/{name}")).get("status") or {}
+        enforced = any(
+            c.get("type") == "Enforced" and c.get("status") == "True"
+            for c in status.get("conditions") or []
+        )
+        if (
+            set(body["spec"]["hard"]) <= set(status.get("used", {}))
+            and status.get("selectedNamespaces") == len(namespaces)
+            and enforced
+        ):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"cluster quota {name} not initialised: {status}")
+        await asyncio.sleep(0.2)  # polling interval
+
+
+async def delete_cluster_quota(client: KubeClient, name: str) -> None:
+    """The cluster quota goes (it is cluster-scoped: a namespace's deletion does not take it)."""
+    with contextlib.suppress(NotFound):
+        await client.request("DELETE", f"{CKQ_PATH}/{name}")
 
 
 def _pod(name: str, rng: random.Random) -> JSON:

@@ -364,13 +364,8 @@ def render_markdown() -> str:
         f"`{api.API_VERSION}`, kind `{api.KIND}`, namespaced, short name "
         f"`{', '.join(api.SHORT_NAMES)}`, status subresource. {schema['description']}",
         "",
-        "| field | type | description |",
-        "|---|---|---|",
     ]
-    rows: list[tuple[str, str, str]] = []
-    for top in ("spec", "status"):
-        _field_rows({"properties": {top: schema["properties"][top]}}, "", rows)
-    out += [f"| `{p}` | {t} | {d} |" for p, t, d in rows]
+    out += _field_table(schema)
     out += ["", "## Validation rules enforced by the API server (CEL)", ""]
     out += [f"- `spec`: {r['message']}" for r in SPEC_RULES]
     out += [f"- `spec.scopeSelector.matchExpressions[]`: {r['message']}" for r in EXPRESSION_RULES]
@@ -384,6 +379,18 @@ def render_markdown() -> str:
     return "\n".join(out)
 
 
+def _field_table(schema: dict[str, Any], tops: tuple[str, ...] = ("spec", "status")) -> list[str]:
+    """The reference table of a CRD schema's `tops` fields."""
+    rows: list[tuple[str, str, str]] = []
+    for top in tops:
+        _field_rows({"properties": {top: schema["properties"][top]}}, "", rows)
+    return [
+        "| field | type | description |",
+        "|---|---|---|",
+        *(f"| `{p}` | {t} | {d} |" for p, t, d in rows),
+    ]
+
+
 def _cluster_markdown() -> list[str]:
     schema = cluster_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     out = [
@@ -394,13 +401,8 @@ def _cluster_markdown() -> list[str]:
         "The spec is a KarmadaQuota's plus `namespaceSelector` "
         "([cluster-quotas.md](cluster-quotas.md)).",
         "",
-        "| field | type | description |",
-        "|---|---|---|",
     ]
-    rows: list[tuple[str, str, str]] = []
-    for top in ("spec", "status"):
-        _field_rows({"properties": {top: schema["properties"][top]}}, "", rows)
-    out += [f"| `{p}` | {t} | {d} |" for p, t, d in rows]
+    out += _field_table(schema)
     out += ["", "## Validation rules enforced by the API server (CEL)", ""]
     out += ["- those of a KarmadaQuota's `spec` and `spec.scopeSelector`, and"]
     out += [f"- `spec`: {r['message']}" for r in CLUSTER_SPEC_RULES]
@@ -422,12 +424,8 @@ def _cluster_markdown() -> list[str]:
         f"`{', '.join(api.APPLIED_SHORT_NAMES)}`. {view['description']} Named as the cluster "
         f"quota, labelled `{api.CLUSTER_QUOTA_LABEL}`, owned by it.",
         "",
-        "| field | type | description |",
-        "|---|---|---|",
     ]
-    rows = []
-    _field_rows({"properties": {"status": view["properties"]["status"]}}, "", rows)
-    out += [f"| `{p}` | {t} | {d} |" for p, t, d in rows]
+    out += _field_table(view, ("status",))
     out.append("")
     return out
 

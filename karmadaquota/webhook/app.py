@@ -214,23 +214,14 @@ class Webhook:
                 f"this endpoint admits {api.BINDING_PLURAL}.{api.BINDING_GROUP}, got "
                 f"{req.resource.resource}.{req.resource.group}"
             )
-        if req.subResource:
-            return Decision(True)  # status and other subresources carry no new charge
-        if req.operation not in ("CREATE", "UPDATE"):
-            return Decision(True)  # admission never releases quota; the controller does
-        if req.object is None:
-            raise review.MalformedReview(f"request.object is required for {req.operation}")
+        # status and other subresources carry no new charge; admission never releases quota
+        # (a DELETE is the controller's)
+        if _written(req) is None:
+            return Decision(True)
         if req.operation == "UPDATE" and req.oldObject is None:
             raise review.MalformedReview("request.oldObject is required for UPDATE")
-        if not self.quotas.synced.is_set() or (
-            self.cluster is not None and not self.cluster.synced()
-        ):
-            # before the first LIST we cannot know the namespace has no quota: fail closed
-            return Decision(
-                False,
-                "karmadaquota webhook is starting: quota cache not synced; try again",
-                REASON_NOT_READY,
-            )
+        if not self._synced():
+            return NOT_SYNCED
         selecting = self.cluster.selecting(req.namespace) if self.cluster is not None else []
         if selecting is None:
             return Decision(False, self._unknown_selection(req.namespace), REASON_NOT_READY)
@@ -306,16 +297,11 @@ class Webhook:
                 f"this endpoint admits {api.OVERRIDE_PLURAL}.{api.OVERRIDE_GROUP}, got "
                 f"{req.resource.resource}.{req.resource.group}"
             )
-        if req.operation not in ("CREATE", "UPDATE") or req.subResource:
+        obj = _written(req)
+        if obj is None:
             return Decision(True)
-        if req.object is None:
-            raise review.MalformedReview(f"request.object is required for {req.operation}")
-        if not self.quotas.synced.is_set():
-            return Decision(
-                False,
-                "karmadaquota webhook is starting: quota cache not synced; try again",
-                REASON_NOT_READY,
-            )
+        if not self._synced():
+            return NOT_SYNCED
         if self.writers.trusts(req.userInfo):
             return Decision(True)
         selecting = self.cluster.selecting(req.namespace) if self.cluster is not None else []
@@ -325,10 +311,10 @@ class Webhook:
             unlimited = await self._unlimited(req.namespace)
             if unlimited is not None:
                 return unlimited
-        charged = overrides.charged_overrides(req.object)
+        charged = overrides.charged_overrides(obj)
         if not charged or charged == overrides.charged_overrides(req.oldObject or {}):
             return Decision(True)  # nothing charged, or only what was there before
-        name = (req.object.get("metadata") or {}).get("name") or req.name
+        name = (obj.get("metadata") or {}).get("name") or req.name
         return Decision(
             False,
             trust.forbidden_message(
@@ -340,6 +326,11 @@ class Webhook:
             ),
             REASON_FORBIDDEN,
         )
+
+    def _synced(self) -> bool:
+        """Quotas (and cluster quotas) listed: before that, a namespace cannot be known to hold
+        none (fail closed)."""
+        return self.quotas.synced.is_set() and (self.cluster is None or self.cluster.synced())
 
     async def _unlimited(self, namespace: str) -> Decision | None:
         """The answer for a namespace no quota of its own limits, and no cluster quota selects
@@ -477,13 +468,12 @@ class Webhook:
                 f"this endpoint admits {api.PLURAL}.{api.GROUP} and {api.CLUSTER_PLURAL}."
                 f"{api.GROUP}, got {req.resource.resource}.{req.resource.group}"
             )
-        if req.operation not in ("CREATE", "UPDATE") or req.subResource:
+        obj = _written(req)
+        if obj is None:
             return Decision(True)
-        if req.object is None:
-            raise review.MalformedReview(f"request.object is required for {req.operation}")
-        name = req.object.get("metadata", {}).get("name", req.name)
+        name = obj.get("metadata", {}).get("name", req.name)
         try:
-            quota = model.model_validate(req.object)
+            quota = model.model_validate(obj)
         except ValidationError as e:
             errors = [api.describe(e)]
         else:
@@ -491,6 +481,21 @@ class Webhook:
         if not errors:
             return Decision(True)
         return Decision(False, invalid_message(f"{kind}.{api.GROUP}", name, errors), REASON_INVALID)
+
+
+NOT_SYNCED = Decision(
+    False, "karmadaquota webhook is starting: quota cache not synced; try again", REASON_NOT_READY
+)
+
+
+def _written(req: review.Request) -> dict[str, Any] | None:
+    """The object of a CREATE or UPDATE of the object itself (not a subresource): the only
+    reviews a route decides (None for the others); such a review must carry its object."""
+    if req.operation not in ("CREATE", "UPDATE") or req.subResource:
+        return None
+    if req.object is None:
+        raise review.MalformedReview(f"request.object is required for {req.operation}")
+    return req.object
 
 
 def invalid_message(kind: str, name: str, errors: Sequence[str]) -> str:

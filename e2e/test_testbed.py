@@ -146,7 +146,7 @@ async def test_every_sample_is_accepted_by_a_real_api_server(
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ({"hard": {"limits.cpu": "1"}}, "limits are not chargeable"),
+        ({"hard": {"limits.pods": "1"}}, "limits may be limits.cpu, limits.memory or"),
         ({"hard": {"requests.cpu": "12x"}}, "should match"),
         (
             {"hard": {"pods": "1"}, "scopeSelector": {"matchExpressions": [BE, NBE]}},

@@ -10,6 +10,13 @@ replicas, or `spec.replicas` when it names none). A binding with more than one c
 multi-component workload whole); a single component is charged like the legacy fields it
 replaces.
 
+One replica costs what the binding's `replicaRequirements` say, or more where the resource
+template's pod (`pod_template.PodCharge`, given by the caller that read the template) costs more
+as Kubernetes charges a pod: sidecars, pod overhead, pod-level resources; its limits are charged
+as limits.cpu/memory/ephemeral-storage. A template never lowers a charge: a binding whose
+template is unknown or unreadable is charged from its own fields, and a quota that limits a
+resource then refuses it (`Charge.missing_limits`), as it refuses a pod without that limit.
+
 What Karmada may run beyond any count is named in `Charge.uncounted` (evaluate refuses it
 against a quota tracking pods or compute that the members do not enforce): a workload whose
 replicas Karmada cannot count (a DaemonSet, a CronJob), and a binding whose rendered resources
@@ -27,8 +34,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from karmadaquota import queued, resources
+from karmadaquota import pod_template, queued, resources
 from karmadaquota.api import ResourceBinding, ResourceBindingSpec
+from karmadaquota.pod_template import PodCharge
 from karmadaquota.quantity import Quantity
 from karmadaquota.resources import ResourceList, count_name
 from karmadaquota.scopes import BindingTraits
@@ -67,6 +75,9 @@ class Charge:
     # What Karmada may run that this charge does not count, each a field error, e.g.
     # 'spec.resource: DaemonSet.apps: Karmada cannot count its replicas'.
     uncounted: tuple[str, ...] = ()
+    # Limited names (cpu, memory, ephemeral-storage) a replica states no limit for, or all of
+    # them when the pod template is unknown: a quota tracking limits.<name> refuses it.
+    missing_limits: frozenset[str] = field(default_factory=frozenset)
 
 
 def _per_replica(requests: Mapping[str, Quantity], replicas: int) -> ResourceList:
@@ -114,30 +125,34 @@ def _is_best_effort(requests: Mapping[str, Quantity]) -> bool:
     return all(q.is_zero for name, q in requests.items() if name != "pods")
 
 
-def charge(binding: ResourceBinding) -> Charge:
-    """The binding's charge. Raises QuantityError naming the field on a bad quantity.
+def charge(binding: ResourceBinding, pod: PodCharge | None = None) -> Charge:
+    """The binding's charge; `pod`: one replica of its resource template as Kubernetes charges
+    it (karmadaquota.pod_template), None when unknown. Raises QuantityError naming the field on
+    a bad quantity.
 
     A binding queued by a quota (`queued.queued_by`) is charged nothing: it keeps its traits
     (scopes), its missing requests and its invalid values (refused all the same), so that the
     update that admits it is charged in full by `evaluate`.
     """
-    full = full_charge(binding)
+    full = full_charge(binding, pod)
     return queued_charge(full) if queued.queued_by(binding) else full
 
 
 def queued_charge(full: Charge) -> Charge:
     """What a queued binding is charged: nothing, with everything else of its charge kept."""
-    return Charge({}, {}, full.traits, full.missing_requests, full.invalid, full.uncounted)
+    return replace(full, total={}, per_cluster={})
 
 
-def full_charge(binding: ResourceBinding) -> Charge:
+def full_charge(binding: ResourceBinding, pod: PodCharge | None = None) -> Charge:
     """What the binding costs once admitted, queued or not (the queue's fit checks)."""
     spec = binding.spec
     objects: ResourceList = {count_name(spec.resource.apiVersion, spec.resource.kind): _ONE}
     legacy = _LEGACY_COUNTS.get(spec.resource.kind)
     if legacy and spec.resource.apiVersion == "v1":
         objects[legacy] = _ONE
-    found = _multi_component(spec, objects) if len(spec.components) > 1 else _single(spec, objects)
+    found = (
+        _multi_component(spec, objects) if len(spec.components) > 1 else _single(spec, objects, pod)
+    )
     uncounted = _uncounted(spec)
     return replace(found, uncounted=uncounted) if uncounted else found
 
@@ -182,7 +197,7 @@ def _placed(spec: ResourceBindingSpec, invalid: list[str]) -> dict[str, int]:
     return out
 
 
-def _single(spec: ResourceBindingSpec, objects: ResourceList) -> Charge:
+def _single(spec: ResourceBindingSpec, objects: ResourceList, pod: PodCharge | None) -> Charge:
     invalid: list[str] = []
     if spec.components:
         comp = spec.components[0]
@@ -198,20 +213,44 @@ def _single(spec: ResourceBindingSpec, objects: ResourceList) -> Charge:
         f"{path}.replicaRequirements.resourceRequest",
         invalid,
     )
+    limits: ResourceList = {}
+    if pod is not None:
+        # never less than the binding says; as Kubernetes charges the pod when it is more
+        bare = {n.removeprefix(resources.REQUESTS_PREFIX): q for n, q in requests.items()}
+        requests = resources.maximum(bare, pod.requests)
+        limits = pod_template.limit_names(pod.limits)
     placed = _placed(spec, invalid)
     total_replicas = max(replicas, sum(placed.values()))
-    total = resources.add(objects, _per_replica(requests, total_replicas))
-    per_cluster = {
-        name: resources.add(objects, _per_replica(requests, n)) for name, n in placed.items()
-    }
+
+    def usage(n: int) -> ResourceList:
+        return resources.add(
+            objects,
+            resources.add(
+                _per_replica(requests, n), resources.multiply(limits, n) if n > 0 else {}
+            ),
+        )
+
+    total = usage(total_replicas)
+    per_cluster = {name: usage(n) for name, n in placed.items()}
     has_replicas = total_replicas > 0
+    best_effort = _is_best_effort(requests) and not any(
+        n in limits for n in ("limits.cpu", "limits.memory")
+    )
     traits = BindingTraits(
         has_replicas=has_replicas,
-        best_effort=has_replicas and _is_best_effort(requests),
+        best_effort=has_replicas and best_effort,
         priority_class=reqs_model.priorityClassName if reqs_model else "",
     )
     missing = frozenset(_missing(requests)) if has_replicas else frozenset()
-    return Charge(total, per_cluster, traits, missing, tuple(invalid))
+    unlimited = pod.unlimited if pod is not None else frozenset(pod_template.LIMITED)
+    return Charge(
+        total,
+        per_cluster,
+        traits,
+        missing,
+        tuple(invalid),
+        missing_limits=unlimited if has_replicas else frozenset(),
+    )
 
 
 def _multi_component(spec: ResourceBindingSpec, objects: ResourceList) -> Charge:
@@ -254,4 +293,5 @@ def _multi_component(spec: ResourceBindingSpec, objects: ResourceList) -> Charge
         traits,
         frozenset(missing) if has_replicas else frozenset(),
         tuple(invalid),
+        missing_limits=frozenset(pod_template.LIMITED) if has_replicas else frozenset(),
     )

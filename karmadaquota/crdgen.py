@@ -46,8 +46,9 @@ _ANY_SCOPE = (
 )
 SPEC_RULES: list[dict[str, str]] = [
     {
-        "rule": "!has(self.hard) || !self.hard.exists(k, k.startsWith('limits.'))",
-        "message": "limits are not chargeable: ResourceBindings carry resource requests only",
+        "rule": "!has(self.hard) || self.hard.all(k, !k.startsWith('limits.') || "
+        "k in ['limits.cpu', 'limits.memory', 'limits.ephemeral-storage'])",
+        "message": "limits may be limits.cpu, limits.memory or limits.ephemeral-storage",
     },
     {
         "rule": f"!({_has_scope(_BE)} && {_has_scope(_NBE)})",

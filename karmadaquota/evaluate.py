@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from karmadaquota import resources, scopes
 from karmadaquota.api import KarmadaQuota
 from karmadaquota.charge import Charge
+from karmadaquota.pod_template import LIMITS_PREFIX
 from karmadaquota.resources import ResourceList
 from karmadaquota.scopes import Expression
 
@@ -140,7 +141,12 @@ def evaluate(
     for q in matching:
         entering = old is not None and not scopes.matches(q.scopes, old.traits)
         tracked = resources.mask(delta(new, None) if entering else change, q.hard.keys())
-        missing = sorted(n for n in q.hard if _bare(n) in new.missing_requests)
+        missing = sorted(
+            n
+            for n in q.hard
+            if _bare(n) in new.missing_requests
+            or (n.removeprefix(LIMITS_PREFIX) in new.missing_limits and n.startswith(LIMITS_PREFIX))
+        )
         if missing:
             return Decision(
                 False,

@@ -21,6 +21,7 @@ from karmadaquota.api import (
     KarmadaQuotaSpec,
     QuantityValue,
 )
+from karmadaquota.pod_template import LIMITED, LIMITS_PREFIX
 from karmadaquota.quantity import Quantity, QuantityError
 from karmadaquota.resources import parse_resource_list
 from karmadaquota.scopes import BEST_EFFORT, NOT_BEST_EFFORT, validate_scopes
@@ -58,10 +59,12 @@ def _chargeable_request(resource: str) -> bool:
 def validate_resource_name(name: str) -> str | None:
     """Why `name` cannot be a KarmadaQuota resource, or None when it can."""
     path = f"spec.hard[{name}]"
-    if name.startswith("limits."):
+    if name.startswith(LIMITS_PREFIX):
+        if name.removeprefix(LIMITS_PREFIX) in LIMITED:
+            return None  # charged from the resource template's pod (karmadaquota.pod_template)
         return (
-            f'{path}: Invalid value: "{name}": limits are not chargeable: '
-            "ResourceBindings carry resource requests only"
+            f'{path}: Invalid value: "{name}": must be a standard resource for quota '
+            f"(limits.{', limits.'.join(LIMITED)})"
         )
     if name.startswith(resources.REQUESTS_PREFIX):
         rest = name.removeprefix(resources.REQUESTS_PREFIX)

@@ -190,11 +190,11 @@ def test_member_watch_disabled() -> None:
 
 def test_invalid_quota_is_not_charged() -> None:
     index = index_of(raw_binding("a", replicas=1))
-    q = quota(hard={"limits.cpu": "4", "pods": "2"})
+    q = quota(hard={"limits.pods": "4", "pods": "2"})
     out = recompute(q, inputs(index), NOW)
     assert out.status.used == {}
     valid = {c.type: c for c in out.status.conditions}["Valid"]
-    assert valid.status == "False" and "limits are not chargeable" in valid.message
+    assert valid.status == "False" and "limits.pods" in valid.message
     assert {c.type: c for c in out.status.conditions}["Ready"].status == "False"
     assert out.used == {}
 

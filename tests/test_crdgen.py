@@ -275,8 +275,8 @@ def expression_rules() -> dict[str, str]:
 
 def test_spec_cel_rules_present() -> None:
     rules = spec_rules()
-    limits = rules["limits are not chargeable: ResourceBindings carry resource requests only"]
-    assert "startsWith('limits.')" in limits
+    limits = rules["limits may be limits.cpu, limits.memory or limits.ephemeral-storage"]
+    assert "startsWith('limits.')" in limits and "'limits.ephemeral-storage'" in limits
     conflict = rules["conflicting scopes: BestEffort and NotBestEffort"]
     assert "'BestEffort'" in conflict and "'NotBestEffort'" in conflict
     best_effort = rules[

@@ -53,10 +53,17 @@ def test_valid_resource_names(name: str) -> None:
     assert validate_resource_name(name) is None
 
 
-@pytest.mark.parametrize("name", ["limits.cpu", "limits.memory", "limits.nvidia.com/gpu"])
-def test_limits_are_rejected_precisely(name: str) -> None:
+@pytest.mark.parametrize("name", ["limits.cpu", "limits.memory", "limits.ephemeral-storage"])
+def test_limits_of_compute_are_accepted(name: str) -> None:
+    assert validate_resource_name(name) is None
+
+
+@pytest.mark.parametrize("name", ["limits.nvidia.com/gpu", "limits.pods", "limits.hugepages-2Mi"])
+def test_other_limits_are_rejected_precisely(name: str) -> None:
     assert validate_resource_name(name) == invalid(
-        name, "limits are not chargeable: ResourceBindings carry resource requests only"
+        name,
+        "must be a standard resource for quota "
+        "(limits.cpu, limits.memory, limits.ephemeral-storage)",
     )
 
 
@@ -139,9 +146,11 @@ def test_negative_quantity_is_rejected() -> None:
 
 
 def test_name_and_quantity_errors_are_both_reported() -> None:
-    errors = validate_spec(spec({"limits.cpu": "4", "requests.cpu": "x"}))
+    errors = validate_spec(spec({"limits.pods": "4", "requests.cpu": "x"}))
     assert errors[0] == invalid(
-        "limits.cpu", "limits are not chargeable: ResourceBindings carry resource requests only"
+        "limits.pods",
+        "must be a standard resource for quota "
+        "(limits.cpu, limits.memory, limits.ephemeral-storage)",
     )
     assert errors[1].startswith('invalid quantity "x" for spec.hard[requests.cpu]')
     assert len(errors) == 2
@@ -194,12 +203,12 @@ def test_conflicting_scopes_through_validate_spec() -> None:
 def test_many_problems_are_all_reported() -> None:
     errors = validate_spec(
         spec(
-            {"limits.cpu": "1", "nvidia.com/gpu": "1", "requests.memory": "-1Gi", "services": "1"},
+            {"limits.pods": "1", "nvidia.com/gpu": "1", "requests.memory": "-1Gi", "services": "1"},
             scopes=["BestEffort"],
         )
     )
     assert len(errors) == 7
-    assert any("limits are not chargeable" in e for e in errors)
+    assert any("limits.pods" in e and "standard resource" in e for e in errors)
     assert any("extended resources are tracked only" in e for e in errors)
     assert any("must be greater than or equal to 0" in e for e in errors)
     # every name but pods is outside a BestEffort quota's scope, invalid names included

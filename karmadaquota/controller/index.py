@@ -28,7 +28,9 @@ from pydantic import ValidationError
 from karmadaquota import queued, queueing, scopes
 from karmadaquota.api import ResourceBinding, describe
 from karmadaquota.charge import Charge, full_charge, queued_charge
+from karmadaquota.kube.templates import Key, TemplateStore, key_of
 from karmadaquota.kube.versions import parse_rv
+from karmadaquota.pod_template import PodCharge
 from karmadaquota.quantity import QuantityError
 from karmadaquota.resources import ResourceList
 from karmadaquota.scopes import BindingTraits, Expression
@@ -111,10 +113,16 @@ class BindingState:
     uid: str
     rv: int
     entry: IndexedBinding | None
+    # the template whose version the store does not hold yet: charged from the binding's own
+    # fields meanwhile, at generation 0 (its pending charge holds), observed again on arrival
+    waits_for: Key | None = None
 
 
-def observe(obj: Mapping[str, Any], intern: Interner) -> BindingState:
-    """Charge one ResourceBinding object. Raises ValueError (pydantic/quantity) when malformed."""
+def observe(
+    obj: Mapping[str, Any], intern: Interner, templates: TemplateStore | None = None
+) -> BindingState:
+    """Charge one ResourceBinding object with its template's pod (`templates`: None charges
+    the binding's own fields). Raises ValueError (pydantic/quantity) when malformed."""
     meta = obj.get("metadata") or {}
     ns, uid, rv = (
         str(meta.get("namespace", "")),
@@ -125,7 +133,11 @@ def observe(obj: Mapping[str, Any], intern: Interner) -> BindingState:
         return BindingState(ns, uid, rv, None)
     try:
         binding = ResourceBinding.model_validate(obj)
-        full = full_charge(binding)
+        pod = templates.resolve(binding.spec.resource, ns) if templates is not None else None
+        waits_for = None
+        if not (pod is None or isinstance(pod, PodCharge)):
+            waits_for, pod = key_of(binding.spec.resource, ns), None
+        full = full_charge(binding, pod)
     except (ValidationError, QuantityError) as e:
         # Indexed with zero usage rather than skipped, so that the quota can say so and a
         # reservation for it is not held until expiry.
@@ -134,7 +146,8 @@ def observe(obj: Mapping[str, Any], intern: Interner) -> BindingState:
     quota = queued.queued_by(binding)
     c = queued_charge(full) if quota else full
     usage = compact(c, intern)
-    name, generation = intern(binding.metadata.name), binding.metadata.generation
+    name = intern(binding.metadata.name)
+    generation = 0 if waits_for is not None else binding.metadata.generation
     if c.invalid:
         _log_invalid(ns, name, uid, c.invalid)
     entry = queueing.QueueEntry.of(binding, quota, full) if quota else None
@@ -143,6 +156,7 @@ def observe(obj: Mapping[str, Any], intern: Interner) -> BindingState:
         uid,
         rv,
         IndexedBinding(name, generation, rv, usage, c.invalid, entry, queued.marked(obj)),
+        waits_for,
     )
 
 
@@ -313,10 +327,12 @@ def aggregate(
     return Sums(used, per_cluster)
 
 
-def safe_observe(obj: Mapping[str, Any], intern: Interner) -> BindingState | None:
+def safe_observe(
+    obj: Mapping[str, Any], intern: Interner, templates: TemplateStore | None = None
+) -> BindingState | None:
     """`observe`, logging (and skipping) a binding that cannot be charged."""
     try:
-        return observe(obj, intern)
+        return observe(obj, intern, templates)
     except (ValidationError, QuantityError, ValueError) as e:
         meta = obj.get("metadata") or {}
         log.warning(

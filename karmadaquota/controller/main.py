@@ -49,6 +49,7 @@ from karmadaquota.controller.reconciler import (
 from karmadaquota.controller.wake import DEFAULT_KINDS, WakeConfig, Waker, kinds
 from karmadaquota.heap import freeze_startup_heap
 from karmadaquota.kube.client import JSON, CredentialsError, KubeClient, user_agent
+from karmadaquota.kube.templates import TemplateStore
 from karmadaquota.webhook import server
 from karmadaquota.webhook.server import AUX_LIMITS, ServerConfig
 
@@ -179,6 +180,7 @@ async def serve(cfg: ControllerConfig) -> int:
         namespace_api=client,
         admitter=Admitter(client, metrics),
         guards=keeper,
+        templates=TemplateStore(client),
     )
     keeper.on_change = controller.guarding.mark
     if elector is None:

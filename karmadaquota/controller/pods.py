@@ -6,12 +6,14 @@ binding being deleted is not charged), which keeps `observed` comparable with `u
 scale-down show at once. The member watch also asks the API server to filter out terminal pods
 (`status.phase!=Succeeded,status.phase!=Failed`); this check is the client-side guard.
 
-A pod's requests follow Kubernetes' resource helper (PodRequests): containers add up, sidecars
-(init containers with restartPolicy Always) add to them, every other init container must fit on
-its own next to the sidecars started before it (the maximum is taken), and the pod overhead is
-added. They are then charged under quota names as Kubernetes' pod evaluator does: cpu, memory,
-ephemeral-storage and hugepages-* under the bare and the requests.* name, extended resources as
-requests.<name>, plus `pods` and `count/pods` (1 each).
+A pod's requests and limits follow Kubernetes' resource helpers (PodRequests, PodLimits:
+`karmadaquota.pod_template`, which admission charges too): containers add up, sidecars (init
+containers with restartPolicy Always) add to them, every other init container must fit on its
+own next to the sidecars started before it (the maximum is taken), pod-level resources set the
+total, and the pod overhead is added. Requests are then charged under quota names as
+Kubernetes' pod evaluator does: cpu, memory, ephemeral-storage and hugepages-* under the bare
+and the requests.* name, extended resources as requests.<name>, limits as limits.cpu,
+limits.memory and limits.ephemeral-storage, plus `pods` and `count/pods` (1 each).
 
 Scopes apply to pods as to bindings: PriorityClass reads spec.priorityClassName, BestEffort is
 the BestEffort QoS class (no cpu/memory request or limit in any container).
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from karmadaquota import resources, scopes
+from karmadaquota.pod_template import LIMITS_PREFIX, limit_names, pod_limits, pod_requests
 from karmadaquota.quantity import Quantity, QuantityError
 from karmadaquota.resources import ResourceList
 from karmadaquota.scopes import BindingTraits, Expression
@@ -44,7 +47,7 @@ def is_pod_observable(name: str) -> bool:
     return (
         name in _POD_COUNTS
         or name in resources.REQUEST_ALIASES
-        or name.startswith((resources.REQUESTS_PREFIX, resources.HUGEPAGES_PREFIX))
+        or name.startswith((resources.REQUESTS_PREFIX, resources.HUGEPAGES_PREFIX, LIMITS_PREFIX))
     )
 
 
@@ -61,32 +64,6 @@ def is_counted(pod: Mapping[str, Any]) -> bool:
     if (pod.get("metadata") or {}).get("deletionTimestamp"):
         return False
     return (pod.get("status") or {}).get("phase") not in TERMINAL_PHASES
-
-
-def _container_requests(container: Mapping[str, Any], where: str) -> ResourceList:
-    raw = ((container.get("resources") or {}).get("requests")) or {}
-    return resources.parse_resource_list(raw, where)
-
-
-def pod_requests(spec: Mapping[str, Any]) -> ResourceList:
-    """Effective pod requests (bare resource names), as Kubernetes' PodRequests computes them."""
-    reqs: ResourceList = {}
-    for i, c in enumerate(spec.get("containers") or []):
-        reqs = resources.add(reqs, _container_requests(c, f"spec.containers[{i}]"))
-    sidecars: ResourceList = {}
-    init_max: ResourceList = {}
-    for i, c in enumerate(spec.get("initContainers") or []):
-        own = _container_requests(c, f"spec.initContainers[{i}]")
-        if c.get("restartPolicy") == "Always":
-            reqs = resources.add(reqs, own)
-            sidecars = resources.add(sidecars, own)
-            need = sidecars
-        else:
-            need = resources.add(own, sidecars)
-        init_max = resources.maximum(init_max, need)
-    reqs = resources.maximum(reqs, init_max)
-    overhead = resources.parse_resource_list(spec.get("overhead") or {}, "spec.overhead")
-    return resources.add(reqs, overhead)
 
 
 def _best_effort(spec: Mapping[str, Any]) -> bool:
@@ -106,14 +83,16 @@ def pod_usage(pod: Mapping[str, Any]) -> PodUsage | None:
     spec = pod.get("spec") or {}
     try:
         requests = pod_requests(spec)
+        limits = limit_names(pod_limits(spec))
     except QuantityError as e:  # the member's API server validated them: should not happen
         meta = pod.get("metadata") or {}
         log.warning(
             "pod requests unreadable; counting the pod only",
             extra={"namespace": meta.get("namespace"), "pod": meta.get("name"), "error": str(e)},
         )
-        requests = {}
+        requests, limits = {}, {}
     usage = resources.to_quota_names(requests, None)  # never "pods": a pod counts once
+    usage.update(limits)
     usage.update(dict.fromkeys(_POD_COUNTS, _ONE))
     traits = BindingTraits(
         has_replicas=True,

@@ -46,6 +46,7 @@ from karmadaquota.kube.client import JSON, JSON_PATCH, Api, Conflict, KubeError,
 from karmadaquota.kube.informer import Informer, Lister
 from karmadaquota.kube.quotas import QuotaRecord, QuotaStore, cluster_quota_store
 from karmadaquota.kube.retry import Backoff, ConflictsExhausted, retry_on_conflict
+from karmadaquota.kube.templates import Key, TemplateStore
 from karmadaquota.kube.versions import parse_rv
 
 log = logging.getLogger("karmadaquota.controller")
@@ -118,8 +119,15 @@ class Controller:
         namespace_api: namespaces.Patcher | None = None,
         admitter: Admitter | None = None,
         guards: GuardKeeper | None = None,
+        templates: TemplateStore | None = None,
     ) -> None:
         self.api = api
+        # the resource templates' pods a binding is charged with (None: the binding's fields)
+        self.templates = templates
+        # bindings waiting for their template's version: template -> (namespace, uid) -> object
+        self._template_waits: dict[Key, dict[tuple[str, str], Mapping[str, Any]]] = {}
+        if templates is not None:
+            templates.on_change(self._template_arrived)
         # admits queued bindings as room appears (None: queued bindings stay queued)
         self.admitter = admitter
         # None: memberEnforcement ResourceQuota counts observed usage but keeps no guards
@@ -359,12 +367,30 @@ class Controller:
         )
         self.mark_all()
 
+    def _template_arrived(self, key: Key) -> None:
+        """Observe again the bindings that waited for this template's version."""
+        feed = self.binding_informer.handler
+        for (ns, uid), obj in (self._template_waits.pop(key, None) or {}).items():
+            have = self.index.get(ns, uid)
+            rv = parse_rv((obj.get("metadata") or {}).get("resourceVersion"))
+            if have is not None and have.rv == rv:
+                feed.added(obj)
+
+    async def _bindings_after_templates(self) -> None:
+        """The binding informer, once every template informer has listed: a binding then waits
+        for its template only while the template's own watch event is on its way."""
+        if self.templates is not None:
+            await asyncio.gather(*(i.synced.wait() for i in self.templates.informers))
+        await self.binding_informer.run()
+
     async def run(self) -> None:
         """Watch bindings and quotas and flush dirty namespaces until cancelled."""
+        templates = self.templates.informers if self.templates is not None else []
         await _together(
             {
                 "queues": self.run_queues(),
-                "binding-informer": self.binding_informer.run(),
+                "binding-informer": self._bindings_after_templates(),
+                **{f"template-informer-{i.name}": i.run() for i in templates},
                 "quota-informer": self.quotas.informer.run(),
                 "cluster-quota-informer": self.cluster_quotas.informer.run(),
                 **({"view-informer": self.views.informer.run()} if self.views is not None else {}),
@@ -863,7 +889,9 @@ class _BindingFeed:
         self.c = c
 
     def added(self, obj: Mapping[str, Any]) -> None:
-        seen = safe_observe(obj, self.c.index.intern)
+        seen = safe_observe(obj, self.c.index.intern, self.c.templates)
+        if seen is not None and seen.waits_for is not None:
+            self.c._template_waits.setdefault(seen.waits_for, {})[(seen.namespace, seen.uid)] = obj
         if seen is not None and self.c.index.apply(seen):
             self.c._mark(seen.namespace)
         self.c.metrics.bindings_indexed.set(len(self.c.index))

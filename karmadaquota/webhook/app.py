@@ -38,13 +38,15 @@ from karmadaquota import (
     trust,
     validation,
 )
-from karmadaquota.api import ClusterKarmadaQuota, KarmadaQuota, ResourceBinding
+from karmadaquota.api import BindingResource, ClusterKarmadaQuota, KarmadaQuota, ResourceBinding
 from karmadaquota.aux_port import serve_aux
 from karmadaquota.evaluate import REASON_FORBIDDEN, Decision, LimitedResource, QuotaView
 from karmadaquota.kube import paths
-from karmadaquota.kube.client import JSON, KubeClient, KubeError, user_agent
+from karmadaquota.kube.client import JSON, KubeClient, KubeError, NotFound, user_agent
 from karmadaquota.kube.namespace_labels import NamespaceLabels
 from karmadaquota.kube.quotas import QuotaStore
+from karmadaquota.kube.templates import TemplateStore
+from karmadaquota.pod_template import PodCharge, grows, of_template
 from karmadaquota.quantity import QuantityError
 from karmadaquota.webhook import review
 from karmadaquota.webhook.batcher import (
@@ -190,8 +192,11 @@ class Webhook:
         refusals: RefusalRecorder | None = None,
         writers: trust.Writers | None = None,
         cluster: ClusterQuotas | None = None,
+        templates: TemplateStore | None = None,
     ) -> None:
         self.quotas = quotas
+        # the resource templates' pods a binding is charged with (None: the binding's fields)
+        self.templates = templates
         # ClusterKarmadaQuotas (None: not served, e.g. a unit test of namespaced quotas)
         self.cluster = cluster
         self.writers = writers or trust.Writers()
@@ -235,12 +240,16 @@ class Webhook:
         try:
             new = ResourceBinding.model_validate(req.object)
             old = ResourceBinding.model_validate(req.oldObject) if req.oldObject else None
-            new_charge = charge.charge(new)
-            old_charge = charge.charge(old) if old is not None else None
+            new_pod = await self._pod(new, req.namespace)
+            old_pod = await self._pod(old, req.namespace) if old is not None else None
+            new_charge = charge.charge(new, new_pod)
+            old_charge = charge.charge(old, old_pod) if old is not None else None
         except ValidationError as e:
             return Decision(False, f"invalid ResourceBinding: {api.describe(e)}", REASON_INVALID)
         except QuantityError as e:
             return Decision(False, f"invalid ResourceBinding: {e}", REASON_INVALID)
+        except (KubeError, aiohttp.ClientError, TimeoutError, paths.InvalidName) as e:
+            return Decision(False, _unreadable_template(new.spec.resource, e), REASON_NOT_READY)
         name = new.metadata.name or req.name
         if new_charge.invalid:
             return Decision(
@@ -266,6 +275,73 @@ class Webhook:
         if self.refusals is not None and not req.dryRun and not from_queue:
             self.refusals.observe(req.namespace, new, old, new_charge, old_charge, decision)
         return decision
+
+    async def _pod(self, binding: ResourceBinding, namespace: str) -> PodCharge | None:
+        """One replica of the binding's template (karmadaquota.kube.templates)."""
+        if self.templates is None:
+            return None
+        return await self.templates.fetch(binding.spec.resource, namespace)
+
+    async def admit_template(self, req: review.Request, budget: float | None = None) -> Decision:
+        """A resource template's pod that grows: Karmada renders the template as it is now into
+        every member (on its next sync of the binding), whether or not our admission of the
+        binding's update follows. So the growth must fit now: the binding's update is evaluated
+        (dry run) and the template refused in its words when it does not fit."""
+        obj = (
+            req.object if req.operation == "UPDATE" and req.subResource in ("", "resize") else None
+        )
+        if obj is None:
+            return Decision(True)
+        if req.oldObject is None:
+            raise review.MalformedReview("request.oldObject is required for UPDATE")
+        try:
+            new_pod, old_pod = of_template(obj), of_template(req.oldObject)
+        except QuantityError as e:
+            return Decision(False, f"invalid {obj.get('kind')}: {e}", REASON_INVALID)
+        if new_pod is None or old_pod is None or not grows(new_pod, old_pod):
+            return Decision(True)
+        if not self._synced():
+            return NOT_SYNCED
+        selecting = self.cluster.selecting(req.namespace) if self.cluster is not None else []
+        if selecting is None:
+            return Decision(False, self._unknown_selection(req.namespace), REASON_NOT_READY)
+        if not selecting and await self._unlimited(req.namespace) is not None:
+            return Decision(True)
+        name = str((obj.get("metadata") or {}).get("name") or req.name)
+        kind = str(obj.get("kind") or "")
+        assert self.templates is not None and self.templates.client is not None
+        try:
+            got = await self.templates.client.get(
+                paths.binding(req.namespace, binding_name(kind, name))
+            )
+            binding = ResourceBinding.model_validate(got)
+            charged = self.templates.resolve(binding.spec.resource, req.namespace)
+            new_charge = charge.charge(binding, new_pod)
+            # what the binding is charged now: with the template version it names, or with
+            # its own fields (more than charged, never less: the growth is then overstated)
+            old_charge = charge.charge(binding, charged if isinstance(charged, PodCharge) else None)
+        except NotFound:
+            return Decision(True)  # not propagated: its binding is charged with this template
+        except (ValidationError, QuantityError):
+            return Decision(True)  # its binding is refused as invalid, whatever it costs
+        except (KubeError, aiohttp.ClientError, TimeoutError, paths.InvalidName) as e:
+            return Decision(
+                False,
+                f"karmadaquota webhook: the binding of {name} cannot be read: {e}",
+                REASON_NOT_READY,
+            )
+        if binding.spec.resource.name != name or binding.spec.resource.kind != kind:
+            return Decision(True)  # the name belongs to another template's binding
+        pending = Pending(
+            namespace=req.namespace,
+            name=binding.metadata.name,
+            uid=binding.metadata.uid,
+            generation=binding.metadata.generation + 1,
+            new=new_charge,
+            old=old_charge,
+            dry_run=True,
+        )
+        return await self._charge(pending, selecting, budget)
 
     def _untrusted_write(self, req: review.Request) -> Decision | None:
         """A refusal when an untrusted writer creates a binding or changes what only trusted
@@ -498,6 +574,18 @@ def _written(req: review.Request) -> dict[str, Any] | None:
     return req.object
 
 
+def binding_name(kind: str, name: str) -> str:
+    """The ResourceBinding Karmada's detector makes for a template (names.GenerateBindingName)."""
+    return f"{name}-{kind}".lower()
+
+
+def _unreadable_template(ref: BindingResource, e: BaseException) -> str:
+    return (
+        f"karmadaquota webhook: the resource template {ref.kind} {ref.namespace}/{ref.name} "
+        f"cannot be read to charge its pods: {e}; try again"
+    )
+
+
 def invalid_message(kind: str, name: str, errors: Sequence[str]) -> str:
     """Kubernetes' wording for an invalid object (apimachinery's NewInvalid): one error as it
     is, several as `[e1, e2]`."""
@@ -584,6 +672,10 @@ def build_app(
                 )
             elif kind == "override":
                 decision = await webhook.admit_override(req)
+            elif kind == "template":
+                decision = await webhook.admit_template(
+                    req, review_budget(request.query.get("timeout"))
+                )
             else:
                 decision = await webhook.admit_quota(req)
         except review.MalformedReview as e:
@@ -637,6 +729,9 @@ def build_app(
     async def override_policies(request: web.Request) -> web.Response:
         return await handle(request, "override")
 
+    async def templates(request: web.Request) -> web.Response:
+        return await handle(request, "template")
+
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok\n")
 
@@ -656,6 +751,7 @@ def build_app(
     app.router.add_post("/mutate-resourcebinding", mutate)
     app.router.add_post("/validate-karmadaquota", quotas)
     app.router.add_post("/validate-overridepolicy", override_policies)
+    app.router.add_post("/validate-template", templates)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics_handler)
@@ -745,8 +841,9 @@ async def running(settings: WebhookConfig) -> AsyncIterator[tuple[Webhook, int]]
             model=ClusterKarmadaQuota,
         ),
     )
+    templates = TemplateStore(client)
     webhook = Webhook(
-        quotas, batcher, metrics, store.api_seconds, refusals, settings.writers, cluster
+        quotas, batcher, metrics, store.api_seconds, refusals, settings.writers, cluster, templates
     )
     certs = CertReloader(
         settings.cert_file,
@@ -759,6 +856,7 @@ async def running(settings: WebhookConfig) -> AsyncIterator[tuple[Webhook, int]]
         asyncio.create_task(quotas.run(), name="quota-store"),
         asyncio.create_task(cluster.run(), name="cluster-quotas"),
         asyncio.create_task(certs.watch(settings.cert_check_interval), name="cert-reload"),
+        *(asyncio.create_task(i.run(), name=f"templates-{i.name}") for i in templates.informers),
     ]
 
     async def mark_synced() -> None:

@@ -1,0 +1,184 @@
+"""One replica of each resource template, as the webhook and the controller charge a binding.
+
+A binding is charged with its template's pod (`karmadaquota.pod_template`): the webhook when it
+admits it, the controller when it counts it, so both must find the same template. The store
+watches the kinds whose pod template `pod_template` knows, one informer each, and keeps per
+template only its `PodCharge` at its last two resourceVersions (never the template itself).
+
+A binding names the template version it was built from (`spec.resource.resourceVersion`). The
+store answers with that version when it holds it, else with the newest one it holds if that is
+at least as new (what Karmada renders next), else "not yet": the webhook then reads the
+template (`fetch`, a GET whose answer is kept), the controller waits for the watch (`lookup`
+returns MISSING; `on_change` says when to look again). A template that does not exist charges
+the binding from its own fields (`pod_template` never lowers a charge).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from karmadaquota import pod_template
+from karmadaquota.api import BindingResource
+from karmadaquota.kube import paths
+from karmadaquota.kube.client import NotFound
+from karmadaquota.kube.informer import Informer, Lister
+from karmadaquota.kube.versions import parse_rv
+from karmadaquota.pod_template import PodCharge
+from karmadaquota.quantity import QuantityError
+
+log = logging.getLogger("karmadaquota.templates")
+
+# (group, kind) -> the API path of its collection
+_COLLECTIONS: dict[tuple[str, str], tuple[str, str]] = {
+    ("apps", "Deployment"): ("/apis/apps/v1", "deployments"),
+    ("apps", "StatefulSet"): ("/apis/apps/v1", "statefulsets"),
+    ("apps", "ReplicaSet"): ("/apis/apps/v1", "replicasets"),
+    ("batch", "Job"): ("/apis/batch/v1", "jobs"),
+    ("", "Pod"): ("/api/v1", "pods"),
+}
+assert set(_COLLECTIONS) == set(pod_template.POD_SPEC_PATHS)
+_KEEP = 2  # versions kept per template: the one a binding names and the next
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING: Final = _Missing()
+Key = tuple[str, str, str, str]  # group, kind, namespace, name
+
+
+@dataclass(frozen=True, slots=True)
+class _Version:
+    rv: int
+    pod: PodCharge | None  # None: the quantities were unreadable
+
+
+def key_of(ref: BindingResource, namespace: str) -> Key | None:
+    """The store's key for a binding's template; None for a kind without a known pod."""
+    group = ref.apiVersion.rpartition("/")[0]
+    if (group, ref.kind) not in _COLLECTIONS:
+        return None
+    return (group, ref.kind, ref.namespace or namespace, ref.name)
+
+
+class TemplateStore:
+    """PodCharges of the templates of every kind with a known pod (module docstring)."""
+
+    def __init__(self, client: Lister | None = None, *, page_size: int = 500) -> None:
+        self.client = client
+        self._by_key: dict[Key, list[_Version]] = {}
+        self._gone: set[Key] = set()  # seen deleted (the binding's deletion follows)
+        self._listeners: list[Callable[[Key], None]] = []
+        self.informers = [
+            Informer(
+                f"{base}/{plural}",
+                _Feed(self, group, kind),
+                client,
+                page_size=page_size,
+                name=f"{plural}.{group}" if group else plural,
+            )
+            for (group, kind), (base, plural) in _COLLECTIONS.items()
+        ]
+        self.reads = 0  # GETs `fetch` made
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+    def on_change(self, listener: Callable[[Key], None]) -> None:
+        """Call `listener(key)` whenever a template's version arrives or goes."""
+        self._listeners.append(listener)
+
+    def put(self, key: Key, obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        rv = parse_rv(meta.get("resourceVersion"))
+        try:
+            pod = pod_template.of_template(obj)
+        except QuantityError as e:
+            log.warning("template quantities unreadable", extra={"template": key, "error": str(e)})
+            pod = None
+        self._gone.discard(key)
+        versions = [v for v in self._by_key.get(key, []) if v.rv != rv]
+        versions.append(_Version(rv, pod))
+        versions.sort(key=lambda v: v.rv, reverse=True)
+        self._by_key[key] = versions[:_KEEP]
+        self._changed(key)
+
+    def drop(self, key: Key) -> None:
+        self._by_key.pop(key, None)
+        self._gone.add(key)
+        self._changed(key)
+
+    def _changed(self, key: Key) -> None:
+        for listener in self._listeners:
+            listener(key)
+
+    def resolve(self, ref: BindingResource, namespace: str) -> PodCharge | _Missing | None:
+        """`lookup` for a binding's template: None (charge the binding's own fields) for a kind
+        without a known pod, a binding that names no template version (not built by Karmada's
+        detector, e.g. by hand) or a template seen deleted."""
+        key = key_of(ref, namespace)
+        if key is None or not ref.resourceVersion:
+            return None
+        return self.lookup(key, ref.resourceVersion)
+
+    def lookup(self, key: Key, resource_version: str) -> PodCharge | _Missing | None:
+        """The template's pod at the version a binding names, or at a newer one; MISSING
+        when the store holds no such version (yet)."""
+        versions = self._by_key.get(key)
+        if not versions:
+            return None if key in self._gone else MISSING
+        want = parse_rv(resource_version)
+        for v in versions:
+            if v.rv == want:
+                return v.pod
+        newest = versions[0]
+        return newest.pod if newest.rv >= want else MISSING
+
+    async def fetch(self, ref: BindingResource, namespace: str) -> PodCharge | None:
+        """`lookup`, reading the template when the store holds no such version: None when the
+        kind has no known pod or the template does not exist (charged from the binding's own
+        fields). Raises KubeError when the template cannot be read."""
+        found = self.resolve(ref, namespace)
+        if not isinstance(found, _Missing):
+            return found
+        key = key_of(ref, namespace)
+        assert key is not None and self.client is not None
+        base, plural = _COLLECTIONS[key[:2]]
+        path = f"{base}/namespaces/{paths.namespace_name(key[2])}/{plural}/"
+        self.reads += 1
+        try:
+            obj = await self.client.get(path + paths.object_name(key[3]))
+        except NotFound:
+            self.drop(key)
+            return None
+        self.put(key, obj)
+        found = self.lookup(key, ref.resourceVersion)
+        # a template older than the binding names cannot be: the binding was built from it
+        return None if isinstance(found, _Missing) else found
+
+
+class _Feed:
+    """One kind's informer events into the store."""
+
+    def __init__(self, store: TemplateStore, group: str, kind: str) -> None:
+        self.store, self.group, self.kind = store, group, kind
+
+    def _key(self, obj: Mapping[str, Any]) -> Key:
+        meta = obj.get("metadata") or {}
+        return (self.group, self.kind, str(meta.get("namespace", "")), str(meta.get("name", "")))
+
+    def added(self, obj: Mapping[str, Any]) -> None:
+        self.store.put(self._key(obj), obj)
+
+    modified = added
+
+    def deleted(self, obj: Mapping[str, Any]) -> None:
+        self.store.drop(self._key(obj))
+
+    def relisted(self, resource_version: int) -> None:
+        pass

@@ -1,0 +1,146 @@
+"""What one replica of a resource template runs, as Kubernetes charges a pod (pure).
+
+A ResourceBinding's `replicaRequirements` is Karmada's estimate of one replica: the containers'
+requests summed, the init containers' maximum beside them. Kubernetes charges a pod more
+(`PodRequests`, k8s.io/component-helpers/resource): restartable init containers (sidecars) run
+beside the containers and add to them, an init container must fit beside the sidecars started
+before it, the pod overhead (RuntimeClass) is added, and pod-level `spec.resources` (KEP-2837)
+set the pod's total. Limits follow the same rules (`PodLimits`; the overhead is added only to a
+limit that is set), and a binding does not carry them at all. So what a replica costs is read
+from the pod template Karmada renders into every member: this module finds it in the kinds
+Karmada's default interpreter knows and computes its requests and limits.
+
+A container's request defaults to its limit when it states none, as the API server defaults a
+pod (Karmada copies limits into requests the same way). Pod-level values are taken as a
+maximum with the containers' aggregate (the API server requires them to be at least that), so
+a pod-level resource Kubernetes does not honour yet is never charged below its containers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from karmadaquota import resources
+from karmadaquota.quantity import Quantity
+from karmadaquota.resources import ResourceList
+
+# (group, kind) -> the path of the pod spec in the template. DaemonSets and CronJobs are not
+# here: Karmada cannot count their replicas (charge.UNCOUNTABLE_KINDS).
+POD_SPEC_PATHS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("apps", "Deployment"): ("spec", "template", "spec"),
+    ("apps", "StatefulSet"): ("spec", "template", "spec"),
+    ("apps", "ReplicaSet"): ("spec", "template", "spec"),
+    ("batch", "Job"): ("spec", "template", "spec"),
+    ("", "Pod"): ("spec",),
+}
+# Resources a quota may limit (Kubernetes: limits.cpu, limits.memory, limits.ephemeral-storage).
+LIMITED = ("cpu", "memory", "ephemeral-storage")
+LIMITS_PREFIX = "limits."
+_ZERO = Quantity.zero()
+
+
+@dataclass(frozen=True, slots=True)
+class PodCharge:
+    """One replica of a template: its requests and limits (bare names), and the limited
+    resources some container states no limit for (a quota limiting them refuses the pod)."""
+
+    requests: ResourceList
+    limits: ResourceList
+    unlimited: frozenset[str]
+
+
+def pod_spec(template: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The pod spec of a template whose kind has one; None otherwise."""
+    group = str(template.get("apiVersion") or "").rpartition("/")[0]
+    path = POD_SPEC_PATHS.get((group, str(template.get("kind") or "")))
+    if path is None:
+        return None
+    node: Any = template
+    for key in path:
+        node = node.get(key) if isinstance(node, Mapping) else None
+    return node if isinstance(node, Mapping) else None
+
+
+def _own(container: Mapping[str, Any], part: str, where: str) -> ResourceList:
+    res = container.get("resources") or {}
+    raw = dict(res.get(part) or {})
+    if part == "requests":
+        # a request defaults to the limit (the API server's defaulting of a pod)
+        for name, value in (res.get("limits") or {}).items():
+            raw.setdefault(name, value)
+    return resources.parse_resource_list(raw, f"{where}.resources.{part}")
+
+
+def _aggregate(spec: Mapping[str, Any], part: str) -> ResourceList:
+    """Kubernetes' AggregateContainerRequests / AggregateContainerLimits."""
+    total: ResourceList = {}
+    for i, c in enumerate(spec.get("containers") or []):
+        total = resources.add(total, _own(c, part, f"spec.containers[{i}]"))
+    sidecars: ResourceList = {}
+    init_max: ResourceList = {}
+    for i, c in enumerate(spec.get("initContainers") or []):
+        own = _own(c, part, f"spec.initContainers[{i}]")
+        if c.get("restartPolicy") == "Always":
+            total = resources.add(total, own)
+            sidecars = resources.add(sidecars, own)
+            need = sidecars
+        else:
+            need = resources.add(own, sidecars)
+        init_max = resources.maximum(init_max, need)
+    return resources.maximum(total, init_max)
+
+
+def pod_requests(spec: Mapping[str, Any]) -> ResourceList:
+    """Kubernetes' PodRequests. Raises QuantityError naming the field on a bad quantity."""
+    reqs = resources.maximum(_aggregate(spec, "requests"), _own(spec, "requests", "spec"))
+    overhead = resources.parse_resource_list(spec.get("overhead") or {}, "spec.overhead")
+    return resources.add(reqs, overhead)
+
+
+def pod_limits(spec: Mapping[str, Any]) -> ResourceList:
+    """Kubernetes' PodLimits: the overhead is added to the limits that are set."""
+    limits = resources.maximum(_aggregate(spec, "limits"), _own(spec, "limits", "spec"))
+    overhead = resources.parse_resource_list(spec.get("overhead") or {}, "spec.overhead")
+    return {name: q + overhead[name] if name in overhead else q for name, q in limits.items()}
+
+
+def _unlimited(spec: Mapping[str, Any]) -> frozenset[str]:
+    pod_level = (spec.get("resources") or {}).get("limits") or {}
+    missing: set[str] = set()
+    for key in ("containers", "initContainers"):
+        for c in spec.get(key) or []:
+            stated = (c.get("resources") or {}).get("limits") or {}
+            missing |= {r for r in LIMITED if r not in stated}
+    return frozenset(r for r in missing if r not in pod_level)
+
+
+def of_spec(spec: Mapping[str, Any]) -> PodCharge:
+    """One pod's charge. Raises QuantityError naming the field on a bad quantity."""
+    return PodCharge(pod_requests(spec), pod_limits(spec), _unlimited(spec))
+
+
+def of_template(template: Mapping[str, Any]) -> PodCharge | None:
+    """One replica of a template; None when its kind has no pod template this module knows.
+    Raises QuantityError naming the field on a bad quantity."""
+    spec = pod_spec(template)
+    return None if spec is None else of_spec(spec)
+
+
+def limit_names(limits: Mapping[str, Any]) -> ResourceList:
+    """Per-replica limits (bare names) -> the quota names they are charged under."""
+    return {LIMITS_PREFIX + n: q for n, q in limits.items() if n in LIMITED}
+
+
+def grows(new: PodCharge, old: PodCharge) -> bool:
+    """Whether `new` requests or limits more of anything than `old`, or limits less of it."""
+    return (
+        _more(new.requests, old.requests)
+        or _more(new.limits, old.limits)
+        or not new.unlimited <= old.unlimited
+    )
+
+
+def _more(new: ResourceList, old: ResourceList) -> bool:
+    return any(q > old.get(name, _ZERO) for name, q in new.items())

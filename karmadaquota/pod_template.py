@@ -38,6 +38,8 @@ POD_SPEC_PATHS: dict[tuple[str, str], tuple[str, ...]] = {
 # Resources a quota may limit (Kubernetes: limits.cpu, limits.memory, limits.ephemeral-storage).
 LIMITED = ("cpu", "memory", "ephemeral-storage")
 LIMITS_PREFIX = "limits."
+# a template: (group, kind, namespace, name)
+TemplateKey = tuple[str, str, str, str]
 _ZERO = Quantity.zero()
 
 

@@ -78,7 +78,7 @@ def test_convert_maps_bare_names_and_explains_the_rest() -> None:
     # what comes out is a valid KarmadaQuota by our own validation
     assert validate_spec(KarmadaQuota.model_validate(c.quota).spec) == []
     notes = "\n".join(c.notes)
-    assert "limits.memory" not in notes  # charged from the template's pod (pod_template)
+    assert "not carried over: limits.memory" not in notes  # charged from the template's pod
     assert "not carried over: storage=1Ti" in notes
     assert "staticAssignments (member1, member2) not carried over" in notes
     assert "per-cluster" in notes

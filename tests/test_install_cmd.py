@@ -180,7 +180,7 @@ async def test_apply_fills_every_webhooks_ca_bundle(
     api, client, _ = fake
     await install.apply(client, install.load_manifests(manifests), CA_PEM, timeout=10, poll=0.01)
     webhooks = api.bodies[VWC]["webhooks"]
-    assert len(webhooks) == 3  # bindings, quotas, overridepolicies
+    assert len(webhooks) == 4  # bindings, quotas, overridepolicies, templates
     for w in webhooks:
         assert base64.b64decode(w["clientConfig"]["caBundle"]) == CA_PEM
         assert w["clientConfig"]["url"].startswith("https://karmadaquota-webhook.")

@@ -284,6 +284,17 @@ def register(
         overrides["rules"],
         extra={"name": overrides["name"], "namespaceSelector": overrides["namespaceSelector"]},
     )
+    templates = shipped_webhook("template.quota.karmada.io")
+    bed.register_validating_webhook(
+        f"{WEBHOOK_NAME}-templates",
+        f"{url_base}/validate-template",
+        ca_bundle,
+        templates["rules"],
+        extra={
+            k: templates[k]
+            for k in ("name", "namespaceSelector", "matchConditions", "sideEffects")
+        },
+    )
 
 
 def shipped_queue_webhook() -> dict[str, Any]:

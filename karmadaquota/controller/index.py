@@ -21,16 +21,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 
 from karmadaquota import queued, queueing, scopes
-from karmadaquota.api import ResourceBinding, describe
+from karmadaquota.api import BindingResource, ResourceBinding, describe
 from karmadaquota.charge import Charge, full_charge, queued_charge
-from karmadaquota.kube.templates import Key, TemplateStore, key_of
 from karmadaquota.kube.versions import parse_rv
-from karmadaquota.pod_template import PodCharge
+from karmadaquota.pod_template import PodCharge, TemplateKey
 from karmadaquota.quantity import QuantityError
 from karmadaquota.resources import ResourceList
 from karmadaquota.scopes import BindingTraits, Expression
@@ -105,6 +104,14 @@ def compact(c: Charge, intern: Interner) -> CompactUsage:
     return usage
 
 
+class TemplatePods(Protocol):
+    """Where a binding's template's pod is found (kube.templates.TemplateStore)."""
+
+    def resolve(self, ref: BindingResource, namespace: str) -> PodCharge | TemplateKey | None:
+        """The pod; the template's key while its version has not arrived; None: unknown."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class BindingState:
     """What one binding object tells the index: an entry, or None when it is being deleted."""
@@ -115,11 +122,11 @@ class BindingState:
     entry: IndexedBinding | None
     # the template whose version the store does not hold yet: charged from the binding's own
     # fields meanwhile, at generation 0 (its pending charge holds), observed again on arrival
-    waits_for: Key | None = None
+    waits_for: TemplateKey | None = None
 
 
 def observe(
-    obj: Mapping[str, Any], intern: Interner, templates: TemplateStore | None = None
+    obj: Mapping[str, Any], intern: Interner, templates: TemplatePods | None = None
 ) -> BindingState:
     """Charge one ResourceBinding object with its template's pod (`templates`: None charges
     the binding's own fields). Raises ValueError (pydantic/quantity) when malformed."""
@@ -133,10 +140,9 @@ def observe(
         return BindingState(ns, uid, rv, None)
     try:
         binding = ResourceBinding.model_validate(obj)
-        pod = templates.resolve(binding.spec.resource, ns) if templates is not None else None
-        waits_for = None
-        if not (pod is None or isinstance(pod, PodCharge)):
-            waits_for, pod = key_of(binding.spec.resource, ns), None
+        found = templates.resolve(binding.spec.resource, ns) if templates is not None else None
+        waits_for = found if isinstance(found, tuple) else None
+        pod = found if isinstance(found, PodCharge) else None
         full = full_charge(binding, pod)
     except (ValidationError, QuantityError) as e:
         # Indexed with zero usage rather than skipped, so that the quota can say so and a
@@ -328,7 +334,7 @@ def aggregate(
 
 
 def safe_observe(
-    obj: Mapping[str, Any], intern: Interner, templates: TemplateStore | None = None
+    obj: Mapping[str, Any], intern: Interner, templates: TemplatePods | None = None
 ) -> BindingState | None:
     """`observe`, logging (and skipping) a binding that cannot be charged."""
     try:

@@ -26,7 +26,7 @@ from karmadaquota.kube import paths
 from karmadaquota.kube.client import NotFound
 from karmadaquota.kube.informer import Informer, Lister
 from karmadaquota.kube.versions import parse_rv
-from karmadaquota.pod_template import PodCharge
+from karmadaquota.pod_template import PodCharge, TemplateKey
 from karmadaquota.quantity import QuantityError
 
 log = logging.getLogger("karmadaquota.templates")
@@ -49,7 +49,7 @@ class _Missing:
 
 
 MISSING: Final = _Missing()
-Key = tuple[str, str, str, str]  # group, kind, namespace, name
+Key = TemplateKey
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,14 +117,18 @@ class TemplateStore:
         for listener in self._listeners:
             listener(key)
 
-    def resolve(self, ref: BindingResource, namespace: str) -> PodCharge | _Missing | None:
-        """`lookup` for a binding's template: None (charge the binding's own fields) for a kind
-        without a known pod, a binding that names no template version (not built by Karmada's
-        detector, e.g. by hand) or a template seen deleted."""
+    def resolve(self, ref: BindingResource, namespace: str) -> PodCharge | Key | None:
+        """`lookup` for a binding's template, its key while the store does not hold the
+        version; None (charge the binding's own fields) for a kind without a known pod, a
+        binding that names no template version (not built by Karmada's detector, e.g. by
+        hand) or a template seen deleted."""
         key = key_of(ref, namespace)
         if key is None or not ref.resourceVersion:
             return None
-        return self.lookup(key, ref.resourceVersion)
+        found = self.lookup(key, ref.resourceVersion)
+        if isinstance(found, _Missing):
+            return key
+        return found
 
     def lookup(self, key: Key, resource_version: str) -> PodCharge | _Missing | None:
         """The template's pod at the version a binding names, or at a newer one; MISSING
@@ -143,11 +147,10 @@ class TemplateStore:
         """`lookup`, reading the template when the store holds no such version: None when the
         kind has no known pod or the template does not exist (charged from the binding's own
         fields). Raises KubeError when the template cannot be read."""
-        found = self.resolve(ref, namespace)
-        if not isinstance(found, _Missing):
-            return found
-        key = key_of(ref, namespace)
-        assert key is not None and self.client is not None
+        key = self.resolve(ref, namespace)
+        if not isinstance(key, tuple):
+            return key
+        assert self.client is not None
         base, plural = _COLLECTIONS[key[:2]]
         path = f"{base}/namespaces/{paths.namespace_name(key[2])}/{plural}/"
         self.reads += 1

@@ -1,0 +1,150 @@
+"""The templates' pods a binding is charged with: the store, the webhook's reads, its gate."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from karmadaquota.api import BindingResource
+from karmadaquota.kube.templates import MISSING, TemplateStore
+from karmadaquota.pod_template import PodCharge
+from karmadaquota.webhook.app import Webhook, build_app
+from karmadaquota.webhook.batcher import Batcher
+from karmadaquota.webhook.metrics import WebhookMetrics
+from tests.conftest import binding_doc
+from tests.fake_api import FakeApiServer, FakeStore, quota_doc
+from tests.test_pod_template import container, deployment
+from tests.test_webhook_app import post, review
+
+DEPLOYMENTS = "/apis/apps/v1/namespaces/ns/deployments"
+KEY = ("apps", "Deployment", "ns", "web")
+TEMPLATES = {"group": "apps", "version": "v1", "resource": "deployments"}
+SIDECAR = {
+    "containers": [container("app", {"cpu": "400m"})],
+    "initContainers": [container("proxy", {"cpu": "400m"}, restartPolicy="Always")],
+}
+
+
+def ref(rv: str) -> BindingResource:
+    return BindingResource(apiVersion="apps/v1", kind="Deployment", name="web", resourceVersion=rv)
+
+
+def cpu(pod: Any) -> str:
+    assert isinstance(pod, PodCharge)
+    return str(pod.requests["cpu"])
+
+
+def test_the_store_answers_the_version_a_binding_names_or_a_newer_one() -> None:
+    store = TemplateStore()
+    one = deployment({"containers": [container("app", {"cpu": "1"})]})
+    store.put(KEY, {**one, "metadata": {**one["metadata"], "resourceVersion": "5"}})
+    two = deployment({"containers": [container("app", {"cpu": "2"})]})
+    store.put(KEY, {**two, "metadata": {**two["metadata"], "resourceVersion": "8"}})
+    assert cpu(store.lookup(KEY, "5")) == "1"  # the one the binding was built from
+    assert cpu(store.lookup(KEY, "6")) == "2"  # a newer one: what Karmada renders next
+    assert store.lookup(KEY, "9") is MISSING  # not arrived yet
+    assert store.resolve(ref("9"), "ns") == KEY  # the controller waits for it
+    assert store.resolve(ref(""), "ns") is None  # a binding made by hand: its own fields
+    store.drop(KEY)
+    assert store.resolve(ref("9"), "ns") is None  # gone: its binding goes next
+
+
+async def test_fetch_reads_a_template_the_store_does_not_hold_once() -> None:
+    api = FakeApiServer()
+    stored = api.create(DEPLOYMENTS, deployment(SIDECAR))
+    store = TemplateStore(api)
+    rv = stored["metadata"]["resourceVersion"]
+    assert cpu(await store.fetch(ref(rv), "ns")) == "800m"
+    assert cpu(await store.fetch(ref(rv), "ns")) == "800m"
+    assert store.reads == 1
+    missing = BindingResource(
+        apiVersion="apps/v1", kind="Deployment", name="gone", resourceVersion="1"
+    )
+    assert await store.fetch(missing, "ns") is None
+    odd = BindingResource(apiVersion="example.io/v1", kind="Thing", name="x", resourceVersion="1")
+    assert await store.fetch(odd, "ns") is None and store.reads == 2
+
+
+@pytest.fixture
+async def gate() -> AsyncIterator[tuple[TestClient[Any, Any], FakeApiServer]]:
+    store = FakeStore(quota_doc(hard={"requests.cpu": "1"}, namespace="ns"))
+    api = FakeApiServer()
+    webhook = Webhook(
+        store.quota_store(), Batcher(store), WebhookMetrics(), templates=TemplateStore(api)
+    )
+    client = TestClient(TestServer(build_app(webhook)))
+    await client.start_server()
+    yield client, api
+    await client.close()
+
+
+def binding_of(template: dict[str, Any], cpu: str, name: str = "web") -> dict[str, Any]:
+    doc = binding_doc(1, {"cpu": cpu}, name=name, namespace="ns", clusters={"m1": 1})
+    doc["spec"]["resource"]["resourceVersion"] = template["metadata"]["resourceVersion"]
+    return doc
+
+
+async def test_a_sidecar_is_charged_so_the_next_workload_is_refused(gate: Any) -> None:
+    client, api = gate
+    web = api.create(DEPLOYMENTS, deployment(SIDECAR))
+    # Karmada's replicaRequirements say 400m (the maximum of the two); the pod requests 800m
+    _, body = await post(client, "/validate-resourcebinding", review(binding_of(web, "400m")))
+    assert body["response"]["allowed"]
+    small = api.create(
+        DEPLOYMENTS, deployment({"containers": [container("a", {"cpu": "300m"})]}, "db")
+    )
+    _, body = await post(
+        client, "/validate-resourcebinding", review(binding_of(small, "300m", "db"))
+    )
+    assert not body["response"]["allowed"]
+    assert body["response"]["status"]["message"] == (
+        "exceeded quota: team-a, requested: requests.cpu=300m, used: requests.cpu=800m, "
+        "limited: requests.cpu=1"
+    )
+
+
+async def test_a_template_whose_pod_grows_past_the_quota_is_refused(gate: Any) -> None:
+    client, api = gate
+    old = api.create(DEPLOYMENTS, deployment({"containers": [container("app", {"cpu": "400m"})]}))
+    bound = binding_of(old, "400m")
+    _, body = await post(client, "/validate-resourcebinding", review(bound))
+    assert body["response"]["allowed"]
+    api.create("/apis/work.karmada.io/v1alpha2/namespaces/ns/resourcebindings", bound)
+    grown = copy.deepcopy(old)
+    grown["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "2"
+    _, body = await post(
+        client, "/validate-template", review(grown, "UPDATE", old, resource=TEMPLATES)
+    )
+    assert not body["response"]["allowed"]
+    assert body["response"]["status"]["message"] == (
+        "exceeded quota: team-a, requested: requests.cpu=1600m, used: requests.cpu=400m, "
+        "limited: requests.cpu=1"
+    )
+    fits = copy.deepcopy(old)
+    fits["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "1"
+    _, body = await post(
+        client, "/validate-template", review(fits, "UPDATE", old, resource=TEMPLATES)
+    )
+    assert body["response"]["allowed"]
+    shrunk = copy.deepcopy(old)
+    shrunk["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "100m"
+    _, body = await post(
+        client, "/validate-template", review(shrunk, "UPDATE", grown, resource=TEMPLATES)
+    )
+    assert body["response"]["allowed"]
+
+
+async def test_a_template_without_a_binding_may_grow(gate: Any) -> None:
+    client, api = gate
+    old = api.create(DEPLOYMENTS, deployment({"containers": [container("app", {"cpu": "400m"})]}))
+    grown = json.loads(json.dumps(old))
+    grown["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "5"
+    _, body = await post(
+        client, "/validate-template", review(grown, "UPDATE", old, resource=TEMPLATES)
+    )
+    assert body["response"]["allowed"]

@@ -291,8 +291,7 @@ def register(
         ca_bundle,
         templates["rules"],
         extra={
-            k: templates[k]
-            for k in ("name", "namespaceSelector", "matchConditions", "sideEffects")
+            k: templates[k] for k in ("name", "namespaceSelector", "matchConditions", "sideEffects")
         },
     )
 

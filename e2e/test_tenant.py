@@ -361,3 +361,167 @@ async def test_a_removed_enforcement_label_comes_back_within_a_second(
     # the tenant itself may not touch the namespace at all (edit grants no namespace writes)
     got = await as_tenant(s, "label", "namespace", ns, f"{ENFORCED}-")
     assert got.returncode != 0 and "forbidden" in got.stderr.lower()
+
+
+def _cpu_millis(value: str) -> int:
+    """A cpu quantity in millicores (the oracle's own parser: m or whole cores only)."""
+    return int(value[:-1]) if value.endswith("m") else int(float(value) * 1000)
+
+
+async def running_cpu(s: Stack, ns: str) -> int:
+    """Σ cpu the members' pods request, as Kubernetes charges a pod: its containers plus its
+    sidecars (restartable init containers); the test's pods have no other init containers."""
+    total = 0
+    for client in s.members.values():
+        try:
+            pods = await client.get(f"/api/v1/namespaces/{ns}/pods")
+        except NotFound:
+            continue
+        for p in pods.get("items", []):
+            if p["metadata"].get("deletionTimestamp"):
+                continue
+            spec = p["spec"]
+            sidecars = [c for c in spec.get("initContainers", []) if c.get("restartPolicy")]
+            for c in [*spec["containers"], *sidecars]:
+                cpu = ((c.get("resources") or {}).get("requests") or {}).get("cpu")
+                total += _cpu_millis(cpu) if cpu else 0
+    return total
+
+
+@contextlib.asynccontextmanager
+async def cpu_within(s: Stack, ns: str, hard_millis: int) -> AsyncIterator[list[int]]:
+    """Poll the members' Σ cpu every 100 ms for the block; fail if it ever exceeds the hard."""
+    seen: list[int] = []
+
+    async def poll() -> None:
+        while True:
+            now = await running_cpu(s, ns)
+            seen.append(now)
+            assert now <= hard_millis, f"members request {now}m cpu > {hard_millis}m"
+            await asyncio.sleep(0.1)  # the poll period, not synchronisation
+
+    task = asyncio.create_task(poll())
+    try:
+        yield seen
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert seen and max(seen) <= hard_millis, seen
+
+
+def with_sidecar(ns: str, name: str, cpu: str, sidecar_cpu: str) -> JSON:
+    d = deployment(ns, name, 1, {"cpu": cpu})
+    d["spec"]["template"]["spec"]["initContainers"] = [
+        {
+            "name": "proxy",
+            "image": "envoy",
+            "restartPolicy": "Always",
+            "resources": {"requests": {"cpu": sidecar_cpu}},
+        }
+    ]
+    return d
+
+
+async def refused_event(s: Stack, ns: str, name: str, text: str) -> str:
+    async def seen() -> str | None:
+        events = await s.api.get(f"/api/v1/namespaces/{ns}/events")
+        found = events_about(events, name)
+        return found if text in found else None
+
+    return await eventually(seen, 60, f"{name} refused: {text}", interval=0.2)
+
+
+async def test_a_sidecar_is_charged_as_kubernetes_charges_the_pod(stack: Stack, ns: str) -> None:
+    """A 400m container beside a 400m sidecar: Karmada's replicaRequirements say 400m (their
+    maximum), Kubernetes charges the pod 800m; a 300m Deployment after it does not fit 1 cpu."""
+    s = stack
+    members = list(s.members)
+    await quota(s, ns, **{"requests.cpu": "1"})
+    async with cpu_within(s, ns, 1000):
+        await tenant_apply(
+            s, with_sidecar(ns, "web", "400m", "400m"), divided_policy(ns, "web", members, "web")
+        )
+        await placed(s, ns, "web", 1)
+        await tenant_apply(
+            s, deployment(ns, "db", 1, {"cpu": "300m"}), divided_policy(ns, "db", members, "db")
+        )
+        message = await refused_event(s, ns, "db", "exceeded quota")
+        assert "requested: requests.cpu=300m, used: requests.cpu=800m" in message
+    q = await s.api.get(QUOTAS.format(ns=ns) + "/team")
+    assert q["status"]["used"]["requests.cpu"] == "800m"
+    assert await running_cpu(s, ns) == 800
+
+
+async def test_a_template_cannot_grow_past_the_quota(stack: Stack, ns: str) -> None:
+    """The template is what Karmada renders on its next sync of the binding (an OverridePolicy
+    event, a restart), whatever admission said of the binding's update: a growth that does not
+    fit is refused at the template, one that fits reaches the members and `used`."""
+    s = stack
+    members = list(s.members)
+    await quota(s, ns, **{"requests.cpu": "1"})
+    async with cpu_within(s, ns, 1000):
+        await tenant_apply(
+            s, deployment(ns, "web", 1, {"cpu": "400m"}), divided_policy(ns, "web", members, "web")
+        )
+        await placed(s, ns, "web", 1)
+        patch = json.dumps(
+            {
+                "spec": {
+                    "template": {
+                        "spec": {
+                            "containers": [{"name": "app", "resources": {"requests": {"cpu": "2"}}}]
+                        }
+                    }
+                }
+            }
+        )
+        got = await as_tenant(s, "-n", ns, "patch", "deployment", "web", "-p", patch)
+        assert got.returncode != 0
+        assert "exceeded quota: team, requested: requests.cpu=1600m" in got.stderr
+        # a harmless override makes Karmada render the binding again: still 400m
+        override = {
+            "apiVersion": "policy.karmada.io/v1alpha1",
+            "kind": "OverridePolicy",
+            "metadata": {"name": "label", "namespace": ns},
+            "spec": {
+                "overrideRules": [
+                    {"overriders": {"labelsOverrider": [{"operator": "add", "value": {"x": "y"}}]}}
+                ]
+            },
+        }
+        await tenant_apply(s, override)
+        template = await s.api.get(f"/apis/apps/v1/namespaces/{ns}/deployments/web")
+        container = template["spec"]["template"]["spec"]["containers"][0]
+        assert container["resources"]["requests"]["cpu"] == "400m"
+        fits = patch.replace('"2"', '"900m"')
+        got = await as_tenant(s, "-n", ns, "patch", "deployment", "web", "-p", fits)
+        assert got.returncode == 0, got.stderr
+
+        async def grown() -> bool:
+            q = await s.api.get(QUOTAS.format(ns=ns) + "/team")
+            used = (q.get("status") or {}).get("used") or {}
+            return used.get("requests.cpu") == "900m" and await running_cpu(s, ns) == 900
+
+        await eventually(grown, 60, "the growth that fits counted and running", interval=0.2)
+
+
+async def test_a_quota_on_limits_charges_the_template_s_limits(stack: Stack, ns: str) -> None:
+    """limits.cpu, which a binding cannot carry: a Deployment without a cpu limit is refused as
+    Kubernetes refuses such a pod; with limits, the second one that does not fit is refused."""
+    s = stack
+    members = list(s.members)
+    await quota(s, ns, **{"limits.cpu": "1"})
+    await tenant_apply(
+        s, deployment(ns, "bare", 1, {"cpu": "100m"}), divided_policy(ns, "bare", members, "bare")
+    )
+    await refused_event(s, ns, "bare", "failed quota: team: must specify limits.cpu")
+    limited = deployment(ns, "web", 1, {"cpu": "100m"})
+    limited["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] = {"cpu": "600m"}
+    await tenant_apply(s, limited, divided_policy(ns, "web", members, "web"))
+    await placed(s, ns, "web", 1)
+    second = json.loads(json.dumps(limited).replace('"web"', '"api"'))
+    await tenant_apply(s, second, divided_policy(ns, "api", members, "api"))
+    message = await refused_event(s, ns, "api", "exceeded quota")
+    assert "requested: limits.cpu=600m, used: limits.cpu=600m, limited: limits.cpu=1" in message
+    assert sum((await running(s, ns)).values()) == 1

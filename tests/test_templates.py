@@ -148,3 +148,22 @@ async def test_a_template_without_a_binding_may_grow(gate: Any) -> None:
         client, "/validate-template", review(grown, "UPDATE", old, resource=TEMPLATES)
     )
     assert body["response"]["allowed"]
+
+
+def test_the_controller_counts_a_binding_from_its_fields_at_generation_0_until_its_template() -> (
+    None
+):
+    from karmadaquota.controller.index import Interner, observe
+
+    store = TemplateStore()
+    template = deployment(SIDECAR)  # resourceVersion 7
+    doc = binding_of(template, "400m")
+    waiting = observe(doc, Interner(), store)
+    assert waiting.waits_for == KEY and waiting.entry is not None
+    assert waiting.entry.generation == 0  # its pending charge is not released meanwhile
+    store.put(KEY, template)
+    counted = observe(doc, Interner(), store)
+    assert counted.waits_for is None and counted.entry is not None
+    assert counted.entry.generation == doc["metadata"]["generation"]
+    names = dict(zip(counted.entry.usage.names, counted.entry.usage.total, strict=True))
+    assert names["requests.cpu"] == 800_000_000  # nanocores: the sidecar counted

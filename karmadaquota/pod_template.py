@@ -18,7 +18,7 @@ a pod-level resource Kubernetes does not honour yet is never charged below its c
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -128,6 +128,20 @@ def of_template(template: Mapping[str, Any]) -> PodCharge | None:
     Raises QuantityError naming the field on a bad quantity."""
     spec = pod_spec(template)
     return None if spec is None else of_spec(spec)
+
+
+def most(pods: Iterable[PodCharge | None]) -> PodCharge | None:
+    """The most of several versions of one replica: each request and limit at its largest, a
+    limit missing from any of them missing (None when none is known)."""
+    known = [p for p in pods if p is not None]
+    if not known:
+        return None
+    requests: ResourceList = {}
+    limits: ResourceList = {}
+    for p in known:
+        requests = resources.maximum(requests, p.requests)
+        limits = resources.maximum(limits, p.limits)
+    return PodCharge(requests, limits, frozenset().union(*(p.unlimited for p in known)))
 
 
 def limit_names(limits: Mapping[str, Any]) -> ResourceList:

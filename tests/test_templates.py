@@ -45,10 +45,16 @@ def test_the_store_answers_the_version_a_binding_names_or_a_newer_one() -> None:
     store.put(KEY, {**one, "metadata": {**one["metadata"], "resourceVersion": "5"}})
     two = deployment({"containers": [container("app", {"cpu": "2"})]})
     store.put(KEY, {**two, "metadata": {**two["metadata"], "resourceVersion": "8"}})
-    assert cpu(store.lookup(KEY, "5")) == "1"  # the one the binding was built from
-    assert cpu(store.lookup(KEY, "6")) == "2"  # a newer one: what Karmada renders next
-    assert store.lookup(KEY, "9") is MISSING  # not arrived yet
-    assert store.resolve(ref("9"), "ns") == KEY  # the controller waits for it
+    # the most of the version the binding names and every newer one: Karmada renders the
+    # newest on its next sync of the binding
+    assert cpu(store.lookup(KEY, "5")) == "2"
+    assert cpu(store.lookup(KEY, "8")) == "2"
+    three = deployment({"containers": [container("app", {"cpu": "500m"})]})
+    store.put(KEY, {**three, "metadata": {**three["metadata"], "resourceVersion": "9"}})
+    assert cpu(store.lookup(KEY, "8")) == "2"  # shrunk, but the binding still runs 2 until
+    assert cpu(store.lookup(KEY, "9")) == "500m"  # its update names the shrunk version
+    assert store.lookup(KEY, "10") is MISSING  # not arrived yet
+    assert store.resolve(ref("10"), "ns") == KEY  # the controller waits for it
     assert store.resolve(ref(""), "ns") is None  # a binding made by hand: its own fields
     store.drop(KEY)
     assert store.resolve(ref("9"), "ns") is None  # gone: its binding goes next
@@ -159,11 +165,11 @@ def test_the_controller_counts_a_binding_from_its_fields_at_generation_0_until_i
     template = deployment(SIDECAR)  # resourceVersion 7
     doc = binding_of(template, "400m")
     waiting = observe(doc, Interner(), store)
-    assert waiting.waits_for == KEY and waiting.entry is not None
+    assert waiting.waiting and waiting.template == KEY and waiting.entry is not None
     assert waiting.entry.generation == 0  # its pending charge is not released meanwhile
     store.put(KEY, template)
     counted = observe(doc, Interner(), store)
-    assert counted.waits_for is None and counted.entry is not None
+    assert not counted.waiting and counted.template == KEY and counted.entry is not None
     assert counted.entry.generation == doc["metadata"]["generation"]
     names = dict(zip(counted.entry.usage.names, counted.entry.usage.total, strict=True))
     assert names["requests.cpu"] == 800_000_000  # nanocores: the sidecar counted

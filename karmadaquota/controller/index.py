@@ -111,6 +111,10 @@ class TemplatePods(Protocol):
         """The pod; the template's key while its version has not arrived; None: unknown."""
         ...
 
+    def key_of(self, ref: BindingResource, namespace: str) -> TemplateKey | None:
+        """The template a binding with a version of it is charged with; None: none."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class BindingState:
@@ -120,9 +124,11 @@ class BindingState:
     uid: str
     rv: int
     entry: IndexedBinding | None
-    # the template whose version the store does not hold yet: charged from the binding's own
-    # fields meanwhile, at generation 0 (its pending charge holds), observed again on arrival
-    waits_for: TemplateKey | None = None
+    # the template whose pod the binding is charged with (observed again when it changes)
+    template: TemplateKey | None = None
+    # its version has not arrived yet: charged from the binding's own fields meanwhile, at
+    # generation 0 (its pending charge holds)
+    waiting: bool = False
 
 
 def observe(
@@ -141,8 +147,9 @@ def observe(
     try:
         binding = ResourceBinding.model_validate(obj)
         found = templates.resolve(binding.spec.resource, ns) if templates is not None else None
-        waits_for = found if isinstance(found, tuple) else None
+        waiting = isinstance(found, tuple)
         pod = found if isinstance(found, PodCharge) else None
+        template = templates.key_of(binding.spec.resource, ns) if templates is not None else None
         full = full_charge(binding, pod)
     except (ValidationError, QuantityError) as e:
         # Indexed with zero usage rather than skipped, so that the quota can say so and a
@@ -153,7 +160,7 @@ def observe(
     c = queued_charge(full) if quota else full
     usage = compact(c, intern)
     name = intern(binding.metadata.name)
-    generation = 0 if waits_for is not None else binding.metadata.generation
+    generation = 0 if waiting else binding.metadata.generation
     if c.invalid:
         _log_invalid(ns, name, uid, c.invalid)
     entry = queueing.QueueEntry.of(binding, quota, full) if quota else None
@@ -162,7 +169,8 @@ def observe(
         uid,
         rv,
         IndexedBinding(name, generation, rv, usage, c.invalid, entry, queued.marked(obj)),
-        waits_for,
+        template,
+        waiting,
     )
 
 

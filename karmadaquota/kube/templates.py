@@ -6,8 +6,12 @@ watches the kinds whose pod template `pod_template` knows, one informer each, an
 template only its `PodCharge` at its last two resourceVersions (never the template itself).
 
 A binding names the template version it was built from (`spec.resource.resourceVersion`). The
-store answers with that version when it holds it, else with the newest one it holds if that is
-at least as new (what Karmada renders next), else "not yet": the webhook then reads the
+store answers with the most one replica costs over that version and every newer one it holds:
+Karmada renders the template as it is now on its next sync of the binding, so a binding is
+charged for what its members may run before and after that sync. A template whose pod grows is
+admitted at the template (`webhook.app.Webhook.admit_template`), which reserves the growth
+until the binding's update carries it. When the store holds no version as new as the one a
+binding names, it says "not yet": the webhook then reads the
 template (`fetch`, a GET whose answer is kept), the controller waits for the watch (`lookup`
 returns MISSING; `on_change` says when to look again). A template that does not exist charges
 the binding from its own fields (`pod_template` never lowers a charge).
@@ -40,7 +44,7 @@ _COLLECTIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("", "Pod"): ("/api/v1", "pods"),
 }
 assert set(_COLLECTIONS) == set(pod_template.POD_SPEC_PATHS)
-_KEEP = 2  # versions kept per template: the one a binding names and the next
+_KEEP = 3  # versions kept per template: the one a binding names and those after it
 
 
 class _Missing:
@@ -73,7 +77,7 @@ class TemplateStore:
         self.client = client
         self._by_key: dict[Key, list[_Version]] = {}
         self._gone: set[Key] = set()  # seen deleted (the binding's deletion follows)
-        self._listeners: list[Callable[[Key], None]] = []
+        self._listeners: list[Callable[[Key, bool], None]] = []
         self.informers = [
             Informer(
                 f"{base}/{plural}",
@@ -89,8 +93,9 @@ class TemplateStore:
     def __len__(self) -> int:
         return len(self._by_key)
 
-    def on_change(self, listener: Callable[[Key], None]) -> None:
-        """Call `listener(key)` whenever a template's version arrives or goes."""
+    def on_change(self, listener: Callable[[Key, bool], None]) -> None:
+        """Call `listener(key, pod_changed)` whenever a template's version arrives or goes;
+        `pod_changed`: its newest pod is not what it was (requests, limits)."""
         self._listeners.append(listener)
 
     def put(self, key: Key, obj: Mapping[str, Any]) -> None:
@@ -102,28 +107,34 @@ class TemplateStore:
             log.warning("template quantities unreadable", extra={"template": key, "error": str(e)})
             pod = None
         self._gone.discard(key)
-        versions = [v for v in self._by_key.get(key, []) if v.rv != rv]
+        held = self._by_key.get(key, [])
+        before = held[0].pod if held else MISSING
+        versions = [v for v in held if v.rv != rv]
         versions.append(_Version(rv, pod))
         versions.sort(key=lambda v: v.rv, reverse=True)
         self._by_key[key] = versions[:_KEEP]
-        self._changed(key)
+        self._changed(key, self._by_key[key][0].pod != before)
 
     def drop(self, key: Key) -> None:
         self._by_key.pop(key, None)
         self._gone.add(key)
-        self._changed(key)
+        self._changed(key, True)
 
-    def _changed(self, key: Key) -> None:
+    def _changed(self, key: Key, pod_changed: bool) -> None:
         for listener in self._listeners:
-            listener(key)
+            listener(key, pod_changed)
+
+    def key_of(self, ref: BindingResource, namespace: str) -> Key | None:
+        """The template a binding is charged with: one of a known kind whose version it names."""
+        return key_of(ref, namespace) if ref.resourceVersion else None
 
     def resolve(self, ref: BindingResource, namespace: str) -> PodCharge | Key | None:
         """`lookup` for a binding's template, its key while the store does not hold the
         version; None (charge the binding's own fields) for a kind without a known pod, a
         binding that names no template version (not built by Karmada's detector, e.g. by
         hand) or a template seen deleted."""
-        key = key_of(ref, namespace)
-        if key is None or not ref.resourceVersion:
+        key = self.key_of(ref, namespace)
+        if key is None:
             return None
         found = self.lookup(key, ref.resourceVersion)
         if isinstance(found, _Missing):
@@ -131,17 +142,16 @@ class TemplateStore:
         return found
 
     def lookup(self, key: Key, resource_version: str) -> PodCharge | _Missing | None:
-        """The template's pod at the version a binding names, or at a newer one; MISSING
-        when the store holds no such version (yet)."""
+        """The most one replica costs over the template versions from the one a binding names
+        on (`pod_template.most`): what Karmada may run for it now and after its next sync;
+        MISSING when the store holds no such version (yet)."""
         versions = self._by_key.get(key)
         if not versions:
             return None if key in self._gone else MISSING
         want = parse_rv(resource_version)
-        for v in versions:
-            if v.rv == want:
-                return v.pod
-        newest = versions[0]
-        return newest.pod if newest.rv >= want else MISSING
+        if versions[0].rv < want:
+            return MISSING
+        return pod_template.most([v.pod for v in versions if v.rv >= want])
 
     async def fetch(self, ref: BindingResource, namespace: str) -> PodCharge | None:
         """`lookup`, reading the template when the store holds no such version: None when the

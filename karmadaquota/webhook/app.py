@@ -46,7 +46,7 @@ from karmadaquota.kube.client import JSON, KubeClient, KubeError, NotFound, user
 from karmadaquota.kube.namespace_labels import NamespaceLabels
 from karmadaquota.kube.quotas import QuotaStore
 from karmadaquota.kube.templates import TemplateStore
-from karmadaquota.pod_template import PodCharge, grows, of_template
+from karmadaquota.pod_template import PodCharge, grows, most, of_template
 from karmadaquota.quantity import QuantityError
 from karmadaquota.webhook import review
 from karmadaquota.webhook.batcher import (
@@ -285,8 +285,10 @@ class Webhook:
     async def admit_template(self, req: review.Request, budget: float | None = None) -> Decision:
         """A resource template's pod that grows: Karmada renders the template as it is now into
         every member (on its next sync of the binding), whether or not our admission of the
-        binding's update follows. So the growth must fit now: the binding's update is evaluated
-        (dry run) and the template refused in its words when it does not fit."""
+        binding's update follows. So the growth is charged now, against the binding (reserved
+        as its next generation), and the template refused in Kubernetes' words when it does not
+        fit; the binding's update then costs nothing more (its old side is charged with the
+        newest template already: kube.templates)."""
         obj = (
             req.object if req.operation == "UPDATE" and req.subResource in ("", "resize") else None
         )
@@ -315,11 +317,12 @@ class Webhook:
                 paths.binding(req.namespace, binding_name(kind, name))
             )
             binding = ResourceBinding.model_validate(got)
-            charged = self.templates.resolve(binding.spec.resource, req.namespace)
-            new_charge = charge.charge(binding, new_pod)
-            # what the binding is charged now: with the template version it names, or with
-            # its own fields (more than charged, never less: the growth is then overstated)
-            old_charge = charge.charge(binding, charged if isinstance(charged, PodCharge) else None)
+            # what the binding is charged now (the most of the template versions from the one
+            # it names on: kube.templates), and once this version is among them
+            found = self.templates.resolve(binding.spec.resource, req.namespace)
+            charged = found if isinstance(found, PodCharge) else None
+            new_charge = charge.charge(binding, most([charged, new_pod]))
+            old_charge = charge.charge(binding, charged)
         except NotFound:
             return Decision(True)  # not propagated: its binding is charged with this template
         except (ValidationError, QuantityError):
@@ -332,6 +335,8 @@ class Webhook:
             )
         if binding.spec.resource.name != name or binding.spec.resource.kind != kind:
             return Decision(True)  # the name belongs to another template's binding
+        # reserved until the controller counts the binding's update that carries this version
+        # (Karmada's detector writes it next), or counts this version as the binding's newest
         pending = Pending(
             namespace=req.namespace,
             name=binding.metadata.name,
@@ -339,7 +344,7 @@ class Webhook:
             generation=binding.metadata.generation + 1,
             new=new_charge,
             old=old_charge,
-            dry_run=True,
+            dry_run=req.dryRun,
         )
         return await self._charge(pending, selecting, budget)
 

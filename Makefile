@@ -57,7 +57,8 @@ test: binaries lint typecheck
 	$(MAKE) --no-print-directory e2e-previous
 
 # A local Karmada (member1..3) with karmadaquota running on it and a sample quota.
-up: binaries
+# (hack/local-up.sh builds only the programs this bed runs.)
+up: install
 	bash hack/local-up.sh
 	$(PYTHON) -m e2e.testbed.demo up
 

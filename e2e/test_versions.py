@@ -61,6 +61,7 @@ def test_bindings_serve_the_scheduling_suspension_the_queue_mode_needs(testbed: 
     """The queue mode parks a binding with spec.suspension.scheduling (Karmada >= 1.13): a
     Karmada whose schema lacks it prunes the field, so nothing could be parked there."""
     crd = testbed.rest().get(RB_CRD)
+    assert crd is not None, "Karmada's ResourceBinding CRD is installed"
     served = [v for v in crd["spec"]["versions"] if v["served"] and v["storage"]]
     (schema,) = [v["schema"]["openAPIV3Schema"] for v in served]
     suspension = schema["properties"]["spec"]["properties"]["suspension"]

@@ -3,8 +3,11 @@ are, that `make binaries` builds both, and that docs/install.md states what CI t
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -13,9 +16,6 @@ from e2e.testbed.layout import BUILD_SCRIPT, VERSIONS_FILE, Inputs, karmada_vers
 
 REPO = Path(__file__).resolve().parents[1]
 PINS = {"KARMADA_VERSION": "v1.17.1", "KARMADA_PREVIOUS_VERSION": "v1.16.0"}
-# What `make binaries` builds: the script's default list.
-_DEFAULT = re.search(r'want="\$\{\*:-([^}]*)\}"', BUILD_SCRIPT.read_text())
-WANT = _DEFAULT[1].split() if _DEFAULT else []
 
 
 @pytest.mark.parametrize("chosen", [None, "", "current", "v1.17.1"])
@@ -73,10 +73,34 @@ def test_the_matrix_spans_two_karmada_minors() -> None:
     assert previous < current
 
 
-def test_make_binaries_builds_the_previous_karmada_too(tmp_path: Path) -> None:
-    """hack/build-binaries.sh with no arguments (what `make binaries` runs) builds both
-    Karmadas; checked by running it with `go` and `python3` stubs that record what it does,
-    and every other component's stamp already in place."""
+KARMADA_CMDS = ("controller-manager", "scheduler", "webhook", "aggregated-apiserver")
+
+
+@dataclass
+class StubbedBuild:
+    """hack/build-binaries.sh run with `go` and `python3` stubs that record what it does, in a
+    cache where every component but the previous Karmada is already built (stamped)."""
+
+    cache: Path
+    log: Path
+    env: dict[str, str]
+
+    def run(self, *args: str, check: bool = True, **env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["bash", str(BUILD_SCRIPT), *args],
+            env={**self.env, **env},
+            capture_output=True,
+            text=True,
+            check=check,
+            timeout=60,
+        )
+
+    def go_calls(self) -> str:
+        return self.log.read_text() if self.log.exists() else ""
+
+
+@pytest.fixture
+def stubbed(tmp_path: Path) -> StubbedBuild:
     pinned = read_versions()
     cache, stubs = tmp_path / "cache", tmp_path / "stubs"
     stubs.mkdir()
@@ -98,7 +122,8 @@ def test_make_binaries_builds_the_previous_karmada_too(tmp_path: Path) -> None:
     (moddir / "charts/karmada/_crds/kustomization.yaml").write_text("resources: []\n")
     bin_dir = cache / "bin"
     (bin_dir / ".stamps").mkdir(parents=True)
-    others = {
+    promql = hashlib.sha256((REPO / "hack/promql-check/main.go").read_bytes()).hexdigest()
+    built = {
         "kubectl": pinned["KUBECTL_WHEEL_VERSION"],
         "etcd": pinned["ETCD_VERSION"],
         "kube-apiserver": pinned["KUBERNETES_VERSION"],
@@ -106,12 +131,13 @@ def test_make_binaries_builds_the_previous_karmada_too(tmp_path: Path) -> None:
         "kube-scheduler": pinned["KUBERNETES_VERSION"],
         "kwok": pinned["KWOK_VERSION"],
         "helm": pinned["HELM_VERSION"],
+        "promql-check": f"{pinned['PROMETHEUS_VERSION']}-{promql[:12]}",
     }
     current = pinned["KARMADA_VERSION"]
-    for c in ("controller-manager", "scheduler", "webhook", "aggregated-apiserver"):
-        others[f"karmada-{c}"] = current
+    for c in KARMADA_CMDS:
+        built[f"karmada-{c}"] = current
     (cache / "karmada-crds" / current).mkdir(parents=True)
-    for name, version in others.items():
+    for name, version in built.items():
         (bin_dir / name).touch(mode=0o755)
         (bin_dir / ".stamps" / name).write_text(version + "\n")
     env = {
@@ -120,37 +146,45 @@ def test_make_binaries_builds_the_previous_karmada_too(tmp_path: Path) -> None:
         "KARMADAQUOTA_CACHE": str(cache),
         "KQ_MODDIR": str(moddir),
     }
+    return StubbedBuild(cache, log, env)
 
-    def build() -> str:
-        out = subprocess.run(
-            ["bash", str(BUILD_SCRIPT), *[w for w in WANT if w != "promql-check"]],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=60,
-        )
-        return out.stdout
 
-    first = build()
-    prev = pinned["KARMADA_PREVIOUS_VERSION"]
+def test_make_binaries_builds_the_previous_karmada_too(stubbed: StubbedBuild) -> None:
+    """hack/build-binaries.sh with no arguments (what `make binaries` and CI run) builds the
+    previous Karmada beside the current one, and a second run only checks stamps."""
+    pinned = read_versions()
+    current, prev = pinned["KARMADA_VERSION"], pinned["KARMADA_PREVIOUS_VERSION"]
+    first = stubbed.run().stdout
     assert f"karmada {prev}: done" in first and f"karmada {current}: up to date" in first
-    sub = bin_dir / f"karmada-{prev}"
-    for c in ("controller-manager", "scheduler", "webhook", "aggregated-apiserver"):
-        assert (sub / f"karmada-{c}").exists(), c
+    bin_dir = stubbed.cache / "bin"
+    for c in KARMADA_CMDS:
+        assert os.access(bin_dir / f"karmada-{prev}" / f"karmada-{c}", os.X_OK), c
         assert (bin_dir / ".stamps" / f"karmada-{prev}" / f"karmada-{c}").read_text() == prev + "\n"
         assert (bin_dir / ".stamps" / f"karmada-{c}").read_text() == current + "\n"  # untouched
-    assert (cache / "karmada-crds" / prev / "kustomization.yaml").exists()
+    assert (stubbed.cache / "karmada-crds" / prev / "kustomization.yaml").exists()
     # the wrapper module takes Karmada's own go line
-    assert "mod edit -go=1.24.10" in log.read_text()
-    # idempotent: a second run only checks stamps
-    log.unlink()
-    assert f"karmada {prev}: up to date" in build()
-    assert not log.exists()
+    assert "mod edit -go=1.24.10" in stubbed.go_calls()
+    stubbed.log.unlink()
+    assert f"karmada {prev}: up to date" in stubbed.run().stdout
+    assert stubbed.go_calls() == ""
 
 
-def test_the_default_build_list_has_both_karmadas() -> None:
-    assert "karmada" in WANT and "karmada-previous" in WANT
+@pytest.mark.parametrize("chosen", ["", "current", "previous"])
+def test_a_bed_builds_only_the_karmada_it_runs(stubbed: StubbedBuild, chosen: str) -> None:
+    """`make up` (hack/local-up.sh: `build-binaries.sh bed`) does not wait for the version
+    matrix's other Karmada."""
+    prev = read_versions()["KARMADA_PREVIOUS_VERSION"]
+    out = stubbed.run("bed", KARMADAQUOTA_KARMADA_VERSION=chosen).stdout
+    built = f"karmada {prev}: done" in out
+    assert built == (chosen == "previous"), out
+    assert "helm" not in out and "promql-check" not in out
+
+
+def test_a_bed_of_an_unpinned_karmada_is_refused(stubbed: StubbedBuild) -> None:
+    proc = stubbed.run("bed", check=False, KARMADAQUOTA_KARMADA_VERSION="v1.18.0")
+    assert proc.returncode == 2
+    assert "KARMADAQUOTA_KARMADA_VERSION=v1.18.0: expected current, previous" in proc.stderr
+    assert stubbed.go_calls() == ""
 
 
 def test_install_md_opens_its_prerequisites_with_the_versions_ci_tests() -> None:

@@ -92,7 +92,7 @@ def testbed(request: pytest.FixtureRequest) -> Iterator[TestBed]:
     build_binaries()
     home, temporary = e2e_home()
     bed = TestBed.start(home, e2e_members(), ephemeral=True)
-    summary = f"started in {bed.start_seconds}s"
+    summary = f"Karmada {bed.inputs.karmada_version}, started in {bed.start_seconds}s"
     try:
         yield bed
     finally:

@@ -383,6 +383,7 @@ async def test_per_cluster_used_follows_placement_and_observed_follows_member_po
     assert f"{placement[direct]}/{placement[direct] + 1}" in pods_row
 
 
+@pytest.mark.smoke
 async def test_delete_and_scale_down_release_usage(
     testbed: TestBed, crd: None, namespace: str, karmada: KubeClient, start_controller: Starter
 ) -> None:

@@ -329,6 +329,7 @@ async def test_pods_made_around_karmada_count_and_are_held_to_the_global_headroo
         await quota_gone(s, ns)
 
 
+@pytest.mark.smoke
 async def test_cluster_hard_caps_what_one_member_holds(stack: Stack, namespace: str) -> None:
     s, ns = stack, namespace
     direct = s.bed.members[1]

@@ -91,6 +91,7 @@ def installed(bed: TestBed, host: str, work: Path) -> Iterator[None]:
             )
 
 
+@pytest.mark.smoke
 async def test_install_as_documented_refuses_and_counts(
     testbed: TestBed, karmada_client: KubeClient, namespace: str, tmp_path: Path, image: str
 ) -> None:

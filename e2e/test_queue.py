@@ -186,6 +186,7 @@ async def events_for(s: Stack, ns: str, name: str) -> list[str]:
 # tests
 
 
+@pytest.mark.smoke
 async def test_queued_in_order_and_a_later_high_priority_one_goes_first(
     stack: Stack, namespace: str
 ) -> None:
@@ -314,6 +315,7 @@ async def test_switched_to_refuse_queues_nothing_new_and_drains_its_queue(
     assert await s.admissions("quota_refuse_mode") == drained + 1
 
 
+@pytest.mark.smoke
 async def test_the_zero_charge_cannot_be_bought(stack: Stack, namespace: str) -> None:
     """Our annotation and a suspension on a placed binding leave it charged in full; taking
     the annotation or the suspension off a queued binding is charged, and refused when full."""

@@ -95,6 +95,7 @@ def events_for(bed: TestBed, ns: str, name: str) -> str:
     )
 
 
+@pytest.mark.smoke
 async def test_quota_admits_refuses_and_blocks_scale_up_of_real_deployments(
     testbed: TestBed, webhook: product.WebhookProc, namespace: str
 ) -> None:
@@ -172,6 +173,7 @@ async def test_scoped_quotas_charge_only_matching_bindings_and_all_must_admit(
     assert not reservations(testbed, ns, "best-effort")  # the refused request reserved nothing
 
 
+@pytest.mark.smoke
 async def test_storm_admits_exactly_what_fits(
     testbed: TestBed, webhook: product.WebhookProc, api: KubeClient, namespace: str
 ) -> None:

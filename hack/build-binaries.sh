@@ -37,7 +37,7 @@ run() {
 up_to_date() {
   [[ -x "${BIN}/$1" && -f "${STAMPS}/$1" && "$(cat "${STAMPS}/$1")" == "$2" ]]
 }
-stamp() { for n in "${@:2}"; do echo "$1" > "${STAMPS}/${n}"; done; }
+stamp() { for n in "${@:2}"; do mkdir -p "$(dirname "${STAMPS}/${n}")"; echo "$1" > "${STAMPS}/${n}"; done; }
 
 all_up_to_date() {
   local v=$1; shift
@@ -96,26 +96,32 @@ build_etcd() {
   log "etcd ${v}: done"
 }
 
+# build_karmada VERSION [SUBDIR]: Karmada's four programs into ${BIN}/[SUBDIR/]karmada-<cmd>
+# and its CRDs into karmada-crds/VERSION. The wrapper module takes Karmada's own `go` line, so
+# each minor builds with the language and GODEBUG defaults its release was made with.
 build_karmada() {
-  local v=${KARMADA_VERSION}
+  local v=$1 sub=${2:+$2/}
   local cmds=(controller-manager scheduler webhook aggregated-apiserver) names=()
-  for c in "${cmds[@]}"; do names+=("karmada-${c}"); done
+  for c in "${cmds[@]}"; do names+=("${sub}karmada-${c}"); done
   if all_up_to_date "${v}" "${names[@]}" && [[ -d "${CACHE}/karmada-crds/${v}" ]]; then
     log "karmada ${v}: up to date"; return
   fi
   log "karmada ${v}: resolving"
-  local dir="${SRC}/karmada-${v}"
-  new_module "${dir}" karmadaquota.local/build/karmada 1.25.7
+  local dir="${SRC}/karmada-${v}" goline
+  new_module "${dir}" karmadaquota.local/build/karmada 1.24
   cd "${dir}"
+  goline="$(go mod download -json "github.com/karmada-io/karmada@${v}" \
+    | python3 -c 'import json,re,sys; print(re.search(r"^go (\S+)", open(json.load(sys.stdin)["GoMod"]).read(), re.M)[1])')"
+  run go mod edit -go="${goline}"
   local pkgs=()
   for c in "${cmds[@]}"; do pkgs+=("github.com/karmada-io/karmada/cmd/${c}"); done
   run go get "${pkgs[@]/%/@${v}}"
   log "karmada ${v}: compiling ${names[*]}"
   local ld="-s -w" p=github.com/karmada-io/karmada/pkg/version
   ld+=" -X ${p}.gitVersion=${v} -X ${p}.gitTreeState=clean"
-  mkdir -p out
+  mkdir -p out "${BIN}/${sub}"
   run go build -ldflags "${ld}" -o out/ "${pkgs[@]}"
-  for c in "${cmds[@]}"; do mv -f "out/${c}" "${BIN}/karmada-${c}"; done
+  for c in "${cmds[@]}"; do mv -f "out/${c}" "${BIN}/${sub}karmada-${c}"; done
   local moddir
   moddir="$(go list -m -f '{{.Dir}}' github.com/karmada-io/karmada)"
   rm -rf "${CACHE}/karmada-crds/${v}"; mkdir -p "${CACHE}/karmada-crds/${v}"
@@ -187,17 +193,40 @@ build_helm() {
   log "helm ${v}: done"
 }
 
-want="${*:-kubectl etcd kubernetes karmada kwok promql-check helm}"
-for what in ${want}; do
-  case "${what}" in
+# The Karmada component a bed started with $KARMADAQUOTA_KARMADA_VERSION runs (as
+# e2e/testbed/layout.py reads it: unset or current, previous, or either version spelled out).
+bed_karmada() {
+  case "${KARMADAQUOTA_KARMADA_VERSION:-current}" in
+    current | "${KARMADA_VERSION}") echo karmada ;;
+    previous | "${KARMADA_PREVIOUS_VERSION}") echo karmada-previous ;;
+    *)
+      echo "KARMADAQUOTA_KARMADA_VERSION=${KARMADAQUOTA_KARMADA_VERSION}: expected current," \
+        "previous, ${KARMADA_VERSION} or ${KARMADA_PREVIOUS_VERSION}" >&2
+      return 2 ;;
+  esac
+}
+
+build() {
+  case "$1" in
     kubernetes) build_kubernetes ;;
     etcd) build_etcd ;;
-    karmada) build_karmada ;;
+    karmada) build_karmada "${KARMADA_VERSION}" ;;
+    # The version matrix's second minor, beside the first: bin/karmada-<version>/karmada-<cmd>.
+    karmada-previous) build_karmada "${KARMADA_PREVIOUS_VERSION}" "karmada-${KARMADA_PREVIOUS_VERSION}" ;;
     kwok) build_kwok ;;
     kubectl) install_kubectl ;;
     promql-check) build_promql_check ;;
     helm) build_helm ;;
-    *) echo "unknown component: ${what}" >&2; exit 2 ;;
+    # Only what one test bed runs (`make up`): not the other Karmada, helm or promql-check.
+    bed)
+      local karmada
+      karmada="$(bed_karmada)" || exit 2
+      for c in kubectl etcd kubernetes "${karmada}" kwok; do build "${c}"; done ;;
+    *) echo "unknown component: $1" >&2; exit 2 ;;
   esac
-done
+}
+
+# With no arguments (`make binaries`, CI): everything, both Karmada versions included.
+want="${*:-kubectl etcd kubernetes karmada karmada-previous kwok promql-check helm}"
+for what in ${want}; do build "${what}"; done
 log "all built into ${BIN}"

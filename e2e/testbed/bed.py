@@ -12,6 +12,7 @@ to the kubeconfigs that ``hack/kind-up.sh`` wrote (no processes are managed then
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import shutil
@@ -183,6 +184,8 @@ class TestBed:
         if state is None:
             raise StartupError(f"no test bed state in {h.state_file}")
         bed = cls(h, state["members"], backend=state.get("backend", "local"))
+        if state.get("karmada_version"):  # the Karmada it was started with, whatever the env says
+            bed.inputs = dataclasses.replace(bed.inputs, karmada=state["karmada_version"])
         bed.start_seconds = state.get("start_seconds")
         return bed
 
@@ -220,7 +223,12 @@ class TestBed:
         h = Home(home or default_home())
         if _read_state(h) is not None:
             bed = cls.attach(h.root)
-            if bed.members == list(members) and bed.healthy():
+            wanted = Inputs.discover().karmada_version
+            if (
+                bed.members == list(members)
+                and bed.inputs.karmada_version == wanted
+                and bed.healthy()
+            ):
                 bed.reused = True
                 return bed
         return cls.start(
@@ -334,6 +342,7 @@ class TestBed:
                 "ready": ready,
                 "ephemeral": self.ephemeral,
                 "start_seconds": self.start_seconds,
+                "karmada_version": self.inputs.karmada_version,
                 "owner_pid": os.getpid(),
                 "kubeconfigs": {c: str(self.kubeconfig(c)) for c in self.clusters},
                 "servers": servers,

@@ -1,8 +1,13 @@
 """Where the test bed's inputs and state live on disk, and which versions it runs.
 
 Inputs (built once, shared): ``${KARMADAQUOTA_CACHE:-~/.cache/karmadaquota}`` holds ``bin/``
-(every program), ``karmada-crds/<version>/`` and the Go module cache ``gomod/`` (kwok's stage
-manifests are read from there at run time, never copied into the repository).
+(every program; the version matrix's previous Karmada in ``bin/karmada-<version>/``),
+``karmada-crds/<version>/`` and the Go module cache ``gomod/`` (kwok's stage manifests are read
+from there at run time, never copied into the repository).
+
+Which Karmada a bed runs: ``$KARMADAQUOTA_KARMADA_VERSION`` — unset or ``current`` for
+``KARMADA_VERSION``, ``previous`` (or that version spelled out) for ``KARMADA_PREVIOUS_VERSION``,
+the version matrix's second minor. Kubernetes, etcd and kwok are the same in both.
 
 State (one per test bed): ``${KARMADAQUOTA_HOME:-~/.karmadaquota}`` holds ``state.json``,
 ``kubeconfig/`` (the convention `make up` documents), ``logs/<component>.log`` and one directory per
@@ -19,6 +24,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 VERSIONS_FILE = REPO_ROOT / "hack" / "versions.env"
 BUILD_SCRIPT = REPO_ROOT / "hack" / "build-binaries.sh"
 
+KARMADA_VERSION_ENV = "KARMADAQUOTA_KARMADA_VERSION"
 KARMADA = "karmada"
 """Name of the Karmada control plane in kubeconfig paths, logs and the ``cluster=`` argument."""
 
@@ -48,6 +54,21 @@ def read_versions(path: Path = VERSIONS_FILE) -> dict[str, str]:
     return versions
 
 
+def karmada_version(versions: dict[str, str], chosen: str | None) -> str:
+    """The Karmada version ``chosen`` names (see the module docstring); anything but the two
+    pinned versions is refused, since only those are built and tested."""
+    current, previous = versions["KARMADA_VERSION"], versions.get("KARMADA_PREVIOUS_VERSION")
+    if chosen in (None, "", "current", current):
+        return current
+    if previous and chosen in ("previous", previous):
+        return previous
+    pinned = ", ".join(v for v in (current, previous) if v)
+    raise ValueError(
+        f"{KARMADA_VERSION_ENV}={chosen!r}: expected current, previous or one of the versions "
+        f"pinned in {VERSIONS_FILE.name} ({pinned})"
+    )
+
+
 def cache_dir() -> Path:
     return Path(os.environ.get("KARMADAQUOTA_CACHE", Path.home() / ".cache" / "karmadaquota"))
 
@@ -62,16 +83,29 @@ class Inputs:
 
     cache: Path
     versions: dict[str, str]
+    karmada: str = ""
+    """The Karmada version this bed runs; empty for ``KARMADA_VERSION``."""
 
     @classmethod
     def discover(cls) -> Inputs:
-        return cls(cache=cache_dir(), versions=read_versions())
+        versions = read_versions()
+        chosen = karmada_version(versions, os.environ.get(KARMADA_VERSION_ENV))
+        return cls(cache=cache_dir(), versions=versions, karmada=chosen)
+
+    @property
+    def karmada_version(self) -> str:
+        return self.karmada or self.versions["KARMADA_VERSION"]
 
     @property
     def bin_dir(self) -> Path:
         return self.cache / "bin"
 
     def binary(self, program: str) -> Path:
+        """A previous Karmada's programs sit in ``bin/karmada-<version>/`` (as
+        hack/build-binaries.sh puts them), beside the current ones."""
+        v = self.karmada_version
+        if program.startswith("karmada-") and v != self.versions["KARMADA_VERSION"]:
+            return self.bin_dir / f"karmada-{v}" / program
         return self.bin_dir / program
 
     def missing_programs(self) -> list[str]:
@@ -83,11 +117,11 @@ class Inputs:
 
     @property
     def karmada_crds(self) -> Path:
-        return self.cache / "karmada-crds" / self.versions["KARMADA_VERSION"]
+        return self.cache / "karmada-crds" / self.karmada_version
 
     @property
     def karmada_module(self) -> Path:
-        v = self.versions["KARMADA_VERSION"]
+        v = self.karmada_version
         return self.gomodcache / "github.com" / "karmada-io" / f"karmada@{v}"
 
     @property

@@ -616,10 +616,10 @@ async def test_a_slow_wake_never_holds_up_the_recompute_that_releases_quota(env:
     await listed(c)
     await until(lambda: used(api) == {"pods": "3"})
     api.delete_binding(NS, a["metadata"]["name"])  # room for b: its wake hangs on the PATCH
-    await until(lambda: used(api) == {"pods": "1"} and not c.wakes.idle())
+    await until(lambda: used(api) == {"pods": "1"} and not c.room.idle())
     api.delete_binding(NS, other["metadata"]["name"])
     await until(lambda: used(api) == {"pods": "0"})  # released while the wake still hangs
-    assert patched(api) == [] and not c.wakes.idle()
+    assert patched(api) == [] and not c.room.idle()
     answer.set()
     await until(lambda: patched(api) == ["b"])
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from karmadaquota import waiting
+from karmadaquota import queued, waiting
 from karmadaquota.api import KarmadaQuota, ObjectReference, ResourceBinding, WaitingWorkload
 from karmadaquota.charge import Charge
 from karmadaquota.evaluate import REASON_EXCEEDED, Decision, delta
@@ -82,8 +82,11 @@ class RefusalRecorder:
         What takes a workload off the list is an admission that carries its template as it
         now is: a create, a growth, or an update Karmada rebuilt from a changed template (a
         scale-down that now fits). An update that only touches the binding (labels, placement)
-        says nothing about the refused request and leaves it waiting.
+        says nothing about the refused request and leaves it waiting. A queued binding
+        (`karmadaquota.queued`) waits in its queue, not here: its clear is never noted.
         """
+        if previous is not None and queued.queued_by(previous):
+            return  # the controller clearing a queued binding: refused, it stays queued
         ref = binding.spec.resource
         if decision.reason == REASON_EXCEEDED and decision.quota:
             template = ObjectReference(

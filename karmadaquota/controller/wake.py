@@ -83,6 +83,9 @@ def template_path(namespace: str, w: WaitingWorkload, kind: Kind) -> str:
 
 
 class Waker:
+    """Wakes refused workloads that fit (the waiting list's way of waiting for room,
+    `controller.room`); keeps what it woke and which templates are gone."""
+
     def __init__(
         self, api: Templates, metrics: ControllerMetrics, settings: WakeConfig | None = None
     ) -> None:

@@ -5,9 +5,10 @@
   is queued: `queue_patch` suspends its scheduling and names the quota (`queued.ANNOTATION`).
   A binding refused for anything but room (missing requests, invalid values), or over a quota
   that refuses, is left alone: the validating webhook refuses it as before.
-- Later (`select`): queued bindings are tried higher priority first, then oldest, then by
-  name; BestEffortFIFO tries every one that fits, StrictFIFO none past the first that does not.
-  Each pick is assumed admitted for the ones after it. The controller clears the suspension with
+- Later (`select`, the one wait-for-room engine `karmadaquota.room`, which waking uses too):
+  queued bindings are tried higher priority first, then oldest, then by name; BestEffortFIFO
+  tries every one that fits, StrictFIFO none past the first that does not. Each pick is
+  assumed admitted for the ones after it. The controller clears the suspension with
   `admit_patch` (resourceVersion precondition), an UPDATE the validating webhook charges
   exactly: a pick that no longer fits is refused there and stays queued.
 """
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from karmadaquota import api, queued, resources, scopes
+from karmadaquota import api, queued, resources, room, scopes
 from karmadaquota.api import KarmadaQuota, ResourceBinding
 from karmadaquota.charge import Charge
 from karmadaquota.evaluate import REASON_EXCEEDED, QuotaView, evaluate
@@ -219,37 +220,31 @@ def select(
     policies: Mapping[str, Policy],
     class_values: Mapping[str, int],
 ) -> list[Pick]:
-    """The queued bindings to admit now, in the order to try them.
+    """The queued bindings to admit now, in the order to try them (`room.select`).
 
     Queues are per quota that queued the binding: one whose quota is StrictFIFO (and still
     says Queue or Refuse: a quota switched to Refuse drains its queue in the same order) stops
     at its first entry that does not fit; every other queue is BestEffortFIFO. Fit is checked
     against every quota of the namespace, with each earlier pick counted as admitted.
     """
-    blocked: set[str] = set()
-    running = list(views)
-    picks: list[Pick] = []
     # one order across queues, so a higher-priority entry of any queue goes first
-    for e in order(entries, class_values):
-        if e.quota in blocked:
-            continue
-        policy = policies.get(e.quota)
-        d = evaluate(running, e.charge)
-        if not d.allowed:
-            if policy is not None and policy.strict:
-                blocked.add(e.quota)
-            continue
-        running = [
-            v.with_reserved(d.charges[v.name]) if v.name in d.charges else v for v in running
-        ]
-        if policy is None:
-            reason = ADMITTED_QUOTA_GONE
-        elif not policy.queue:
-            reason = ADMITTED_REFUSE_MODE
-        else:
-            reason = ADMITTED_ROOM
-        picks.append(Pick(e, reason))
-    return picks
+    candidates = [
+        room.Candidate(
+            e, e.charge, queue=e.quota, strict=(p := policies.get(e.quota)) is not None and p.strict
+        )
+        for e in order(entries, class_values)
+    ]
+    return [
+        Pick(e, _admitted_reason(policies.get(e.quota))) for e in room.select(candidates, views)
+    ]
+
+
+def _admitted_reason(policy: Policy | None) -> str:
+    if policy is None:
+        return ADMITTED_QUOTA_GONE
+    if not policy.queue:
+        return ADMITTED_REFUSE_MODE
+    return ADMITTED_ROOM
 
 
 def resources_of(entry: QueueEntry) -> str:

@@ -11,7 +11,8 @@ Rules:
   A workload refused again keeps its place: `firstRefused` stays, the request is refreshed.
 - Bounded: a namespace keeps at most `limit` entries; the oldest refusals keep their places and
   the newest are not recorded (they still wait on Karmada's own backoff).
-- Selection is best-effort FIFO by first refusal: each entry is evaluated with the admission
+- Selection is best-effort FIFO by first refusal, by the one wait-for-room engine
+  (`karmadaquota.room`, which the queue uses too): each entry is evaluated with the admission
   engine against used + reserved plus what was already picked before it; an entry that does
   not fit is skipped, not a barrier. What was woken but not yet admitted or refused again is
   charged first, so a wake never counts the same room twice.
@@ -23,7 +24,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
-from karmadaquota import resources
+from karmadaquota import resources, room
 from karmadaquota.api import (
     BindingResource,
     KarmadaQuota,
@@ -33,7 +34,7 @@ from karmadaquota.api import (
     parse_time,
 )
 from karmadaquota.charge import Charge
-from karmadaquota.evaluate import QuotaView, evaluate
+from karmadaquota.evaluate import QuotaView
 from karmadaquota.quantity import QuantityError
 from karmadaquota.resources import ResourceList
 from karmadaquota.scopes import BindingTraits
@@ -166,26 +167,20 @@ def select(
     quotas: Sequence[QuotaView],
     flying: Collection[str] = (),
 ) -> list[WaitingWorkload]:
-    """The waiting workloads to wake now: FIFO, each only if it fits after those before it.
+    """The waiting workloads to wake now: FIFO, each only if it fits after those before it
+    (`room.select`, BestEffortFIFO by first refusal).
 
     `flying` entries (woken, not yet admitted nor refused again) are charged first where they
     still fit; where they do not, their admission is already in used + reserved.
     """
-    views = {q.name: q for q in quotas}
-    picked: list[WaitingWorkload] = []
     ordered = fifo(entries)
     woken = [w for w in ordered if key(w.template) in flying]
     waiting = [w for w in ordered if key(w.template) not in flying]
+    candidates: list[room.Candidate[WaitingWorkload]] = []
     for w in woken + waiting:
         try:
             charge = charge_of(w)
         except QuantityError:
             continue  # unreadable entry: never woken; it leaves when its workload is admitted
-        d = evaluate(list(views.values()), charge)
-        if not d.allowed:
-            continue
-        for name, rl in d.charges.items():
-            views[name] = views[name].with_reserved(rl)
-        if key(w.template) not in flying:
-            picked.append(w)
-    return picked
+        candidates.append(room.Candidate(w, charge, held=key(w.template) in flying))
+    return room.select(candidates, quotas)

@@ -593,7 +593,7 @@ async def test_room_freed_wakes_the_waiting_workload_and_the_list_survives_statu
 
 
 async def test_a_slow_wake_never_holds_up_the_recompute_that_releases_quota(env: Any) -> None:
-    """Waking has a queue of its own: while a template PATCH hangs, a deleted binding is still
+    """Waking has a queue of its own (waiting for room): while a template PATCH hangs, a deleted binding is still
     released in the quota's next write, and the wake completes once the PATCH answers."""
     api, c, _ = env
     templates("b", namespace=NS, api=api)
@@ -616,10 +616,10 @@ async def test_a_slow_wake_never_holds_up_the_recompute_that_releases_quota(env:
     await listed(c)
     await until(lambda: used(api) == {"pods": "3"})
     api.delete_binding(NS, a["metadata"]["name"])  # room for b: its wake hangs on the PATCH
-    await until(lambda: used(api) == {"pods": "1"} and not c.wakes.idle())
+    await until(lambda: used(api) == {"pods": "1"} and not c.room.idle())
     api.delete_binding(NS, other["metadata"]["name"])
     await until(lambda: used(api) == {"pods": "0"})  # released while the wake still hangs
-    assert patched(api) == [] and not c.wakes.idle()
+    assert patched(api) == [] and not c.room.idle()
     answer.set()
     await until(lambda: patched(api) == ["b"])
 

@@ -22,11 +22,11 @@ from datetime import datetime
 
 from karmadaquota import api, queueing
 from karmadaquota.api import KarmadaQuota
+from karmadaquota.controller import room
 from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.evaluate import QuotaView
 from karmadaquota.kube import paths
 from karmadaquota.kube.client import JSON, Api, Conflict, KubeError, NotFound
-from karmadaquota.quantity import QuantityError
 
 log = logging.getLogger("karmadaquota.admit")
 
@@ -51,6 +51,8 @@ def priority_class_path(name: str) -> str:
 
 
 class Admitter:
+    """Admits queued bindings (the queue's way of waiting for room, `controller.room`)."""
+
     def __init__(
         self, api: Api, metrics: ControllerMetrics, settings: AdmitConfig | None = None
     ) -> None:
@@ -87,32 +89,7 @@ class Admitter:
         now: datetime,
     ) -> float | None:
         """Admit what fits in `namespace`; the loop time to look again, if any."""
-        await self._announce(namespace, entries, now)
-        if not entries:
-            return None
-        try:
-            views = [QuotaView.of(q) for q in quotas]
-        except QuantityError:
-            return None  # an unreadable quota refuses everything: nothing can be admitted
-        policies = {q.metadata.name: queueing.Policy.of(q) for q in quotas}
-        classes = await self._class_values({e.priority_class for e in entries})
-        picks = queueing.select(entries, views, policies, classes)
-        again: float | None = None
-        stopped: set[str] = set()  # StrictFIFO queues whose pick was not admitted
-        for pick in picks:
-            e = pick.entry
-            if e.quota in stopped:
-                continue
-            result = await self._clear(namespace, pick, now, classes)
-            if result == "admitted":
-                continue
-            policy = policies.get(e.quota)
-            if policy is not None and policy.strict:
-                stopped.add(e.quota)
-            if result in ("conflict", "error"):
-                loop = asyncio.get_running_loop()
-                again = loop.time() + self.settings.retry_after
-        return again
+        return await room.run(_AdmitPass(self, namespace, quotas, entries, now), quotas)
 
     async def _clear(
         self, namespace: str, pick: queueing.Pick, now: datetime, classes: Mapping[str, int]
@@ -261,3 +238,45 @@ class Admitter:
                 continue
             self._classes[name] = (out[name], loop_now)
         return out
+
+
+class _AdmitPass:
+    """One look at a namespace's queued bindings (`controller.room`'s loop)."""
+
+    def __init__(
+        self,
+        admitter: Admitter,
+        namespace: str,
+        quotas: Sequence[KarmadaQuota],
+        entries: Sequence[queueing.QueueEntry],
+        now: datetime,
+    ) -> None:
+        self.admitter = admitter
+        self.namespace = namespace
+        self.entries = entries
+        self.now = now
+        self.policies = {q.metadata.name: queueing.Policy.of(q) for q in quotas}
+        self.classes: dict[str, int] = {}
+        self.again: float | None = None
+
+    async def announce(self) -> bool:
+        await self.admitter._announce(self.namespace, self.entries, self.now)
+        return bool(self.entries)
+
+    async def select(self, views: Sequence[QuotaView]) -> list[queueing.Pick]:
+        self.classes = await self.admitter._class_values({e.priority_class for e in self.entries})
+        return queueing.select(self.entries, views, self.policies, self.classes)
+
+    def strict_queue(self, pick: queueing.Pick) -> str | None:
+        policy = self.policies.get(pick.entry.quota)
+        return pick.entry.quota if policy is not None and policy.strict else None
+
+    async def act(self, pick: queueing.Pick) -> bool:
+        result = await self.admitter._clear(self.namespace, pick, self.now, self.classes)
+        if result in ("conflict", "error"):
+            loop = asyncio.get_running_loop()
+            self.again = loop.time() + self.admitter.settings.retry_after
+        return result == "admitted"
+
+    async def retry_at(self, let_go: Sequence[queueing.Pick]) -> float | None:
+        return self.again

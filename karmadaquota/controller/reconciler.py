@@ -8,9 +8,9 @@ when its status differs: a JSON patch that compare-and-swaps on the controller's
 (`status.status_write`), so the webhook's writes of pending charges do not make it lose; a lost
 write (another controller wrote, or an entry it removes moved) re-reads the quota and re-applies
 the recompute to the fresh version (`kube.retry`). Each recompute on the leader then feeds the
-queues of the jobs that follow it — the orphan audit, admitting queued bindings that fit
-(`controller.admit`), waking waiting workloads — so a slow GET or PATCH of theirs never delays a
-recompute. Nothing is written before bindings and quotas have been listed in full.
+queues of the jobs that follow it — the orphan audit, waiting for room (`controller.room`:
+admitting queued bindings that fit, waking waiting workloads) — so a slow GET or PATCH of theirs
+never delays a recompute. Nothing is written before bindings and quotas have been listed in full.
 """
 
 from __future__ import annotations
@@ -179,12 +179,11 @@ class Controller:
         # The jobs that follow a namespace's recompute on the leader, each in a queue of its
         # own (the Kubernetes quota controller's way: a queue per job), so that a slow one
         # never holds up the recompute that releases quota: the orphan audit (binding GETs)
-        # and waking waiting workloads (PATCHes of their templates, seconds of budget).
+        # and waiting for room (controller.room: admitting queued bindings, merge patches the
+        # webhook charges, then waking waiting workloads, PATCHes of their templates; on
+        # followers it only publishes the queue lengths).
         self.audits = DirtyQueue(self._audit, quiet=0.0, max_delay=0.0, name="orphan-audit")
-        self.wakes = DirtyQueue(self._wake, quiet=0.0, max_delay=0.0, name="wake")
-        # admitting queued bindings (merge patches of bindings, charged by the webhook); on
-        # followers it only publishes the queue lengths
-        self.admissions = DirtyQueue(self._admit, quiet=0.0, max_delay=0.0, name="admit")
+        self.room = DirtyQueue(self._wait_for_room, quiet=0.0, max_delay=0.0, name="room")
         # and the member guards (requests to every member, a confirmation wait per lowering)
         self.guarding = DirtyQueue(self._guard, quiet=0.0, max_delay=0.0, name="guards")
         # None: the enforcement label is neither watched nor written (Enforced not reported)
@@ -220,8 +219,7 @@ class Controller:
             self.dirty,
             self.cluster_dirty,
             self.audits,
-            self.wakes,
-            self.admissions,
+            self.room,
             self.guarding,
         )
         if self.enforcement is not None:
@@ -455,12 +453,10 @@ class Controller:
         if contended:  # another controller is writing: come back very soon
             loop = asyncio.get_running_loop()
             self.dirty.mark_at(namespace, loop.time() + 0.05 + random.random() * 0.1)
-        if self.admitter is not None:
-            self.admissions.mark(namespace)
+        if self.admitter is not None or (self._can_write() and self.waker is not None):
+            self.room.mark(namespace)
         if self._can_write():
             self.audits.mark(namespace)
-            if self.waker is not None:
-                self.wakes.mark(namespace)
             if self.guards is not None:
                 self.guarding.mark(namespace)
 
@@ -523,18 +519,23 @@ class Controller:
             self._mark(namespace)
             self.cluster_dirty.mark_many([r.name for r in self.cluster_quotas.records("")])
 
-    async def _admit(self, namespace: str) -> None:
-        """Publish the namespace's queue lengths; on the leader, admit what fits."""
-        if self.admitter is None:
-            return
-        entries = self.index.queued(namespace)
-        self.admitter.publish(namespace, entries)
+    async def _wait_for_room(self, namespace: str) -> None:
+        """Publish the namespace's queue lengths; on the leader, admit the queued bindings
+        that fit, then wake the waiting workloads that do (one loop: controller.room)."""
+        entries = self.index.queued(namespace) if self.admitter is not None else []
+        if self.admitter is not None:
+            self.admitter.publish(namespace, entries)
         if not self._can_write():
             return
         quotas = self.quotas.quotas(namespace)
-        again = await self.admitter.admit(namespace, quotas, entries, self._clock())
-        if again is not None:
-            self.admissions.mark_at(namespace, again)
+        if self.admitter is not None:
+            again = await self.admitter.admit(namespace, quotas, entries, self._clock())
+            if again is not None:
+                self.room.mark_at(namespace, again)
+        if self.waker is not None:
+            again = await self.waker.wake(namespace, quotas, self._clock())
+            if again is not None:
+                self.dirty.mark_at(namespace, again)  # gone templates leave in a recompute
 
     def _queues_wanted(self, namespace: str) -> bool | None:
         """None when the namespace holds no quota and no cluster quota selects it; else
@@ -611,15 +612,6 @@ class Controller:
             extra={"namespace": ns, "quota": name, "finalizers": finalizers},
         )
         return True
-
-    async def _wake(self, namespace: str) -> None:
-        """Wake the namespace's waiting workloads that now fit (leader only)."""
-        if self.waker is None or not self._can_write():
-            return
-        quotas = self.quotas.quotas(namespace)
-        again = await self.waker.wake(namespace, quotas, self._clock())
-        if again is not None:
-            self.dirty.mark_at(namespace, again)
 
     async def _audit_orphans(self, namespace: str) -> bool:
         """Release reservations of bindings that do not exist, or that exist below the

@@ -22,10 +22,10 @@ from typing import Protocol
 
 from karmadaquota import waiting
 from karmadaquota.api import KarmadaQuota, WaitingWorkload, format_time, parse_time
+from karmadaquota.controller import room
 from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.evaluate import QuotaView
 from karmadaquota.kube.client import JSON, Conflict, KubeError, NotFound
-from karmadaquota.quantity import QuantityError
 from karmadaquota.resources import plural
 
 log = logging.getLogger("karmadaquota.wake")
@@ -83,6 +83,9 @@ def template_path(namespace: str, w: WaitingWorkload, kind: Kind) -> str:
 
 
 class Waker:
+    """Wakes refused workloads that fit (the waiting list's way of waiting for room,
+    `controller.room`); keeps what it woke and which templates are gone."""
+
     def __init__(
         self, api: Templates, metrics: ControllerMetrics, settings: WakeConfig | None = None
     ) -> None:
@@ -116,40 +119,7 @@ class Waker:
         self, namespace: str, quotas: Sequence[KarmadaQuota], now: datetime
     ) -> float | None:
         """Wake what fits in `namespace`; the loop time to come back (audits), if any."""
-        listed = waiting.of_namespace(quotas)
-        keys = {waiting.key(w.template) for w in listed}
-        gone = self._gone.pop(namespace, set()) & keys  # the rest were written away
-        if gone:
-            self._gone[namespace] = gone
-        orphans = [
-            w
-            for w in self._orphans.pop(namespace, [])
-            if waiting.key(w.template) not in keys | gone
-        ]
-        entries = [
-            w for w in waiting.fifo([*listed, *orphans]) if waiting.key(w.template) not in gone
-        ]
-        self._count(namespace, len(entries))
-        if not entries:
-            return None
-        loop_now = asyncio.get_running_loop().time()
-        self._forget(loop_now, [waiting.key(w.template) for w in entries])
-        try:
-            views = [QuotaView.of(q) for q in quotas]
-        except QuantityError:
-            return None  # an invalid quota refuses everything: nothing can fit
-        flying = waiting.in_flight(entries, {k: n for k, (n, _) in self._woken.items()})
-        picked = waiting.select([w for w in entries if self._kind(w) is not None], views, flying)
-        picked_keys = {waiting.key(w.template) for w in picked}
-        for w in picked:
-            await self._wake_one(namespace, w, now, loop_now)
-        orphans = [w for w in orphans if not self.gone(namespace, waiting.key(w.template))]
-        # orphans not woken have no quota listing them any more: keep them for the next round
-        left = [w for w in orphans if waiting.key(w.template) not in picked_keys]
-        if left:
-            self._orphans[namespace] = left
-        still = [w for w in entries if waiting.key(w.template) in keys]
-        return await self._audit(namespace, still, flying | picked_keys, loop_now)
+        return await room.run(_WakePass(self, namespace, quotas, now), quotas)
 
     def _count(self, namespace: str, n: int) -> None:
         if n:
@@ -169,10 +139,10 @@ class Waker:
 
     async def _wake_one(
         self, namespace: str, w: WaitingWorkload, now: datetime, loop_now: float
-    ) -> None:
+    ) -> bool:
         kind = self._kind(w)
         if kind is None:
-            return
+            return False
         k = waiting.key(w.template)
         meta: JSON = {"annotations": {waiting.ANNOTATION: format_time(now, micro=True)}}
         if w.template.uid:
@@ -186,11 +156,11 @@ class Waker:
             )
         except (NotFound, Conflict) as e:
             self._template_gone(namespace, k, extra, str(e))
-            return
+            return False
         except (TimeoutError, KubeError, OSError) as e:
             self.metrics.wakeups.labels("error").inc()
             log.warning("waiting workload not woken", extra={**extra, "error": str(e)})
-            return
+            return False
         self._woken[k] = (w.refusals, loop_now)
         self._checked[k] = loop_now
         self.metrics.wakeups.labels("woken").inc()
@@ -204,6 +174,7 @@ class Waker:
                 "refusals": w.refusals,
             },
         )
+        return True
 
     def _template_gone(self, namespace: str, k: str, extra: dict[str, str], why: str) -> None:
         self._gone.setdefault(namespace, set()).add(k)
@@ -249,6 +220,65 @@ class Waker:
         if self._gone.get(namespace):
             return loop_now + 0.05  # write the list without them at once
         return due
+
+
+class _WakePass:
+    """One look at a namespace's waiting workloads (`controller.room`'s loop)."""
+
+    def __init__(
+        self, waker: Waker, namespace: str, quotas: Sequence[KarmadaQuota], now: datetime
+    ) -> None:
+        self.waker = waker
+        self.namespace = namespace
+        self.now = now
+        listed = waiting.of_namespace(quotas)
+        self.keys = {waiting.key(w.template) for w in listed}
+        gone = waker._gone.pop(namespace, set()) & self.keys  # the rest were written away
+        if gone:
+            waker._gone[namespace] = gone
+        self.orphans = [
+            w
+            for w in waker._orphans.pop(namespace, [])
+            if waiting.key(w.template) not in self.keys | gone
+        ]
+        self.entries = [
+            w for w in waiting.fifo([*listed, *self.orphans]) if waiting.key(w.template) not in gone
+        ]
+        self.loop_now = 0.0
+        self.flying: set[str] = set()
+        self.picked: set[str] = set()
+
+    async def announce(self) -> bool:
+        self.waker._count(self.namespace, len(self.entries))
+        if not self.entries:
+            return False
+        self.loop_now = asyncio.get_running_loop().time()
+        self.waker._forget(self.loop_now, [waiting.key(w.template) for w in self.entries])
+        return True
+
+    async def select(self, views: Sequence[QuotaView]) -> list[WaitingWorkload]:
+        woken = {k: n for k, (n, _) in self.waker._woken.items()}
+        self.flying = waiting.in_flight(self.entries, woken)
+        wakeable = [w for w in self.entries if self.waker._kind(w) is not None]
+        picked = waiting.select(wakeable, views, self.flying)
+        self.picked = {waiting.key(w.template) for w in picked}
+        return picked
+
+    def strict_queue(self, pick: WaitingWorkload) -> str | None:
+        return None  # BestEffortFIFO by first refusal
+
+    async def act(self, pick: WaitingWorkload) -> bool:
+        return await self.waker._wake_one(self.namespace, pick, self.now, self.loop_now)
+
+    async def retry_at(self, let_go: Sequence[WaitingWorkload]) -> float | None:
+        ns, waker = self.namespace, self.waker
+        orphans = [w for w in self.orphans if not waker.gone(ns, waiting.key(w.template))]
+        # orphans not woken have no quota listing them any more: keep them for the next round
+        left = [w for w in orphans if waiting.key(w.template) not in self.picked]
+        if left:
+            waker._orphans[ns] = left
+        still = [w for w in self.entries if waiting.key(w.template) in self.keys]
+        return await waker._audit(ns, still, self.flying | self.picked, self.loop_now)
 
 
 def _fields(namespace: str, w: WaitingWorkload) -> dict[str, str]:

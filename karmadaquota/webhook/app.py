@@ -33,7 +33,6 @@ from karmadaquota import (
     durations,
     metrics_auth,
     overrides,
-    queued,
     queueing,
     trust,
     validation,
@@ -49,6 +48,7 @@ from karmadaquota.kube.templates import TemplateStore
 from karmadaquota.pod_template import PodCharge, grows, most, of_template
 from karmadaquota.quantity import QuantityError
 from karmadaquota.webhook import review
+from karmadaquota.webhook.assumed import AssumedQueues
 from karmadaquota.webhook.batcher import (
     DEFAULT_RESERVATION_BYTES,
     REASON_TOO_MANY,
@@ -82,9 +82,6 @@ REASON_TIMEOUT = "Timeout"
 # wait in its namespace's queue; past it the API server has given up, so reserving for the
 # review would hold quota for a binding that will not be created.
 DEADLINE_SHARE = 0.9
-# how long this replica counts a binding it queued towards its quota's queue, before the
-# controller's `status.queued` surely has it (its reaction time is tens of milliseconds)
-QUEUED_RECENTLY = 2.0
 
 
 # Tests only (e2e/test_faults.py): seconds added to this process' wall clock wherever it stamps
@@ -205,9 +202,8 @@ class Webhook:
         self.draining = False
         self.metrics = metrics
         self.refusals = refusals
-        # (namespace, quota) -> monotonic times this replica queued a binding for it: a StrictFIFO
-        # quota's `status.queued` lags by the controller's reaction time, this covers that window
-        self._queued_at: dict[tuple[str, str], list[float]] = {}
+        # what this replica queued lately, until the controller's `status.queued` counts it
+        self.assumed = AssumedQueues()
         # per namespace, cumulative seconds of quota API calls (KubeQuotaBackend.api_seconds)
         self.api_seconds: Mapping[str, float] = api_seconds if api_seconds is not None else {}
 
@@ -269,10 +265,7 @@ class Webhook:
             dry_run=req.dryRun,
         )
         decision = await self._charge(pending, selecting, budget)
-        # a refused clear of a queued binding (the controller admitting it) leaves it queued:
-        # it is no refused workload to wake by annotation
-        from_queue = old is not None and bool(queued.queued_by(old))
-        if self.refusals is not None and not req.dryRun and not from_queue:
+        if self.refusals is not None and not req.dryRun:
             self.refusals.observe(req.namespace, new, old, new_charge, old_charge, decision)
         return decision
 
@@ -453,7 +446,7 @@ class Webhook:
         if queueing.suspended(req.object):
             return None  # suspended by someone else: theirs to clear, charged as it asks
         quotas = self.quotas.quotas(req.namespace)
-        policies = {q.metadata.name: self._policy(req.namespace, q) for q in quotas}
+        policies = {q.metadata.name: self.assumed.policy(req.namespace, q) for q in quotas}
         if not any(p.queue for p in policies.values()):
             return None
         try:
@@ -465,30 +458,8 @@ class Webhook:
             return None
         decision = queueing.decide(views, policies, full)
         if decision is not None and not req.dryRun:
-            now = time.monotonic()
-            if len(self._queued_at) > 1024:  # bounded: forget quotas not queued for recently
-                since = now - QUEUED_RECENTLY
-                self._queued_at = {k: v for k, v in self._queued_at.items() if v[-1] > since}
-            self._queued_at.setdefault((req.namespace, decision.quota), []).append(now)
+            self.assumed.assume(req.namespace, decision.quota)
         return decision
-
-    def _policy(self, namespace: str, quota: KarmadaQuota) -> queueing.Policy:
-        """The quota's policy, its queue at least as long as what this replica queued for it
-        within the last `QUEUED_RECENTLY` seconds (not yet in the controller's count)."""
-        policy = queueing.Policy.of(quota)
-        key = (namespace, policy.name)
-        stamps = self._queued_at.get(key)
-        if not stamps:
-            return policy
-        since = time.monotonic() - QUEUED_RECENTLY
-        recent = [t for t in stamps if t > since]
-        if recent:
-            self._queued_at[key] = recent
-        else:
-            del self._queued_at[key]
-        if len(recent) <= policy.queued:
-            return policy
-        return replace(policy, queued=len(recent))
 
     async def _charge(
         self, pending: Pending, cluster_quotas: Sequence[str], budget: float | None

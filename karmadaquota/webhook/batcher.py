@@ -10,11 +10,13 @@ On a lost compare-and-swap the quota is read again and only the requests that ch
 re-checked, in order, against the fresh copy. Requests denied in the first pass are never
 re-evaluated, so a retry can turn an admission into a denial but never the reverse.
 
-The batcher is the only writer of a quota's status in the webhook process: the waiting list's
-changes (`WaitingSource`, the refusal recorder) ride the same write. A batch carries whatever
-changes are pending for the quotas it charges, recomputed from each version it writes over (a
-lost compare-and-swap re-applies them to the fresh one); a `kick(namespace)` runs a pass that
-writes every quota with pending changes, admitted reviews or not (a storm of refusals).
+The batcher is the only writer of a quota's status in the webhook process, and owns when it
+writes: the waiting list's changes (`WaitingSource`, the refusal recorder: a ledger) ride the
+same write. A batch carries whatever changes are pending for the quotas it charges, recomputed
+from each version it writes over (a lost compare-and-swap re-applies them to the fresh one);
+changes no batch carries get a pass of their own (`noted`: at most once per namespace per
+`interval`, on a `call_later` timer; `kick` runs one now) that writes every quota with pending
+changes, admitted reviews or not (a storm of refusals).
 """
 
 from __future__ import annotations
@@ -104,21 +106,27 @@ class WaitingTake(Protocol):
         """The quotas these changes are for (each is written even if nothing charges it)."""
         ...
 
-    def wanted(self, quota: KarmadaQuota) -> list[WaitingWorkload] | None:
-        """The waiting list this version of the quota should carry; None if it already does."""
-        ...
-
-    def settle(self, written: Collection[str], gone: Collection[str]) -> None:
-        """`written`: quotas that now carry the changes (written, or already so); `gone`: quotas
-        deleted or unreadable (their changes are dropped). The others' changes are given back."""
+    def wanted(
+        self, quota: KarmadaQuota, siblings: Callable[[], Sequence[KarmadaQuota]]
+    ) -> list[WaitingWorkload] | None:
+        """The waiting list this version of the quota should carry; None if it already does.
+        `siblings`: the namespace's quotas as the writer holds them now."""
         ...
 
 
 class WaitingSource(Protocol):
-    """Pending waiting-list changes (the refusal recorder), written by the batcher only."""
+    """Pending waiting-list changes (the refusal recorder, a ledger), written by the batcher
+    only, when the batcher decides."""
+
+    def has_changes(self, namespace: str) -> bool: ...
 
     def take(self, namespace: str, quotas: Collection[str] | None) -> WaitingTake | None:
         """The changes for `quotas` of the namespace (None: for every quota that has some)."""
+        ...
+
+    def settle(self, taken: WaitingTake, written: Collection[str], gone: Collection[str]) -> None:
+        """`written`: quotas that now carry the changes (written, or already so); `gone`: quotas
+        deleted or unreadable (their changes are dropped). The others' changes are given back."""
         ...
 
 
@@ -209,6 +217,12 @@ class Batcher:
         # namespaces whose waiting-list changes are due: the next pass writes them all
         self._kicked: set[str] = set()
         self._waiting: WaitingSource | None = None
+        # the waiting list's own passes: at most one per namespace per `_interval` (loop times)
+        self._interval = 1.0
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._asked: dict[str, float] = {}  # a pass was asked for, not yet run
+        self._last_pass: dict[str, float] = {}
+        self._carrying: set[str] = set()  # namespaces whose taken changes are being written
         self._on_batch = on_batch or (lambda n: None)
         self._on_conflict = on_conflict or (lambda: None)
         self._on_write = on_write or (lambda result, seconds: None)
@@ -239,9 +253,42 @@ class Batcher:
         self._queues.setdefault(pending.queue, deque())
         self._start(pending.queue)
 
-    def attach(self, source: WaitingSource) -> None:
-        """Write `source`'s waiting-list changes with the reservations (one writer per quota)."""
+    def attach(self, source: WaitingSource, interval: float = 1.0) -> None:
+        """Write `source`'s waiting-list changes with the reservations (one writer per quota),
+        and on their own at most once per namespace per `interval` seconds."""
         self._waiting = source
+        self._interval = interval
+
+    def detach(self) -> None:
+        """Write no more waiting-list changes (their timers are cancelled)."""
+        self._waiting = None
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+
+    def noted(self, namespace: str) -> None:
+        """The source noted changes for `namespace`: a pass of its own writes them, unless a
+        batch carries them first (no polling: one timer per namespace)."""
+        if self._waiting is None or namespace in self._timers or namespace in self._carrying:
+            return  # on its way; a write in progress looks again when it settles
+        loop = asyncio.get_running_loop()
+        # a pass asked for and not yet run (the worker is busy with a batch) is not asked
+        # again before `interval`: that pass takes what arrives meanwhile
+        last = max(self._last_pass.get(namespace, -1e300), self._asked.get(namespace, -1e300))
+        delay = max(0.0, last + self._interval - loop.time())
+        self._timers[namespace] = loop.call_later(delay, self._due, namespace)
+
+    def _due(self, namespace: str) -> None:
+        del self._timers[namespace]
+        if self._waiting is None or not self._waiting.has_changes(namespace):
+            return
+        loop = asyncio.get_running_loop()
+        due = self._last_pass.get(namespace, -1e300) + self._interval
+        if loop.time() < due:  # a pass ran since this was scheduled
+            self._timers[namespace] = loop.call_later(due - loop.time(), self._due, namespace)
+            return
+        self._asked[namespace] = loop.time()
+        self.kick(namespace)
 
     def kick(self, namespace: str) -> None:
         """Write the namespace's pending waiting-list changes in its next pass (now if idle)."""
@@ -256,6 +303,9 @@ class Batcher:
             )
 
     async def close(self) -> None:
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
         for task in list(self._workers.values()):
             task.cancel()
         await asyncio.gather(*self._workers.values(), return_exceptions=True)
@@ -330,9 +380,14 @@ class Batcher:
         charged = sorted({n for a in admitted for n in a.charges})
         # the waiting list's changes ride these writes: those of the charged quotas always (no
         # extra write), every quota's when the recorder's coalescing interval is up (kicked)
-        taken = None
-        if self._waiting is not None:
-            taken = self._waiting.take(namespace, None if kicked else charged)
+        source, taken = self._waiting, None
+        if source is not None:
+            if kicked:
+                self._asked.pop(namespace, None)
+                self._last_pass[namespace] = asyncio.get_running_loop().time()
+            taken = source.take(namespace, None if kicked else charged)
+            if taken is not None:
+                self._carrying.add(namespace)
         names = sorted(set(charged) | set(taken.quotas if taken is not None else ()))
         carried: dict[str, bool] = {}  # quota -> carries the waiting changes (False: gone)
         try:
@@ -345,11 +400,13 @@ class Batcher:
                 for p, r in done:
                     p.written[name] = r
         finally:
-            if taken is not None:
-                taken.settle(
+            if source is not None and taken is not None:
+                source.settle(
+                    taken,
                     [n for n, ok in carried.items() if ok],
                     [n for n, ok in carried.items() if not ok],
                 )
+                self._settled(source, namespace)
         abandoned = 0
         for a in admitted:
             if a.pending.future.cancelled() and id(a.pending) not in denied:
@@ -365,6 +422,18 @@ class Batcher:
                 extra={"namespace": namespace, "count": abandoned},
             )
         await self._compensate(namespace, written, denied)
+
+    def _settled(self, source: WaitingSource, namespace: str) -> None:
+        """A pass's waiting-list write is over: what is left (given back, or noted meanwhile)
+        gets a pass of its own."""
+        self._carrying.discard(namespace)
+        if source.has_changes(namespace):
+            self.noted(namespace)
+            return
+        now = asyncio.get_running_loop().time()
+        since = now - self._interval
+        self._last_pass = {ns: t for ns, t in self._last_pass.items() if t > since}
+        self._asked = {ns: t for ns, t in self._asked.items() if t > since}
 
     async def _write_quota(
         self,
@@ -398,7 +467,11 @@ class Batcher:
             # time) is not written at all
             entries = [(p, rl) for p, rl in entries if not p.future.cancelled()]
             # recomputed from every version written over: nothing lost or counted twice
-            wanted = taken.wanted(version) if taken is not None else None
+            wanted = (
+                taken.wanted(version, lambda: self._store.quotas(namespace))
+                if taken is not None
+                else None
+            )
             if not entries and wanted is None:
                 return None
             made.clear()

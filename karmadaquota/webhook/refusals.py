@@ -2,28 +2,27 @@
 
 Every QuotaExceeded denial (CREATE, or an UPDATE that scales up) becomes an entry in the refusing
 quota's `status.waiting[]`; every admission of a listed template removes it. Nothing is written
-per denial, and nothing is written here: the recorder only keeps a namespace's changes, and the
-batcher — the one writer of a quota's status in the process — writes them in its own
-compare-and-swap writes (`Batcher.attach`): with the reservations of any batch that charges the
-quota, and on its own at most once per `interval` per namespace (a `Batcher.kick` scheduled with
-`call_later`). Another replica or the controller writing in between is re-read and the changes
-are merged again. The list lives in the quota's status, so it survives a webhook restart and is
-shared by every replica.
+per denial, and nothing is written or timed here: the recorder is a ledger of a namespace's
+changes, and the batcher — the one writer of a quota's status in the process — decides when to
+write them, in its own compare-and-swap writes (`Batcher.attach`): with the reservations of any
+batch that charges the quota, and on its own at most once per `interval` per namespace
+(`Batcher.noted`). Another replica or the controller writing in between is re-read and the
+changes are merged again. The list lives in the quota's status, so it survives a webhook
+restart and is shared by every replica.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from karmadaquota import waiting
+from karmadaquota import queued, waiting
 from karmadaquota.api import KarmadaQuota, ObjectReference, ResourceBinding, WaitingWorkload
 from karmadaquota.charge import Charge
 from karmadaquota.evaluate import REASON_EXCEEDED, Decision, delta
-from karmadaquota.webhook.batcher import Batcher, QuotaBackend
+from karmadaquota.webhook.batcher import Batcher, QuotaBackend, WaitingTake
 
 log = logging.getLogger("karmadaquota.waiting")
 
@@ -37,10 +36,10 @@ class _Changes:
 
 
 class RefusalRecorder:
-    """A namespace's unwritten waiting-list changes, for `writer` (a Batcher) to write.
-
-    Without a `writer` (tests, tools) it gets a Batcher of its own, closed with it; a webhook
-    passes the one that writes its reservations, so that each quota has one writer.
+    """A ledger of each namespace's unwritten waiting-list changes, for `writer` (the Batcher
+    that writes the namespace's reservations, so that each quota has one writer) to write when
+    it decides: it is told of new changes (`noted`), and writes them on its own at most once
+    per `interval` seconds per namespace.
     """
 
     def __init__(
@@ -54,19 +53,13 @@ class RefusalRecorder:
     ) -> None:
         self._store = store
         self._writer = writer  # the namespace's one status writer: it carries our changes
-        self._writer.attach(self)
-        self.interval = interval
+        self._writer.attach(self, interval)
         self.per_namespace = per_namespace
         self.pending_limit = pending_limit
         self._clock = clock
         self._changes: dict[str, _Changes] = {}
         self._pending = 0  # refusals in `_changes` (not those taken for a write)
         self._flying: dict[str, _Taken] = {}  # taken for the namespace's write in progress
-        self._timers: dict[str, asyncio.TimerHandle] = {}
-        # loop times: the writer was asked for a pass (not yet taken); the last pass of its own
-        self._kicked: dict[str, float] = {}
-        self._last_write: dict[str, float] = {}
-        self._closed = False
 
     def observe(
         self,
@@ -82,8 +75,11 @@ class RefusalRecorder:
         What takes a workload off the list is an admission that carries its template as it
         now is: a create, a growth, or an update Karmada rebuilt from a changed template (a
         scale-down that now fits). An update that only touches the binding (labels, placement)
-        says nothing about the refused request and leaves it waiting.
+        says nothing about the refused request and leaves it waiting. A queued binding
+        (`karmadaquota.queued`) waits in its queue, not here: its clear is never noted.
         """
+        if previous is not None and queued.queued_by(previous):
+            return  # the controller clearing a queued binding: refused, it stays queued
         ref = binding.spec.resource
         if decision.reason == REASON_EXCEEDED and decision.quota:
             template = ObjectReference(
@@ -116,7 +112,7 @@ class RefusalRecorder:
             if changes.refused.pop(k, None) is not None:
                 self._pending -= 1
             changes.admitted.add(k)
-            self._schedule(namespace)
+            self._writer.noted(namespace)
 
     def _listed(self, namespace: str, k: str) -> bool:
         changes = self._changes.get(namespace)
@@ -140,9 +136,12 @@ class RefusalRecorder:
             self._pending += 1
         changes.admitted.discard(k)
         changes.refused[k] = refusal if earlier is None else earlier.again(refusal)
-        self._schedule(namespace)
+        self._writer.noted(namespace)
 
     # ---- the writer's side ------------------------------------------------------------------
+
+    def has_changes(self, namespace: str) -> bool:
+        return namespace in self._changes
 
     def due(self, namespace: str) -> set[str]:
         """The quotas of the namespace that have changes to carry."""
@@ -174,15 +173,12 @@ class RefusalRecorder:
         Admitted keys are applied to every quota written; they stay here only while a quota
         not written now still lists them.
         """
-        if quotas is None:
-            self._kicked.pop(namespace, None)
-            self._last_write[namespace] = asyncio.get_running_loop().time()
         changes = self._changes.get(namespace)
         if changes is None or namespace in self._flying:
             return None
         split = self._split(namespace)
         names = set(split) if quotas is None else set(split) & set(quotas)
-        taken = _Taken(self, namespace, admitted=set(changes.admitted))
+        taken = _Taken(namespace, self.per_namespace, admitted=set(changes.admitted))
         for name in names:
             taken.refused[name] = {k: changes.refused.pop(k) for k in split[name]}
             self._pending -= len(split[name])
@@ -200,7 +196,9 @@ class RefusalRecorder:
         self._flying[namespace] = taken
         return taken
 
-    def _settle(self, taken: _Taken, written: Collection[str], gone: Collection[str]) -> None:
+    def settle(self, taken: WaitingTake, written: Collection[str], gone: Collection[str]) -> None:
+        """The writer's pass is over: what was not written goes back (`WaitingSource.settle`)."""
+        assert isinstance(taken, _Taken), "settle takes back what `take` gave"
         namespace = taken.namespace
         if self._flying.get(namespace) is taken:
             del self._flying[namespace]
@@ -217,10 +215,6 @@ class RefusalRecorder:
                 extra={"namespace": namespace, "quotas": failed},
             )
             self._give_back(taken, failed)
-        if namespace in self._changes:
-            self._schedule(namespace)
-        else:
-            self._forget_stale(asyncio.get_running_loop().time())
 
     def _give_back(self, taken: _Taken, failed: list[str]) -> None:
         """Changes not written go back under the ones noted since (the last word wins)."""
@@ -241,46 +235,17 @@ class RefusalRecorder:
         if not changes.refused and not changes.admitted:
             del self._changes[taken.namespace]
 
-    def _schedule(self, namespace: str) -> None:
-        """Ask the writer for a pass of its own, at most once per `interval` (no polling)."""
-        if self._closed or namespace in self._timers or namespace in self._flying:
-            return  # on its way; a write in progress reschedules when it settles
-        loop = asyncio.get_running_loop()
-        # a pass asked for and not yet run (its writer is busy with a batch) is not asked again
-        # before `interval`: that pass takes what arrives meanwhile
-        last = max(self._last_write.get(namespace, -1e300), self._kicked.get(namespace, -1e300))
-        delay = max(0.0, last + self.interval - loop.time())
-        self._timers[namespace] = loop.call_later(delay, self._kick, namespace)
-
-    def _kick(self, namespace: str) -> None:
-        del self._timers[namespace]
-        if namespace not in self._changes:
-            return
-        loop = asyncio.get_running_loop()
-        due = self._last_write.get(namespace, -1e300) + self.interval
-        if loop.time() < due:  # a pass ran since this was scheduled
-            self._timers[namespace] = loop.call_later(due - loop.time(), self._kick, namespace)
-            return
-        self._kicked[namespace] = loop.time()
-        self._writer.kick(namespace)
-
-    def _forget_stale(self, now: float) -> None:
-        self._last_write = {ns: t for ns, t in self._last_write.items() if t > now - self.interval}
-        self._kicked = {ns: t for ns, t in self._kicked.items() if t > now - self.interval}
-
     async def close(self) -> None:
-        self._closed = True
-        for timer in self._timers.values():
-            timer.cancel()
-        self._timers.clear()
+        """Nothing more is written for this ledger (the writer's timers go)."""
+        self._writer.detach()
 
 
 @dataclass(eq=False)
 class _Taken:
     """A namespace's changes taken for one pass of the writer (`batcher.WaitingTake`)."""
 
-    recorder: RefusalRecorder
     namespace: str
+    limit: int  # entries a namespace keeps at most
     refused: dict[str, dict[str, waiting.Refusal]] = field(default_factory=dict)  # by quota
     admitted: set[str] = field(default_factory=set)
     changed: dict[str, int] = field(default_factory=dict)  # quota -> entries, when changed
@@ -289,8 +254,11 @@ class _Taken:
     def quotas(self) -> Collection[str]:
         return sorted(self.refused)
 
-    def wanted(self, quota: KarmadaQuota) -> list[WaitingWorkload] | None:
-        """The waiting list this version of the quota should carry (None: it already does).
+    def wanted(
+        self, quota: KarmadaQuota, siblings: Callable[[], Sequence[KarmadaQuota]]
+    ) -> list[WaitingWorkload] | None:
+        """The waiting list this version of the quota should carry (None: it already does),
+        within `limit` together with what its `siblings` list.
 
         Recomputed from each version written over, so a lost compare-and-swap loses nothing and
         counts no refusal twice.
@@ -301,15 +269,13 @@ class _Taken:
             return None
         elsewhere = {
             waiting.key(w.template)
-            for q in self.recorder._store.quotas(self.namespace)
+            for q in siblings()
             if q.metadata.name != name
             for w in q.status.waiting
         }
         current = quota.status.waiting
         wanted = waiting.remove(
-            waiting.record(
-                current, (refusals or {}).values(), self.recorder.per_namespace, elsewhere
-            ),
+            waiting.record(current, (refusals or {}).values(), self.limit, elsewhere),
             self.admitted,
         )
         if wanted == current:
@@ -317,6 +283,3 @@ class _Taken:
             return None
         self.changed[name] = len(wanted)
         return wanted
-
-    def settle(self, written: Collection[str], gone: Collection[str]) -> None:
-        self.recorder._settle(self, written, gone)

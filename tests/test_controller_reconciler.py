@@ -593,8 +593,9 @@ async def test_room_freed_wakes_the_waiting_workload_and_the_list_survives_statu
 
 
 async def test_a_slow_wake_never_holds_up_the_recompute_that_releases_quota(env: Any) -> None:
-    """Waking has a queue of its own (waiting for room): while a template PATCH hangs, a deleted binding is still
-    released in the quota's next write, and the wake completes once the PATCH answers."""
+    """Waking has a queue of its own (waiting for room): while a template PATCH hangs, a
+    deleted binding is still released in the quota's next write, and the wake completes once
+    the PATCH answers."""
     api, c, _ = env
     templates("b", namespace=NS, api=api)
     answer = asyncio.Event()

@@ -173,3 +173,16 @@ def test_the_controller_counts_a_binding_from_its_fields_at_generation_0_until_i
     assert counted.entry.generation == doc["metadata"]["generation"]
     names = dict(zip(counted.entry.usage.names, counted.entry.usage.total, strict=True))
     assert names["requests.cpu"] == 800_000_000  # nanocores: the sidecar counted
+
+
+def test_status_writes_do_not_push_out_the_pod_a_lagging_binding_names() -> None:
+    store = TemplateStore()
+    big = deployment({"containers": [container("app", {"cpu": "2", "memory": "1Gi"})]})
+    store.put(KEY, {**big, "metadata": {**big["metadata"], "resourceVersion": "5"}})
+    small = deployment({"containers": [container("app", {"cpu": "1", "memory": "2Gi"})]})
+    for rv in range(6, 20):  # the shrink, then many status writes of the same pod
+        store.put(KEY, {**small, "metadata": {**small["metadata"], "resourceVersion": str(rv)}})
+    most = store.lookup(KEY, "5")
+    assert isinstance(most, PodCharge)
+    assert {n: str(q) for n, q in most.requests.items()} == {"cpu": "2", "memory": "2Gi"}
+    assert cpu(store.lookup(KEY, "19")) == "1"

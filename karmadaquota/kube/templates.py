@@ -44,7 +44,7 @@ _COLLECTIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("", "Pod"): ("/api/v1", "pods"),
 }
 assert set(_COLLECTIONS) == set(pod_template.POD_SPEC_PATHS)
-_KEEP = 3  # versions kept per template: the one a binding names and those after it
+_KEEP = 3  # pods kept per template: the one a binding names and those after it
 
 
 class _Missing:
@@ -58,8 +58,12 @@ Key = TemplateKey
 
 @dataclass(frozen=True, slots=True)
 class _Version:
+    """A run of template versions whose pod is the same (status writes, labels: most of a
+    template's versions change nothing of its pod), from `rv` to `last`."""
+
     rv: int
     pod: PodCharge | None  # None: the quantities were unreadable
+    last: int = 0
 
 
 def key_of(ref: BindingResource, namespace: str) -> Key | None:
@@ -109,9 +113,12 @@ class TemplateStore:
         self._gone.discard(key)
         held = self._by_key.get(key, [])
         before = held[0].pod if held else MISSING
-        versions = [v for v in held if v.rv != rv]
-        versions.append(_Version(rv, pod))
-        versions.sort(key=lambda v: v.rv, reverse=True)
+        if held and held[0].pod == pod and rv >= held[0].rv:
+            versions = [_Version(held[0].rv, pod, max(rv, held[0].last)), *held[1:]]
+        else:
+            versions = [v for v in held if v.rv != rv]
+            versions.append(_Version(rv, pod, rv))
+            versions.sort(key=lambda v: v.rv, reverse=True)
         self._by_key[key] = versions[:_KEEP]
         self._changed(key, self._by_key[key][0].pod != before)
 
@@ -149,9 +156,9 @@ class TemplateStore:
         if not versions:
             return None if key in self._gone else MISSING
         want = parse_rv(resource_version)
-        if versions[0].rv < want:
+        if versions[0].last < want:
             return MISSING
-        return pod_template.most([v.pod for v in versions if v.rv >= want])
+        return pod_template.most([v.pod for v in versions if v.last >= want])
 
     async def fetch(self, ref: BindingResource, namespace: str) -> PodCharge | None:
         """`lookup`, reading the template when the store holds no such version: None when the

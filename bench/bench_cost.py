@@ -41,6 +41,7 @@ from bench.bench_admission import cpu_by_process, opened, processes
 from e2e.testbed import TestBed, product
 from e2e.testbed.aio import eventually
 from e2e.testbed.storm import StormResult, binding, storm
+from e2e.testbed.workloads import deployment
 from karmadaquota.api import ClusterKarmadaQuota, KarmadaQuota
 from karmadaquota.kube.client import KubeClient
 from karmadaquota.quantity import Quantity
@@ -212,6 +213,7 @@ async def one_storm(
 ) -> dict[str, Any]:
     bed, api, hook = it.bed, it.api, it.hook
     await prepare(bed, ns, kind, args.count)
+    versions = await templates(api, ns, args.count) if args.templated and kind != "cluster" else {}
     cpu_before = cpu_by_process(pids)
     hook_text = await hook.metrics()
     hook_before, ctl_before = product.parse_metrics(hook_text), await it.controller_metrics()
@@ -223,7 +225,7 @@ async def one_storm(
         res = await storm(
             api,
             RB.format(ns=ns),
-            lambda i: binding(ns, f"x-{i:04d}"),
+            lambda i: templated(binding(ns, f"x-{i:04d}"), versions),
             args.count,
             concurrency=args.concurrency,
             deadline=300,
@@ -257,6 +259,35 @@ async def one_storm(
         "largest": largest,
         "pending": pending,
     }
+
+
+async def templates(api: KubeClient, ns: str, count: int) -> dict[str, str]:
+    """`--templated`: a Deployment per binding of the storm (no policy selects them: Karmada
+    makes no binding of its own), created before the storm's measurement; name -> version."""
+    versions: dict[str, str] = {}
+    gate = asyncio.Semaphore(48)
+
+    async def one(i: int) -> None:
+        name = f"x-{i:04d}"
+        async with gate:
+            got = await api.request(
+                "POST",
+                f"/apis/apps/v1/namespaces/{ns}/deployments",
+                deployment(ns, name, 1, {"cpu": "100m"}),
+            )
+        versions[name] = str(got["metadata"]["resourceVersion"])
+
+    await asyncio.gather(*(one(i) for i in range(count)))
+    return versions
+
+
+def templated(doc: dict[str, Any], versions: dict[str, str]) -> dict[str, Any]:
+    """The binding names its Deployment's version, as Karmada's detector does: charged with
+    the template's pod (kube/templates.py); unchanged without `--templated`."""
+    ref = doc["spec"]["resource"]
+    if ref["name"] in versions:
+        ref["resourceVersion"] = versions[ref["name"]]
+    return doc
 
 
 def composition(row: dict[str, Any]) -> str:
@@ -448,6 +479,11 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--deployments", type=int, default=100, help="0: skip the user path")
     p.add_argument("--long", type=int, default=0, help="then one quota storm of this many")
+    p.add_argument(
+        "--templated",
+        action="store_true",
+        help="each binding names a real Deployment's version (charged with its pod)",
+    )
     print(asyncio.run(run(p.parse_args())), flush=True)
 
 

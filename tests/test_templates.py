@@ -57,7 +57,10 @@ def test_the_store_answers_the_version_a_binding_names_or_a_newer_one() -> None:
     assert store.resolve(ref("10"), "ns") == KEY  # the controller waits for it
     assert store.resolve(ref(""), "ns") is None  # a binding made by hand: its own fields
     store.drop(KEY)
-    assert store.resolve(ref("9"), "ns") is None  # gone: its binding goes next
+    # deleted: the binding that lingers is still charged with what it may run, and one that
+    # waited for a version that never came with its own fields
+    assert cpu(store.resolve(ref("9"), "ns")) == "500m"
+    assert store.resolve(ref("10"), "ns") is None
 
 
 async def test_fetch_reads_a_template_the_store_does_not_hold_once() -> None:
@@ -77,16 +80,22 @@ async def test_fetch_reads_a_template_the_store_does_not_hold_once() -> None:
 
 
 @pytest.fixture
-async def gate() -> AsyncIterator[tuple[TestClient[Any, Any], FakeApiServer]]:
+async def gated() -> AsyncIterator[tuple[TestClient[Any, Any], FakeApiServer, TemplateStore]]:
     store = FakeStore(quota_doc(hard={"requests.cpu": "1"}, namespace="ns"))
     api = FakeApiServer()
-    webhook = Webhook(
-        store.quota_store(), Batcher(store), WebhookMetrics(), templates=TemplateStore(api)
-    )
+    templates = TemplateStore(api)
+    webhook = Webhook(store.quota_store(), Batcher(store), WebhookMetrics(), templates=templates)
     client = TestClient(TestServer(build_app(webhook)))
     await client.start_server()
-    yield client, api
+    yield client, api, templates
     await client.close()
+
+
+@pytest.fixture
+def gate(
+    gated: tuple[TestClient[Any, Any], FakeApiServer, TemplateStore],
+) -> tuple[TestClient[Any, Any], FakeApiServer]:
+    return gated[0], gated[1]
 
 
 def binding_of(template: dict[str, Any], cpu: str, name: str = "web") -> dict[str, Any]:
@@ -186,3 +195,26 @@ def test_status_writes_do_not_push_out_the_pod_a_lagging_binding_names() -> None
     assert isinstance(most, PodCharge)
     assert {n: str(q) for n, q in most.requests.items()} == {"cpu": "2", "memory": "2Gi"}
     assert cpu(store.lookup(KEY, "19")) == "1"
+
+
+async def test_a_template_that_takes_a_deleted_one_s_name_pays_its_growth(gated: Any) -> None:
+    """Deleted and created again bigger while its binding lingers (Karmada's garbage collector
+    has not removed it yet): Karmada would render the new pod through the old binding."""
+    client, api, templates = gated
+    old = api.create(DEPLOYMENTS, deployment({"containers": [container("app", {"cpu": "400m"})]}))
+    bound = binding_of(old, "400m")
+    _, body = await post(client, "/validate-resourcebinding", review(bound))
+    assert body["response"]["allowed"]
+    api.create("/apis/work.karmada.io/v1alpha2/namespaces/ns/resourcebindings", bound)
+    fresh = deployment({"containers": [container("app", {"cpu": "500m"})]}, "db")
+    _, body = await post(client, "/validate-template", review(fresh, resource=TEMPLATES))
+    assert body["response"]["allowed"]  # a name the store knows nothing of: no read
+    assert "GET resourcebindings" not in api.calls
+    templates.drop(KEY)  # the old template's deletion seen
+    bigger = deployment({"containers": [container("app", {"cpu": "2"})]})
+    bigger["metadata"]["uid"] = "uid-new"
+    _, body = await post(client, "/validate-template", review(bigger, resource=TEMPLATES))
+    assert not body["response"]["allowed"]
+    assert body["response"]["status"]["message"].startswith(
+        "exceeded quota: team-a, requested: requests.cpu=1600m, used: requests.cpu=400m"
+    )

@@ -20,6 +20,7 @@ the binding from its own fields (`pod_template` never lowers a charge).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -45,6 +46,8 @@ _COLLECTIONS: dict[tuple[str, str], tuple[str, str]] = {
 }
 assert set(_COLLECTIONS) == set(pod_template.POD_SPEC_PATHS)
 _KEEP = 3  # pods kept per template: the one a binding names and those after it
+_GONE_FOR = 600.0  # seconds a deleted template's versions are kept (its binding goes first)
+_GONE_MAX = 1024  # deleted templates remembered before the old ones are forgotten
 
 
 class _Missing:
@@ -80,7 +83,10 @@ class TemplateStore:
     def __init__(self, client: Lister | None = None, *, page_size: int = 500) -> None:
         self.client = client
         self._by_key: dict[Key, list[_Version]] = {}
-        self._gone: set[Key] = set()  # seen deleted (the binding's deletion follows)
+        # seen deleted, when (its versions are kept a while: its binding lingers until Karmada's
+        # garbage collector deletes it, and the name may be re-created meanwhile)
+        self._gone: dict[Key, float] = {}
+        self._uids: dict[Key, str] = {}
         self._listeners: list[Callable[[Key, bool], None]] = []
         self.informers = [
             Informer(
@@ -110,7 +116,8 @@ class TemplateStore:
         except QuantityError as e:
             log.warning("template quantities unreadable", extra={"template": key, "error": str(e)})
             pod = None
-        self._gone.discard(key)
+        self._gone.pop(key, None)
+        self._uids[key] = str(meta.get("uid") or "")
         held = self._by_key.get(key, [])
         before = held[0].pod if held else MISSING
         if held and held[0].pod == pod and rv >= held[0].rv:
@@ -123,9 +130,20 @@ class TemplateStore:
         self._changed(key, self._by_key[key][0].pod != before)
 
     def drop(self, key: Key) -> None:
-        self._by_key.pop(key, None)
-        self._gone.add(key)
-        self._changed(key, True)
+        """The template is deleted: its versions still charge the binding that lingers."""
+        now = time.monotonic()
+        self._gone[key] = now
+        if len(self._gone) > _GONE_MAX:
+            for old in [k for k, t in self._gone.items() if t < now - _GONE_FOR]:
+                del self._gone[old]
+                self._by_key.pop(old, None)
+                self._uids.pop(old, None)
+        self._changed(key, False)
+
+    def replaced(self, key: Key, uid: str) -> bool:
+        """Whether a template created as `uid` takes the name of one deleted lately (or not yet
+        seen deleted): Karmada may render it through the old one's lingering binding."""
+        return key in self._gone or self._uids.get(key, uid) != uid
 
     def _changed(self, key: Key, pod_changed: bool) -> None:
         for listener in self._listeners:
@@ -153,11 +171,10 @@ class TemplateStore:
         on (`pod_template.most`): what Karmada may run for it now and after its next sync;
         MISSING when the store holds no such version (yet)."""
         versions = self._by_key.get(key)
-        if not versions:
-            return None if key in self._gone else MISSING
         want = parse_rv(resource_version)
-        if versions[0].last < want:
-            return MISSING
+        if not versions or versions[0].last < want:
+            # a deleted template's binding is charged from its own fields; else not yet
+            return None if key in self._gone else MISSING
         return pod_template.most([v.pod for v in versions if v.last >= want])
 
     async def fetch(self, ref: BindingResource, namespace: str) -> PodCharge | None:
@@ -175,7 +192,8 @@ class TemplateStore:
             obj = await self.client.get(path + paths.object_name(key[3]))
         except NotFound:
             self.drop(key)
-            return None
+            gone = self.lookup(key, ref.resourceVersion)
+            return None if isinstance(gone, _Missing) else gone
         self.put(key, obj)
         found = self.lookup(key, ref.resourceVersion)
         # a template older than the binding names cannot be: the binding was built from it

@@ -276,25 +276,37 @@ class Webhook:
         return await self.templates.fetch(binding.spec.resource, namespace)
 
     async def admit_template(self, req: review.Request, budget: float | None = None) -> Decision:
-        """A resource template's pod that grows: Karmada renders the template as it is now into
-        every member (on its next sync of the binding), whether or not our admission of the
-        binding's update follows. So the growth is charged now, against the binding (reserved
-        as its next generation), and the template refused in Kubernetes' words when it does not
-        fit; the binding's update then costs nothing more (its old side is charged with the
-        newest template already: kube.templates)."""
-        obj = (
-            req.object if req.operation == "UPDATE" and req.subResource in ("", "resize") else None
-        )
-        if obj is None:
+        """A resource template's pod that grows, or a template that takes the name of one
+        deleted while its binding lingers: Karmada renders the template as it is now into every
+        member on its next sync of the binding, whether or not our admission of the binding's
+        update follows. So the growth is charged now, against the binding (reserved as its next
+        generation), and the template refused in Kubernetes' words when it does not fit; the
+        binding's update then costs nothing more (its old side is charged with the newest
+        template already: kube.templates)."""
+        if req.operation not in ("CREATE", "UPDATE") or req.subResource not in ("", "resize"):
             return Decision(True)
-        if req.oldObject is None:
+        obj = req.object
+        if obj is None:
+            raise review.MalformedReview(f"request.object is required for {req.operation}")
+        if req.operation == "UPDATE" and req.oldObject is None:
             raise review.MalformedReview("request.oldObject is required for UPDATE")
         try:
-            new_pod, old_pod = of_template(obj), of_template(req.oldObject)
+            new_pod = of_template(obj)
+            old_pod = of_template(req.oldObject) if req.oldObject is not None else None
         except QuantityError as e:
             return Decision(False, f"invalid {obj.get('kind')}: {e}", REASON_INVALID)
-        if new_pod is None or old_pod is None or not grows(new_pod, old_pod):
+        meta = obj.get("metadata") or {}
+        name = str(meta.get("name") or req.name)
+        kind = str(obj.get("kind") or "")
+        group = str(obj.get("apiVersion") or "").rpartition("/")[0]
+        if new_pod is None or self.templates is None:
             return Decision(True)
+        if req.operation == "UPDATE" and (old_pod is None or not grows(new_pod, old_pod)):
+            return Decision(True)
+        if req.operation == "CREATE" and not self.templates.replaced(
+            (group, kind, req.namespace, name), str(meta.get("uid") or "")
+        ):
+            return Decision(True)  # a new name: its binding is charged with this template
         if not self._synced():
             return NOT_SYNCED
         selecting = self.cluster.selecting(req.namespace) if self.cluster is not None else []
@@ -302,9 +314,7 @@ class Webhook:
             return Decision(False, self._unknown_selection(req.namespace), REASON_NOT_READY)
         if not selecting and await self._unlimited(req.namespace) is not None:
             return Decision(True)
-        name = str((obj.get("metadata") or {}).get("name") or req.name)
-        kind = str(obj.get("kind") or "")
-        assert self.templates is not None and self.templates.client is not None
+        assert self.templates.client is not None
         try:
             got = await self.templates.client.get(
                 paths.binding(req.namespace, binding_name(kind, name))

@@ -54,13 +54,21 @@ import jsonpointer
 
 from karmadaquota.api import KarmadaQuota
 from karmadaquota.kube import paths
-from karmadaquota.kube.client import JSON, JSON_PATCH, Body, Conflict, Gone, KubeError, NotFound
+from karmadaquota.kube.client import (
+    JSON,
+    JSON_PATCH,
+    MERGE_PATCH,
+    Body,
+    Conflict,
+    Gone,
+    KubeError,
+    NotFound,
+)
 from karmadaquota.kube.quotas import QuotaStore
 from tests import conftest
 
 Key = tuple[str, str]  # (namespace, name)
 Kind = tuple[str, str]  # (group path, plural), e.g. ("/api/v1", "namespaces")
-MERGE_PATCH = "application/merge-patch+json"
 # the kinds whose status is a subresource: a write of the object keeps the stored status
 STATUS_SUBRESOURCE = {"karmadaquotas", "resourcebindings", "deployments", "statefulsets", "jobs"}
 DELETED_AT = "2026-01-01T00:00:00Z"

@@ -24,7 +24,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from karmadaquota import cli, install
-from karmadaquota.kube.client import KubeClient
+from karmadaquota.kube.client import MERGE_PATCH, KubeClient
 
 REPO = Path(__file__).resolve().parents[1]
 CRD = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/karmadaquotas.quota.karmada.io"
@@ -513,4 +513,4 @@ async def test_namespaces_holding_quotas_are_labelled_before_the_registration(
     assert api.bodies[labelled[1]] == {"metadata": {"labels": enforced}}
     assert patched.index(labelled[-1]) < patched.index(VWC)
     (request,) = [r for r in api.requests if r.path == labelled[0]]
-    assert request.headers["Content-Type"] == "application/merge-patch+json"
+    assert request.headers["Content-Type"] == MERGE_PATCH

@@ -25,12 +25,11 @@ from karmadaquota.api import KarmadaQuota
 from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.evaluate import QuotaView
 from karmadaquota.kube import paths
-from karmadaquota.kube.client import JSON, Api, Conflict, KubeError, NotFound
+from karmadaquota.kube.client import JSON, MERGE_PATCH, Api, Conflict, KubeError, NotFound
 from karmadaquota.quantity import QuantityError
 
 log = logging.getLogger("karmadaquota.admit")
 
-MERGE_PATCH = "application/merge-patch+json"
 COMPONENT = "karmadaquota-controller"
 EVENT_QUEUED = "Queued"
 EVENT_ADMITTED = "Admitted"

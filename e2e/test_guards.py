@@ -26,7 +26,7 @@ from e2e.testbed import TestBed, product
 from e2e.testbed import guards as gi
 from e2e.testbed.aio import eventually
 from e2e.testbed.workloads import deployment, divided_policy
-from karmadaquota.api import KarmadaQuota
+from karmadaquota.api import KarmadaQuota, parse_time
 from karmadaquota.controller import guard_keeper as gk
 from karmadaquota.controller import guard_policy as gp
 from karmadaquota.controller import guard_watch as gw
@@ -327,8 +327,22 @@ async def test_pods_made_around_karmada_count_and_are_held_to_the_global_headroo
             if e.get("reason") == "FailedCreate" and "exceeded quota" in e.get("message", "")
         ]
         print(f"Karmada's pods refused by a guard in {karmada_member}: {len(held_up)} time(s)")
-        # its placement reaches the member's guard before its ReplicaSet's pod does
-        assert held_up == [], [e["message"] for e in held_up]
+        # not held up: its wake and its member's guard raise race (docs/charging.md, Limits),
+        # so the ReplicaSet may be refused a moment; its pod exists within the guards' 2 s
+        # rebalance target of the first refusal (the API's times are whole seconds)
+        got = await s.members[karmada_member].get(f"/api/v1/namespaces/{ns}/pods")
+        (created,) = [
+            parse_time(p["metadata"]["creationTimestamp"])
+            for p in got["items"]
+            if p["metadata"]["name"].startswith("more-")
+        ]
+        refused_at = [parse_time(e.get("firstTimestamp") or e["eventTime"]) for e in held_up]
+        if refused_at:
+            first = min(t for t in refused_at if t is not None)
+            assert created is not None
+            held_for = (created - first).total_seconds()
+            print(f"more's pod held up {held_for:.0f} s by a guard")
+            assert held_for <= 2, f"more's pod held up {held_for} s by a guard (target 2 s)"
         await used_pods(s, ns, 3)
         await quota_gone(s, ns)
 

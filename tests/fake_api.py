@@ -34,8 +34,8 @@ makes another writer win the next `n` quota status writes; `refuse` fails reques
 verb and kind ("GET karmadaquotas": re-reads), `sent` and `writes` log the writes sent and
 those that succeeded.
 
-`FakeStore` is one webhook replica's view of it: the batcher's QuotaBackend, with its own cache
-that only its own reads and writes refresh (another replica's cache is another FakeStore).
+`Replica` is one webhook replica over it: the product's QuotaBackend and QuotaStore, with the
+faults a test adds to its status writes.
 """
 
 from __future__ import annotations
@@ -65,6 +65,7 @@ from karmadaquota.kube.client import (
     NotFound,
 )
 from karmadaquota.kube.quotas import QuotaStore
+from karmadaquota.webhook.app import KubeQuotaBackend
 from tests import conftest
 
 Key = tuple[str, str]  # (namespace, name)
@@ -584,21 +585,6 @@ class FakeApiServer:
         finally:
             self.watches.remove(w)
 
-    # ---- the webhook's calls (FakeStore) ----------------------------------------------------
-
-    async def get_quota(self, namespace: str, name: str) -> JSON:
-        return self.handle("GET", parse(paths.quota(namespace, name)), None, {}, "")
-
-    async def put_quota_status(self, body: JSON) -> JSON:
-        """PUT .../karmadaquotas/<name>/status: compare-and-swap on resourceVersion."""
-        meta = body["metadata"]
-        ref = parse(paths.quota_status(meta["namespace"], meta["name"]))
-        return self.handle("PUT", ref, body, {}, "application/json")
-
-    async def patch_quota_status(self, namespace: str, name: str, ops: list[JSON]) -> JSON:
-        """PATCH .../karmadaquotas/<name>/status with a JSON patch."""
-        return self.handle("PATCH", parse(paths.quota_status(namespace, name)), ops, {}, JSON_PATCH)
-
 
 def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386: a JSON merge patch applied to a copy of `target`."""
@@ -613,19 +599,26 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return out
 
 
-class FakeStore:
-    """One webhook replica: the batcher's QuotaBackend over a (possibly shared) FakeApiServer.
+class Replica(KubeQuotaBackend):
+    """One webhook replica as `webhook.app.run` wires it: the product's QuotaBackend over a
+    (possibly shared) FakeApiServer, reading the replica's own QuotaStore (whose informer
+    orders versions: a cache never goes back). Only this replica's reads and writes refresh
+    that store, until `refresh` (its watch delivered everything); another replica is another
+    Replica over the same server.
 
-    `before_put` runs before each status write and may change the stored object (simulating
-    another writer) so that the write loses the compare-and-swap.
+    The faults a test may add to its status writes: `before_put` runs before each (and may
+    change the stored object: another writer, so that the write loses the compare-and-swap),
+    `put_delay` is write latency; `in_flight`/`max_in_flight` count this replica's writes
+    per quota at once.
     """
 
     def __init__(self, *docs: JSON, api: FakeApiServer | None = None) -> None:
         self.api = api or FakeApiServer()
-        self.cached: dict[Key, KarmadaQuota] = {}
-        self.before_put: Callable[[FakeStore, JSON], None] | None = None
+        self.store = QuotaStore(self.api)
+        self.store.synced.set()
+        super().__init__(self.api, self.store)
+        self.before_put: Callable[[Replica, JSON], None] | None = None
         self.put_delay = 0.0
-        # status writes of this replica in flight per quota, and the most ever at once for one
         self.in_flight: dict[Key, int] = {}
         self.max_in_flight = 0
         for d in docs:
@@ -644,12 +637,17 @@ class FakeStore:
         return self.api.conflicts
 
     def seed(self, doc: JSON) -> None:
-        """Create the quota and let this replica's cache see it."""
-        self.update(KarmadaQuota.model_validate(self.api.add_quota(doc)))
+        """Create the quota and let this replica's store see it."""
+        self.store.fold(self.api.add_quota(doc))
 
     def refresh(self) -> None:
-        """The cache catches up with the server (its watch delivered everything)."""
-        self.cached = {k: KarmadaQuota.model_validate(v) for k, v in self.api.quotas.items()}
+        """The store catches up with the server (its watch delivered everything)."""
+        informer = self.store.informer
+        for obj in self.api.quotas.values():
+            informer.offer("MODIFIED", obj)
+        for key in set(informer.held) - set(self.api.quotas):
+            meta = {"namespace": key[0], "name": key[1], "resourceVersion": str(self.api.rv)}
+            informer.offer("DELETED", {"metadata": meta})
 
     def stored(self, namespace: str = "ns", name: str = "team-a") -> KarmadaQuota:
         return self.api.quota(namespace, name)
@@ -658,28 +656,8 @@ class FakeStore:
         self.api.bump(namespace, name, mutate)
 
     def quota_store(self) -> QuotaStore:
-        """A synced QuotaStore holding what this replica's cache holds (what a Webhook reads)."""
-        quotas = QuotaStore(self.api)  # the API: a miss is read live (QuotaStore.lookup)
-        for q in self.cached.values():
-            quotas.fold_quota(q)
-        quotas.synced.set()
-        return quotas
-
-    # QuotaBackend
-    def quotas(self, namespace: str) -> list[KarmadaQuota]:
-        return [q for (ns, _), q in sorted(self.cached.items()) if ns == namespace]
-
-    def update(self, quota: KarmadaQuota) -> None:
-        key = (quota.metadata.namespace, quota.metadata.name)
-        have = self.cached.get(key)
-        # a cache never goes back to an older version
-        if have is None or int(have.metadata.resourceVersion) <= int(
-            quota.metadata.resourceVersion
-        ):
-            self.cached[key] = quota
-
-    async def get(self, namespace: str, name: str) -> JSON:
-        return await self.api.get_quota(namespace, name)
+        """The replica's QuotaStore (what its Webhook reads; a miss is read live)."""
+        return self.store
 
     async def put_status(self, quota: JSON) -> JSON:
         key = (quota["metadata"]["namespace"], quota["metadata"]["name"])
@@ -690,7 +668,7 @@ class FakeStore:
                 await asyncio.sleep(self.put_delay)  # models write latency, not synchronisation
             if self.before_put is not None:
                 self.before_put(self, quota)
-            return await self.api.put_quota_status(quota)
+            return await super().put_status(quota)
         finally:
             self.in_flight[key] -= 1
 

@@ -21,8 +21,10 @@ so that the real informers, controller, leader election, cache and waker run aga
   410 `Gone` when that version is older than the compaction point (`compact()`, which also
   ends every open watch with 410, the way a watch cache that fell behind does). A watch ends
   on its timeout or when the test says (`end_watches()`); `hold(plural)` keeps a kind's events
-  from the watches until `release(plural)` (a slow watch; some at a time, or lost). `drained()`
-  and `watching(plural)` say when the watches have delivered everything.
+  from the watches until `release(plural)` (a slow watch; some at a time, or lost);
+  `bookmark()` sends every watch a BOOKMARK at the current version. `drained()` and
+  `watching(plural)` say when the watches have delivered everything; `watched` logs each
+  watch's path and version.
 - Reads return copies, so a test never shares state with the code under test by accident.
 
 What the test does to it directly (`add_quota`, `put_binding`, `create`, `update`, `delete`,
@@ -30,7 +32,8 @@ What the test does to it directly (`add_quota`, `put_binding`, `create`, `update
 `intercept(hook, times, match)` runs a hook before each of the next writes to a matching path
 (by default status writes: another writer getting in first, or a slow answer); `interfere(n)`
 makes another writer win the next `n` quota status writes; `refuse` fails requests by path,
-`fail` all of them, `webhook` stands in for a validating webhook. `calls` counts requests by
+`fail` all of them, `before_read` runs before each read and may fail it (a page, a watch),
+`webhook` stands in for a validating webhook. `calls` counts requests by
 verb and kind ("GET karmadaquotas": re-reads), `sent` and `writes` log the writes sent and
 those that succeeded.
 
@@ -180,6 +183,10 @@ class FakeApiServer:
         # runs before a create or an update of an object (not its status), and may refuse it
         # by raising: a validating webhook
         self.webhook: Callable[[str, Ref, JSON], None] | None = None
+        # runs before each read ("GET", "LIST" or "WATCH", what is read, the request's
+        # parameters) and may raise: a page that fails, a watch refused
+        self.before_read: Callable[[str, Ref, Mapping[str, str]], None] | None = None
+        self.watched: list[tuple[str, str]] = []  # (path, resourceVersion) of every watch
         self._interfere = 0
         self._hooks: list[tuple[str, Hook]] = []
         self._uids = itertools.count(1)
@@ -287,6 +294,12 @@ class FakeApiServer:
         self._snapshots.clear()
         for w in self.watches:
             w.queue.put_nowait(_End(gone=True))
+
+    def bookmark(self) -> None:
+        """Every open watch gets a BOOKMARK at the current resourceVersion (what the API
+        server sends a watch that allows them, so it resumes from there)."""
+        for w in self.watches:
+            w.queue.put_nowait(("BOOKMARK", {"metadata": {"resourceVersion": str(self.rv)}}))
 
     def end_watches(self) -> None:
         """Every open watch ends (as on its timeout): the informers resume from their version."""
@@ -434,6 +447,8 @@ class FakeApiServer:
         self, method: str, ref: Ref, body: Body | None, params: Mapping[str, str], content_type: str
     ) -> JSON:
         """One request, at once (no await: nothing else runs in between)."""
+        if method == "GET" and self.before_read is not None:
+            self.before_read("GET" if ref.name else "LIST", ref, params)
         if method == "GET" and not ref.name:
             self.calls[f"LIST {ref.plural}"] += 1
             return self._list(ref, params)
@@ -560,10 +575,13 @@ class FakeApiServer:
         """Events of the collection after `resource_version`, then new ones as they happen."""
         ref = parse(path)
         self.calls[f"WATCH {ref.plural}"] += 1
+        self.watched.append((path, resource_version))
+        query = dict(p.split("=", 1) for p in path.partition("?")[2].split("&") if "=" in p)
+        if self.before_read is not None:
+            self.before_read("WATCH", ref, query)
         since = int(resource_version or self.rv)
         if since < self.compacted:
             raise Gone(410, "Expired", f"too old resource version: {since} ({self.compacted})")
-        query = dict(p.split("=", 1) for p in path.partition("?")[2].split("&") if "=" in p)
         w = _Watch(ref.kind, ref.namespace, selector=query.get("labelSelector", ""))
         for rv, event, obj in self.log.get(ref.kind, []):
             if rv > since and ref.namespace in ("", obj["metadata"].get("namespace")):

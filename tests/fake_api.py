@@ -10,6 +10,7 @@ so that the real informers, controller, leader election, cache and waker run aga
   whatever is stored, all or nothing (422 when one of its tests fails). Writes to `/status`
   change only the status, other writes never change a status; a spec change bumps the
   generation. POST creates (409 when the name is taken, 404 when the namespace does not exist).
+  DELETE honours its preconditions (uid, resourceVersion: 409 when they do not hold); a
   DELETE of an object holding finalizers only sets its deletionTimestamp; removing the last
   finalizer of such an object deletes it.
 - LIST and WATCH take a `labelSelector` (`k=v`, `k!=v`, `k`, `!k`, comma-separated); an
@@ -74,7 +75,14 @@ from tests import conftest
 Key = tuple[str, str]  # (namespace, name)
 Kind = tuple[str, str]  # (group path, plural), e.g. ("/api/v1", "namespaces")
 # the kinds whose status is a subresource: a write of the object keeps the stored status
-STATUS_SUBRESOURCE = {"karmadaquotas", "resourcebindings", "deployments", "statefulsets", "jobs"}
+STATUS_SUBRESOURCE = {
+    "karmadaquotas",
+    "resourcebindings",
+    "deployments",
+    "statefulsets",
+    "jobs",
+    "resourcequotas",
+}
 DELETED_AT = "2026-01-01T00:00:00Z"
 
 
@@ -466,6 +474,11 @@ class FakeApiServer:
             assert isinstance(body, dict)
             return self._post(ref, body)
         if method == "DELETE":
+            pre = (body.get("preconditions") or {}) if isinstance(body, dict) else {}
+            meta = self._stored(ref)["metadata"]
+            for k in ("uid", "resourceVersion"):
+                if pre.get(k) and pre[k] != meta.get(k):
+                    raise Conflict(409, "Conflict", f"Precondition failed: {k} in precondition")
             return self.delete(self._path(ref))
         assert body is not None and method in ("PUT", "PATCH"), method
         current = self._stored(ref)
@@ -538,6 +551,8 @@ class FakeApiServer:
             raise NotFound(404, "NotFound", f'namespaces "{ns}" not found')
         name = str(meta.get("name") or f"{meta.get('generateName', '')}{next(self._uids)}")
         doc = {**body, "metadata": {**meta, "namespace": ns, "name": name}}
+        if ref.plural in STATUS_SUBRESOURCE:
+            doc.pop("status", None)  # a create never writes the status subresource
         if not ns:
             doc["metadata"].pop("namespace")
         if self.webhook is not None:

@@ -48,12 +48,11 @@ from karmadaquota import credentials
 from karmadaquota.api import ON_EXCEED_QUEUE, parse_time
 from karmadaquota.durations import duration
 from karmadaquota.kube import namespaces
-from karmadaquota.kube.client import JSON, MERGE_PATCH, Api, KubeError, NotFound
+from karmadaquota.kube.client import APPLY_PATCH, JSON, MERGE_PATCH, Api, KubeError, NotFound
 
 log = logging.getLogger("karmadaquota.install")
 
 FIELD_MANAGER = "karmadaquota-install"
-APPLY_PATCH = "application/apply-patch+yaml"
 
 
 class InstallError(Exception):

@@ -34,12 +34,14 @@ What the test does to it directly (`add_quota`, `put_binding`, `create`, `update
 (by default status writes: another writer getting in first, or a slow answer); `interfere(n)`
 makes another writer win the next `n` quota status writes; `refuse` fails requests by path,
 `fail` all of them, `before_read` runs before each read and may fail it (a page, a watch),
-`webhook` stands in for a validating webhook. `calls` counts requests by
-verb and kind ("GET karmadaquotas": re-reads), `sent` and `writes` log the writes sent and
-those that succeeded.
+`webhook` stands in for a validating webhook. `calls` counts requests by verb and kind
+("GET karmadaquotas": re-reads), `sent` and `writes` log the writes sent and those that
+succeeded. A server-side apply (PATCH, `APPLY_PATCH`) creates what is missing and merges its
+fields into what exists.
 
-`Replica` is one webhook replica over it: the product's QuotaBackend and QuotaStore, with the
-faults a test adds to its status writes.
+`HttpFront` serves it over HTTP (the install command's tests). `Replica` is one webhook
+replica over it: the product's QuotaBackend and QuotaStore, with the faults a test adds to its
+status writes.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ import asyncio
 import copy
 import inspect
 import itertools
+import json
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -55,10 +58,12 @@ from typing import Any
 
 import jsonpatch
 import jsonpointer
+from aiohttp import web
 
 from karmadaquota.api import KarmadaQuota
 from karmadaquota.kube import paths
 from karmadaquota.kube.client import (
+    APPLY_PATCH,
     JSON,
     JSON_PATCH,
     MERGE_PATCH,
@@ -473,6 +478,9 @@ class FakeApiServer:
         if method == "POST":
             assert isinstance(body, dict)
             return self._post(ref, body)
+        if content_type == APPLY_PATCH and ref.key not in self.objects(ref.kind):
+            assert isinstance(body, dict)
+            return self._post(ref, {**body, "metadata": {**body["metadata"], "name": ref.name}})
         if method == "DELETE":
             pre = (body.get("preconditions") or {}) if isinstance(body, dict) else {}
             meta = self._stored(ref)["metadata"]
@@ -534,8 +542,8 @@ class FakeApiServer:
             )
         if method == "PUT":
             obj = copy.deepcopy(body)
-        else:
-            assert content_type == MERGE_PATCH, content_type
+        else:  # server-side apply of an existing object: its fields merged in, as a merge patch
+            assert content_type in (MERGE_PATCH, APPLY_PATCH), content_type
             obj = merge_patch(current, body)
         meta = obj.setdefault("metadata", {})
         for k in ("uid", "namespace", "name", "creationTimestamp", "deletionTimestamp"):
@@ -617,6 +625,49 @@ class FakeApiServer:
                 yield item
         finally:
             self.watches.remove(w)
+
+
+class HttpFront:
+    """A FakeApiServer over HTTP, for code that brings its own HTTP client (the install
+    command's KubeClient and its kubeconfig): each request is logged, then answered by
+    `api.request` (its body decoded; an error as the API server's Status)."""
+
+    def __init__(self, api: FakeApiServer) -> None:
+        self.api = api
+        self.requests: list[web.Request] = []  # every request, in order (headers, query)
+        self.bodies: dict[str, Any] = {}  # path -> the last body written to it
+
+    @property
+    def log(self) -> list[tuple[str, str]]:
+        return [(r.method, r.path) for r in self.requests]
+
+    def app(self, *routes: web.RouteDef) -> web.Application:
+        """The server's routes after `routes` (e.g. another server's on the same port)."""
+        app = web.Application()
+        app.add_routes(routes)
+        app.router.add_route("*", "/{tail:.*}", self.handle)
+        return app
+
+    async def handle(self, request: web.Request) -> web.Response:
+        self.requests.append(request)
+        raw = await request.read()
+        body = json.loads(raw) if raw else None
+        if body is not None and request.method != "GET":
+            self.bodies[request.path] = body
+        try:
+            got = await self.api.request(
+                request.method,
+                request.path,
+                body,
+                dict(request.query),
+                content_type=request.content_type,
+            )
+        except KubeError as e:
+            status = {"kind": "Status", "status": "Failure", "code": e.status}
+            return web.json_response(
+                {**status, "reason": e.reason, "message": e.message}, status=e.status
+            )
+        return web.json_response(got)
 
 
 def merge_patch(target: Any, patch: Any) -> Any:

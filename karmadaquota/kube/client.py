@@ -30,6 +30,7 @@ JSON = dict[str, Any]
 Body = JSON | list[JSON]
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"  # server-side apply (JSON is YAML)
 USER_AGENT = f"karmadaquota/{__version__}"
 # a 429 whose Retry-After is not a number of seconds waits this long
 _DEFAULT_RETRY_AFTER = 1.0

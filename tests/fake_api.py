@@ -424,6 +424,9 @@ class FakeApiServer:
     async def get(self, path: str, params: Mapping[str, str] | None = None) -> JSON:
         return await self.request("GET", path, params=params)
 
+    async def close(self) -> None:
+        """A client's close (a member watch closes its client after each connection)."""
+
     async def merge_patch(self, path: str, body: JSON, timeout: float = 10.0) -> JSON:
         return await self.request("PATCH", path, body, timeout=timeout, content_type=MERGE_PATCH)
 
@@ -600,6 +603,8 @@ class FakeApiServer:
         self.calls[f"WATCH {ref.plural}"] += 1
         self.watched.append((path, resource_version))
         query = dict(p.split("=", 1) for p in path.partition("?")[2].split("&") if "=" in p)
+        if self.fail is not None:  # the connection is refused, as every request is
+            raise self.fail
         if self.before_read is not None:
             self.before_read("WATCH", ref, query)
         since = int(resource_version or self.rv)

@@ -511,8 +511,8 @@ async def test_updates_that_charge_nothing_never_reach_the_webhook(
     binding); a replica change is, and is refused over the quota.
 
     Counted precisely: the reviews of this one binding, from the webhook's decision log (the
-    review histogram is no measure here: it also counts the quota reviews of the controller's
-    finalizer writes and every other namespace's reviews)."""
+    review histogram is no measure here: it counts every review the replica answers, of
+    quotas and OverridePolicies too, in every namespace)."""
     ns = namespace
     await create_quota(testbed, ns, "team", {"requests.cpu": "1"})
     path = RB_PATH.format(ns=ns)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import AsyncIterator, Collection
+from collections.abc import AsyncIterator, Collection, Mapping
 from typing import Any
 
 import pytest
@@ -12,7 +12,7 @@ import pytest
 from karmadaquota.controller.members import Members, MemberWatch, cluster_access
 from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.kube.client import JSON, NotFound
-from tests.fake_api import FakeApiServer
+from tests.fake_api import FakeApiServer, Ref
 from tests.polling import until
 from tests.test_controller_pods import pod
 
@@ -45,9 +45,13 @@ class Member:
         self.api = FakeApiServer()
         self.clients: list[tuple[str, str, bytes | None, bool]] = []
         self.lists: list[dict[str, str]] = []  # the parameters of every LIST
-        self.api.before_read = lambda verb, ref, params: (
-            self.lists.append(dict(params)) if verb == "LIST" else None
-        )
+        self.api.before_read = self._read
+
+    def _read(self, verb: str, ref: Ref, params: Mapping[str, str]) -> None:
+        if verb == "LIST":
+            self.lists.append(dict(params))
+            # the watch lists only what may still run (the field selector every list carries)
+            assert params.get("fieldSelector") == NON_TERMINAL, params
 
     def factory(self, host: str, token: str, ca: bytes | None, insecure: bool) -> Any:
         self.clients.append((host, token, ca, insecure))

@@ -50,7 +50,7 @@ from e2e.testbed.aio import InvariantViolation, eventually
 from e2e.testbed.storm import binding
 from e2e.testbed.workloads import deployment, divided_policy
 from karmadaquota.api import wire_reservations
-from karmadaquota.kube.client import JSON, KubeClient, KubeError
+from karmadaquota.kube.client import JSON, MERGE_PATCH, KubeClient, KubeError
 from karmadaquota.quantity import NANO, Quantity
 from karmadaquota.webhook.app import CLOCK_OFFSET_ENV
 
@@ -439,7 +439,7 @@ async def outage_storm(
             "PATCH",
             quota_path,
             {"spec": {"hard": {"pods": "16", "requests.cpu": "1600m"}}},
-            content_type="application/merge-patch+json",
+            content_type=MERGE_PATCH,
         )
 
         async def all_run() -> bool:

@@ -26,7 +26,7 @@ from e2e.testbed import TestBed, product
 from e2e.testbed import guards as gi
 from e2e.testbed.aio import eventually
 from e2e.testbed.workloads import deployment, divided_policy
-from karmadaquota.api import KarmadaQuota
+from karmadaquota.api import KarmadaQuota, parse_time
 from karmadaquota.controller import guard_keeper as gk
 from karmadaquota.controller import guard_policy as gp
 from karmadaquota.controller import guard_watch as gw
@@ -181,6 +181,13 @@ async def placed(s: Stack, ns: str, name: str) -> dict[str, int]:
     return {c["name"]: int(c.get("replicas", 0)) for c in rb["spec"].get("clusters") or []}
 
 
+def no_pending(s: Stack, ns: str) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return not KarmadaQuota.model_validate(await quota(s, ns)).status.reservations
+
+    return check
+
+
 async def running(s: Stack, member: str, ns: str, prefix: str) -> int:
     got = await s.members[member].get(f"/api/v1/namespaces/{ns}/pods")
     return sum(
@@ -232,35 +239,28 @@ async def test_pods_made_around_karmada_count_and_are_held_to_the_global_headroo
         await eventually(web_placed, 60, "web placed on one member")
         await used_pods(s, ns, 2)
         await guards_ready(s, ns)
+        # nothing admitted is still pending (a duplicate create of Karmada's detector leaves a
+        # charge the orphan audit releases after its grace): the headroom below is 6 - 2
+        await eventually(no_pending(s, ns), 30, "no pending charge left")
 
-        # pods made directly in the other member: they fit the headroom (6 - 2), one by one;
-        # each is counted in the quota's usage and the guards are rebalanced (the figures are
-        # printed: the targets are 2 s for both, docs/benchmarks.md)
+        # pods made directly in the other member: they fit the headroom, one by one; each is
+        # counted in the quota's usage and the guards are rebalanced, both within the 2 s
+        # target (docs/benchmarks.md). The split, by the share policy (docs/charging.md: usage,
+        # then the headroom 6 - 2 - direct's usage split evenly, the odd pod to the member
+        # with the most usage made around Karmada): (Karmada's member, the direct one)
+        split = [(3, 3), (3, 3), (2, 4), (2, 4)]
         waits, reflected, rebalanced = [], [], []
-        for i in range(4):
+        for i, (at_karmada, at_direct) in enumerate(split):
             waits.append(await created_eventually(s, direct, ns, f"direct-{i}"))
             created = time.monotonic()
             await used_pods(s, ns, 2 + i + 1)
             reflected.append(time.monotonic() - created)
-            want = gd.desired(
-                gd.GuardInputs(
-                    hard={"pods": 6 * NANO},
-                    members=[
-                        gd.MemberState(karmada_member, usage={"pods": 2 * NANO}),
-                        gd.MemberState(
-                            direct,
-                            usage={"pods": (i + 1) * NANO},
-                            out_of_band={"pods": (i + 1) * NANO},
-                        ),
-                    ],
-                )
-            )
+            want = {karmada_member: at_karmada * NANO, direct: at_direct * NANO}
 
-            async def as_wanted(want: dict[str, gd.Nanos] = want) -> bool:
+            async def as_wanted(want: dict[str, int] = want) -> bool:
                 got = await guards(s, ns)
                 return all(
-                    g is not None and gk.may_hold(g).get("pods") == want[m]["pods"]
-                    for m, g in got.items()
+                    g is not None and gk.may_hold(g).get("pods") == want[m] for m, g in got.items()
                 )
 
             await eventually(as_wanted, 30, f"guards rebalanced to {want}", interval=0.02)
@@ -269,6 +269,8 @@ async def test_pods_made_around_karmada_count_and_are_held_to_the_global_headroo
         print(f"counted in status.used after {', '.join(f'{w:.2f}' for w in reflected)} s")
         moved = ", ".join(f"{w:.2f}" for w in rebalanced)
         print(f"every member's guard rebalanced after {moved} s")
+        assert max(reflected) < 2.0, f"counted in status.used after {reflected} s (target 2 s)"
+        assert max(rebalanced) < 2.0, f"guards rebalanced after {rebalanced} s (target 2 s)"
         q = await used_pods(s, ns, 6)
         by = {c["clusterName"]: c for c in q["status"]["aggregatedStatus"]}
         assert pods(by[direct]["observed"]["pods"]) == 4 and pods(by[direct]["used"]["pods"]) == 0
@@ -325,6 +327,22 @@ async def test_pods_made_around_karmada_count_and_are_held_to_the_global_headroo
             if e.get("reason") == "FailedCreate" and "exceeded quota" in e.get("message", "")
         ]
         print(f"Karmada's pods refused by a guard in {karmada_member}: {len(held_up)} time(s)")
+        # not held up: its wake and its member's guard raise race (docs/charging.md, Limits),
+        # so the ReplicaSet may be refused a moment; its pod exists within the guards' 2 s
+        # rebalance target of the first refusal (the API's times are whole seconds)
+        got = await s.members[karmada_member].get(f"/api/v1/namespaces/{ns}/pods")
+        (created,) = [
+            parse_time(p["metadata"]["creationTimestamp"])
+            for p in got["items"]
+            if p["metadata"]["name"].startswith("more-")
+        ]
+        refused_at = [parse_time(e.get("firstTimestamp") or e["eventTime"]) for e in held_up]
+        if refused_at:
+            first = min(t for t in refused_at if t is not None)
+            assert created is not None
+            held_for = (created - first).total_seconds()
+            print(f"more's pod held up {held_for:.0f} s by a guard")
+            assert held_for <= 2, f"more's pod held up {held_for} s by a guard (target 2 s)"
         await used_pods(s, ns, 3)
         await quota_gone(s, ns)
 

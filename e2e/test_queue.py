@@ -21,7 +21,7 @@ from e2e.testbed import TestBed, product
 from e2e.testbed.aio import eventually
 from e2e.testbed.layout import KARMADA
 from e2e.testbed.workloads import deployment, divided_policy
-from karmadaquota.kube.client import JSON, KubeClient, KubeError, NotFound
+from karmadaquota.kube.client import JSON, MERGE_PATCH, KubeClient, KubeError, NotFound
 from karmadaquota.queued import ANNOTATION
 
 pytestmark = pytest.mark.e2e
@@ -31,7 +31,6 @@ QUOTAS = "/apis/quota.karmada.io/v1alpha1/namespaces/{ns}/karmadaquotas"
 BINDINGS = "/apis/work.karmada.io/v1alpha2/namespaces/{ns}/resourcebindings"
 PRIORITY_CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"
 HIGH = "kq-e2e-high"
-MERGE = "application/merge-patch+json"
 
 
 @dataclass
@@ -331,7 +330,7 @@ async def test_the_zero_charge_cannot_be_bought(stack: Stack, namespace: str) ->
             "metadata": {"annotations": {ANNOTATION: "team"}},
             "spec": {"suspension": {"scheduling": True}},
         },
-        content_type=MERGE,
+        content_type=MERGE_PATCH,
     )
     # synchronise on a later change the controller must count: a Deployment of 0 replicas
     before = int((await quota_status(s, ns))["used"]["count/deployments.apps"])
@@ -352,6 +351,6 @@ async def test_the_zero_charge_cannot_be_bought(stack: Stack, namespace: str) ->
         {"spec": {"suspension": {"scheduling": None}}},
     ):
         with pytest.raises(KubeError) as refused:
-            await s.api.request("PATCH", waits, patch, content_type=MERGE)
+            await s.api.request("PATCH", waits, patch, content_type=MERGE_PATCH)
         assert refused.value.status == 403 and "exceeded quota: team" in str(refused.value)
     assert is_queued(await binding(s, ns, "waits"))

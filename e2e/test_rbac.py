@@ -19,7 +19,7 @@ from e2e.testbed import TestBed, product
 from e2e.testbed.storm import binding
 from e2e.testbed.workloads import deployment
 from karmadaquota.controller.guard_keeper import FINALIZER
-from karmadaquota.kube.client import KubeClient, KubeError
+from karmadaquota.kube.client import MERGE_PATCH, KubeClient, KubeError
 
 pytestmark = pytest.mark.e2e
 
@@ -210,14 +210,14 @@ async def test_the_controller_can_make_every_call_it_makes_and_nothing_else(
         "PATCH",
         binding_path,
         {"metadata": {"resourceVersion": rv, "annotations": {"quota.karmada.io/queued-by": None}}},
-        content_type="application/merge-patch+json",
+        content_type=MERGE_PATCH,
     )
     assert admitted["metadata"]["name"] == "b"
     # member guards: the merge patch of the finalizer the reconciler sends (_set_finalizer)
     for finalizers in ([FINALIZER], []):
         rv = (await c.get(quota))["metadata"]["resourceVersion"]
         body = {"metadata": {"finalizers": finalizers, "resourceVersion": rv}}
-        got_q = await c.request("PATCH", quota, body, content_type="application/merge-patch+json")
+        got_q = await c.request("PATCH", quota, body, content_type=MERGE_PATCH)
         assert got_q["metadata"].get("finalizers", []) == finalizers
     # enforcement: the merge patch of the labels (controller/enforcement.py)
     labelled = await c.merge_patch(

@@ -1,24 +1,30 @@
 """Refused workloads go through when room appears, on the real bed: Karmada's detector, our
 webhook recording the refusal in `status.waiting`, our controller waking it by annotation.
 
-Karmada retries a refused binding with exponential backoff, so a workload refused for a while
-is retried only every so often by Karmada itself; these tests let refusals age before freeing
-room so that what makes the workload go is the wake, which they also check directly (the
-`quota.karmada.io/woken-at` annotation on the template, the controller's wake-up counter).
+Karmada retries a refused binding with exponential backoff (its workqueue doubles the delay
+after each failure), so a workload refused for a while is retried only every so often by Karmada
+itself; before freeing room these tests wait until two successive refusals of each waiting
+workload were `SPACED` seconds apart or more (`status.waiting`: `refusals`, `lastRefused`), so
+that Karmada's next retry is at least twice that away and what makes the workload go is the
+wake, which they also check directly (the `quota.karmada.io/woken-at` annotation on the
+template, the controller's wake-up counter).
 Timing figures belong in `bench/bench_wake.py`; deadlines here are generous.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import datetime
 
 import pytest
 
 from e2e.testbed import TestBed, product
 from e2e.testbed.aio import eventually
 from e2e.testbed.workloads import deployment, divided_policy
+from karmadaquota.api import parse_time
 from karmadaquota.kube.client import JSON, KubeClient, NotFound
 from karmadaquota.waiting import ANNOTATION
 
@@ -28,8 +34,9 @@ CPU = {"cpu": "100m"}
 QUOTAS = "/apis/quota.karmada.io/v1alpha1/namespaces/{ns}/karmadaquotas"
 DEPLOYMENTS = "/apis/apps/v1/namespaces/{ns}/deployments"
 BINDINGS = "/apis/work.karmada.io/v1alpha2/namespaces/{ns}/resourcebindings"
-# long enough that Karmada's own retry of a refused workload is tens of seconds away
-AGED = 45.0
+# two successive refusals this far apart: Karmada's next retry is >= 2 x this away, far longer
+# than a wake takes (docs/benchmarks.md: under a second)
+SPACED = 8.0
 
 
 @dataclass
@@ -154,6 +161,31 @@ async def until_waiting(s: Stack, ns: str, names: list[str], timeout: float, wha
     await eventually(done, timeout, what)
 
 
+async def backed_off(s: Stack, ns: str, names: list[str], timeout: float = 120) -> None:
+    """Wait until Karmada's own retries of each named waiting workload have backed off: two of
+    its refusals in a row (its `refusals` count one apart) recorded `SPACED` s apart or more."""
+    seen: dict[str, list[tuple[int, datetime]]] = {n: [] for n in names}
+
+    async def spaced() -> bool:
+        for w in (await quota_status(s, ns)).get("waiting") or []:
+            name = w["template"]["name"]
+            when = parse_time(w.get("lastRefused") or w["firstRefused"])
+            assert when is not None, w
+            got = seen.setdefault(name, [])
+            if not got or got[-1][0] != int(w["refusals"]):
+                got.append((int(w["refusals"]), when))
+
+        def apart(got: list[tuple[int, datetime]]) -> bool:
+            return any(
+                n2 == n1 + 1 and (t2 - t1).total_seconds() >= SPACED
+                for (n1, t1), (n2, t2) in itertools.pairwise(got)
+            )
+
+        return all(apart(seen[n]) for n in names)
+
+    await eventually(spaced, timeout, f"Karmada's retries of {names} {SPACED} s apart", 0.2)
+
+
 async def set_hard(s: Stack, ns: str, pods: int) -> None:
     await s.bed.aapply(product.quota(ns, "team", {"pods": str(pods)}))
 
@@ -173,7 +205,7 @@ async def test_refused_workload_is_woken_when_its_room_is_freed(
     assert entry["binding"] == "b-deployment"
     assert entry["requested"]["pods"] == "2"
     assert entry["template"]["kind"] == "Deployment" and entry["template"]["uid"]
-    await asyncio.sleep(AGED)  # let Karmada's own retries of b back off (not synchronisation)
+    await backed_off(s, ns, ["b"])
     woken = await s.wakeups()
 
     await s.bed.akubectl("delete", "deployment", "a", "-n", ns, "--wait=false")
@@ -197,7 +229,7 @@ async def test_fifo_wakes_only_what_fits_in_order_of_first_refusal(
     await until_waiting(
         s, ns, ["first", "second", "third"], 30, "the three listed in the order they were refused"
     )
-    await asyncio.sleep(AGED)  # let Karmada's own retries back off (not synchronisation)
+    await backed_off(s, ns, ["first", "second", "third"])
 
     # room for exactly one: the first goes, the others keep waiting (never woken)
     await s.bed.akubectl("delete", "deployment", "a", "-n", ns, "--wait=false")
@@ -265,7 +297,7 @@ async def test_refused_scale_up_is_woken_when_hard_is_raised(stack: Stack, names
     assert entry["requested"]["pods"] == "2"
     assert entry["requested"]["requests.cpu"] == "200m"
     assert "count/deployments.apps" not in entry["requested"]
-    await asyncio.sleep(AGED)  # let Karmada's own retries back off (not synchronisation)
+    await backed_off(s, ns, ["web"])
 
     await set_hard(s, ns, 4)
 

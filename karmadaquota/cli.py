@@ -11,24 +11,14 @@ import sys
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from karmadaquota import durations, logs
+from karmadaquota import logs
+from karmadaquota.durations import duration
 
 if TYPE_CHECKING:
     from karmadaquota.webhook.app import WebhookConfig
     from karmadaquota.webhook.server import ServerConfig
 
 log = logging.getLogger("karmadaquota.webhook")
-
-
-def duration(text: str) -> timedelta:
-    """A duration flag (`durations.parse`: 90s, 5m, 1h30m); never negative."""
-    try:
-        value = durations.parse(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-    if value < timedelta(0):
-        raise argparse.ArgumentTypeError(f"invalid duration {text!r}: must not be negative")
-    return value
 
 
 def positive_int(text: str) -> int:

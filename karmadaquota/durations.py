@@ -9,6 +9,7 @@ microsecond (timedelta's resolution).
 
 from __future__ import annotations
 
+import argparse
 import re
 from datetime import timedelta
 
@@ -41,3 +42,14 @@ def parse(text: str) -> timedelta:
     if not body or at != len(body):
         raise ValueError(f"invalid duration {text!r}: use e.g. 30s, 500ms, 5m, 1h30m")
     return timedelta(seconds=-seconds if text.startswith("-") else seconds)
+
+
+def duration(text: str) -> timedelta:
+    """A duration flag (argparse `type=`: 90s, 5m, 1h30m); never negative."""
+    try:
+        value = parse(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if value < timedelta(0):
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r}: must not be negative")
+    return value

@@ -46,13 +46,13 @@ import yaml
 
 from karmadaquota import credentials
 from karmadaquota.api import ON_EXCEED_QUEUE, parse_time
+from karmadaquota.durations import duration
 from karmadaquota.kube import namespaces
-from karmadaquota.kube.client import JSON, Api, KubeError, NotFound
+from karmadaquota.kube.client import APPLY_PATCH, JSON, MERGE_PATCH, Api, KubeError, NotFound
 
 log = logging.getLogger("karmadaquota.install")
 
 FIELD_MANAGER = "karmadaquota-install"
-APPLY_PATCH = "application/apply-patch+yaml"
 
 
 class InstallError(Exception):
@@ -290,7 +290,7 @@ async def label_quota_namespaces(api: Api) -> None:
             "PATCH",
             namespaces.path(ns),
             body={"metadata": {"labels": labels}},
-            content_type="application/merge-patch+json",
+            content_type=MERGE_PATCH,
         )
         log.info(
             "namespace labelled for enforcement",
@@ -414,8 +414,6 @@ def _target(text: str) -> credentials.Target:
 def add_parser(sub: Any) -> None:
     """`install apply|delete|delete-lease|kubeconfigs` under the `karmadaquota` parser's
     subcommands."""
-    from karmadaquota.cli import duration
-
     i = sub.add_parser("install", help="apply or delete karmadaquota's karmada-apiserver objects")
     actions = i.add_subparsers(dest="action", required=True)
     a = actions.add_parser("apply", help="server-side apply: CRD, identities, RBAC, registration")

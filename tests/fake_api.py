@@ -10,6 +10,7 @@ so that the real informers, controller, leader election, cache and waker run aga
   whatever is stored, all or nothing (422 when one of its tests fails). Writes to `/status`
   change only the status, other writes never change a status; a spec change bumps the
   generation. POST creates (409 when the name is taken, 404 when the namespace does not exist).
+  DELETE honours its preconditions (uid, resourceVersion: 409 when they do not hold); a
   DELETE of an object holding finalizers only sets its deletionTimestamp; removing the last
   finalizer of such an object deletes it.
 - LIST and WATCH take a `labelSelector` (`k=v`, `k!=v`, `k`, `!k`, comma-separated); an
@@ -21,8 +22,10 @@ so that the real informers, controller, leader election, cache and waker run aga
   410 `Gone` when that version is older than the compaction point (`compact()`, which also
   ends every open watch with 410, the way a watch cache that fell behind does). A watch ends
   on its timeout or when the test says (`end_watches()`); `hold(plural)` keeps a kind's events
-  from the watches until `release(plural)` (a slow watch; some at a time, or lost). `drained()`
-  and `watching(plural)` say when the watches have delivered everything.
+  from the watches until `release(plural)` (a slow watch; some at a time, or lost);
+  `bookmark()` sends every watch a BOOKMARK at the current version. `drained()` and
+  `watching(plural)` say when the watches have delivered everything; `watched` logs each
+  watch's path and version.
 - Reads return copies, so a test never shares state with the code under test by accident.
 
 What the test does to it directly (`add_quota`, `put_binding`, `create`, `update`, `delete`,
@@ -30,12 +33,15 @@ What the test does to it directly (`add_quota`, `put_binding`, `create`, `update
 `intercept(hook, times, match)` runs a hook before each of the next writes to a matching path
 (by default status writes: another writer getting in first, or a slow answer); `interfere(n)`
 makes another writer win the next `n` quota status writes; `refuse` fails requests by path,
-`fail` all of them, `webhook` stands in for a validating webhook. `calls` counts requests by
-verb and kind ("GET karmadaquotas": re-reads), `sent` and `writes` log the writes sent and
-those that succeeded.
+`fail` all of them, `before_read` runs before each read and may fail it (a page, a watch),
+`webhook` stands in for a validating webhook. `calls` counts requests by verb and kind
+("GET karmadaquotas": re-reads), `sent` and `writes` log the writes sent and those that
+succeeded. A server-side apply (PATCH, `APPLY_PATCH`) creates what is missing and merges its
+fields into what exists.
 
-`FakeStore` is one webhook replica's view of it: the batcher's QuotaBackend, with its own cache
-that only its own reads and writes refresh (another replica's cache is another FakeStore).
+`HttpFront` serves it over HTTP (the install command's tests). `Replica` is one webhook
+replica over it: the product's QuotaBackend and QuotaStore, with the faults a test adds to its
+status writes.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ import asyncio
 import copy
 import inspect
 import itertools
+import json
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -51,18 +58,36 @@ from typing import Any
 
 import jsonpatch
 import jsonpointer
+from aiohttp import web
 
 from karmadaquota.api import KarmadaQuota
 from karmadaquota.kube import paths
-from karmadaquota.kube.client import JSON, JSON_PATCH, Body, Conflict, Gone, KubeError, NotFound
+from karmadaquota.kube.client import (
+    APPLY_PATCH,
+    JSON,
+    JSON_PATCH,
+    MERGE_PATCH,
+    Body,
+    Conflict,
+    Gone,
+    KubeError,
+    NotFound,
+)
 from karmadaquota.kube.quotas import QuotaStore
+from karmadaquota.webhook.app import KubeQuotaBackend
 from tests import conftest
 
 Key = tuple[str, str]  # (namespace, name)
 Kind = tuple[str, str]  # (group path, plural), e.g. ("/api/v1", "namespaces")
-MERGE_PATCH = "application/merge-patch+json"
 # the kinds whose status is a subresource: a write of the object keeps the stored status
-STATUS_SUBRESOURCE = {"karmadaquotas", "resourcebindings", "deployments", "statefulsets", "jobs"}
+STATUS_SUBRESOURCE = {
+    "karmadaquotas",
+    "resourcebindings",
+    "deployments",
+    "statefulsets",
+    "jobs",
+    "resourcequotas",
+}
 DELETED_AT = "2026-01-01T00:00:00Z"
 
 
@@ -171,6 +196,10 @@ class FakeApiServer:
         # runs before a create or an update of an object (not its status), and may refuse it
         # by raising: a validating webhook
         self.webhook: Callable[[str, Ref, JSON], None] | None = None
+        # runs before each read ("GET", "LIST" or "WATCH", what is read, the request's
+        # parameters) and may raise: a page that fails, a watch refused
+        self.before_read: Callable[[str, Ref, Mapping[str, str]], None] | None = None
+        self.watched: list[tuple[str, str]] = []  # (path, resourceVersion) of every watch
         self._interfere = 0
         self._hooks: list[tuple[str, Hook]] = []
         self._uids = itertools.count(1)
@@ -278,6 +307,12 @@ class FakeApiServer:
         self._snapshots.clear()
         for w in self.watches:
             w.queue.put_nowait(_End(gone=True))
+
+    def bookmark(self) -> None:
+        """Every open watch gets a BOOKMARK at the current resourceVersion (what the API
+        server sends a watch that allows them, so it resumes from there)."""
+        for w in self.watches:
+            w.queue.put_nowait(("BOOKMARK", {"metadata": {"resourceVersion": str(self.rv)}}))
 
     def end_watches(self) -> None:
         """Every open watch ends (as on its timeout): the informers resume from their version."""
@@ -389,6 +424,9 @@ class FakeApiServer:
     async def get(self, path: str, params: Mapping[str, str] | None = None) -> JSON:
         return await self.request("GET", path, params=params)
 
+    async def close(self) -> None:
+        """A client's close (a member watch closes its client after each connection)."""
+
     async def merge_patch(self, path: str, body: JSON, timeout: float = 10.0) -> JSON:
         return await self.request("PATCH", path, body, timeout=timeout, content_type=MERGE_PATCH)
 
@@ -425,6 +463,8 @@ class FakeApiServer:
         self, method: str, ref: Ref, body: Body | None, params: Mapping[str, str], content_type: str
     ) -> JSON:
         """One request, at once (no await: nothing else runs in between)."""
+        if method == "GET" and self.before_read is not None:
+            self.before_read("GET" if ref.name else "LIST", ref, params)
         if method == "GET" and not ref.name:
             self.calls[f"LIST {ref.plural}"] += 1
             return self._list(ref, params)
@@ -441,7 +481,15 @@ class FakeApiServer:
         if method == "POST":
             assert isinstance(body, dict)
             return self._post(ref, body)
+        if content_type == APPLY_PATCH and ref.key not in self.objects(ref.kind):
+            assert isinstance(body, dict)
+            return self._post(ref, {**body, "metadata": {**body["metadata"], "name": ref.name}})
         if method == "DELETE":
+            pre = (body.get("preconditions") or {}) if isinstance(body, dict) else {}
+            meta = self._stored(ref)["metadata"]
+            for k in ("uid", "resourceVersion"):
+                if pre.get(k) and pre[k] != meta.get(k):
+                    raise Conflict(409, "Conflict", f"Precondition failed: {k} in precondition")
             return self.delete(self._path(ref))
         assert body is not None and method in ("PUT", "PATCH"), method
         current = self._stored(ref)
@@ -497,8 +545,8 @@ class FakeApiServer:
             )
         if method == "PUT":
             obj = copy.deepcopy(body)
-        else:
-            assert content_type == MERGE_PATCH, content_type
+        else:  # server-side apply of an existing object: its fields merged in, as a merge patch
+            assert content_type in (MERGE_PATCH, APPLY_PATCH), content_type
             obj = merge_patch(current, body)
         meta = obj.setdefault("metadata", {})
         for k in ("uid", "namespace", "name", "creationTimestamp", "deletionTimestamp"):
@@ -514,6 +562,8 @@ class FakeApiServer:
             raise NotFound(404, "NotFound", f'namespaces "{ns}" not found')
         name = str(meta.get("name") or f"{meta.get('generateName', '')}{next(self._uids)}")
         doc = {**body, "metadata": {**meta, "namespace": ns, "name": name}}
+        if ref.plural in STATUS_SUBRESOURCE:
+            doc.pop("status", None)  # a create never writes the status subresource
         if not ns:
             doc["metadata"].pop("namespace")
         if self.webhook is not None:
@@ -551,10 +601,15 @@ class FakeApiServer:
         """Events of the collection after `resource_version`, then new ones as they happen."""
         ref = parse(path)
         self.calls[f"WATCH {ref.plural}"] += 1
+        self.watched.append((path, resource_version))
+        query = dict(p.split("=", 1) for p in path.partition("?")[2].split("&") if "=" in p)
+        if self.fail is not None:  # the connection is refused, as every request is
+            raise self.fail
+        if self.before_read is not None:
+            self.before_read("WATCH", ref, query)
         since = int(resource_version or self.rv)
         if since < self.compacted:
             raise Gone(410, "Expired", f"too old resource version: {since} ({self.compacted})")
-        query = dict(p.split("=", 1) for p in path.partition("?")[2].split("&") if "=" in p)
         w = _Watch(ref.kind, ref.namespace, selector=query.get("labelSelector", ""))
         for rv, event, obj in self.log.get(ref.kind, []):
             if rv > since and ref.namespace in ("", obj["metadata"].get("namespace")):
@@ -576,20 +631,48 @@ class FakeApiServer:
         finally:
             self.watches.remove(w)
 
-    # ---- the webhook's calls (FakeStore) ----------------------------------------------------
 
-    async def get_quota(self, namespace: str, name: str) -> JSON:
-        return self.handle("GET", parse(paths.quota(namespace, name)), None, {}, "")
+class HttpFront:
+    """A FakeApiServer over HTTP, for code that brings its own HTTP client (the install
+    command's KubeClient and its kubeconfig): each request is logged, then answered by
+    `api.request` (its body decoded; an error as the API server's Status)."""
 
-    async def put_quota_status(self, body: JSON) -> JSON:
-        """PUT .../karmadaquotas/<name>/status: compare-and-swap on resourceVersion."""
-        meta = body["metadata"]
-        ref = parse(paths.quota_status(meta["namespace"], meta["name"]))
-        return self.handle("PUT", ref, body, {}, "application/json")
+    def __init__(self, api: FakeApiServer) -> None:
+        self.api = api
+        self.requests: list[web.Request] = []  # every request, in order (headers, query)
+        self.bodies: dict[str, Any] = {}  # path -> the last body written to it
 
-    async def patch_quota_status(self, namespace: str, name: str, ops: list[JSON]) -> JSON:
-        """PATCH .../karmadaquotas/<name>/status with a JSON patch."""
-        return self.handle("PATCH", parse(paths.quota_status(namespace, name)), ops, {}, JSON_PATCH)
+    @property
+    def log(self) -> list[tuple[str, str]]:
+        return [(r.method, r.path) for r in self.requests]
+
+    def app(self, *routes: web.RouteDef) -> web.Application:
+        """The server's routes after `routes` (e.g. another server's on the same port)."""
+        app = web.Application()
+        app.add_routes(routes)
+        app.router.add_route("*", "/{tail:.*}", self.handle)
+        return app
+
+    async def handle(self, request: web.Request) -> web.Response:
+        self.requests.append(request)
+        raw = await request.read()
+        body = json.loads(raw) if raw else None
+        if body is not None and request.method != "GET":
+            self.bodies[request.path] = body
+        try:
+            got = await self.api.request(
+                request.method,
+                request.path,
+                body,
+                dict(request.query),
+                content_type=request.content_type,
+            )
+        except KubeError as e:
+            status = {"kind": "Status", "status": "Failure", "code": e.status}
+            return web.json_response(
+                {**status, "reason": e.reason, "message": e.message}, status=e.status
+            )
+        return web.json_response(got)
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -605,19 +688,26 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return out
 
 
-class FakeStore:
-    """One webhook replica: the batcher's QuotaBackend over a (possibly shared) FakeApiServer.
+class Replica(KubeQuotaBackend):
+    """One webhook replica as `webhook.app.run` wires it: the product's QuotaBackend over a
+    (possibly shared) FakeApiServer, reading the replica's own QuotaStore (whose informer
+    orders versions: a cache never goes back). Only this replica's reads and writes refresh
+    that store, until `refresh` (its watch delivered everything); another replica is another
+    Replica over the same server.
 
-    `before_put` runs before each status write and may change the stored object (simulating
-    another writer) so that the write loses the compare-and-swap.
+    The faults a test may add to its status writes: `before_put` runs before each (and may
+    change the stored object: another writer, so that the write loses the compare-and-swap),
+    `put_delay` is write latency; `in_flight`/`max_in_flight` count this replica's writes
+    per quota at once.
     """
 
     def __init__(self, *docs: JSON, api: FakeApiServer | None = None) -> None:
         self.api = api or FakeApiServer()
-        self.cached: dict[Key, KarmadaQuota] = {}
-        self.before_put: Callable[[FakeStore, JSON], None] | None = None
+        self.store = QuotaStore(self.api)
+        self.store.synced.set()
+        super().__init__(self.api, self.store)
+        self.before_put: Callable[[Replica, JSON], None] | None = None
         self.put_delay = 0.0
-        # status writes of this replica in flight per quota, and the most ever at once for one
         self.in_flight: dict[Key, int] = {}
         self.max_in_flight = 0
         for d in docs:
@@ -636,12 +726,17 @@ class FakeStore:
         return self.api.conflicts
 
     def seed(self, doc: JSON) -> None:
-        """Create the quota and let this replica's cache see it."""
-        self.update(KarmadaQuota.model_validate(self.api.add_quota(doc)))
+        """Create the quota and let this replica's store see it."""
+        self.store.fold(self.api.add_quota(doc))
 
     def refresh(self) -> None:
-        """The cache catches up with the server (its watch delivered everything)."""
-        self.cached = {k: KarmadaQuota.model_validate(v) for k, v in self.api.quotas.items()}
+        """The store catches up with the server (its watch delivered everything)."""
+        informer = self.store.informer
+        for obj in self.api.quotas.values():
+            informer.offer("MODIFIED", obj)
+        for key in set(informer.held) - set(self.api.quotas):
+            meta = {"namespace": key[0], "name": key[1], "resourceVersion": str(self.api.rv)}
+            informer.offer("DELETED", {"metadata": meta})
 
     def stored(self, namespace: str = "ns", name: str = "team-a") -> KarmadaQuota:
         return self.api.quota(namespace, name)
@@ -650,28 +745,8 @@ class FakeStore:
         self.api.bump(namespace, name, mutate)
 
     def quota_store(self) -> QuotaStore:
-        """A synced QuotaStore holding what this replica's cache holds (what a Webhook reads)."""
-        quotas = QuotaStore(self.api)  # the API: a miss is read live (QuotaStore.lookup)
-        for q in self.cached.values():
-            quotas.fold_quota(q)
-        quotas.synced.set()
-        return quotas
-
-    # QuotaBackend
-    def quotas(self, namespace: str) -> list[KarmadaQuota]:
-        return [q for (ns, _), q in sorted(self.cached.items()) if ns == namespace]
-
-    def update(self, quota: KarmadaQuota) -> None:
-        key = (quota.metadata.namespace, quota.metadata.name)
-        have = self.cached.get(key)
-        # a cache never goes back to an older version
-        if have is None or int(have.metadata.resourceVersion) <= int(
-            quota.metadata.resourceVersion
-        ):
-            self.cached[key] = quota
-
-    async def get(self, namespace: str, name: str) -> JSON:
-        return await self.api.get_quota(namespace, name)
+        """The replica's QuotaStore (what its Webhook reads; a miss is read live)."""
+        return self.store
 
     async def put_status(self, quota: JSON) -> JSON:
         key = (quota["metadata"]["namespace"], quota["metadata"]["name"])
@@ -682,7 +757,7 @@ class FakeStore:
                 await asyncio.sleep(self.put_delay)  # models write latency, not synchronisation
             if self.before_put is not None:
                 self.before_put(self, quota)
-            return await self.api.put_quota_status(quota)
+            return await super().put_status(quota)
         finally:
             self.in_flight[key] -= 1
 

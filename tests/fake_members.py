@@ -1,8 +1,10 @@
 """Fake member API servers holding ResourceQuotas, for the member guards' unit tests.
 
-Each `FakeMember` is one `tests.fake_api.FakeApiServer` (etcd's rules: a resourceVersion
-counter, PUT is a compare-and-swap, POST of an existing name is 409; lists and watches by
-label, so the keeper's guard informer runs against it) and plays the member's quota controller,
+Each `FakeMember` is one `tests.fake_api.FakeApiServer` (`api`: etcd's rules — a
+resourceVersion counter, PUT is a compare-and-swap that keeps the status, POST of an existing
+name is 409, DELETE honours its uid precondition; lists and watches by label, so the keeper's
+guard informer runs against it), is the keeper's client for that member (KubeClient's
+`request`, `get`, `watch`), and plays the member's quota controller,
 whose copy of `spec.hard` into `status.hard` is what the member's admission enforces: with
 `lag=False` at once, with `lag=True` by the next GET (a quick controller), and never while
 `stuck`. `down` refuses connections;
@@ -26,12 +28,13 @@ from karmadaquota.api import KarmadaQuota
 from karmadaquota.controller import guard_policy as gp
 from karmadaquota.controller.guard_keeper import may_hold
 from karmadaquota.controller.members import Members
-from karmadaquota.kube.client import JSON, Conflict, KubeError, NotFound
+from karmadaquota.kube.client import JSON, KubeError, NotFound
 from tests.fake_api import FakeApiServer
 from tests.fake_api import parse as _parse
 
 PREFIX = "/api/v1/namespaces/"
 RQ = ("/api/v1", "resourcequotas")
+NAMESPACES = ("/api/v1", "namespaces")
 VAP_RESOURCES = ["validatingadmissionpolicies", "validatingadmissionpolicybindings"]
 
 
@@ -103,6 +106,25 @@ class FakeMember:
         assert parts[1] == "resourcequotas", path
         return parts[0], parts[2] if len(parts) > 2 else None
 
+    # ---- the client (KubeClient's interface): what the guard keeper and its watch call ----
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: JSON | None = None,
+        params: Mapping[str, str] | None = None,
+        timeout: float = 10.0,
+        content_type: str = "application/json",
+    ) -> JSON:
+        return self.serve(method, path, body, params)
+
+    async def get(self, path: str, params: Mapping[str, str] | None = None) -> JSON:
+        return self.serve("GET", path, None, params)
+
+    async def close(self) -> None:
+        return None
+
     def serve(
         self, method: str, path: str, body: JSON | None, params: Mapping[str, str] | None
     ) -> JSON:
@@ -134,102 +156,32 @@ class FakeMember:
             yield event
 
     def handle(self, method: str, path: str, body: JSON | None) -> JSON:
+        """A guard's request: the member's API server (the FakeApiServer's rules), then its
+        quota controller."""
         self.fleet.requests.append((self.name, method, path))
         if self.down:
             raise OSError(f"connect {self.name}: connection refused")
-        ns, name = self._key(path)
+        ns = self._key(path)[0]
         if self.namespaces is not None and ns not in self.namespaces:
             raise NotFound(404, "NotFound", f'namespaces "{ns}" not found')
-        result = self._apply(method, ns, name, body)
+        if method == "GET" and self.lag:
+            self.sync_status()
+        if method == "POST" and ("", ns) not in self.api.objects(NAMESPACES):
+            self.api.create("/api/v1/namespaces", {"metadata": {"name": ns}})  # it exists
+        result = self.api.handle(method, _parse(path), body, {}, "application/json")
+        self.fleet.check()  # before the quota controller: the spec alone must fit
+        if method in ("POST", "PUT") and not self.lag and not self.stuck:
+            key_name = result["metadata"]["name"]
+            self.api.update(
+                f"{PREFIX}{ns}/resourcequotas/{key_name}",
+                lambda o: o.setdefault("status", {}).update(hard=dict(o["spec"].get("hard") or {})),
+            )
+            self.fleet.check()
+            result = copy.deepcopy(self.quotas[(ns, key_name)])
         if method != "GET" and self.lose_replies > 0:
             self.lose_replies -= 1
             raise TimeoutError(f"{self.name}: the reply was lost")
         return result
-
-    def _apply(self, method: str, ns: str, name: str | None, body: JSON | None) -> JSON:
-        if method == "GET":
-            assert name is not None
-            if self.lag:
-                self.sync_status()
-            obj = self.quotas.get((ns, name))
-            if obj is None:
-                raise NotFound(404, "NotFound", f'resourcequotas "{name}" not found')
-            return copy.deepcopy(obj)
-        if method == "POST":
-            assert body is not None
-            key = (ns, body["metadata"]["name"])
-            if key in self.quotas:
-                raise Conflict(409, "AlreadyExists", "already exists")
-            obj = copy.deepcopy(body)
-            obj.pop("status", None)
-            obj["metadata"]["namespace"] = ns
-            self.api.create(f"{PREFIX}{ns}/resourcequotas", obj)
-            key_name = key[1]
-        elif method == "PUT":
-            assert body is not None and name is not None
-            have = self.quotas.get((ns, name))
-            if have is None:
-                raise NotFound(404, "NotFound", "gone")
-            if body["metadata"].get("resourceVersion") != have["metadata"]["resourceVersion"]:
-                raise Conflict(409, "Conflict", "the object has been modified")
-            obj = copy.deepcopy(body)
-            obj["status"] = copy.deepcopy(have.get("status") or {})  # PUT never writes status
-            obj["metadata"]["uid"] = have["metadata"]["uid"]
-
-            def replace(o: JSON, obj: JSON = obj) -> None:
-                o.clear()
-                o.update(obj)
-
-            self.api.update(f"{PREFIX}{ns}/resourcequotas/{name}", replace)
-            key_name = name
-        elif method == "DELETE":
-            assert name is not None
-            if (ns, name) not in self.quotas:
-                raise NotFound(404, "NotFound", "gone")
-            uid = ((body or {}).get("preconditions") or {}).get("uid")
-            if uid and uid != self.quotas[(ns, name)]["metadata"]["uid"]:
-                raise Conflict(409, "Conflict", "uid precondition")
-            self.api.delete(f"{PREFIX}{ns}/resourcequotas/{name}")
-            self.fleet.check()
-            return {"kind": "Status", "status": "Success"}
-        else:
-            raise KubeError(405, "MethodNotAllowed", method)
-        self.fleet.check()  # before the quota controller: the spec alone must fit
-        path = f"{PREFIX}{ns}/resourcequotas/{key_name}"
-        if not self.lag and not self.stuck:
-            self.api.update(
-                path,
-                lambda o: o.setdefault("status", {}).update(hard=dict(o["spec"].get("hard") or {})),
-            )
-            self.fleet.check()
-        return copy.deepcopy(self.quotas[(ns, key_name)])
-
-
-class FakeMemberClient:
-    def __init__(self, member: FakeMember) -> None:
-        self.member = member
-
-    async def request(
-        self,
-        method: str,
-        path: str,
-        body: JSON | None = None,
-        params: Mapping[str, str] | None = None,
-        timeout: float = 10.0,
-        content_type: str = "application/json",
-    ) -> JSON:
-        return self.member.serve(method, path, body, params)
-
-    async def get(self, path: str, params: Mapping[str, str] | None = None) -> JSON:
-        return self.member.serve("GET", path, None, params)
-
-    def watch(
-        self, path: str, resource_version: str, timeout_seconds: int = 300
-    ) -> AsyncIterator[tuple[str, JSON]]:
-        return self.member.watch(path, resource_version, timeout_seconds)
-
-    async def close(self) -> None:
-        return None
 
 
 class Fleet:
@@ -258,7 +210,7 @@ class Fleet:
         return self.members[member].quotas.get((ns, guard_name(name)))
 
     def factory(self, host: str, token: str, ca: bytes | None, insecure: bool) -> Any:
-        return FakeMemberClient(self.members[host.removeprefix("https://")])
+        return self.members[host.removeprefix("https://")]
 
     def cluster(self, name: str) -> JSON:
         return {

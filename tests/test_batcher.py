@@ -11,7 +11,7 @@ from karmadaquota.evaluate import REASON_EXCEEDED, Decision
 from karmadaquota.kube.client import JSON
 from karmadaquota.quantity import Quantity
 from karmadaquota.webhook.batcher import REASON_CONFLICT, Batcher, BatcherConfig, Pending
-from tests.fake_api import FakeStore, quota_doc
+from tests.fake_api import Replica, quota_doc
 from tests.polling import until
 from tests.webhook_fakes import binding
 
@@ -31,7 +31,7 @@ def pending(name: str, dry_run: bool = False, old: Any = None, **kw: Any) -> Pen
     )
 
 
-def reserved_cpu(store: FakeStore, name: str = "team-a") -> Quantity:
+def reserved_cpu(store: Replica, name: str = "team-a") -> Quantity:
     total = Quantity.zero()
     for r in store.stored(name=name).status.reservations:
         total = total + Quantity.parse(str(r.reserved.get("requests.cpu", "0")))
@@ -43,7 +43,7 @@ async def storm(batcher: Batcher, items: list[Pending]) -> list[Decision]:
 
 
 async def test_concurrent_reviews_are_checked_in_order_and_written_once() -> None:
-    store = FakeStore(quota_doc(hard={"requests.cpu": "10"}))
+    store = Replica(quota_doc(hard={"requests.cpu": "10"}))
     batcher = Batcher(store, clock=lambda: NOW)
     decisions = await storm(batcher, [pending(f"b{i}") for i in range(15)])
     assert [d.allowed for d in decisions] == [True] * 10 + [False] * 5
@@ -61,7 +61,7 @@ async def test_concurrent_reviews_are_checked_in_order_and_written_once() -> Non
 
 
 async def test_reviews_queued_behind_a_write_form_the_next_batch() -> None:
-    store = FakeStore(quota_doc(hard={"requests.cpu": "100"}))
+    store = Replica(quota_doc(hard={"requests.cpu": "100"}))
     store.put_delay = 0.01
     sizes: list[int] = []
     started = asyncio.Event()
@@ -81,7 +81,7 @@ async def test_reviews_queued_behind_a_write_form_the_next_batch() -> None:
 
 
 async def test_each_changed_quota_gets_one_write() -> None:
-    store = FakeStore(
+    store = Replica(
         quota_doc("a", hard={"requests.cpu": "10"}), quota_doc("b", hard={"pods": "10"})
     )
     batcher = Batcher(store, clock=lambda: NOW)
@@ -92,9 +92,9 @@ async def test_each_changed_quota_gets_one_write() -> None:
 
 
 async def test_conflict_rechecks_against_fresh_usage_and_denies_what_no_longer_fits() -> None:
-    store = FakeStore(quota_doc(hard={"requests.cpu": "10"}))
+    store = Replica(quota_doc(hard={"requests.cpu": "10"}))
 
-    def other_writer(s: FakeStore, _: JSON) -> None:
+    def other_writer(s: Replica, _: JSON) -> None:
         if s.conflicts == 0:  # once: another webhook replica reserved 7 cpu meanwhile
             s.bump("ns", "team-a", lambda d: d["status"].update(used={"requests.cpu": "7"}))
 
@@ -108,9 +108,9 @@ async def test_conflict_rechecks_against_fresh_usage_and_denies_what_no_longer_f
 
 
 async def test_a_retry_never_turns_a_denial_into_an_admission() -> None:
-    store = FakeStore(quota_doc(hard={"requests.cpu": "10"}, used={"requests.cpu": "8"}))
+    store = Replica(quota_doc(hard={"requests.cpu": "10"}, used={"requests.cpu": "8"}))
 
-    def release(s: FakeStore, _: JSON) -> None:
+    def release(s: Replica, _: JSON) -> None:
         if s.conflicts == 0:  # the controller released everything meanwhile
             s.bump("ns", "team-a", lambda d: d["status"].update(used={"requests.cpu": "0"}))
 
@@ -125,7 +125,7 @@ async def test_a_retry_never_turns_a_denial_into_an_admission() -> None:
 
 
 async def test_endless_conflicts_end_in_a_try_again_denial() -> None:
-    store = FakeStore(quota_doc(hard={"requests.cpu": "10"}))
+    store = Replica(quota_doc(hard={"requests.cpu": "10"}))
     store.before_put = lambda s, _: s.bump("ns", "team-a", lambda d: None)
     batcher = Batcher(store, BatcherConfig(max_attempts=3), clock=lambda: NOW)
     decision = await batcher.submit(pending("b0"))
@@ -137,7 +137,7 @@ async def test_endless_conflicts_end_in_a_try_again_denial() -> None:
 
 
 async def test_dry_run_is_answered_but_writes_and_reserves_nothing() -> None:
-    store = FakeStore(quota_doc(hard={"requests.cpu": "1"}))
+    store = Replica(quota_doc(hard={"requests.cpu": "1"}))
     batcher = Batcher(store, clock=lambda: NOW)
     dry, real = await storm(batcher, [pending("dry", dry_run=True), pending("real")])
     assert dry.allowed and real.allowed  # the dry run did not take the only cpu
@@ -149,7 +149,7 @@ async def test_reservations_count_past_their_expiry_and_are_never_dropped_by_the
     """A clock alone never frees quota: past its expiry a charge still counts (the bug: the
     second workload was admitted once the first one's charge had lapsed, though no `used` had
     counted it yet) and the next write keeps it."""
-    store = FakeStore(quota_doc(hard={"requests.cpu": "3"}))
+    store = Replica(quota_doc(hard={"requests.cpu": "3"}))
     ttl = timedelta(seconds=30)
     clock = [NOW]
     batcher = Batcher(store, BatcherConfig(reservation_ttl=ttl), clock=lambda: clock[0])
@@ -166,12 +166,12 @@ async def test_a_replica_whose_clock_runs_ahead_counts_its_peers_charges() -> No
     each counts what the other admitted."""
     ttl = timedelta(seconds=30)
     for skew in (2 * ttl, -2 * ttl):
-        store = FakeStore(quota_doc(hard={"requests.cpu": "2"}))
+        store = Replica(quota_doc(hard={"requests.cpu": "2"}))
         honest = Batcher(store, BatcherConfig(reservation_ttl=ttl), clock=lambda: NOW)
         skewed = Batcher(store, BatcherConfig(reservation_ttl=ttl), clock=lambda s=skew: NOW + s)
         assert (await honest.submit(pending("a", cpu="2"))).allowed
         assert not (await skewed.submit(pending("b", cpu="1"))).allowed, skew
-        store2 = FakeStore(quota_doc(hard={"requests.cpu": "2"}))
+        store2 = Replica(quota_doc(hard={"requests.cpu": "2"}))
         first = Batcher(store2, BatcherConfig(reservation_ttl=ttl), clock=lambda s=skew: NOW + s)
         second = Batcher(store2, BatcherConfig(reservation_ttl=ttl), clock=lambda: NOW)
         assert (await first.submit(pending("a", cpu="2"))).allowed
@@ -179,7 +179,7 @@ async def test_a_replica_whose_clock_runs_ahead_counts_its_peers_charges() -> No
 
 
 async def test_update_reserves_only_the_growth() -> None:
-    store = FakeStore(quota_doc(hard={"requests.cpu": "10"}))
+    store = Replica(quota_doc(hard={"requests.cpu": "10"}))
     batcher = Batcher(store, clock=lambda: NOW)
     old = binding("web", replicas=3, generation=1)
     down = await batcher.submit(pending("web", replicas=1, generation=2, old=old))
@@ -191,11 +191,11 @@ async def test_update_reserves_only_the_growth() -> None:
 
 
 async def test_a_request_refused_by_a_later_quota_gives_back_its_earlier_reservation() -> None:
-    store = FakeStore(
+    store = Replica(
         quota_doc("a", hard={"requests.cpu": "10"}), quota_doc("b", hard={"pods": "10"})
     )
 
-    def fill_b(s: FakeStore, body: JSON) -> None:
+    def fill_b(s: Replica, body: JSON) -> None:
         if body["metadata"]["name"] == "b" and s.conflicts == 0:
             s.bump("ns", "b", lambda d: d["status"].update(used={"pods": "10"}))
 
@@ -204,16 +204,17 @@ async def test_a_request_refused_by_a_later_quota_gives_back_its_earlier_reserva
     decision = await batcher.submit(pending("x"))
     assert not decision.allowed
     assert decision.message.startswith("exceeded quota: b,")
-    assert store.stored(name="a").status.reservations == []  # compensated
+    # compensated, by a write after the review was answered
+    await until(lambda: store.stored(name="a").status.reservations == [], what="a taken back")
     assert store.stored(name="b").status.reservations == []
 
 
 async def test_a_caller_that_gives_up_while_its_write_retries_is_not_written() -> None:
     """Its deadline passes during a lost compare-and-swap: the retry writes only the others."""
-    store = FakeStore(quota_doc(hard={"requests.cpu": "10"}))
+    store = Replica(quota_doc(hard={"requests.cpu": "10"}))
     callers: dict[str, asyncio.Task[Decision]] = {}
 
-    def lose_once_and_give_up(s: FakeStore, _: JSON) -> None:
+    def lose_once_and_give_up(s: Replica, _: JSON) -> None:
         if s.conflicts == 0:
             s.bump("ns", "team-a", lambda d: None)  # another replica wrote meanwhile
             callers["gone"].cancel()
@@ -229,10 +230,10 @@ async def test_a_caller_that_gives_up_while_its_write_retries_is_not_written() -
 
 
 async def test_a_caller_that_gives_up_while_its_write_is_in_flight_is_taken_back() -> None:
-    store = FakeStore(quota_doc(hard={"requests.cpu": "10"}))
+    store = Replica(quota_doc(hard={"requests.cpu": "10"}))
     callers: dict[str, asyncio.Task[Decision]] = {}
 
-    def give_up_once(s: FakeStore, _: JSON) -> None:
+    def give_up_once(s: Replica, _: JSON) -> None:
         if "gone" in callers and not callers["gone"].done():
             callers["gone"].cancel()  # the write below still goes through
 
@@ -246,9 +247,9 @@ async def test_a_caller_that_gives_up_while_its_write_is_in_flight_is_taken_back
 
 
 async def test_a_failing_store_denies_with_the_reason_never_allows() -> None:
-    store = FakeStore(quota_doc(hard={"requests.cpu": "10"}))
+    store = Replica(quota_doc(hard={"requests.cpu": "10"}))
 
-    def boom(s: FakeStore, _: JSON) -> None:
+    def boom(s: Replica, _: JSON) -> None:
         raise RuntimeError("etcd is on fire")
 
     store.before_put = boom
@@ -259,14 +260,14 @@ async def test_a_failing_store_denies_with_the_reason_never_allows() -> None:
 
 
 async def test_a_deleted_quota_charges_nothing() -> None:
-    store = FakeStore(quota_doc(hard={"requests.cpu": "10"}))
+    store = Replica(quota_doc(hard={"requests.cpu": "10"}))
     del store.objects[("ns", "team-a")]
     batcher = Batcher(store, clock=lambda: NOW)
     assert (await batcher.submit(pending("b0"))).allowed
 
 
 async def test_namespaces_are_batched_independently() -> None:
-    store = FakeStore(
+    store = Replica(
         quota_doc("q", namespace="ns1", hard={"requests.cpu": "1"}),
         quota_doc("q", namespace="ns2", hard={"requests.cpu": "1"}),
     )
@@ -284,7 +285,7 @@ async def test_namespaces_are_batched_independently() -> None:
 
 
 async def test_a_kick_without_waiting_changes_writes_nothing_and_the_worker_ends() -> None:
-    store = FakeStore(quota_doc(hard={"requests.cpu": "10"}))
+    store = Replica(quota_doc(hard={"requests.cpu": "10"}))
     batcher = Batcher(store, clock=lambda: NOW)
     batcher.kick("ns")  # no recorder attached: the pass has nothing to write
     assert (await batcher.submit(pending("b0"))).allowed
@@ -296,14 +297,14 @@ async def test_a_kick_without_waiting_changes_writes_nothing_and_the_worker_ends
 async def test_compensation_takes_back_only_the_refused_charge() -> None:
     """An UPDATE (generation 2) admitted by quota a, then refused by quota b: a keeps the
     binding's charge of generation 1 (still unobserved), losing only generation 2's."""
-    store = FakeStore(
+    store = Replica(
         quota_doc("a", hard={"requests.cpu": "10"}), quota_doc("b", hard={"pods": "10"})
     )
     batcher = Batcher(store, clock=lambda: NOW)
     assert (await batcher.submit(pending("web", replicas=1, generation=1))).allowed
     store.refresh()
 
-    def fill_b(s: FakeStore, body: JSON) -> None:
+    def fill_b(s: Replica, body: JSON) -> None:
         if body["metadata"]["name"] == "b" and s.conflicts == 0:
             s.bump("ns", "b", lambda d: d["status"].update(used={"pods": "10"}))
 
@@ -311,6 +312,8 @@ async def test_compensation_takes_back_only_the_refused_charge() -> None:
     old = binding("web", replicas=1, generation=1)
     up = await batcher.submit(pending("web", replicas=3, generation=2, old=old))
     assert not up.allowed and up.message.startswith("exceeded quota: b,")
+    # compensated, by a write after the review was answered
+    await until(lambda: len(store.stored(name="a").status.reservations) == 1, what="taken back")
     held = store.stored(name="a").status.reservations
     assert [(r.reservedBy.uid, r.generation) for r in held] == [("uid-web", 1)]
     assert reserved_cpu(store, "a") == Quantity.parse("1")
@@ -335,7 +338,7 @@ class Ledger:
 
 
 async def test_the_batcher_times_the_waiting_lists_own_passes_at_most_once_per_interval() -> None:
-    store = FakeStore(quota_doc())
+    store = Replica(quota_doc())
     batcher = Batcher(store, clock=lambda: NOW)
     ledger = Ledger()
     batcher.attach(ledger, interval=0.2)

@@ -21,7 +21,7 @@ from karmadaquota.webhook.batcher import (
     pending_size,
     reservation_size,
 )
-from tests.fake_api import FakeStore, quota_doc
+from tests.fake_api import Replica, quota_doc
 from tests.webhook_fakes import binding
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -73,7 +73,7 @@ def test_reservation_size_is_an_upper_bound_of_its_json() -> None:
 
 
 async def test_a_full_reservation_list_refuses_with_a_retryable_429_reason() -> None:
-    store = FakeStore(quota_doc(hard={"requests.cpu": "100", "pods": "100"}))
+    store = Replica(quota_doc(hard={"requests.cpu": "100", "pods": "100"}))
     one = Batcher(store, clock=lambda: NOW)
     assert (await one.submit(pending("probe"))).allowed
     probe = store.stored().status.reservations[0]
@@ -111,10 +111,10 @@ async def test_a_full_reservation_list_refuses_with_a_retryable_429_reason() -> 
 
 
 async def test_a_storm_of_5000_creates_never_writes_a_status_over_etcds_limit() -> None:
-    store = FakeStore(quota_doc(hard={"requests.cpu": "5000", "pods": "5000"}))
+    store = Replica(quota_doc(hard={"requests.cpu": "5000", "pods": "5000"}))
     largest = [0]
 
-    def measure(_: FakeStore, body: JSON) -> None:
+    def measure(_: Replica, body: JSON) -> None:
         largest[0] = max(largest[0], json_size(body))
 
     store.before_put = measure

@@ -38,7 +38,7 @@ from karmadaquota.webhook.app import Webhook
 from karmadaquota.webhook.batcher import Batcher, BatcherConfig
 from karmadaquota.webhook.cluster import ClusterQuotaBackend, ClusterQuotas, cluster_store
 from karmadaquota.webhook.metrics import WebhookMetrics
-from tests.fake_api import FakeApiServer, FakeStore, quota_doc
+from tests.fake_api import FakeApiServer, Replica, quota_doc
 from tests.polling import until
 from tests.test_webhook_cluster import add_cluster_quota, add_namespace, admit
 from tests.webhook_fakes import binding_doc
@@ -74,7 +74,7 @@ STEPS = st.lists(st.lists(OPS, min_size=1, max_size=6), min_size=1, max_size=6)
 
 
 @asynccontextmanager
-async def replica(api: FakeApiServer, store: FakeStore) -> AsyncIterator[Webhook]:
+async def replica(api: FakeApiServer, store: Replica) -> AsyncIterator[Webhook]:
     no_wait = BatcherConfig(conflict_backoff=Backoff(0.0, 0.0))
     ckqs = cluster_store(api)
     cluster = ClusterQuotas(
@@ -136,7 +136,7 @@ async def run(history: list[list[Create | Delete | Relabel]]) -> None:
     add_namespace(api, "a-0", team="a")
     add_namespace(api, "a-1", team="a")
     add_namespace(api, "a-2")
-    store = FakeStore(api=api)
+    store = Replica(api=api)
     store.seed(
         quota_doc("kq", namespace="a-0", hard={"pods": str(NAMESPACED_HARD)}, used={"pods": "0"})
     )

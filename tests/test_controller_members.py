@@ -11,9 +11,13 @@ import pytest
 
 from karmadaquota.controller.members import Members, MemberWatch, cluster_access
 from karmadaquota.controller.metrics import ControllerMetrics
-from karmadaquota.kube.client import JSON, Gone, NotFound
+from karmadaquota.kube.client import JSON, NotFound
+from tests.fake_api import FakeApiServer, Ref
 from tests.polling import until
 from tests.test_controller_pods import pod
+
+PODS = "/api/v1/namespaces/team-a/pods"
+NON_TERMINAL = "status.phase!=Succeeded,status.phase!=Failed"
 
 
 def cluster(name: str = "member1", **spec: Any) -> JSON:
@@ -33,49 +37,29 @@ def secret(token: str = "t0ken", ca: bytes = b"") -> JSON:
     return {"data": data}
 
 
-class Script:
-    """What the fake member API server does, connection after connection."""
+class Member:
+    """A member cluster's kube-apiserver (a FakeApiServer holding its pods) and the clients
+    the watch made for it (host, token, CA, insecure)."""
 
     def __init__(self) -> None:
-        self.pods: list[JSON] = []
-        self.events: asyncio.Queue[tuple[str, JSON] | BaseException] = asyncio.Queue()
-        self.down = False
-        self.lists = 0
+        self.api = FakeApiServer()
         self.clients: list[tuple[str, str, bytes | None, bool]] = []
+        self.lists: list[dict[str, str]] = []  # the parameters of every LIST
+        self.api.before_read = self._read
+
+    def _read(self, verb: str, ref: Ref, params: Mapping[str, str]) -> None:
+        if verb == "LIST":
+            self.lists.append(dict(params))
+            # the watch lists only what may still run (the field selector every list carries)
+            assert params.get("fieldSelector") == NON_TERMINAL, params
 
     def factory(self, host: str, token: str, ca: bytes | None, insecure: bool) -> Any:
         self.clients.append((host, token, ca, insecure))
-        return FakeClient(self)
+        return self.api
 
-
-class FakeClient:
-    def __init__(self, script: Script) -> None:
-        self.s = script
-
-    async def get(self, path: str, params: Mapping[str, str] | None = None) -> JSON:
-        if self.s.down:
-            raise OSError("connect: connection refused")
-        params = params or {}
-        assert params.get("fieldSelector") == "status.phase!=Succeeded,status.phase!=Failed"
-        self.s.lists += 1
-        start = int(params.get("continue", "0"))
-        limit = int(params["limit"])
-        meta: JSON = {"resourceVersion": "10"}
-        if start + limit < len(self.s.pods):
-            meta["continue"] = str(start + limit)
-        return {"items": self.s.pods[start : start + limit], "metadata": meta}
-
-    async def watch(
-        self, path: str, rv: str, timeout_seconds: int = 300
-    ) -> AsyncIterator[tuple[str, JSON]]:
-        while True:
-            item = await self.s.events.get()
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-
-    async def close(self) -> None:
-        return None
+    def add(self, *pods: JSON) -> None:
+        for p in pods:
+            self.api.create(f"/api/v1/namespaces/{p['metadata']['namespace']}/pods", p)
 
 
 class Changes:
@@ -87,8 +71,8 @@ class Changes:
 
 
 @pytest.fixture
-async def watch() -> AsyncIterator[tuple[MemberWatch, Script, Changes]]:
-    script = Script()
+async def watch() -> AsyncIterator[tuple[MemberWatch, Member, Changes]]:
+    member = Member()
     changes = Changes()
 
     async def secrets(ns: str, name: str) -> JSON:
@@ -99,15 +83,15 @@ async def watch() -> AsyncIterator[tuple[MemberWatch, Script, Changes]]:
         secrets,
         changes,
         ControllerMetrics(),
-        client_factory=script.factory,
+        client_factory=member.factory,
         page_size=2,
         min_backoff=0.01,
         max_backoff=0.05,
     )
     tasks: list[asyncio.Task[None]] = []
-    script.start = lambda: tasks.append(asyncio.create_task(w.run()))  # type: ignore[attr-defined]
+    member.start = lambda: tasks.append(asyncio.create_task(w.run()))  # type: ignore[attr-defined]
     try:
-        yield w, script, changes
+        yield w, member, changes
     finally:
         for t in tasks:
             t.cancel()
@@ -119,15 +103,17 @@ def pods_in(w: MemberWatch, ns: str = "team-a") -> str:
 
 
 async def test_lists_then_follows_the_watch(watch: Any) -> None:
-    w, script, changes = watch
-    script.pods.extend([pod("a"), pod("b"), pod("c", namespace="other")])  # 2 pages
-    script.start()
+    w, member, changes = watch
+    member.add(pod("a"), pod("b"), pod("c", namespace="other"))  # 2 pages
+    member.start()
     await until(lambda: w.synced)
     assert w.error == "" and pods_in(w) == "2" and pods_in(w, "other") == "1"
-    assert script.clients == [("https://member1.example:6443", "abc", b"PEM", False)]
-    script.events.put_nowait(("ADDED", pod("d")))
-    script.events.put_nowait(("MODIFIED", pod("a", phase="Failed")))
-    script.events.put_nowait(("BOOKMARK", {"metadata": {"resourceVersion": "20"}}))
+    assert member.clients == [("https://member1.example:6443", "abc", b"PEM", False)]
+    assert [p["fieldSelector"] for p in member.lists] == [NON_TERMINAL] * 2
+    await until(lambda: member.api.watching("pods"))
+    member.add(pod("d"))
+    member.api.update(f"{PODS}/a", lambda o: o["status"].update(phase="Failed"))
+    member.api.bookmark()
     team = lambda: set(w.table._by_ns.get("team-a", {}))  # noqa: E731
     await until(lambda: team() == {"uid-b", "uid-d"})
     assert pods_in(w) == "2" and len(w.table) == 3
@@ -135,27 +121,29 @@ async def test_lists_then_follows_the_watch(watch: Any) -> None:
 
 
 async def test_410_relists(watch: Any) -> None:
-    w, script, _ = watch
-    script.pods.append(pod("a"))
-    script.start()
-    await until(lambda: w.synced)
-    script.pods.append(pod("b"))
-    script.events.put_nowait(Gone(410, "Expired", "too old"))
-    await until(lambda: script.lists >= 2 and pods_in(w) == "2")
+    w, member, _ = watch
+    member.add(pod("a"))
+    member.start()
+    await until(lambda: w.synced and member.api.watching("pods"))
+    member.api.hold("pods")
+    member.add(pod("b"))  # never delivered by the watch
+    member.api.compact()  # the watch answers 410 Gone
+    await until(lambda: len(member.lists) >= 2 and pods_in(w) == "2")
+    member.api.release("pods", deliver=False)
     assert w.error == ""
 
 
 async def test_unreachable_member_keeps_figures_and_recovers(watch: Any) -> None:
-    w, script, changes = watch
-    script.pods.append(pod("a"))
-    script.start()
-    await until(lambda: w.synced)
-    script.down = True
-    script.events.put_nowait(OSError("connection reset by peer"))
+    w, member, changes = watch
+    member.add(pod("a"))
+    member.start()
+    await until(lambda: w.synced and member.api.watching("pods"))
+    member.api.fail = OSError("connect: connection refused")
+    member.api.end_watches()  # the connection drops; the next one is refused
     await until(lambda: "connection refused" in w.error)
     assert pods_in(w) == "1" and w.synced  # last figures kept
     assert None in changes.seen  # every quota's condition must be refreshed
-    script.down = False
+    member.api.fail = None
     await until(lambda: w.error == "")
 
 
@@ -197,13 +185,13 @@ def test_pull_mode_cluster_cannot_be_observed() -> None:
 
 
 async def test_members_restart_only_when_access_changes() -> None:
-    script = Script()
+    member = Member()
     changes = Changes()
 
     async def secrets(ns: str, name: str) -> JSON:
         return secret()
 
-    m = Members(secrets, changes, ControllerMetrics(), client_factory=script.factory)
+    m = Members(secrets, changes, ControllerMetrics(), client_factory=member.factory)
     try:
         m.apply(cluster())
         first = m.get("member1")
@@ -222,14 +210,14 @@ async def test_members_restart_only_when_access_changes() -> None:
 
 
 async def test_disabled_members_are_known_but_not_watched() -> None:
-    script = Script()
+    member = Member()
     m = Members(
         lambda ns, n: None,
         Changes(),
         enabled=False,  # type: ignore[arg-type,return-value]
-        client_factory=script.factory,
+        client_factory=member.factory,
     )
     m.apply(cluster())
     assert [v.name for v in m.views()] == ["member1"] and not m.views()[0].synced
-    assert script.clients == []
+    assert member.clients == []
     await m.close()

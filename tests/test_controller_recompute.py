@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
-from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -16,7 +16,7 @@ from karmadaquota.api import KarmadaQuota, format_time
 from karmadaquota.controller import recompute as rc
 from karmadaquota.controller import status as st
 from karmadaquota.controller.index import BindingIndex, observe
-from karmadaquota.controller.pods import PodTable
+from karmadaquota.controller.members import ClusterAccess, MemberWatch
 from karmadaquota.controller.recompute import (
     RELEASED_DISPROVED,
     RELEASED_OBSERVED,
@@ -25,23 +25,45 @@ from karmadaquota.controller.recompute import (
     recompute,
 )
 from karmadaquota.quantity import MAX_BASE_UNITS, NANO, Quantity
-from karmadaquota.resources import ResourceList
-from karmadaquota.scopes import Expression
 from tests.conftest import NOW, quota, raw_binding, reservation
+from tests.fake_api import FakeApiServer
+from tests.polling import until
 from tests.test_controller_pods import container, pod
 
 
-@dataclass
-class FakeMember:
-    name: str
-    synced: bool = True
-    error: str = ""
-    pods: PodTable = field(default_factory=PodTable)
+async def member(
+    name: str, *pods: dict[str, Any], synced: bool = True, error: str = ""
+) -> MemberWatch:
+    """A member cluster's pod watch as the controller runs it (`members.MemberWatch`), over a
+    FakeApiServer standing for that member's kube-apiserver and holding `pods`: listed once
+    (`synced`), then, with `error`, the server failing and the watch saying why."""
+    api = FakeApiServer()
+    for p in pods:
+        api.create(f"/api/v1/namespaces/{p['metadata']['namespace']}/pods", p)
 
-    def observed(
-        self, namespace: str, names: Collection[str], exprs: tuple[Expression, ...]
-    ) -> ResourceList:
-        return self.pods.observed(namespace, names, exprs)
+    async def secrets(namespace: str, secret: str) -> dict[str, Any]:
+        return {"data": {"token": "dG9rZW4="}}
+
+    access = ClusterAccess(name, f"https://{name}", "karmada-cluster", name)
+    watch = MemberWatch(access, secrets, lambda _: None, client_factory=lambda *_: api)
+    if synced:
+        await watch.informer.relist(api)
+    if error:
+        await fail(watch, error)
+    return watch
+
+
+async def fail(watch: MemberWatch, error: str) -> None:
+    """The member's API server refuses connections (`error`) until the watch reports it."""
+    api = await watch.api()
+    assert isinstance(api, FakeApiServer)
+    api.fail = OSError(error)
+    task = asyncio.create_task(watch.run())
+    try:
+        await until(lambda: watch.error == error, what=f"{watch.name} reports {error}")
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
 
 def index_of(*raws: dict[str, Any]) -> BindingIndex:
@@ -51,7 +73,7 @@ def index_of(*raws: dict[str, Any]) -> BindingIndex:
     return index
 
 
-def inputs(index: BindingIndex, *members: FakeMember, **kw: Any) -> NamespaceSnapshot:
+def inputs(index: BindingIndex, *members: MemberWatch, **kw: Any) -> NamespaceSnapshot:
     return NamespaceSnapshot(
         bindings=index.bindings("team-a"), deleted=index.deleted, members=members, **kw
     )
@@ -134,23 +156,24 @@ def test_scope_filters_what_is_charged() -> None:
     assert recompute(q, inputs(index), NOW).status.used == {"pods": "2"}
 
 
-def test_clusters_listed_are_members_and_placements_sorted() -> None:
+async def test_clusters_listed_are_members_and_placements_sorted() -> None:
     index = index_of(raw_binding("a", replicas=1, clusters={"zeta": 1}))
-    out = recompute(
-        quota(hard={"pods": "9"}), inputs(index, FakeMember("member2"), FakeMember("member1")), NOW
-    )
+    members = inputs(index, await member("member2"), await member("member1"))
+    out = recompute(quota(hard={"pods": "9"}), members, NOW)
     assert [c.clusterName for c in out.status.aggregatedStatus] == ["member1", "member2", "zeta"]
     assert out.status.aggregatedStatus[0].used == {"pods": "0"}
     assert out.status.aggregatedStatus[0].observed == {"pods": "0"}
     assert out.status.aggregatedStatus[2].observed is None  # not a known member
 
 
-def test_observed_comes_from_member_pods_and_differs_from_used() -> None:
-    m2 = FakeMember("member2")
-    m2.pods.apply("ADDED", pod("direct", containers=[container({"cpu": "1", "memory": "1Gi"})]))
-    m2.pods.apply("ADDED", pod("other-ns", namespace="else"))
+async def test_observed_comes_from_member_pods_and_differs_from_used() -> None:
+    m2 = await member(
+        "member2",
+        pod("direct", containers=[container({"cpu": "1", "memory": "1Gi"})]),
+        pod("other-ns", namespace="else"),
+    )
     index = index_of(raw_binding("a", replicas=1, clusters={"member1": 1}))
-    out = recompute(quota(hard=HARD), inputs(index, FakeMember("member1"), m2), NOW)
+    out = recompute(quota(hard=HARD), inputs(index, await member("member1"), m2), NOW)
     by = {c.clusterName: c for c in out.status.aggregatedStatus}
     assert by["member2"].observed == {"pods": "1", "requests.cpu": "1", "requests.memory": "1Gi"}
     assert by["member2"].used["pods"] == "0"
@@ -158,17 +181,16 @@ def test_observed_comes_from_member_pods_and_differs_from_used() -> None:
     assert out.status.used["pods"] == "1"  # pods made around Karmada are not in used
 
 
-def test_member_never_synced_has_no_observed_and_condition_unknown() -> None:
-    out = recompute(quota(hard=HARD), inputs(index_of(), FakeMember("m", synced=False)), NOW)
+async def test_member_never_synced_has_no_observed_and_condition_unknown() -> None:
+    out = recompute(quota(hard=HARD), inputs(index_of(), await member("m", synced=False)), NOW)
     assert out.status.aggregatedStatus[0].observed is None
     cond = out.status.conditions[2]
     assert (cond.type, cond.status, cond.reason) == ("MemberObserved", "Unknown", "MemberSyncing")
 
 
-def test_unreachable_member_keeps_figures_and_is_named() -> None:
-    m = FakeMember("member2", error="connection refused")
-    m.pods.apply("ADDED", pod("x"))
-    out = recompute(quota(hard={"pods": "5"}), inputs(index_of(), FakeMember("member1"), m), NOW)
+async def test_unreachable_member_keeps_figures_and_is_named() -> None:
+    m = await member("member2", pod("x"), error="connection refused")
+    out = recompute(quota(hard={"pods": "5"}), inputs(index_of(), await member("member1"), m), NOW)
     by = {c.clusterName: c for c in out.status.aggregatedStatus}
     assert by["member2"].observed == {"pods": "1"}
     cond = out.status.conditions[2]
@@ -178,10 +200,10 @@ def test_unreachable_member_keeps_figures_and_is_named() -> None:
     assert out.status.conditions[0].status == "True"  # usage is still right
 
 
-def test_member_watch_disabled() -> None:
+async def test_member_watch_disabled() -> None:
     out = recompute(
         quota(hard={"pods": "5"}),
-        inputs(index_of(), FakeMember("member1"), member_watch=False),
+        inputs(index_of(), await member("member1"), member_watch=False),
         NOW,
     )
     assert out.status.aggregatedStatus[0].observed is None
@@ -287,9 +309,9 @@ def test_prune_keeps_order() -> None:
     assert [r.reservedBy.name for r in kept] == ["a", "b", "c"] and released == {}
 
 
-def test_recompute_is_stable_no_second_write() -> None:
+async def test_recompute_is_stable_no_second_write() -> None:
     index = index_of(raw_binding("a", replicas=2, clusters={"member1": 2}))
-    m = FakeMember("member1")
+    m = await member("member1")
     q = quota(hard=HARD, used={})
     first = recompute(q, inputs(index, m), NOW)
     raw = q.model_dump(mode="json")
@@ -298,13 +320,13 @@ def test_recompute_is_stable_no_second_write() -> None:
     assert not st.needs_write(raw["status"], st.dump(again.status))
 
 
-def test_condition_transition_time_moves_only_on_change() -> None:
-    m = FakeMember("member1")
+async def test_condition_transition_time_moves_only_on_change() -> None:
+    m = await member("member1")
     q = quota(hard=HARD)
     first = recompute(q, inputs(index_of(), m), NOW)
     raw = q.model_dump(mode="json")
     raw["status"] = st.dump(first.status)
-    m.error = "boom"
+    await fail(m, "boom")
     later = NOW + timedelta(minutes=5)
     second = recompute(KarmadaQuota.model_validate(raw), inputs(index_of(), m), later)
     stamps = {c.type: c.lastTransitionTime for c in second.status.conditions}

@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from karmadaquota import durations
-from karmadaquota.cli import duration
+from karmadaquota.durations import duration
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from karmadaquota.kube import paths
-from karmadaquota.kube.client import JSON_PATCH, Conflict, Gone, KubeError, NotFound
+from karmadaquota.kube.client import APPLY_PATCH, JSON_PATCH, Conflict, Gone, KubeError, NotFound
 from karmadaquota.kube.informer import Informer
 from tests.conftest import raw_binding
 from tests.fake_api import FakeApiServer, quota_doc
@@ -112,3 +112,52 @@ async def test_finalizers_hold_a_deletion_and_preconditions_guard_merge_patches(
     assert ("ns", "team-a") not in api.quotas
     with pytest.raises(NotFound):
         await api.request("POST", "/api/v1/namespaces/ns/events", {"metadata": {"name": "e"}})
+
+
+async def test_server_side_apply_creates_then_merges_and_a_create_writes_no_status() -> None:
+    api = FakeApiServer()
+    api.create("/api/v1/namespaces", {"metadata": {"name": "ns"}})
+    path = "/apis/apps/v1/namespaces/ns/deployments/web"
+    doc = {"metadata": {"name": "web"}, "spec": {"replicas": 1}, "status": {"replicas": 9}}
+    made = await api.request("PATCH", path, doc, content_type=APPLY_PATCH)
+    assert made["spec"] == {"replicas": 1} and "status" not in made  # a status subresource
+    again = await api.request("PATCH", path, {"spec": {"paused": True}}, content_type=APPLY_PATCH)
+    assert again["spec"] == {"replicas": 1, "paused": True}
+    with pytest.raises(NotFound):  # as a create, in a namespace that does not exist
+        await api.request("PATCH", path.replace("/ns/", "/nope/"), doc, content_type=APPLY_PATCH)
+
+
+async def test_a_delete_honours_its_preconditions() -> None:
+    api = FakeApiServer()
+    api.add_quota(quota_doc())
+    for pre in ({"uid": "another"}, {"resourceVersion": "999"}):
+        with pytest.raises(Conflict):
+            await api.request("DELETE", Q, {"preconditions": pre})
+    stored = api.get_object(Q)["metadata"]
+    pre = {"uid": stored["uid"], "resourceVersion": stored["resourceVersion"]}
+    await api.request("DELETE", Q, {"preconditions": pre})
+    with pytest.raises(NotFound):
+        api.get_object(Q)
+
+
+async def test_a_watch_takes_a_bookmark_and_is_refused_while_the_server_fails() -> None:
+    api = FakeApiServer()
+    api.add_quota(quota_doc())
+    since = str(api.rv)
+    events: list[tuple[str, str]] = []
+
+    async def follow() -> None:
+        async for kind, obj in api.watch(paths.quotas(), since):
+            events.append((kind, obj["metadata"]["resourceVersion"]))
+
+    task = asyncio.create_task(follow())
+    await until(lambda: api.watching("karmadaquotas"))
+    api.create("/api/v1/namespaces", {"metadata": {"name": "other"}})  # another kind
+    api.bookmark()
+    await until(lambda: events == [("BOOKMARK", str(api.rv))], what=f"the bookmark: {events}")
+    api.end_watches()
+    await task
+    assert api.watched == [(paths.quotas(), since)]
+    api.fail = OSError("connection refused")
+    with pytest.raises(OSError, match="connection refused"):
+        await anext(aiter(api.watch(paths.quotas(), since)))

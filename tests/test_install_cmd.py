@@ -1,20 +1,21 @@
-"""`karmadaquota install apply|delete` against a small HTTP fake of karmada-apiserver.
+"""`karmadaquota install apply|delete` against the fake API server served over HTTP
+(tests/fake_api.py `HttpFront`: the command's own KubeClient and kubeconfig).
 
-The fake stores what server-side apply sends, marks a CRD Established only after a few reads
-(so waiting is observable), answers 404 for what it does not hold and can be told to refuse one
-request with a given status. The manifests are the kustomize path's own (api/,
-webhook/karmada/, controller/karmada/); tests/test_chart.py checks the chart's render the same.
+The apiextensions controller is played by `Apiextensions`: it accepts a CRD's names at once and
+marks it Established only after a few reads (so waiting is observable). The webhook's /readyz
+is served beside it and may answer 503 a few times. The manifests are the kustomize path's own
+(api/, webhook/karmada/, controller/karmada/); tests/test_chart.py checks the chart's render the
+same.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import shutil
 import ssl
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,80 +25,76 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from karmadaquota import cli, install
-from karmadaquota.kube.client import KubeClient
+from karmadaquota.kube.client import MERGE_PATCH, KubeClient, KubeError
+from tests.fake_api import FakeApiServer, HttpFront, Ref, parse
 
 REPO = Path(__file__).resolve().parents[1]
 CRD = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/karmadaquotas.quota.karmada.io"
 VWC = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/karmadaquota"
 MWC = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/karmadaquota"
 CA_PEM = b"-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"
+NAMESPACES = ("karmada-system", "karmada-cluster")  # where the manifests' objects live
 
 
 @dataclass
-class FakeKarmadaApiserver:
-    """Objects by path; every request logged as (method, path)."""
+class Apiextensions:
+    """The apiextensions controller: a CRD's names are accepted at once; it is Established
+    once it has been read `established_after` times."""
 
-    objects: dict[str, Any] = field(default_factory=dict)
-    log: list[tuple[str, str]] = field(default_factory=list)
-    requests: list[web.Request] = field(default_factory=list)
-    bodies: dict[str, Any] = field(default_factory=dict)
-    established_after: int = 2  # CRD GETs answered before it is Established
-    refuse: dict[tuple[str, str], tuple[int, str, str]] = field(default_factory=dict)
+    api: FakeApiServer
+    established_after: int = 2
+    reads: int = 0
+
+    def __call__(self, verb: str, ref: Ref, params: Mapping[str, str]) -> None:
+        if verb != "GET" or ref.plural != "customresourcedefinitions":
+            return
+        self.reads += 1
+        kind = "Established" if self.reads > self.established_after else "NamesAccepted"
+        conditions = [{"type": kind, "status": "True"}]
+        self.api.update(CRD, lambda o: o.update(status={"conditions": conditions}))
+
+
+@dataclass
+class Karmada:
+    """karmada-apiserver (the fake API server over HTTP) and the webhook's /readyz beside it."""
+
+    api: FakeApiServer
+    front: HttpFront
+    crds: Apiextensions
     ready_after: int = 0  # /readyz answers 503 this many times first
     readyz_calls: int = 0
-    crd_reads: int = 0
 
-    def app(self) -> web.Application:
-        app = web.Application()
-        app.router.add_get("/readyz", self.readyz)
-        app.router.add_route("*", "/{tail:.*}", self.handle)
-        return app
-
-    async def readyz(self, _: web.Request) -> web.Response:
+    async def readyz(self, request: web.Request) -> web.Response:
+        self.front.requests.append(request)
         self.readyz_calls += 1
-        self.log.append(("GET", "/readyz"))
         if self.readyz_calls <= self.ready_after:
             return web.Response(status=503, text="quota cache not synced\n")
         return web.Response(text="ok")
 
-    @staticmethod
-    def status(code: int, reason: str, message: str) -> web.Response:
-        body = {"kind": "Status", "status": "Failure", "code": code}
-        return web.json_response({**body, "reason": reason, "message": message}, status=code)
-
-    async def handle(self, request: web.Request) -> web.Response:
-        path, method = request.path, request.method
-        self.log.append((method, path))
-        self.requests.append(request)
-        if (method, path) in self.refuse:
-            return self.status(*self.refuse[(method, path)])
-        if method == "PATCH":
-            body = json.loads(await request.read())
-            self.bodies[path] = body
-            self.objects[path] = body
-            return web.json_response(body)
-        if path not in self.objects:
-            return self.status(404, "NotFound", f"{path.rsplit('/', 1)[1]} not found")
-        if method == "DELETE":
-            body = json.loads(await request.read() or b"{}")
-            want = (body.get("preconditions") or {}).get("resourceVersion")
-            have = (self.objects[path].get("metadata") or {}).get("resourceVersion")
-            if want is not None and want != have:
-                return self.status(409, "Conflict", "Precondition failed: UID in precondition")
-            del self.objects[path]
-            return web.json_response({"kind": "Status", "status": "Success"})
-        obj = dict(self.objects[path])
-        if path.startswith("/apis/apiextensions.k8s.io/"):
-            self.crd_reads += 1
-            if self.crd_reads > self.established_after:
-                conditions = [{"type": "Established", "status": "True"}]
-            else:
-                conditions = [{"type": "NamesAccepted", "status": "True"}]
-            obj["status"] = {"conditions": conditions}
-        return web.json_response(obj)
+    @property
+    def log(self) -> list[tuple[str, str]]:
+        return self.front.log
 
     def applied(self) -> list[str]:
         return [p for m, p in self.log if m == "PATCH"]
+
+    def stored(self) -> set[str]:
+        """The path of every object held, but the namespaces the test made."""
+        return {
+            f"{group}{'/namespaces/' + ns if ns else ''}/{plural}/{name}"
+            for (group, plural), objects in self.api.store.items()
+            for ns, name in objects
+            if not (plural == "namespaces" and name in NAMESPACES)
+        }
+
+    def put(self, path: str, doc: dict[str, Any]) -> None:
+        """Another client writes `doc` at `path` (creating it, or replacing its spec)."""
+        ref = parse(path)
+        doc = {**doc, "metadata": {**doc.get("metadata", {}), "name": ref.name}}
+        if ref.key in self.api.objects(ref.kind):
+            self.api.update(path, lambda o: o.update(spec=doc.get("spec")))
+        else:
+            self.api.create(path.rsplit("/", 1)[0], doc)
 
 
 @pytest.fixture
@@ -117,14 +114,19 @@ def manifests(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-async def fake() -> AsyncIterator[tuple[FakeKarmadaApiserver, KubeClient, str]]:
-    api = FakeKarmadaApiserver()
-    server = TestServer(api.app())
+async def fake() -> AsyncIterator[tuple[Karmada, KubeClient, str]]:
+    api = FakeApiServer()
+    for ns in NAMESPACES:
+        api.create("/api/v1/namespaces", {"metadata": {"name": ns}})
+    crds = Apiextensions(api)
+    api.before_read = crds
+    karmada = Karmada(api, HttpFront(api), crds)
+    server = TestServer(karmada.front.app(web.get("/readyz", karmada.readyz)))
     await server.start_server()
     base = str(server.make_url("")).rstrip("/")
     client = KubeClient(base, ssl.create_default_context(), {})
     try:
-        yield api, client, base
+        yield karmada, client, base
     finally:
         await client.close()
         await server.close()
@@ -134,7 +136,7 @@ async def fake() -> AsyncIterator[tuple[FakeKarmadaApiserver, KubeClient, str]]:
 
 
 async def test_apply_puts_the_crd_first_waits_established_and_registers_last(
-    fake: tuple[FakeKarmadaApiserver, KubeClient, str], manifests: Path
+    fake: tuple[Karmada, KubeClient, str], manifests: Path
 ) -> None:
     api, client, _ = fake
     objs = install.load_manifests(manifests)
@@ -143,7 +145,7 @@ async def test_apply_puts_the_crd_first_waits_established_and_registers_last(
     assert api.log[0] == ("PATCH", CRD)
     # read until Established, and only then anything else
     first_other = next(i for i, (_, p) in enumerate(api.log) if p != CRD)
-    assert api.log[1:first_other] == [("GET", CRD)] * (api.established_after + 1)
+    assert api.log[1:first_other] == [("GET", CRD)] * (api.crds.established_after + 1)
     assert api.applied()[-1] == VWC
     assert len(api.applied()) == len(objs)
     # ServiceAccounts before their token Secrets, ClusterRoles before their bindings
@@ -163,11 +165,11 @@ async def test_apply_puts_the_crd_first_waits_established_and_registers_last(
 
 
 async def test_apply_is_server_side_apply_with_our_field_manager(
-    fake: tuple[FakeKarmadaApiserver, KubeClient, str], manifests: Path
+    fake: tuple[Karmada, KubeClient, str], manifests: Path
 ) -> None:
     api, client, _ = fake
     await install.apply(client, install.load_manifests(manifests), CA_PEM, timeout=10, poll=0.01)
-    patches = [r for r in api.requests if r.method == "PATCH"]
+    patches = [r for r in api.front.requests if r.method == "PATCH"]
     assert patches
     for r in patches:
         assert r.headers["Content-Type"] == "application/apply-patch+yaml"
@@ -175,16 +177,16 @@ async def test_apply_is_server_side_apply_with_our_field_manager(
 
 
 async def test_apply_fills_every_webhooks_ca_bundle(
-    fake: tuple[FakeKarmadaApiserver, KubeClient, str], manifests: Path
+    fake: tuple[Karmada, KubeClient, str], manifests: Path
 ) -> None:
     api, client, _ = fake
     await install.apply(client, install.load_manifests(manifests), CA_PEM, timeout=10, poll=0.01)
-    webhooks = api.bodies[VWC]["webhooks"]
+    webhooks = api.front.bodies[VWC]["webhooks"]
     assert len(webhooks) == 4  # bindings, quotas, overridepolicies, templates
     for w in webhooks:
         assert base64.b64decode(w["clientConfig"]["caBundle"]) == CA_PEM
         assert w["clientConfig"]["url"].startswith("https://karmadaquota-webhook.")
-    (queue,) = api.bodies[MWC]["webhooks"]
+    (queue,) = api.front.bodies[MWC]["webhooks"]
     assert base64.b64decode(queue["clientConfig"]["caBundle"]) == CA_PEM
     assert queue["clientConfig"]["url"].endswith("/mutate-resourcebinding")
     # the manifest on disk is not touched
@@ -195,10 +197,10 @@ async def test_apply_fills_every_webhooks_ca_bundle(
 
 
 async def test_a_crd_that_never_becomes_established_stops_before_anything_else(
-    fake: tuple[FakeKarmadaApiserver, KubeClient, str], manifests: Path
+    fake: tuple[Karmada, KubeClient, str], manifests: Path
 ) -> None:
     api, client, _ = fake
-    api.established_after = 10**6
+    api.crds.established_after = 10**6
     with pytest.raises(install.InstallError) as e:
         await install.apply(
             client, install.load_manifests(manifests), CA_PEM, timeout=0.3, poll=0.01
@@ -211,7 +213,7 @@ async def test_a_crd_that_never_becomes_established_stops_before_anything_else(
 
 
 async def test_the_registration_waits_for_a_ready_webhook(
-    fake: tuple[FakeKarmadaApiserver, KubeClient, str], manifests: Path
+    fake: tuple[Karmada, KubeClient, str], manifests: Path
 ) -> None:
     api, client, base = fake
     api.ready_after = 2
@@ -234,11 +236,11 @@ async def test_the_registration_waits_for_a_ready_webhook(
 
 
 async def test_a_webhook_that_never_gets_ready_is_not_registered(
-    fake: tuple[FakeKarmadaApiserver, KubeClient, str], manifests: Path
+    fake: tuple[Karmada, KubeClient, str], manifests: Path
 ) -> None:
     api, client, base = fake
     api.ready_after = 10**6
-    api.established_after = 0
+    api.crds.established_after = 0
     with pytest.raises(install.InstallError) as e:
         await install.apply(
             client,
@@ -254,12 +256,12 @@ async def test_a_webhook_that_never_gets_ready_is_not_registered(
 
 
 async def test_an_api_error_names_the_object_its_file_and_the_servers_words(
-    fake: tuple[FakeKarmadaApiserver, KubeClient, str], manifests: Path
+    fake: tuple[Karmada, KubeClient, str], manifests: Path
 ) -> None:
     api, client, _ = fake
     path = "/apis/rbac.authorization.k8s.io/v1/clusterroles/karmadaquota-webhook"
     message = 'clusterroles "karmadaquota-webhook" is forbidden: user cannot escalate'
-    api.refuse[("PATCH", path)] = (403, "Forbidden", message)
+    api.api.refuse[path] = KubeError(403, "Forbidden", message)
     with pytest.raises(install.InstallError) as e:
         await install.apply(
             client, install.load_manifests(manifests), CA_PEM, timeout=10, poll=0.01
@@ -284,7 +286,7 @@ async def test_an_unreachable_server_is_said_so() -> None:
 
 
 async def test_delete_removes_the_registration_first_and_keeps_the_crd(
-    fake: tuple[FakeKarmadaApiserver, KubeClient, str], manifests: Path
+    fake: tuple[Karmada, KubeClient, str], manifests: Path
 ) -> None:
     api, client, _ = fake
     objs = install.load_manifests(manifests)
@@ -294,7 +296,7 @@ async def test_delete_removes_the_registration_first_and_keeps_the_crd(
     deletes = [p for m, p in api.log if m == "DELETE"]
     assert deletes[0] == VWC
     assert CRD not in deletes
-    assert set(api.objects) == {CRD}
+    assert api.stored() == {CRD}
     # token Secrets before their ServiceAccounts, bindings before their roles
     sa = deletes.index("/api/v1/namespaces/karmada-system/serviceaccounts/karmadaquota-webhook")
     token = deletes.index("/api/v1/namespaces/karmada-system/secrets/karmadaquota-webhook-token")
@@ -307,24 +309,24 @@ async def test_delete_removes_the_registration_first_and_keeps_the_crd(
 
 
 async def test_delete_crd_when_asked_and_tolerate_what_is_already_gone(
-    fake: tuple[FakeKarmadaApiserver, KubeClient, str], manifests: Path
+    fake: tuple[Karmada, KubeClient, str], manifests: Path
 ) -> None:
     api, client, _ = fake
     objs = install.load_manifests(manifests)
-    api.objects[CRD] = {"kind": "CustomResourceDefinition"}
+    api.put(CRD, {"kind": "CustomResourceDefinition"})
     await install.delete(client, objs, delete_crd=True)  # everything else: 404
     deletes = [p for m, p in api.log if m == "DELETE"]
     assert deletes[0] == VWC
     assert deletes[-1] == CRD
     assert len(deletes) == len(objs)
-    assert api.objects == {}
+    assert api.stored() == set()
 
 
 async def test_a_failed_delete_of_the_registration_stops_there(
-    fake: tuple[FakeKarmadaApiserver, KubeClient, str], manifests: Path
+    fake: tuple[Karmada, KubeClient, str], manifests: Path
 ) -> None:
     api, client, _ = fake
-    api.refuse[("DELETE", VWC)] = (500, "InternalError", "etcdserver: request timed out")
+    api.api.refuse[VWC] = KubeError(500, "InternalError", "etcdserver: request timed out")
     with pytest.raises(install.InstallError) as e:
         await install.delete(client, install.load_manifests(manifests))
     assert str(e.value) == (
@@ -392,7 +394,7 @@ def _kubeconfig(path: Path, server: str) -> Path:
 
 
 async def test_the_command_applies_and_deletes(
-    fake: tuple[FakeKarmadaApiserver, KubeClient, str],
+    fake: tuple[Karmada, KubeClient, str],
     manifests: Path,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
@@ -405,14 +407,16 @@ async def test_the_command_applies_and_deletes(
     argv = ["install", "apply", *common, "--ca-bundle-file", str(ca)]
     assert await asyncio.to_thread(cli.main, argv) == 0
     assert api.applied()[0] == CRD and api.applied()[-1] == VWC
-    assert all(r.headers["Authorization"] == "Bearer t0ken" for r in api.requests)
-    assert all(r.headers["User-Agent"].startswith("karmadaquota-install/") for r in api.requests)
+    assert all(r.headers["Authorization"] == "Bearer t0ken" for r in api.front.requests)
+    assert all(
+        r.headers["User-Agent"].startswith("karmadaquota-install/") for r in api.front.requests
+    )
 
     assert await asyncio.to_thread(cli.main, ["install", "delete", *common]) == 0
-    assert set(api.objects) == {CRD}
+    assert api.stored() == {CRD}
 
-    api.refuse[("DELETE", VWC)] = (403, "Forbidden", "no")
-    api.objects[VWC] = {}
+    api.api.refuse[VWC] = KubeError(403, "Forbidden", "no")
+    api.put(VWC, {})
     assert await asyncio.to_thread(cli.main, ["install", "delete", *common]) == 1
     err = capsys.readouterr().err
     assert (
@@ -448,38 +452,38 @@ def lease(holder: str, rv: str, renewed_ago: float = 0.0, duration: int = 10) ->
 
 
 async def test_the_lease_is_deleted_only_once_no_controller_holds_it(
-    fake: tuple[FakeKarmadaApiserver, KubeClient, str],
+    fake: tuple[Karmada, KubeClient, str],
 ) -> None:
     """A controller still stopping holds the Lease: deleting it then would let it (or a
     follower) create it again and leave it behind; deleting after the release does not."""
     api, client, _ = fake
-    api.objects[LEASE] = lease("controller-0_1", "5")
+    api.put(LEASE, lease("controller-0_1", "5"))
     task = asyncio.create_task(
         install.delete_lease(client, "karmada-system", "karmadaquota-controller", 10, 0.05)
     )
     await asyncio.sleep(0.3)
-    assert not task.done() and LEASE in api.objects
+    assert not task.done() and LEASE in api.stored()
     assert ("DELETE", LEASE) not in api.log
-    api.objects[LEASE] = lease("", "6")  # the leader released it as it stopped
+    api.put(LEASE, lease("", "6"))  # the leader released it as it stopped
     await asyncio.wait_for(task, 5)
-    assert LEASE not in api.objects
+    assert LEASE not in api.stored()
     assert api.log.count(("DELETE", LEASE)) == 1
 
 
 async def test_an_expired_holder_does_not_keep_the_lease_and_a_renewal_wins(
-    fake: tuple[FakeKarmadaApiserver, KubeClient, str],
+    fake: tuple[Karmada, KubeClient, str],
 ) -> None:
     api, client, _ = fake
-    api.objects[LEASE] = lease("crashed_1", "7", renewed_ago=60)
+    api.put(LEASE, lease("crashed_1", "7", renewed_ago=60))
     await install.delete_lease(client, "karmada-system", "karmadaquota-controller", 5, 0.05)
-    assert LEASE not in api.objects
+    assert LEASE not in api.stored()
     # never held past the timeout: the holder is named
-    api.objects[LEASE] = lease("controller-0_1", "8")
+    api.put(LEASE, lease("controller-0_1", "8"))
     with pytest.raises(install.InstallError, match="still held by 'controller-0_1'"):
         await install.delete_lease(client, "karmada-system", "karmadaquota-controller", 0.2, 0.05)
-    assert LEASE in api.objects
+    assert LEASE in api.stored()
     # already gone: fine
-    del api.objects[LEASE]
+    api.api.delete(LEASE)
     await install.delete_lease(client, "karmada-system", "karmadaquota-controller", 1, 0.05)
 
 
@@ -489,28 +493,29 @@ def test_delete_lease_takes_namespace_slash_name() -> None:
 
 
 async def test_namespaces_holding_quotas_are_labelled_before_the_registration(
-    fake: tuple[FakeKarmadaApiserver, KubeClient, str], manifests: Path
+    fake: tuple[Karmada, KubeClient, str], manifests: Path
 ) -> None:
     """An upgrade from before the label: the new registration only calls the webhook for
     labelled namespaces, so every namespace with a quota is labelled first."""
     api, client, _ = fake
-    api.objects["/apis/quota.karmada.io/v1alpha1/karmadaquotas"] = {
-        "items": [
-            {"metadata": {"name": "q1", "namespace": "team-b"}},
-            {"metadata": {"name": "q2", "namespace": "team-a"}},
-            {"metadata": {"name": "q3", "namespace": "team-a"}, "spec": {"onExceed": "Queue"}},
-        ]
-    }
+    for ns in ("team-a", "team-b"):
+        api.api.create("/api/v1/namespaces", {"metadata": {"name": ns}})
+    for q in (
+        {"metadata": {"name": "q1", "namespace": "team-b"}},
+        {"metadata": {"name": "q2", "namespace": "team-a"}},
+        {"metadata": {"name": "q3", "namespace": "team-a"}, "spec": {"onExceed": "Queue"}},
+    ):
+        api.api.create("/apis/quota.karmada.io/v1alpha1/karmadaquotas", q)
     await install.apply(client, install.load_manifests(manifests), CA_PEM, timeout=10, poll=0.01)
     patched = api.applied()
     labelled = [p for p in patched if p.count("/") == 4 and p.startswith("/api/v1/namespaces/")]
     assert labelled == ["/api/v1/namespaces/team-a", "/api/v1/namespaces/team-b"]
     enforced = {"quota.karmada.io/enforced": "true"}
     # team-a holds a quota that queues: the queueing webhook's label too; team-b only refuses
-    assert api.bodies[labelled[0]] == {
+    assert api.front.bodies[labelled[0]] == {
         "metadata": {"labels": {**enforced, "quota.karmada.io/queueing": "true"}}
     }
-    assert api.bodies[labelled[1]] == {"metadata": {"labels": enforced}}
+    assert api.front.bodies[labelled[1]] == {"metadata": {"labels": enforced}}
     assert patched.index(labelled[-1]) < patched.index(VWC)
-    (request,) = [r for r in api.requests if r.path == labelled[0]]
-    assert request.headers["Content-Type"] == "application/merge-patch+json"
+    (request,) = [r for r in api.front.requests if r.path == labelled[0]]
+    assert request.headers["Content-Type"] == MERGE_PATCH

@@ -63,7 +63,8 @@ from karmadaquota.webhook import review
 from karmadaquota.webhook.app import Webhook
 from karmadaquota.webhook.batcher import Batcher, BatcherConfig, Pending
 from karmadaquota.webhook.metrics import WebhookMetrics
-from tests.fake_api import FakeApiServer, FakeStore, Ref, quota_doc
+from tests import fake_api
+from tests.fake_api import FakeApiServer, Ref, quota_doc
 from tests.polling import until
 
 LONG = os.environ.get("KARMADAQUOTA_LONG") == "1"
@@ -282,14 +283,14 @@ def binding_doc(uid: str, spec: Mapping[str, Any], generation: int) -> JSON:
 class Replica:
     """One webhook replica: its cache, its batcher, and what its batcher decided."""
 
-    store: FakeStore
+    store: fake_api.Replica
     batcher: Batcher
     admit: Callable[[review.Request], Awaitable[Decision]]
     finals: list[tuple[Charge, Decision]] = field(default_factory=list)
 
 
 def replica(api: FakeApiServer) -> Replica:
-    store = FakeStore(api=api)
+    store = fake_api.Replica(api=api)
     store.refresh()
     cache = store.quota_store()
     # no real waiting between conflicting writes: the interleaving stays deterministic

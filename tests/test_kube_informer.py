@@ -1,19 +1,30 @@
-"""The shared informer: version order, relists as differences, paging, 410 and bookmarks."""
+"""The shared informer: version order, relists as differences, paging, 410 and bookmarks,
+against the fake API server (tests/fake_api.py)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from karmadaquota.kube.client import JSON, Gone
+from karmadaquota.kube.client import JSON
 from karmadaquota.kube.informer import Informer
 from karmadaquota.kube.retry import Backoff
+from tests.fake_api import FakeApiServer, Ref
+from tests.polling import until
+
+THINGS = "/apis/example.com/v1/things"
 
 
 def obj(name: str, rv: int, uid: str | None = None, ns: str = "ns", **spec: Any) -> JSON:
     meta = {"name": name, "namespace": ns, "uid": uid or f"uid-{name}", "resourceVersion": str(rv)}
     return {"metadata": meta, "spec": spec}
+
+
+def stored(api: FakeApiServer, *names: str) -> None:
+    """Create the things `names` in namespace ns (resourceVersions 1, 2, ... on a new server)."""
+    for name in names:
+        api.create(THINGS, {"metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}"}})
 
 
 class Record:
@@ -40,50 +51,25 @@ class Record:
         self.relisted_at.append(resource_version)
 
 
-class Server:
-    """Pages of a list, then scripted watch streams (one per watch call)."""
+def lists(api: FakeApiServer) -> list[dict[str, str]]:
+    """The parameters of every LIST request the server is sent, from now on."""
+    seen: list[dict[str, str]] = []
 
-    def __init__(self, items: list[JSON], rv: int = 10) -> None:
-        self.items = items
-        self.rv = rv
-        self.streams: list[list[tuple[str, JSON] | BaseException]] = []
-        self.lists: list[Mapping[str, str]] = []
-        self.watches: list[tuple[str, str]] = []
-        self.idle = asyncio.Event()
-        # called with each list request's params before it is answered (may raise)
-        self.before_page: Callable[[Mapping[str, str]], None] = lambda params: None
+    def note(verb: str, ref: Ref, params: Mapping[str, str]) -> None:
+        if verb == "LIST":
+            seen.append(dict(params))
 
-    async def get(self, path: str, params: Mapping[str, str] | None = None) -> JSON:
-        params = dict(params or {})
-        self.before_page(params)
-        self.lists.append(params)
-        start, limit = int(params.get("continue", "0")), int(params["limit"])
-        meta: JSON = {"resourceVersion": str(self.rv)}
-        if start + limit < len(self.items):
-            meta["continue"] = str(start + limit)
-        return {"items": self.items[start : start + limit], "metadata": meta}
-
-    async def watch(
-        self, path: str, resource_version: str, timeout_seconds: int = 300
-    ) -> AsyncIterator[tuple[str, JSON]]:
-        self.watches.append((path, resource_version))
-        if not self.streams:
-            self.idle.set()
-            await asyncio.Event().wait()
-        for item in self.streams.pop(0):
-            if isinstance(item, BaseException):
-                raise item
-            self.rv = max(self.rv, int(item[1]["metadata"]["resourceVersion"]))
-            yield item
+    api.before_read = note
+    return seen
 
 
-def informer(server: Server, handler: Record, **kw: Any) -> Informer:
-    return Informer("/things", handler, server, page_size=2, backoff=Backoff(0.001, 0.001), **kw)
+def informer(api: FakeApiServer, handler: Record, **kw: Any) -> Informer:
+    return Informer(THINGS, handler, api, page_size=2, backoff=Backoff(0.001, 0.001), **kw)
 
 
 def test_an_older_version_never_replaces_a_newer_one() -> None:
     h = Record()
-    inf = informer(Server([]), h)
+    inf = informer(FakeApiServer(), h)
     assert inf.offer("ADDED", obj("a", 5))
     assert not inf.offer("MODIFIED", obj("a", 4))  # late event
     assert not inf.offer("MODIFIED", obj("a", 5))  # the same version again
@@ -96,7 +82,7 @@ def test_an_older_version_never_replaces_a_newer_one() -> None:
 
 def test_our_own_write_is_held_and_its_echo_not_delivered() -> None:
     h = Record()
-    inf = informer(Server([]), h)
+    inf = informer(FakeApiServer(), h)
     inf.offer("ADDED", obj("a", 5))
     assert inf.hold("ns", "a", "uid-a", "9")
     assert not inf.hold("ns", "a", "uid-a", "8")
@@ -106,7 +92,7 @@ def test_our_own_write_is_held_and_its_echo_not_delivered() -> None:
 
 def test_a_name_taken_by_another_object_deletes_the_one_held() -> None:
     h = Record()
-    inf = informer(Server([]), h)
+    inf = informer(FakeApiServer(), h)
     inf.offer("ADDED", obj("a", 5, uid="old"))
     inf.offer("ADDED", obj("a", 8, uid="new"))
     assert not inf.offer("MODIFIED", obj("a", 6, uid="old"))  # late: never brought back
@@ -115,89 +101,110 @@ def test_a_name_taken_by_another_object_deletes_the_one_held() -> None:
 
 async def test_relist_delivers_the_difference_in_pages() -> None:
     h = Record()
-    server = Server([obj("a", 3), obj("b", 4), obj("c", 5)], rv=10)
-    inf = informer(server, h)
-    inf.offer("ADDED", obj("a", 3))
+    api = FakeApiServer()
+    stored(api, "a", "b", "c")  # versions 1, 2, 3: the list's is 3
+    listed = lists(api)
+    inf = informer(api, h)
+    inf.offer("ADDED", obj("a", 1))
     inf.offer("ADDED", obj("gone", 2))
     inf.offer("ADDED", obj("newer", 12))  # newer than the list: kept
     await inf.relist()
-    assert [p.get("continue") for p in server.lists] == [None, "2"]
+    assert [bool(p.get("continue")) for p in listed] == [False, True]  # two pages of two
     assert sorted(h.calls[3:]) == [
-        ("added", "b", "4"),
-        ("added", "c", "5"),
-        ("deleted", "gone", "10"),
+        ("added", "b", "2"),
+        ("added", "c", "3"),
+        ("deleted", "gone", "3"),
     ]
-    assert h.relisted_at == [10] and inf.synced.is_set()
+    assert h.relisted_at == [3] and inf.synced.is_set()
 
 
 async def test_each_page_is_delivered_before_the_next_is_fetched() -> None:
     """A list is folded in page by page (the controller never holds 30,000 raw objects)."""
     h = Record()
-    server = Server([obj("a", 3), obj("b", 4), obj("c", 5)], rv=10)
+    api = FakeApiServer()
+    stored(api, "a", "b", "c")
     seen_at_fetch: list[int] = []
-    server.before_page = lambda params: seen_at_fetch.append(len(h.calls))
-    await informer(server, h).relist()
+    api.before_read = lambda verb, ref, params: seen_at_fetch.append(len(h.calls))
+    await informer(api, h).relist()
     assert seen_at_fetch == [0, 2]  # a and b delivered before the second page was asked for
 
 
 async def test_a_list_cut_short_deletes_nothing_and_is_started_again() -> None:
-    """An expired continue token mid-list: the pages already delivered stand, nothing held is
-    deleted on the strength of the partial list, and the list starts over."""
+    """An expired continue token mid-list (the server compacted meanwhile): the pages already
+    delivered stand, nothing held is deleted on the strength of the partial list, and the
+    list starts over."""
     h = Record()
-    server = Server([obj("a", 3), obj("b", 4), obj("c", 5)], rv=10)
-    inf = informer(server, h)
-    inf.offer("ADDED", obj("c", 5))
-    expired = [True]
+    api = FakeApiServer()
+    stored(api, "a", "b", "c")
+    inf = informer(api, h)
+    inf.offer("ADDED", obj("c", 3))
+    listed: list[dict[str, str]] = []
 
-    def expire_once(params: Mapping[str, str]) -> None:
-        if params.get("continue") and expired:
-            expired.clear()
-            raise Gone(410, "Expired", "continue token expired")
+    def compact_once(verb: str, ref: Ref, params: Mapping[str, str]) -> None:
+        listed.append(dict(params))
+        if params.get("continue") and not api.compacted:
+            api.compact()  # the token expires: this page answers 410
 
-    server.before_page = expire_once
+    api.before_read = compact_once
     await inf.relist()
-    assert [p.get("continue") for p in server.lists] == [None, None, "2"]
+    assert [bool(p.get("continue")) for p in listed] == [False, True, False, True]
     assert not [c for c in h.calls if c[0] == "deleted"]
-    assert sorted(h.calls) == [("added", "a", "3"), ("added", "b", "4"), ("added", "c", "5")]
-    assert h.relisted_at == [10]
+    assert sorted(h.calls) == [("added", "a", "1"), ("added", "b", "2"), ("added", "c", "3")]
+    assert h.relisted_at == [3]
 
 
 async def test_watch_resumes_from_the_last_version_and_relists_on_410() -> None:
     h = Record()
-    server = Server([obj("a", 3)], rv=10)
-    server.streams = [
-        [("ADDED", obj("b", 11)), ("BOOKMARK", {"metadata": {"resourceVersion": "15"}})],
-        [Gone(410, "Expired", "too old")],
-    ]
-    inf = informer(server, h, params={"fieldSelector": "x!=y"})
+    api = FakeApiServer()
+    stored(api, "a")  # version 1
+    listed = lists(api)
+    inf = informer(api, h, params={"fieldSelector": "x!=y"})
     task = asyncio.create_task(inf.run())
     try:
-        async with asyncio.timeout(5):
-            await server.idle.wait()
+        await until(lambda: api.watching("things"), what="the first watch")
+        stored(api, "b")  # version 2, delivered by the watch
+        api.create("/api/v1/namespaces", {"metadata": {"name": "other"}})  # version 3
+        api.bookmark()  # at version 3: the watch resumes from there
+        await until(lambda: api.drained(), what="the bookmark delivered")
+        api.end_watches()
+        await until(lambda: len(api.watched) == 2 and api.watching("things"), what="resumed")
+        api.hold("things")
+        api.delete("/apis/example.com/v1/namespaces/ns/things/b")  # version 4, never delivered
+        api.compact()  # the watch answers 410: the informer lists again
+        await until(lambda: len(api.watched) == 3 and api.watching("things"), what="relisted")
+        api.release("things", deliver=False)
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-    assert server.watches == [
-        ("/things?fieldSelector=x!=y", "10"),
-        ("/things?fieldSelector=x!=y", "15"),  # the bookmark's version
-        ("/things?fieldSelector=x!=y", "15"),  # from the relist's version
+    path = f"{THINGS}?fieldSelector=x!=y"
+    assert api.watched == [
+        (path, "1"),
+        (path, "3"),  # the bookmark's version
+        (path, "4"),  # from the relist's version
     ]
-    assert all(p["fieldSelector"] == "x!=y" for p in server.lists)
+    assert len(listed) == 2 and all(p["fieldSelector"] == "x!=y" for p in listed)
     assert inf.relists == 2
     # b was deleted while the watch was down: the relist says so
-    assert h.calls == [("added", "a", "3"), ("added", "b", "11"), ("deleted", "b", "15")]
+    assert h.calls == [("added", "a", "1"), ("added", "b", "2"), ("deleted", "b", "4")]
 
 
 async def test_errors_are_reported_and_retried() -> None:
     h = Record()
-    server = Server([obj("a", 3)])
-    server.streams = [[OSError("connection reset")]]
+    api = FakeApiServer()
+    stored(api, "a")
+    refused: list[str] = []
+
+    def refuse_one_watch(verb: str, ref: Ref, params: Mapping[str, str]) -> None:
+        if verb == "WATCH" and not refused:
+            refused.append(verb)
+            raise OSError("connection reset")
+
+    api.before_read = refuse_one_watch
     errors: list[str] = []
-    inf = informer(server, h, on_error=lambda e: errors.append(str(e)))
+    inf = informer(api, h, on_error=lambda e: errors.append(str(e)))
     task = asyncio.create_task(inf.run())
     try:
-        async with asyncio.timeout(5):
-            await server.idle.wait()
+        await until(lambda: inf.relists == 2 and api.watching("things"), what="retried")
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

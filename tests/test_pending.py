@@ -37,7 +37,7 @@ from karmadaquota.evaluate import QuotaView
 from karmadaquota.quantity import Quantity, QuantityError
 from karmadaquota.webhook.batcher import Batcher, Pending, pending_size
 from tests.conftest import NOW
-from tests.fake_api import FakeStore
+from tests.fake_api import Replica
 from tests.webhook_fakes import binding
 
 NS = "team-a"
@@ -382,7 +382,7 @@ async def test_the_webhooks_first_write_after_an_upgrade_rewrites_the_old_layout
     old = [old_entry(r) for r in OLD] if layout == "reservations" else FIRST_FORM
     raw = doc({layout: old}, namespace="ns")
     raw["metadata"]["name"] = "team-a"
-    store = FakeStore(raw)
+    store = Replica(raw)
     batcher = Batcher(store, clock=lambda: NOW)
     b = binding("fresh", cpu="1", uid="u-fresh")
     decision = await batcher.submit(

@@ -12,7 +12,7 @@ from karmadaquota.charge import charge
 from karmadaquota.evaluate import REASON_EXCEEDED, REASON_FORBIDDEN, Decision
 from karmadaquota.webhook.batcher import Batcher, Pending
 from karmadaquota.webhook.refusals import RefusalRecorder
-from tests.fake_api import FakeStore, quota_doc
+from tests.fake_api import Replica, quota_doc
 from tests.polling import until
 from tests.webhook_fakes import binding
 
@@ -32,7 +32,7 @@ def admit(rec: RefusalRecorder, name: str) -> None:
     rec.observe("ns", b, None, charge(b), None, ALLOWED)
 
 
-def wired(store: FakeStore, interval: float) -> tuple[RefusalRecorder, Batcher]:
+def wired(store: Replica, interval: float) -> tuple[RefusalRecorder, Batcher]:
     """A recorder and the batcher that writes its changes, as the webhook wires them."""
     batcher = Batcher(store)
     return RefusalRecorder(store, batcher, interval=interval), batcher
@@ -55,16 +55,16 @@ async def storm(batcher: Batcher, names: list[str]) -> list[Decision]:
     return list(await asyncio.gather(*(batcher.submit(pending(n)) for n in names)))
 
 
-def reserved(store: FakeStore) -> list[str]:
+def reserved(store: Replica) -> list[str]:
     return sorted(r.reservedBy.name for r in store.stored().status.reservations)
 
 
-def listed(store: FakeStore) -> list[str]:
+def listed(store: Replica) -> list[str]:
     return [w.template.name for w in store.stored().status.waiting]
 
 
 async def test_refusals_are_written_at_most_once_per_interval_per_namespace() -> None:
-    store = FakeStore(quota_doc())
+    store = Replica(quota_doc())
     rec, _ = wired(store, 0.3)
     refuse(rec, "x")
     await until(lambda: store.puts == 1)
@@ -86,7 +86,7 @@ async def test_refusals_are_written_at_most_once_per_interval_per_namespace() ->
 
 
 async def test_admission_of_a_listed_template_removes_it_and_unlisted_costs_nothing() -> None:
-    store = FakeStore(quota_doc())
+    store = Replica(quota_doc())
     rec, _ = wired(store, 0.05)
     refuse(rec, "x")
     refuse(rec, "y")
@@ -100,7 +100,7 @@ async def test_admission_of_a_listed_template_removes_it_and_unlisted_costs_noth
 
 
 async def test_only_quota_exceeded_refusals_are_recorded() -> None:
-    store = FakeStore(quota_doc())
+    store = Replica(quota_doc())
     rec, _ = wired(store, 0.05)
     b = binding("x", uid="rb-x")
     rec.observe(
@@ -112,10 +112,10 @@ async def test_only_quota_exceeded_refusals_are_recorded() -> None:
 
 
 async def test_a_lost_compare_and_swap_rereads_and_keeps_the_other_writer() -> None:
-    store = FakeStore(quota_doc())
+    store = Replica(quota_doc())
     rec, _ = wired(store, 0.05)
 
-    def other_writer(s: FakeStore, body: object) -> None:
+    def other_writer(s: Replica, body: object) -> None:
         s.before_put = None
         s.bump("ns", "team-a", lambda d: d["status"].update(used={"requests.cpu": "7"}))
 
@@ -128,7 +128,7 @@ async def test_a_lost_compare_and_swap_rereads_and_keeps_the_other_writer() -> N
 
 
 async def test_a_workload_listed_by_another_quota_keeps_its_place_there() -> None:
-    store = FakeStore(quota_doc("a"), quota_doc("b"))
+    store = Replica(quota_doc("a"), quota_doc("b"))
     rec, _ = wired(store, 0.05)
     b = binding("x", uid="rb-x")
     rec.observe("ns", b, None, charge(b), None, Decision(False, "", REASON_EXCEEDED, quota="b"))
@@ -142,7 +142,7 @@ async def test_a_workload_listed_by_another_quota_keeps_its_place_there() -> Non
 async def test_an_update_that_does_not_carry_the_template_leaves_a_refused_scale_up_waiting() -> (
     None
 ):
-    store = FakeStore(quota_doc())
+    store = Replica(quota_doc())
     rec, _ = wired(store, 0.05)
     holding = binding("web", replicas=2, uid="rb-web")
     holding.spec.resource.uid, holding.spec.resource.resourceVersion = "uid-web", "10"
@@ -166,7 +166,7 @@ async def test_an_update_that_does_not_carry_the_template_leaves_a_refused_scale
 
 
 async def test_a_batch_write_carries_the_due_waiting_entry_in_the_same_put() -> None:
-    store = FakeStore(quota_doc())
+    store = Replica(quota_doc())
     rec, batcher = wired(store, 10)
     refuse(rec, "x")  # the namespace's first change is written at once, on its own
     await until(lambda: listed(store) == ["x"])
@@ -184,7 +184,7 @@ async def test_a_batch_write_carries_the_due_waiting_entry_in_the_same_put() -> 
 
 
 async def test_a_lost_compare_and_swap_reapplies_waiting_and_reservations() -> None:
-    store = FakeStore(quota_doc())
+    store = Replica(quota_doc())
     rec, batcher = wired(store, 10)
     refuse(rec, "x")
     await until(lambda: listed(store) == ["x"])
@@ -202,7 +202,7 @@ async def test_a_lost_compare_and_swap_reapplies_waiting_and_reservations() -> N
 
 
 async def test_a_refusal_storm_writes_at_most_once_per_interval() -> None:
-    store = FakeStore(quota_doc())
+    store = Replica(quota_doc())
     store.put_delay = 0.01  # models write latency, not synchronisation
     interval = 0.1
     rec, batcher = wired(store, interval)
@@ -221,7 +221,7 @@ async def test_a_refusal_storm_writes_at_most_once_per_interval() -> None:
 
 
 async def test_refusals_and_admissions_of_a_namespace_have_one_writer() -> None:
-    store = FakeStore(quota_doc(hard={"requests.cpu": "1000", "pods": "1000"}))
+    store = Replica(quota_doc(hard={"requests.cpu": "1000", "pods": "1000"}))
     store.put_delay = 0.01  # models write latency, not synchronisation
     rec, batcher = wired(store, 0.03)
 
@@ -247,7 +247,7 @@ async def test_refusals_and_admissions_of_a_namespace_have_one_writer() -> None:
 
 
 async def test_changes_for_a_deleted_quota_are_dropped() -> None:
-    store = FakeStore(quota_doc())
+    store = Replica(quota_doc())
     rec, batcher = wired(store, 0.05)
     del store.objects[("ns", "team-a")]
     refuse(rec, "x")

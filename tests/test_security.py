@@ -16,7 +16,7 @@ from karmadaquota import logs
 from karmadaquota.webhook.app import Webhook, build_app
 from karmadaquota.webhook.batcher import Batcher
 from karmadaquota.webhook.metrics import WebhookMetrics
-from tests.fake_api import FakeStore, quota_doc
+from tests.fake_api import Replica, quota_doc
 from tests.test_webhook_app import review
 from tests.webhook_fakes import binding_doc
 
@@ -47,7 +47,7 @@ async def test_no_log_line_carries_the_object_or_a_credential(
     fmt: str, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
 ) -> None:
     logs.setup(fmt, "debug")
-    store = FakeStore(quota_doc(hard={"requests.cpu": "2", "pods": "100"}))
+    store = Replica(quota_doc(hard={"requests.cpu": "2", "pods": "100"}))
     cache = store.quota_store()
     client = TestClient(TestServer(build_app(Webhook(cache, Batcher(store), WebhookMetrics()))))
     await client.start_server()

@@ -17,7 +17,7 @@ from karmadaquota.webhook.app import Webhook, build_app
 from karmadaquota.webhook.batcher import Batcher
 from karmadaquota.webhook.metrics import WebhookMetrics
 from tests.conftest import binding_doc
-from tests.fake_api import FakeApiServer, FakeStore, quota_doc
+from tests.fake_api import FakeApiServer, Replica, quota_doc
 from tests.test_pod_template import container, deployment
 from tests.test_webhook_app import post, review
 
@@ -81,8 +81,8 @@ async def test_fetch_reads_a_template_the_store_does_not_hold_once() -> None:
 
 @pytest.fixture
 async def gated() -> AsyncIterator[tuple[TestClient[Any, Any], FakeApiServer, TemplateStore]]:
-    store = FakeStore(quota_doc(hard={"requests.cpu": "1"}, namespace="ns"))
     api = FakeApiServer()
+    store = Replica(quota_doc(hard={"requests.cpu": "1"}, namespace="ns"), api=api)
     templates = TemplateStore(api)
     webhook = Webhook(store.quota_store(), Batcher(store), WebhookMetrics(), templates=templates)
     client = TestClient(TestServer(build_app(webhook)))

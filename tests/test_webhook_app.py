@@ -7,7 +7,7 @@ import copy
 import json
 import logging
 from collections.abc import AsyncIterator
-from typing import Any, cast
+from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from karmadaquota.api import KarmadaQuota
 from karmadaquota.evaluate import Decision
 from karmadaquota.kube import paths
-from karmadaquota.kube.client import JSON, KubeClient, KubeError
+from karmadaquota.kube.client import KubeError
 from karmadaquota.kube.quotas import QuotaStore
 from karmadaquota.trust import Writers
 from karmadaquota.webhook import review as review_mod
@@ -30,7 +30,7 @@ from karmadaquota.webhook.app import (
 )
 from karmadaquota.webhook.batcher import Batcher
 from karmadaquota.webhook.metrics import WebhookMetrics
-from tests.fake_api import FakeApiServer, FakeStore, quota_doc
+from tests.fake_api import FakeApiServer, Replica, quota_doc
 from tests.polling import until
 from tests.webhook_fakes import binding_doc
 
@@ -68,8 +68,8 @@ def review(
 
 
 @pytest.fixture
-async def setup() -> AsyncIterator[tuple[TestClient[Any, Any], FakeStore, Webhook]]:
-    store = FakeStore(quota_doc(hard={"requests.cpu": "10", "pods": "100"}))
+async def setup() -> AsyncIterator[tuple[TestClient[Any, Any], Replica, Webhook]]:
+    store = Replica(quota_doc(hard={"requests.cpu": "10", "pods": "100"}))
     cache = store.quota_store()
     webhook = Webhook(cache, Batcher(store), WebhookMetrics())
     client = TestClient(TestServer(build_app(webhook)))
@@ -380,7 +380,7 @@ async def test_own_share_excludes_the_namespaces_api_time() -> None:
     """The store reports 100 s of API calls for the review's namespace while it waits: its
     own share is what remains (nothing), while the full latency is still recorded."""
     api_seconds: dict[str, float] = {}
-    store = FakeStore(quota_doc(hard={"requests.cpu": "10", "pods": "100"}))
+    store = Replica(quota_doc(hard={"requests.cpu": "10", "pods": "100"}))
     real_put = store.put_status
 
     async def put_status(quota: dict[str, Any]) -> dict[str, Any]:
@@ -401,15 +401,11 @@ async def test_own_share_excludes_the_namespaces_api_time() -> None:
 
 
 async def test_kube_store_accounts_api_time_per_namespace() -> None:
-    class Client:
-        async def get(self, path: str) -> dict[str, Any]:
-            return {"path": path}
-
-        async def put(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-            return body
-
-    store = KubeQuotaBackend(cast(KubeClient, Client()), QuotaStore(None))
-    await store.put_status({"metadata": {"namespace": "a", "name": "q"}})
+    api = FakeApiServer()
+    quota = api.add_quota(quota_doc("q", namespace="a"))
+    api.add_quota(quota_doc("q", namespace="b"))
+    store = KubeQuotaBackend(api, QuotaStore(api))
+    await store.put_status(quota)
     await store.get("b", "q")
     assert set(store.api_seconds) == {"a", "b"}
     assert all(v > 0 for v in store.api_seconds.values())
@@ -612,7 +608,7 @@ async def test_a_tenant_may_write_what_charges_nothing_and_dry_runs_are_refused_
 
 
 async def test_trusted_writers_are_configurable() -> None:
-    store = FakeStore(quota_doc(hard={"requests.cpu": "10", "pods": "100"}))
+    store = Replica(quota_doc(hard={"requests.cpu": "10", "pods": "100"}))
     writers = Writers.of(["system:serviceaccount:karmada-system:*"], ["karmada-operators"])
     webhook = Webhook(store.quota_store(), Batcher(store), WebhookMetrics(), writers=writers)
     client = TestClient(TestServer(build_app(webhook)))
@@ -706,22 +702,9 @@ async def test_overrides_in_a_namespace_without_quota_are_not_ours(setup: Any) -
 # ---- fail closed on every unknown ------------------------------------------------------------
 
 
-class _Client:
-    """KubeClient's get and put over the fake API server (what KubeQuotaBackend calls)."""
-
-    def __init__(self, api: FakeApiServer) -> None:
-        self.api = api
-
-    async def get(self, path: str, params: Any = None) -> JSON:
-        return await self.api.get(path, params)
-
-    async def put(self, path: str, body: JSON) -> JSON:
-        return await self.api.request("PUT", path, body)
-
-
 def live_webhook(api: FakeApiServer, cache: QuotaStore) -> Webhook:
     """A webhook as `app.run` wires it: the batcher reads the one quota store."""
-    backend = KubeQuotaBackend(cast(KubeClient, _Client(api)), cache)
+    backend = KubeQuotaBackend(api, cache)
     return Webhook(cache, Batcher(backend), WebhookMetrics())
 
 

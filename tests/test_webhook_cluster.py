@@ -23,7 +23,7 @@ from karmadaquota.webhook.app import Webhook
 from karmadaquota.webhook.batcher import Batcher
 from karmadaquota.webhook.cluster import ClusterQuotaBackend, ClusterQuotas, cluster_store
 from karmadaquota.webhook.metrics import WebhookMetrics
-from tests.fake_api import FakeApiServer, FakeStore, quota_doc
+from tests.fake_api import FakeApiServer, Replica, quota_doc
 from tests.polling import until
 from tests.test_webhook_app import OVERRIDES, TENANT, override_policy, review
 from tests.webhook_fakes import binding_doc
@@ -59,9 +59,9 @@ def pods_pending(quota: Any) -> int:
 
 
 @contextlib.asynccontextmanager
-async def replica(api: FakeApiServer, store: FakeStore | None = None) -> AsyncIterator[Webhook]:
+async def replica(api: FakeApiServer, store: Replica | None = None) -> AsyncIterator[Webhook]:
     """One webhook replica: its own informers, caches and batchers over the shared server."""
-    store = store or FakeStore(api=api)
+    store = store or Replica(api=api)
     store.refresh()
     ckqs = cluster_store(api)
     labels = NamespaceLabels(api)
@@ -167,7 +167,7 @@ async def test_a_storm_across_namespaces_and_two_replicas_admits_exactly_the_roo
 async def test_the_tighter_of_a_namespaced_and_a_cluster_quota_wins(
     api: FakeApiServer, namespaced: int, cluster: int, room: int
 ) -> None:
-    store = FakeStore(api=api)
+    store = Replica(api=api)
     store.seed(quota_doc("kq", namespace="a-0", hard={"pods": str(namespaced)}, used={"pods": "0"}))
     add_cluster_quota(api, {"pods": str(cluster)})
     async with replica(api, store) as webhook:

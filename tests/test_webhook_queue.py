@@ -18,7 +18,7 @@ from karmadaquota.webhook.app import Webhook, build_app
 from karmadaquota.webhook.batcher import Batcher
 from karmadaquota.webhook.metrics import WebhookMetrics
 from karmadaquota.webhook.refusals import RefusalRecorder
-from tests.fake_api import FakeStore, quota_doc
+from tests.fake_api import Replica, quota_doc
 from tests.polling import until
 from tests.test_webhook_app import post, review
 from tests.webhook_fakes import binding_doc
@@ -36,8 +36,8 @@ def queue_quota(
     return doc
 
 
-async def serve(doc: Any) -> tuple[TestClient[Any, Any], FakeStore, Webhook]:
-    store = FakeStore(doc)
+async def serve(doc: Any) -> tuple[TestClient[Any, Any], Replica, Webhook]:
+    store = Replica(doc)
     cache = store.quota_store()
     webhook = Webhook(cache, Batcher(store), WebhookMetrics())
     client = TestClient(TestServer(build_app(webhook)))
@@ -46,7 +46,7 @@ async def serve(doc: Any) -> tuple[TestClient[Any, Any], FakeStore, Webhook]:
 
 
 @pytest.fixture
-async def queue() -> AsyncIterator[tuple[TestClient[Any, Any], FakeStore, Webhook]]:
+async def queue() -> AsyncIterator[tuple[TestClient[Any, Any], Replica, Webhook]]:
     client, store, webhook = await serve(queue_quota())
     yield client, store, webhook
     await client.close()

@@ -28,7 +28,7 @@ from karmadaquota.webhook.app import Webhook, build_app
 from karmadaquota.webhook.batcher import Batcher
 from karmadaquota.webhook.metrics import WebhookMetrics
 from karmadaquota.webhook.server import MAX_BODY_BYTES, Listener, ServerConfig, serve, tls_context
-from tests.fake_api import FakeStore, quota_doc
+from tests.fake_api import Replica, quota_doc
 from tests.test_webhook_app import review
 from tests.webhook_fakes import binding_doc
 
@@ -92,7 +92,7 @@ async def start(
     tmp_path: Path, limits: ServerConfig, events: Counter[str] | None = None
 ) -> tuple[Listener, str]:
     cert_file, key_file = self_signed(tmp_path)
-    store = FakeStore(quota_doc(hard={"requests.cpu": "1000", "pods": "1000"}))
+    store = Replica(quota_doc(hard={"requests.cpu": "1000", "pods": "1000"}))
     cache = store.quota_store()
     app = build_app(Webhook(cache, Batcher(store), WebhookMetrics()))
     listener = await serve(

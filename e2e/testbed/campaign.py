@@ -54,7 +54,7 @@ from e2e.testbed.aio import InvariantViolation
 from karmadaquota import scopes
 from karmadaquota.api import ClusterKarmadaQuota, KarmadaQuota, ResourceBinding
 from karmadaquota.charge import Charge, charge
-from karmadaquota.kube.client import JSON, Conflict, KubeClient, KubeError, NotFound
+from karmadaquota.kube.client import JSON, MERGE_PATCH, Conflict, KubeClient, KubeError, NotFound
 from karmadaquota.quantity import Quantity, QuantityError
 
 RB_PATH = "/apis/work.karmada.io/v1alpha2/namespaces/{ns}/resourcebindings"
@@ -678,7 +678,7 @@ async def create_cluster_quota(
             "PATCH",
             f"/api/v1/namespaces/{ns}",
             {"metadata": {"labels": {CLUSTER_LABEL: name}}},
-            content_type="application/merge-patch+json",
+            content_type=MERGE_PATCH,
         )
     body = cluster_quota(name, hard)
     await client.post(CKQ_PATH, body)

@@ -192,9 +192,11 @@ async def start_webhook(
     *extra: str,
     port: int | None = None,
     env: dict[str, str] | None = None,
+    log_level: str = "info",
 ) -> WebhookProc:
     """Start a webhook replica; `port` restarts one where it was (behind a proxy); `env` adds
-    to its environment (e.g. the test-only clock offset)."""
+    to its environment (e.g. the test-only clock offset); `log_level="debug"` logs every
+    decision, allowed ones too (`decisions` counts them)."""
     cert = bed.serving_cert(name)
     port = port or free_port()
     metrics_port = free_port()
@@ -202,6 +204,7 @@ async def start_webhook(
         bed,
         name,
         [
+            f"--log-level={log_level}",
             "webhook",
             f"--kubeconfig={bed.karmada_kubeconfig}",
             f"--tls-cert-file={cert.cert}",
@@ -226,6 +229,17 @@ async def start_webhook(
         proc.stop()
         raise
     return hook
+
+
+def decisions(hook: WebhookProc, namespace: str, binding: str = "") -> int:
+    """The binding reviews of `namespace` (of the binding named `binding`, if given) the
+    replica has answered, from its decision log (every one is logged at debug level, before
+    the answer is sent; stderr is line-buffered)."""
+    want = [' msg="admission decision" ', f" namespace={namespace} "]
+    if binding:
+        want.append(f" binding={binding} ")
+    text = hook.proc.log.read_text(errors="replace")
+    return sum(1 for line in text.splitlines() if all(w in f" {line} " for w in want))
 
 
 def shipped_webhook(name: str) -> dict[str, Any]:

@@ -26,11 +26,10 @@ from karmadaquota.controller import room
 from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.evaluate import QuotaView
 from karmadaquota.kube import paths
-from karmadaquota.kube.client import JSON, Api, Conflict, KubeError, NotFound
+from karmadaquota.kube.client import JSON, MERGE_PATCH, Api, Conflict, KubeError, NotFound
 
 log = logging.getLogger("karmadaquota.admit")
 
-MERGE_PATCH = "application/merge-patch+json"
 COMPONENT = "karmadaquota-controller"
 EVENT_QUEUED = "Queued"
 EVENT_ADMITTED = "Admitted"

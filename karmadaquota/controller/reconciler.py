@@ -42,7 +42,15 @@ from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.controller.views import Views
 from karmadaquota.controller.wake import Waker
 from karmadaquota.kube import namespaces, paths
-from karmadaquota.kube.client import JSON, JSON_PATCH, Api, Conflict, KubeError, NotFound
+from karmadaquota.kube.client import (
+    JSON,
+    JSON_PATCH,
+    MERGE_PATCH,
+    Api,
+    Conflict,
+    KubeError,
+    NotFound,
+)
 from karmadaquota.kube.informer import Informer, Lister
 from karmadaquota.kube.quotas import QuotaRecord, QuotaStore, cluster_quota_store
 from karmadaquota.kube.retry import Backoff, ConflictsExhausted, retry_on_conflict
@@ -596,7 +604,7 @@ class Controller:
                 paths.quota(ns, name),
                 body,
                 timeout=self.settings.write_timeout,
-                content_type="application/merge-patch+json",
+                content_type=MERGE_PATCH,
             )
         except NotFound:
             return False

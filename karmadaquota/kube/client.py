@@ -29,6 +29,8 @@ JSON = dict[str, Any]
 # a request body: an object, or the operations of a JSON patch (RFC 6902)
 Body = JSON | list[JSON]
 JSON_PATCH = "application/json-patch+json"
+MERGE_PATCH = "application/merge-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"  # server-side apply (JSON is YAML)
 USER_AGENT = f"karmadaquota/{__version__}"
 # a 429 whose Retry-After is not a number of seconds waits this long
 _DEFAULT_RETRY_AFTER = 1.0
@@ -308,9 +310,7 @@ class KubeClient:
 
     async def merge_patch(self, path: str, body: JSON, timeout: float = 10.0) -> JSON:
         """PATCH with a JSON merge patch (RFC 7386), e.g. one metadata annotation."""
-        return await self.request(
-            "PATCH", path, body, timeout=timeout, content_type="application/merge-patch+json"
-        )
+        return await self.request("PATCH", path, body, timeout=timeout, content_type=MERGE_PATCH)
 
     async def watch(
         self, path: str, resource_version: str, timeout_seconds: int = 300

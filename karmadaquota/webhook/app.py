@@ -41,7 +41,7 @@ from karmadaquota.api import BindingResource, ClusterKarmadaQuota, KarmadaQuota,
 from karmadaquota.aux_port import serve_aux
 from karmadaquota.evaluate import REASON_FORBIDDEN, Decision, LimitedResource, QuotaView
 from karmadaquota.kube import paths
-from karmadaquota.kube.client import JSON, KubeClient, KubeError, NotFound, user_agent
+from karmadaquota.kube.client import JSON, Api, KubeClient, KubeError, NotFound, user_agent
 from karmadaquota.kube.namespace_labels import NamespaceLabels
 from karmadaquota.kube.quotas import QuotaStore
 from karmadaquota.kube.templates import TemplateStore
@@ -142,7 +142,7 @@ class WebhookConfig:
 class KubeQuotaBackend:
     """The batcher's QuotaBackend: the quota store for reads, the API server for writes."""
 
-    def __init__(self, client: KubeClient, store: QuotaStore) -> None:
+    def __init__(self, client: Api, store: QuotaStore) -> None:
         self._client = client
         self._store = store
         # Cumulative seconds spent in API calls per namespace: a review's own share of its
@@ -170,8 +170,8 @@ class KubeQuotaBackend:
         meta = quota["metadata"]
         started = time.perf_counter()
         try:
-            return await self._client.put(
-                paths.quota_status(meta["namespace"], meta["name"]), quota
+            return await self._client.request(
+                "PUT", paths.quota_status(meta["namespace"], meta["name"]), quota
             )
         finally:
             self._spent(meta["namespace"], started)

@@ -218,3 +218,22 @@ async def test_a_template_that_takes_a_deleted_one_s_name_pays_its_growth(gated:
     assert body["response"]["status"]["message"].startswith(
         "exceeded quota: team-a, requested: requests.cpu=1600m, used: requests.cpu=400m"
     )
+
+
+def test_template_bindings_say_whom_a_template_change_reaches() -> None:
+    from karmadaquota.controller.template_bindings import TemplateBindings
+
+    tb = TemplateBindings()
+    waiting_obj = {"metadata": {"name": "b"}}
+    tb.track("ns", "uid-a", "a", KEY, None)
+    tb.track("ns", "uid-b", "b", KEY, waiting_obj)
+    tb.track("ns", "uid-c", "c", None, None)  # no template: never reached
+    same = tb.again(KEY, pod_changed=False)
+    assert same.now == [waiting_obj] and same.read == []  # status writes touch no one else
+    changed = tb.again(KEY, pod_changed=True)
+    assert changed.now == [waiting_obj] and changed.read == [("ns", "uid-a", "a")]
+    tb.track("ns", "uid-b", "b", KEY, None)  # its version arrived
+    tb.forget("ns", "uid-a")  # deleted
+    assert tb.again(KEY, pod_changed=True).read == [("ns", "uid-b", "b")]
+    tb.forget("ns", "uid-b")
+    assert tb.again(KEY, pod_changed=True) == type(changed)([], []) and len(tb) == 0

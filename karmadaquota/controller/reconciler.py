@@ -36,9 +36,10 @@ from karmadaquota.controller.admit import Admitter
 from karmadaquota.controller.dirty import DirtyQueue
 from karmadaquota.controller.enforcement import Enforcement
 from karmadaquota.controller.guard_keeper import FINALIZER, GuardKeeper
-from karmadaquota.controller.index import BindingIndex, BindingState, safe_observe
+from karmadaquota.controller.index import BindingIndex, safe_observe
 from karmadaquota.controller.members import Members
 from karmadaquota.controller.metrics import ControllerMetrics
+from karmadaquota.controller.template_bindings import TemplateBindings
 from karmadaquota.controller.views import Views
 from karmadaquota.controller.wake import Waker
 from karmadaquota.kube import namespaces, paths
@@ -132,10 +133,9 @@ class Controller:
         self.api = api
         # the resource templates' pods a binding is charged with (None: the binding's fields)
         self.templates = templates
-        # the bindings charged with each template: template -> (namespace, uid) -> the object
-        # (observed again when the template's pod changes or its awaited version arrives)
-        self._by_template: dict[Key, dict[tuple[str, str], Mapping[str, Any]]] = {}
-        self._template_of: dict[str, Key] = {}  # binding uid -> its template
+        # the bindings charged with each template (observed again when its pod changes)
+        self.template_bindings = TemplateBindings()
+        self._rereads: set[asyncio.Task[None]] = set()
         if templates is not None:
             templates.on_change(self._template_arrived)
         # admits queued bindings as room appears (None: queued bindings stay queued)
@@ -376,28 +376,35 @@ class Controller:
         self.mark_all()
 
     def _template_arrived(self, key: Key, pod_changed: bool) -> None:
-        """Observe again the bindings charged with a template whose pod changed (each is
-        charged with the most its versions cost: `kube.templates`) or that waited for it."""
-        feed = self.binding_informer.handler
-        for (ns, uid), obj in list((self._by_template.get(key) or {}).items()):
-            have = self.index.get(ns, uid)
-            rv = parse_rv((obj.get("metadata") or {}).get("resourceVersion"))
-            if have is not None and have.rv == rv and (pod_changed or have.generation == 0):
-                feed.added(obj)
+        """Observe again the bindings charged with a template whose pod changed, or that
+        waited for its version (controller/template_bindings.py)."""
+        again = self.template_bindings.again(key, pod_changed)
+        for obj in again.now:
+            self.binding_informer.handler.added(obj)
+        for ns, uid, name in again.read:
+            task = asyncio.get_running_loop().create_task(self._reread(ns, uid, name))
+            self._rereads.add(task)
+            task.add_done_callback(self._rereads.discard)
 
-    def _track_template(self, seen: BindingState, obj: Mapping[str, Any]) -> None:
-        self._untrack_template(seen.namespace, seen.uid)
-        if seen.template is not None and seen.entry is not None:
-            self._template_of[seen.uid] = seen.template
-            self._by_template.setdefault(seen.template, {})[(seen.namespace, seen.uid)] = obj
-
-    def _untrack_template(self, namespace: str, uid: str) -> None:
-        key = self._template_of.pop(uid, None)
-        bucket = self._by_template.get(key) if key is not None else None
-        if bucket is not None:
-            bucket.pop((namespace, uid), None)
-            if not bucket:
-                del self._by_template[key]  # type: ignore[arg-type]
+    async def _reread(self, namespace: str, uid: str, name: str) -> None:
+        """Read a binding again and observe it, when it is still the version indexed (a newer
+        one is on its way through the watch, which observes it)."""
+        try:
+            obj = await self.api.get(paths.binding(namespace, name))
+        except (KubeError, aiohttp.ClientError, TimeoutError) as e:
+            log.info(
+                "binding not read again after its template changed",
+                extra={"namespace": namespace, "binding": name, "error": str(e)},
+            )
+            return
+        meta = obj.get("metadata") or {}
+        have = self.index.get(namespace, uid)
+        if (
+            meta.get("uid") == uid
+            and have is not None
+            and have.rv == parse_rv(meta.get("resourceVersion"))
+        ):
+            self.binding_informer.handler.added(obj)
 
     async def _bindings_after_templates(self) -> None:
         """The binding informer, once every template informer has listed: a binding then waits
@@ -908,7 +915,14 @@ class _BindingFeed:
     def added(self, obj: Mapping[str, Any]) -> None:
         seen = safe_observe(obj, self.c.index.intern, self.c.templates)
         if seen is not None:
-            self.c._track_template(seen, obj)
+            name = seen.entry.name if seen.entry is not None else ""
+            self.c.template_bindings.track(
+                seen.namespace,
+                seen.uid,
+                name,
+                seen.template if seen.entry is not None else None,
+                obj if seen.waiting else None,
+            )
         if seen is not None and self.c.index.apply(seen):
             self.c._mark(seen.namespace)
         self.c.metrics.bindings_indexed.set(len(self.c.index))
@@ -937,7 +951,7 @@ class _BindingFeed:
     def deleted(self, obj: Mapping[str, Any]) -> None:
         meta = obj.get("metadata") or {}
         ns, uid = str(meta.get("namespace", "")), str(meta.get("uid", ""))
-        self.c._untrack_template(ns, uid)
+        self.c.template_bindings.forget(ns, uid)
         if self.c.index.remove(ns, uid, parse_rv(meta.get("resourceVersion"))):
             self.c._mark(ns)
         self.c.metrics.bindings_indexed.set(len(self.c.index))

@@ -527,3 +527,58 @@ async def test_a_quota_on_limits_charges_the_template_s_limits(stack: Stack, ns:
     message = await refused_event(s, ns, "api", "exceeded quota")
     assert "requested: limits.cpu=600m, used: limits.cpu=600m, limited: limits.cpu=1" in message
     assert sum((await running(s, ns)).values()) == 1
+
+
+async def test_kubernetes_quota_e2e_values_with_limits(stack: Stack, ns: str) -> None:
+    """Kubernetes' ResourceQuota e2e ("should verify ResourceQuota with terminating scopes",
+    test/e2e/apimachinery/resource_quota.go) with its values, through Karmada: requests and
+    limits counted per pod, the third pod refused, a deletion released."""
+    s = stack
+    members = list(s.members)
+    await quota(
+        s,
+        ns,
+        pods="5",
+        **{
+            "requests.cpu": "1",
+            "requests.memory": "500Mi",
+            "limits.cpu": "2",
+            "limits.memory": "1Gi",
+        },
+    )
+
+    def pod_of(name: str) -> JSON:
+        d = deployment(ns, name, 1, {"cpu": "500m", "memory": "200Mi"})
+        container = d["spec"]["template"]["spec"]["containers"][0]
+        container["resources"]["limits"] = {"cpu": "1", "memory": "400Mi"}
+        return d
+
+    async def used_is(**want: str) -> None:
+        async def check() -> bool:
+            q = await s.api.get(QUOTAS.format(ns=ns) + "/team")
+            used = (q.get("status") or {}).get("used") or {}
+            return all(used.get(k.replace("_", ".")) == v for k, v in want.items())
+
+        await eventually(check, 60, f"used {want}", interval=0.1)
+
+    for name in ("one", "two"):
+        await tenant_apply(s, pod_of(name), divided_policy(ns, name, members, name))
+    await used_is(
+        pods="2", requests_cpu="1", requests_memory="400Mi", limits_cpu="2", limits_memory="800Mi"
+    )
+    await tenant_apply(s, pod_of("three"), divided_policy(ns, "three", members, "three"))
+    message = await refused_event(s, ns, "three", "exceeded quota")
+    assert (
+        "requested: limits.cpu=1,limits.memory=400Mi,requests.cpu=500m,requests.memory=200Mi, "
+        "used: limits.cpu=2,limits.memory=800Mi,requests.cpu=1,requests.memory=400Mi, "
+        "limited: limits.cpu=2,limits.memory=1Gi,requests.cpu=1,requests.memory=500Mi"
+    ) in message
+    got = await as_tenant(s, "-n", ns, "delete", "deployment", "one")
+    assert got.returncode == 0, got.stderr
+    await used_is(
+        pods="1",
+        requests_cpu="500m",
+        requests_memory="200Mi",
+        limits_cpu="1",
+        limits_memory="400Mi",
+    )

@@ -10,7 +10,7 @@ from karmadaquota import charge
 from karmadaquota.evaluate import REASON_EXCEEDED, Decision
 from karmadaquota.kube.client import JSON
 from karmadaquota.quantity import Quantity
-from karmadaquota.webhook.batcher import REASON_CONFLICT, Batcher, BatcherConfig, Pending
+from karmadaquota.webhook.batcher import REASON_CONFLICT, Batcher, BatcherConfig, ChargeRequest
 from tests.fake_api import Replica, quota_doc
 from tests.polling import until
 from tests.webhook_fakes import binding
@@ -18,9 +18,9 @@ from tests.webhook_fakes import binding
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def pending(name: str, dry_run: bool = False, old: Any = None, **kw: Any) -> Pending:
+def pending(name: str, dry_run: bool = False, old: Any = None, **kw: Any) -> ChargeRequest:
     b = binding(name, **kw)
-    return Pending(
+    return ChargeRequest(
         namespace=b.metadata.namespace,
         name=name,
         uid=b.metadata.uid,
@@ -38,7 +38,7 @@ def reserved_cpu(store: Replica, name: str = "team-a") -> Quantity:
     return total
 
 
-async def storm(batcher: Batcher, items: list[Pending]) -> list[Decision]:
+async def storm(batcher: Batcher, items: list[ChargeRequest]) -> list[Decision]:
     return list(await asyncio.gather(*(batcher.submit(p) for p in items)))
 
 

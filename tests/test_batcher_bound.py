@@ -16,7 +16,7 @@ from karmadaquota.webhook.batcher import (
     REASON_TOO_MANY,
     Batcher,
     BatcherConfig,
-    Pending,
+    ChargeRequest,
     charge_size,
     pending_size,
     reservation_size,
@@ -28,9 +28,9 @@ NOW = datetime(2026, 1, 1, tzinfo=UTC)
 ETCD_REQUEST_LIMIT = 1536 * 1024  # etcd's --max-request-bytes default
 
 
-def pending(name: str) -> Pending:
+def pending(name: str) -> ChargeRequest:
     b = binding(name, cpu="1", uid=str(uuid.uuid5(uuid.NAMESPACE_DNS, name)))
-    return Pending("ns", name, b.metadata.uid, 1, charge.charge(b), None, False)
+    return ChargeRequest("ns", name, b.metadata.uid, 1, charge.charge(b), None, False)
 
 
 def reservation(name: str, reserved: dict[str, str], generation: int = 1) -> Reservation:

@@ -61,7 +61,7 @@ from karmadaquota.quantity import Quantity, QuantityError
 from karmadaquota.resources import ResourceList
 from karmadaquota.webhook import review
 from karmadaquota.webhook.app import Webhook
-from karmadaquota.webhook.batcher import Batcher, BatcherConfig, Pending
+from karmadaquota.webhook.batcher import Batcher, BatcherConfig, ChargeRequest
 from karmadaquota.webhook.metrics import WebhookMetrics
 from tests import fake_api
 from tests.fake_api import FakeApiServer, Ref, quota_doc
@@ -299,7 +299,7 @@ def replica(api: FakeApiServer) -> Replica:
     r = Replica(store, batcher, webhook.admit_binding)
     submit = batcher.submit
 
-    async def recording_submit(p: Pending) -> Decision:
+    async def recording_submit(p: ChargeRequest) -> Decision:
         d = await submit(p)
         r.finals.append((p.new, d))
         return d

@@ -35,7 +35,7 @@ from karmadaquota.api import (
 from karmadaquota.controller import status as cst
 from karmadaquota.evaluate import QuotaView
 from karmadaquota.quantity import Quantity, QuantityError
-from karmadaquota.webhook.batcher import Batcher, Pending, pending_size
+from karmadaquota.webhook.batcher import Batcher, ChargeRequest, pending_size
 from tests.conftest import NOW
 from tests.fake_api import Replica
 from tests.webhook_fakes import binding
@@ -386,7 +386,7 @@ async def test_the_webhooks_first_write_after_an_upgrade_rewrites_the_old_layout
     batcher = Batcher(store, clock=lambda: NOW)
     b = binding("fresh", cpu="1", uid="u-fresh")
     decision = await batcher.submit(
-        Pending("ns", "fresh", "u-fresh", 1, charge.charge(b), None, False)
+        ChargeRequest("ns", "fresh", "u-fresh", 1, charge.charge(b), None, False)
     )
     assert decision.allowed
     status = store.objects[("ns", "team-a")]["status"]

@@ -10,7 +10,7 @@ from typing import Any
 
 from karmadaquota.charge import charge
 from karmadaquota.evaluate import REASON_EXCEEDED, REASON_FORBIDDEN, Decision
-from karmadaquota.webhook.batcher import Batcher, Pending
+from karmadaquota.webhook.batcher import Batcher, ChargeRequest
 from karmadaquota.webhook.refusals import RefusalRecorder
 from tests.fake_api import Replica, quota_doc
 from tests.polling import until
@@ -38,9 +38,9 @@ def wired(store: Replica, interval: float) -> tuple[RefusalRecorder, Batcher]:
     return RefusalRecorder(store, batcher, interval=interval), batcher
 
 
-def pending(name: str, **kw: Any) -> Pending:
+def pending(name: str, **kw: Any) -> ChargeRequest:
     b = binding(name, **kw)
-    return Pending(
+    return ChargeRequest(
         namespace=b.metadata.namespace,
         name=name,
         uid=b.metadata.uid,

@@ -54,7 +54,7 @@ from karmadaquota.webhook.batcher import (
     REASON_TOO_MANY,
     Batcher,
     BatcherConfig,
-    Pending,
+    ChargeRequest,
 )
 from karmadaquota.webhook.cluster import (
     ClusterQuotaBackend,
@@ -255,7 +255,7 @@ class Webhook:
                 ),
                 REASON_INVALID,
             )
-        pending = Pending(
+        request = ChargeRequest(
             namespace=req.namespace,
             name=name,
             uid=new.metadata.uid,
@@ -264,7 +264,7 @@ class Webhook:
             old=old_charge,
             dry_run=req.dryRun,
         )
-        decision = await self._charge(pending, selecting, budget)
+        decision = await self._charge(request, selecting, budget)
         if self.refusals is not None and not req.dryRun:
             self.refusals.observe(req.namespace, new, old, new_charge, old_charge, decision)
         return decision
@@ -340,7 +340,7 @@ class Webhook:
             return Decision(True)  # the name belongs to another template's binding
         # reserved until the controller counts the binding's update that carries this version
         # (Karmada's detector writes it next), or counts this version as the binding's newest
-        pending = Pending(
+        request = ChargeRequest(
             namespace=req.namespace,
             name=binding.metadata.name,
             uid=binding.metadata.uid,
@@ -349,7 +349,7 @@ class Webhook:
             old=old_charge,
             dry_run=req.dryRun,
         )
-        return await self._charge(pending, selecting, budget)
+        return await self._charge(request, selecting, budget)
 
     def _untrusted_write(self, req: review.Request) -> Decision | None:
         """A refusal when an untrusted writer creates a binding or changes what only trusted
@@ -472,16 +472,16 @@ class Webhook:
         return decision
 
     async def _charge(
-        self, pending: Pending, cluster_quotas: Sequence[str], budget: float | None
+        self, request: ChargeRequest, cluster_quotas: Sequence[str], budget: float | None
     ) -> Decision:
         """Charge the namespace's quotas and every cluster quota selecting it, each behind its
         own writer, at once: admitted when all reserved it; else the first refusal, and what
         the others reserved for it is taken back (webhook.cluster)."""
-        subs: list[tuple[Batcher, Pending]] = []
-        if self.quotas.has(pending.namespace):
-            subs.append((self.batcher, pending))
+        subs: list[tuple[Batcher, ChargeRequest]] = []
+        if self.quotas.has(request.namespace):
+            subs.append((self.batcher, request))
         if self.cluster is not None:
-            subs += [(self.cluster.batcher, for_cluster_quota(pending, n)) for n in cluster_quotas]
+            subs += [(self.cluster.batcher, for_cluster_quota(request, n)) for n in cluster_quotas]
         if len(subs) == 1:
             results = [await self._submit(subs[0][1], budget, subs[0][0])]
         else:
@@ -491,21 +491,21 @@ class Webhook:
             batcher, sub = subs[i]
             if not sub.dry_run:
                 batcher.release(sub, results[i].charges.keys())
-        namespaced = subs[0][1] is pending and decision is results[0]
+        namespaced = subs[0][1] is request and decision is results[0]
         if not decision.allowed and not namespaced:
             # a cluster quota refused: no namespaced quota's waiting list is to record it
             decision = replace(decision, quota="")
         return decision
 
     async def _submit(
-        self, pending: Pending, budget: float | None, batcher: Batcher | None = None
+        self, request: ChargeRequest, budget: float | None, batcher: Batcher | None = None
     ) -> Decision:
         batcher = batcher or self.batcher
         if budget is None:
-            return await batcher.submit(pending)
+            return await batcher.submit(request)
         try:
             async with asyncio.timeout(budget):
-                return await batcher.submit(pending)
+                return await batcher.submit(request)
         except TimeoutError:
             return Decision(
                 False,

@@ -131,7 +131,7 @@ class WaitingSource(Protocol):
 
 
 @dataclass(eq=False)
-class Pending:
+class ChargeRequest:
     """One review waiting for its batch; identity (not value) equality."""
 
     namespace: str
@@ -184,7 +184,7 @@ class BatcherConfig:
 
 @dataclass
 class _Admitted:
-    pending: Pending
+    request: ChargeRequest
     charges: dict[str, ResourceList]
 
 
@@ -210,7 +210,7 @@ class Batcher:
         self._kind = model.__name__
         # a cluster quota's pending groups are per namespace too (api.encode_pending)
         self._by_namespace = model is ClusterKarmadaQuota
-        self._queues: dict[str, deque[Pending]] = {}
+        self._queues: dict[str, deque[ChargeRequest]] = {}
         self._workers: dict[str, asyncio.Task[None]] = {}
         # key -> quota name -> (uid, generation) of reservations to take back (`release`)
         self._undo: dict[str, dict[str, list[Reservation]]] = {}
@@ -228,30 +228,30 @@ class Batcher:
         self._on_write = on_write or (lambda result, seconds: None)
         self._clock = clock
 
-    async def submit(self, pending: Pending) -> Decision:
+    async def submit(self, request: ChargeRequest) -> Decision:
         """Queue a review behind the namespace's current batch and wait for its decision.
 
         An UPDATE whose footprint does not grow (the scheduler placing replicas, a label
         change) has nothing to reserve: it is answered at once instead of waiting for a write.
         """
-        if charges_nothing(pending.new, pending.old):
+        if charges_nothing(request.new, request.old):
             return ALLOW
-        self._queues.setdefault(pending.queue, deque()).append(pending)
-        self._start(pending.queue)
-        return await pending.future
+        self._queues.setdefault(request.queue, deque()).append(request)
+        self._start(request.queue)
+        return await request.future
 
-    def release(self, pending: Pending, quotas: Collection[str]) -> None:
-        """Take back what `pending` reserved in `quotas` of its key — exactly the entries its
+    def release(self, request: ChargeRequest, quotas: Collection[str]) -> None:
+        """Take back what `request` reserved in `quotas` of its key — exactly the entries its
         batch wrote (`Pending.written`) — by its writer before its next batch: another object
         the same review charges refused it (compensation; what is not taken back holds until
         the controller's orphan audit disproves it)."""
-        undo = self._undo.setdefault(pending.queue, {})
+        undo = self._undo.setdefault(request.queue, {})
         for name in quotas:
-            entry = pending.written.get(name)
+            entry = request.written.get(name)
             if entry is not None:
                 undo.setdefault(name, []).append(entry)
-        self._queues.setdefault(pending.queue, deque())
-        self._start(pending.queue)
+        self._queues.setdefault(request.queue, deque())
+        self._start(request.queue)
 
     def attach(self, source: WaitingSource, interval: float = 1.0) -> None:
         """Write `source`'s waiting-list changes with the reservations (one writer per quota),
@@ -335,7 +335,9 @@ class Batcher:
             else:  # a review arrived while we were exiting: keep the single writer alive
                 self._workers[namespace] = asyncio.create_task(self._drain(namespace))
 
-    async def _process(self, namespace: str, batch: list[Pending], kicked: bool = False) -> None:
+    async def _process(
+        self, namespace: str, batch: list[ChargeRequest], kicked: bool = False
+    ) -> None:
         """Evaluate and write a batch; `kicked`: also write every quota with waiting changes."""
         # a review whose caller gave up while it queued (its future cancelled) reserves nothing
         batch = [p for p in batch if not p.future.done()]
@@ -376,7 +378,7 @@ class Batcher:
         kicked: bool = False,
     ) -> None:
         denied: dict[int, Decision] = {}
-        written: dict[str, list[tuple[Pending, Reservation]]] = {}
+        written: dict[str, list[tuple[ChargeRequest, Reservation]]] = {}
         charged = sorted({n for a in admitted for n in a.charges})
         # the waiting list's changes ride these writes: those of the charged quotas always (no
         # extra write), every quota's when the recorder's coalescing interval is up (kicked)
@@ -392,7 +394,7 @@ class Batcher:
         carried: dict[str, bool] = {}  # quota -> carries the waiting changes (False: gone)
         try:
             for name in names:
-                entries = [(a.pending, a.charges[name]) for a in admitted if name in a.charges]
+                entries = [(a.request, a.charges[name]) for a in admitted if name in a.charges]
                 done = await self._write_quota(
                     namespace, name, objects.get(name), entries, denied, now, taken, carried
                 )
@@ -409,13 +411,13 @@ class Batcher:
                 self._settled(source, namespace)
         abandoned = 0
         for a in admitted:
-            if a.pending.future.cancelled() and id(a.pending) not in denied:
+            if a.request.future.cancelled() and id(a.request) not in denied:
                 # its caller gave up while this batch was writing (the review was answered
                 # 'try again', so the binding will not be created): take its reservation back
                 # like a refused one's, before the next batch is evaluated
-                denied[id(a.pending)] = ABANDONED
+                denied[id(a.request)] = ABANDONED
                 abandoned += 1
-            a.pending.resolve(denied.get(id(a.pending), Decision(True, charges=a.charges)))
+            a.request.resolve(denied.get(id(a.request), Decision(True, charges=a.charges)))
         if abandoned:
             log.info(
                 "reservations of reviews answered before their write completed taken back",
@@ -440,12 +442,12 @@ class Batcher:
         namespace: str,
         name: str,
         obj: KarmadaQuota | None,
-        entries: list[tuple[Pending, ResourceList]],
+        entries: list[tuple[ChargeRequest, ResourceList]],
         denied: dict[int, Decision],
         now: datetime,
         taken: WaitingTake | None = None,
         carried: dict[str, bool] | None = None,
-    ) -> list[tuple[Pending, Reservation]]:
+    ) -> list[tuple[ChargeRequest, Reservation]]:
         """Record `entries` (and `taken`'s waiting list, if any) in one quota with CAS; re-check
         on conflict. Returns who was written, with the entry written for each; `carried[name]`
         says how the waiting list fared."""
@@ -542,7 +544,7 @@ class Batcher:
     async def _compensate(
         self,
         namespace: str,
-        written: dict[str, list[tuple[Pending, Reservation]]],
+        written: dict[str, list[tuple[ChargeRequest, Reservation]]],
         denied: dict[int, Decision],
     ) -> None:
         """Take back the reservations of requests that a later quota of the same batch refused,
@@ -591,9 +593,9 @@ class Batcher:
 
 def _recheck(
     obj: KarmadaQuota,
-    entries: list[tuple[Pending, ResourceList]],
+    entries: list[tuple[ChargeRequest, ResourceList]],
     denied: dict[int, Decision],
-) -> list[tuple[Pending, ResourceList]]:
+) -> list[tuple[ChargeRequest, ResourceList]]:
     """Re-evaluate, in order, the requests that charged this quota against its fresh state."""
     try:
         view = QuotaView.of(obj)
@@ -601,7 +603,7 @@ def _recheck(
         for p, _ in entries:
             denied[id(p)] = Decision(False, f"KarmadaQuota {obj.metadata.name} is invalid: {e}")
         return []
-    kept: list[tuple[Pending, ResourceList]] = []
+    kept: list[tuple[ChargeRequest, ResourceList]] = []
     for p, _ in entries:
         d = evaluate([view], p.new, p.old)
         if not d.allowed:
@@ -687,12 +689,12 @@ def without_refused(
 
 def _with_reservations(
     obj: KarmadaQuota,
-    entries: list[tuple[Pending, ResourceList]],
+    entries: list[tuple[ChargeRequest, ResourceList]],
     expires: datetime,
     config: BatcherConfig,
     written: dict[int, Reservation] | None = None,
     by_namespace: bool = False,
-) -> tuple[KarmadaQuota, list[tuple[Pending, ResourceList]]]:
+) -> tuple[KarmadaQuota, list[tuple[ChargeRequest, ResourceList]]]:
     """The quota with our reservations appended, ready for PUT status, and the entries that
     did not fit `config.max_reservation_bytes` (not written): that bound is on the estimated
     size of `status.pending` (`pending_size`), where a reservation costs its entry, plus its
@@ -706,7 +708,7 @@ def _with_reservations(
     keep = list(obj.status.reservations)
     budget = config.max_reservation_bytes - pending_size(keep, by_namespace)
     groups = set(pending_groups(keep, by_namespace))
-    overflow: list[tuple[Pending, ResourceList]] = []
+    overflow: list[tuple[ChargeRequest, ResourceList]] = []
     stamp = format_time(expires)
     second = expiry_seconds(stamp) or 0  # this batch's group: all its reservations share it
     for p, rl in entries:

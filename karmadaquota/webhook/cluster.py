@@ -34,7 +34,7 @@ from karmadaquota.kube.informer import Lister
 from karmadaquota.kube.namespace_labels import NamespaceLabels
 from karmadaquota.kube.quotas import QuotaStore, cluster_quota_store
 from karmadaquota.resources import ResourceList
-from karmadaquota.webhook.batcher import Batcher, Pending
+from karmadaquota.webhook.batcher import Batcher, ChargeRequest
 
 
 class ClusterQuotaBackend:
@@ -134,6 +134,6 @@ def combined(results: Sequence[Decision]) -> tuple[Decision, list[int]]:
     return refused, undo
 
 
-def for_cluster_quota(pending: Pending, name: str) -> Pending:
+def for_cluster_quota(request: ChargeRequest, name: str) -> ChargeRequest:
     """The same review queued behind one cluster quota's writer."""
-    return replace(pending, key=name)
+    return replace(request, key=name)

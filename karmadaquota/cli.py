@@ -259,7 +259,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def webhook_settings(args: argparse.Namespace) -> WebhookConfig:
+def webhook_config(args: argparse.Namespace) -> WebhookConfig:
     from karmadaquota.trust import Writers
     from karmadaquota.webhook.app import WebhookConfig
     from karmadaquota.webhook.config import load_limited
@@ -292,12 +292,12 @@ async def _serve_webhook(args: argparse.Namespace) -> None:
     from karmadaquota.heap import freeze_startup_heap
     from karmadaquota.webhook.app import running
 
-    settings = webhook_settings(args)
+    config = webhook_config(args)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    async with running(settings) as (webhook, _):
+    async with running(config) as (webhook, _):
         freeze_startup_heap()
         await stop.wait()
         # keep answering while the Service's endpoints (and karmada-apiserver's connections)

@@ -143,7 +143,7 @@ def test_an_unknown_mode_is_refused() -> None:
 
 def test_the_flags_reach_both_programs() -> None:
     parse = cli._parser().parse_args
-    w = cli.webhook_settings(
+    w = cli.webhook_config(
         parse(
             [
                 *("webhook", "--tls-cert-file=c", "--tls-private-key-file=k"),
@@ -159,7 +159,7 @@ def test_the_flags_reach_both_programs() -> None:
         "/ca.crt",
     )
     assert (w.aux_limits.read_timeout, w.aux_limits.max_connections) == (2.0, 7)
-    default = cli.webhook_settings(
+    default = cli.webhook_config(
         parse(["webhook", "--tls-cert-file=c", "--tls-private-key-file=k"])
     )
     assert default.metrics_auth == "none" and default.client_ca_file is None

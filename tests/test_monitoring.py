@@ -329,10 +329,10 @@ async def test_plain_http_metrics_port_serves_the_webhook_registry() -> None:
 def test_webhook_metrics_flags_reach_the_settings() -> None:
     parse = cli._parser().parse_args
     base = ["webhook", "--tls-cert-file=c", "--tls-private-key-file=k"]
-    default = cli.webhook_settings(parse(base))
+    default = cli.webhook_config(parse(base))
     assert (default.metrics_bind_address, default.metrics_port) == ("127.0.0.1", 8081)
     assert default.port == 8443  # the serving port is another one
-    given = cli.webhook_settings(
+    given = cli.webhook_config(
         parse([*base, "--metrics-bind-address=0.0.0.0", "--metrics-port=9100"])
     )
     assert (given.metrics_bind_address, given.metrics_port) == ("0.0.0.0", 9100)

@@ -789,10 +789,10 @@ class CertReloader:
 
 
 @contextlib.asynccontextmanager
-async def running(settings: WebhookConfig) -> AsyncIterator[tuple[Webhook, int]]:
+async def running(config: WebhookConfig) -> AsyncIterator[tuple[Webhook, int]]:
     """Start the whole webhook (client, quotas, batcher, HTTPS server); yields the bound port."""
     metrics = WebhookMetrics()
-    client = await KubeClient.connect(settings.kubeconfig, user_agent=user_agent("webhook"))
+    client = await KubeClient.connect(config.kubeconfig, user_agent=user_agent("webhook"))
 
     def count(_: object) -> None:
         metrics.cache_quotas.set(len(quotas))
@@ -804,16 +804,16 @@ async def running(settings: WebhookConfig) -> AsyncIterator[tuple[Webhook, int]]
     batcher = Batcher(
         store,
         BatcherConfig(
-            reservation_ttl=settings.reservation_ttl,
-            limited=settings.limited,
-            max_reservation_bytes=settings.max_reservation_bytes,
+            reservation_ttl=config.reservation_ttl,
+            limited=config.limited,
+            max_reservation_bytes=config.max_reservation_bytes,
         ),
         on_batch=metrics.batch_size.observe,
         on_conflict=metrics.conflicts.inc,
         on_write=metrics.observe_write,
         clock=clock,
     )
-    refusals = RefusalRecorder(store, batcher) if settings.record_waiting else None
+    refusals = RefusalRecorder(store, batcher) if config.record_waiting else None
     cluster_quotas = cluster_store(client)
     cluster = ClusterQuotas(
         cluster_quotas,
@@ -829,19 +829,19 @@ async def running(settings: WebhookConfig) -> AsyncIterator[tuple[Webhook, int]]
     )
     templates = TemplateStore(client)
     webhook = Webhook(
-        quotas, batcher, metrics, store.api_seconds, refusals, settings.writers, cluster, templates
+        quotas, batcher, metrics, store.api_seconds, refusals, config.writers, cluster, templates
     )
     certs = CertReloader(
-        settings.cert_file,
-        settings.key_file,
+        config.cert_file,
+        config.key_file,
         metrics.serving_certificate_loaded,
-        settings.client_ca_file,
+        config.client_ca_file,
     )
-    authorizer = metrics_auth.authorizer(settings.metrics_auth, settings.metrics_auth_kubeconfig)
+    authorizer = metrics_auth.authorizer(config.metrics_auth, config.metrics_auth_kubeconfig)
     tasks: list[asyncio.Task[Any]] = [
         asyncio.create_task(quotas.run(), name="quota-store"),
         asyncio.create_task(cluster.run(), name="cluster-quotas"),
-        asyncio.create_task(certs.watch(settings.cert_check_interval), name="cert-reload"),
+        asyncio.create_task(certs.watch(config.cert_check_interval), name="cert-reload"),
         *(asyncio.create_task(i.run(), name=f"templates-{i.name}") for i in templates.informers),
     ]
 
@@ -853,33 +853,33 @@ async def running(settings: WebhookConfig) -> AsyncIterator[tuple[Webhook, int]]
 
     tasks.append(asyncio.create_task(mark_synced()))
     plain = None  # up before the HTTPS port: once /readyz answers, /metrics does too
-    if settings.metrics_port is not None:
+    if config.metrics_port is not None:
         plain = await serve_aux(
             metrics.registry,
             authorizer,
             lambda: not webhook.draining and webhook.quotas.synced.is_set(),
-            settings.metrics_bind_address,
-            settings.metrics_port,
-            settings.aux_limits,
+            config.metrics_bind_address,
+            config.metrics_port,
+            config.aux_limits,
         )
         log.info(
             "metrics serving",
             extra={
-                "address": settings.metrics_bind_address,
+                "address": config.metrics_bind_address,
                 "port": plain.port,
-                "auth": settings.metrics_auth,
+                "auth": config.metrics_auth,
             },
         )
     listener = await serve(
         build_app(webhook, metrics_authorizer=authorizer),
-        settings.bind_address,
-        settings.port,
+        config.bind_address,
+        config.port,
         certs.context,
-        settings.limits,
+        config.limits,
         metrics.connection,
     )
     port = listener.port
-    log.info("webhook serving", extra={"address": settings.bind_address, "port": port})
+    log.info("webhook serving", extra={"address": config.bind_address, "port": port})
     try:
         yield webhook, int(port)
     finally:

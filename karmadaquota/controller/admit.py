@@ -41,8 +41,6 @@ class AdmitConfig:
     patch_timeout: float = 5.0
     # a PriorityClass value is read again after this long
     class_ttl: float = 60.0
-    # after a lost precondition or an error, look at the namespace again this soon
-    retry_after: float = 0.5
     events: bool = True
 
 
@@ -85,19 +83,20 @@ class Admitter:
         quotas: Sequence[KarmadaQuota],
         entries: Sequence[queueing.QueueEntry],
         now: datetime,
-    ) -> float | None:
-        """Admit what fits in `namespace`; the loop time to look again, if any."""
+    ) -> bool:
+        """Admit what fits in `namespace`; True when it should be looked at again (a lost
+        precondition or an error: its queue retries it)."""
         await self._announce(namespace, entries, now)
         if not entries:
-            return None
+            return False
         try:
             views = [QuotaView.of(q) for q in quotas]
         except QuantityError:
-            return None  # an unreadable quota refuses everything: nothing can be admitted
+            return False  # an unreadable quota refuses everything: nothing can be admitted
         policies = {q.metadata.name: queueing.Policy.of(q) for q in quotas}
         classes = await self._class_values({e.priority_class for e in entries})
         picks = queueing.select(entries, views, policies, classes)
-        again: float | None = None
+        again = False
         stopped: set[str] = set()  # StrictFIFO queues whose pick was not admitted
         for pick in picks:
             e = pick.entry
@@ -110,8 +109,7 @@ class Admitter:
             if policy is not None and policy.strict:
                 stopped.add(e.quota)
             if result in ("conflict", "error"):
-                loop = asyncio.get_running_loop()
-                again = loop.time() + self.settings.retry_after
+                again = True
         return again
 
     async def _clear(

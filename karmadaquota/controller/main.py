@@ -160,7 +160,7 @@ async def serve(cfg: ControllerConfig) -> int:
         ),
     )
     # the guards are watched in every member and protected there by an admission policy where
-    # the member allows it; a guard someone else changed is synced at once
+    # the member allows it; a guard someone else changed is synced at once (the keeper's queue)
     keeper = GuardKeeper(members, metrics, watch=True)
     controller = Controller(
         client,
@@ -180,7 +180,6 @@ async def serve(cfg: ControllerConfig) -> int:
         admitter=Admitter(client, metrics),
         guards=keeper,
     )
-    keeper.on_change = controller.guarding.mark
     if elector is None:
         controller.leadership_changed(True)
 

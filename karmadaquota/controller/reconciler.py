@@ -239,7 +239,7 @@ class Controller:
             if self.settings.tenant_views
             else None
         )
-        self._queues: tuple[DirtyQueue, ...] = (
+        self.queues: tuple[DirtyQueue, ...] = (
             self.dirty,
             self.cluster_dirty,
             self.audit.queue,
@@ -247,11 +247,11 @@ class Controller:
             self.admissions,
         )
         if self.guards is not None:
-            self._queues += (self.guards.queue,)
+            self.queues += (self.guards.queue,)
         if self.enforcement is not None:
-            self._queues += (self.enforcement.queue,)
+            self.queues += (self.enforcement.queue,)
         if self.views is not None:
-            self._queues += (self.views.queue,)
+            self.queues += (self.views.queue,)
         self.binding_informer = Informer(
             paths.bindings(),
             _BindingFeed(self),
@@ -489,11 +489,11 @@ class Controller:
 
     def idle(self) -> bool:
         """Nothing marked or running in any of the controller's queues."""
-        return all(q.idle() for q in self._queues)
+        return all(q.idle() for q in self.queues)
 
     async def run_queues(self) -> None:
         """The recompute queue and the queues of the jobs that follow it, until cancelled."""
-        await _together({f"queue/{q.name}": q.run() for q in self._queues})
+        await _together({f"queue/{q.name}": q.run() for q in self.queues})
 
     async def _admit(self, namespace: str) -> None:
         """Publish the namespace's queue lengths; on the leader, admit what fits."""

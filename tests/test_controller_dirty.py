@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import time
 from collections.abc import AsyncIterator
@@ -40,16 +41,21 @@ class Recorder:
         return sum(1 for n, _ in self.calls if n == ns)
 
 
-@pytest.fixture
-async def queue() -> AsyncIterator[tuple[DirtyQueue, Recorder]]:
-    rec = Recorder()
-    q = DirtyQueue(rec, quiet=0.02, max_delay=0.2, retry_delay=0.05)
+@contextlib.asynccontextmanager
+async def running(q: DirtyQueue) -> AsyncIterator[DirtyQueue]:
     task = asyncio.create_task(q.run())
     try:
-        yield q, rec
+        yield q
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+@pytest.fixture
+async def queue() -> AsyncIterator[tuple[DirtyQueue, Recorder]]:
+    rec = Recorder()
+    async with running(DirtyQueue(rec, quiet=0.02, max_delay=0.2, retry_delay=0.05)) as q:
+        yield q, rec
 
 
 async def test_instant_storm_is_one_flush(queue: tuple[DirtyQueue, Recorder]) -> None:
@@ -73,14 +79,9 @@ async def test_spread_storm_is_a_few_flushes(queue: tuple[DirtyQueue, Recorder])
 
 async def test_lone_change_flushes_after_the_quiet_time_not_the_max_delay() -> None:
     rec = Recorder()
-    q = DirtyQueue(rec, quiet=0.02, max_delay=3600, retry_delay=0.05)
-    task = asyncio.create_task(q.run())
-    try:
+    async with running(DirtyQueue(rec, quiet=0.02, max_delay=3600, retry_delay=0.05)) as q:
         q.mark("b")
         await until(lambda: rec.count("b") == 1)  # within the deadline, far below max_delay
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
 
 
 async def test_one_flush_per_namespace_at_a_time_and_none_lost(
@@ -162,24 +163,20 @@ async def test_a_job_that_asks_to_retry_runs_again_after_a_growing_backoff_then_
             failing -= 1
             q.retry(key)
 
-    q = DirtyQueue(job, quiet=0.0, max_delay=0.0, retry_delay=0.05, retry_cap=0.2, name="t")
-    task = asyncio.create_task(q.run())
-    try:
+    q = DirtyQueue(job, quiet=0.0, max_delay=0.0, retry_delay=0.1, retry_cap=0.4, name="t")
+    async with running(q):
         q.mark("k")
-        await until(lambda: len(runs) == 5 and q.idle())
+        await until(lambda: len(runs) == 5 and q.idle(), timeout=10)
         gaps = [b - a for a, b in itertools.pairwise(runs)]
-        for gap, want in zip(gaps, [0.05, 0.1, 0.2, 0.2], strict=True):
+        for gap, want in zip(gaps, [0.1, 0.2, 0.4, 0.4], strict=True):
             assert gap >= want - 0.005, gaps  # the timer never fires early
-        assert gaps[3] < 0.4, gaps  # capped (doubling on would wait 0.4)
+        assert gaps[3] < 0.8, gaps  # capped (doubling on would wait 0.8)
         assert q.limiter.retries("k") == 0  # the fifth run succeeded: forgotten
         failing = 1
         q.mark("k")
         await until(lambda: len(runs) == 7 and q.idle())
         assert q.limiter.retries("k") == 0
-        assert 0.045 <= runs[6] - runs[5] < 0.1  # the base again, not the cap
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        assert 0.095 <= runs[6] - runs[5] < 0.4  # the base again, not the cap
 
 
 async def test_a_raising_job_is_retried_through_the_same_rate_limiter(

@@ -524,6 +524,11 @@ class GuardKeeper:
         }
         spec = (obj or {}).get("spec") or {}
         version = parse_rv(((obj or {}).get("metadata") or {}).get("resourceVersion")) or rv
+        have = self._known.get((namespace, quota, member))
+        if have is not None and version and have.rv and version < have.rv:
+            # older than what the watch already showed: a write's answer read after the event
+            # of a later change (the guard written, then deleted before we read the answer)
+            return
         self._known[(namespace, quota, member)] = _Known(
             may_hold(obj), shown, self._clock(), scoping(spec), version
         )

@@ -189,3 +189,22 @@ async def test_a_raising_job_is_retried_through_the_same_rate_limiter(
     (_, failed), (_, retried) = rec.calls
     assert retried - failed >= 0.045  # after the limiter's base delay (retry_delay)
     assert q.limiter.retries("g") == 0  # the retry succeeded: forgotten
+
+
+async def test_a_job_asking_twice_in_one_run_counts_one_retry() -> None:
+    """A job with several failing parts (the orphan audit's charges, the guards of several
+    quotas) is one failure of its key, not one per part: the backoff doubles per run."""
+    counted: list[int] = []  # the key's failures in a row as each run starts
+
+    async def job(key: str) -> None:
+        counted.append(q.limiter.retries(key))
+        if len(counted) == 1:
+            q.retry(key)
+            q.retry(key)
+
+    q = DirtyQueue(job, quiet=0.0, max_delay=0.0, retry_delay=0.05, name="t")
+    async with running(q):
+        q.mark("k")
+        await until(lambda: len(counted) == 2 and q.idle())
+        assert counted == [0, 1]
+        assert q.limiter.retries("k") == 0

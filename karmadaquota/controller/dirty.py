@@ -117,7 +117,9 @@ class DirtyQueue:
 
     def retry(self, namespace: str) -> None:
         """Flush `namespace` again after its backoff (AddRateLimited); the running flush of it,
-        if any, then ends without forgetting it."""
+        if any, then ends without forgetting it. Counted once per flush, however often asked."""
+        if namespace in self._retried:
+            return
         self._retried.add(namespace)
         self.mark_at(namespace, self._now() + self.limiter.when(namespace))
 

@@ -213,7 +213,7 @@ async def test_the_controller_can_make_every_call_it_makes_and_nothing_else(
         content_type=MERGE_PATCH,
     )
     assert admitted["metadata"]["name"] == "b"
-    # member guards: the merge patch of the finalizer the reconciler sends (_set_finalizer)
+    # member guards: the merge patch of the finalizer the guard job sends (_set_finalizer)
     for finalizers in ([FINALIZER], []):
         rv = (await c.get(quota))["metadata"]["resourceVersion"]
         body = {"metadata": {"finalizers": finalizers, "resourceVersion": rv}}

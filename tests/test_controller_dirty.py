@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 import time
 from collections.abc import AsyncIterator
 
 import pytest
 
-from karmadaquota.controller.dirty import DirtyQueue
+from karmadaquota.controller.dirty import DirtyQueue, RateLimiter
+from karmadaquota.kube.retry import Backoff
 from tests.polling import until
 
 
@@ -38,16 +41,21 @@ class Recorder:
         return sum(1 for n, _ in self.calls if n == ns)
 
 
-@pytest.fixture
-async def queue() -> AsyncIterator[tuple[DirtyQueue, Recorder]]:
-    rec = Recorder()
-    q = DirtyQueue(rec, quiet=0.02, max_delay=0.2, retry_delay=0.05)
+@contextlib.asynccontextmanager
+async def running(q: DirtyQueue) -> AsyncIterator[DirtyQueue]:
     task = asyncio.create_task(q.run())
     try:
-        yield q, rec
+        yield q
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+@pytest.fixture
+async def queue() -> AsyncIterator[tuple[DirtyQueue, Recorder]]:
+    rec = Recorder()
+    async with running(DirtyQueue(rec, quiet=0.02, max_delay=0.2, retry_delay=0.05)) as q:
+        yield q, rec
 
 
 async def test_instant_storm_is_one_flush(queue: tuple[DirtyQueue, Recorder]) -> None:
@@ -71,14 +79,9 @@ async def test_spread_storm_is_a_few_flushes(queue: tuple[DirtyQueue, Recorder])
 
 async def test_lone_change_flushes_after_the_quiet_time_not_the_max_delay() -> None:
     rec = Recorder()
-    q = DirtyQueue(rec, quiet=0.02, max_delay=3600, retry_delay=0.05)
-    task = asyncio.create_task(q.run())
-    try:
+    async with running(DirtyQueue(rec, quiet=0.02, max_delay=3600, retry_delay=0.05)) as q:
         q.mark("b")
         await until(lambda: rec.count("b") == 1)  # within the deadline, far below max_delay
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
 
 
 async def test_one_flush_per_namespace_at_a_time_and_none_lost(
@@ -132,3 +135,76 @@ async def test_cancel_as_a_mark_wakes_the_queue_always_stops_it() -> None:
         async with asyncio.timeout(2):
             await asyncio.gather(task, return_exceptions=True)
         assert task.cancelled()
+
+
+def test_the_rate_limiter_doubles_per_key_up_to_its_cap_and_forget_starts_over() -> None:
+    """client-go's ItemExponentialFailureRateLimiter: each key its own count of failures in a
+    row, base * 2**n capped, reset by Forget."""
+    limiter = RateLimiter(Backoff(0.5, 3.0))
+    assert [limiter.when("a") for _ in range(5)] == [0.5, 1.0, 2.0, 3.0, 3.0]
+    assert limiter.retries("a") == 5
+    assert limiter.when("b") == 0.5  # another key is not slowed by a's failures
+    limiter.forget("a")
+    assert limiter.retries("a") == 0
+    assert limiter.when("a") == 0.5
+    assert limiter.when("b") == 1.0  # forgetting a left b's count alone
+
+
+async def test_a_job_that_asks_to_retry_runs_again_after_a_growing_backoff_then_forgets() -> None:
+    """`retry` (AddRateLimited) runs the key again after base, 2 * base, … at most the cap; a
+    run that ends without asking forgets the key, so its next failure waits the base again."""
+    runs: list[float] = []
+    failing = 4
+
+    async def job(key: str) -> None:
+        nonlocal failing
+        runs.append(asyncio.get_running_loop().time())
+        if failing:
+            failing -= 1
+            q.retry(key)
+
+    q = DirtyQueue(job, quiet=0.0, max_delay=0.0, retry_delay=0.1, retry_cap=0.4, name="t")
+    async with running(q):
+        q.mark("k")
+        await until(lambda: len(runs) == 5 and q.idle(), timeout=10)
+        gaps = [b - a for a, b in itertools.pairwise(runs)]
+        for gap, want in zip(gaps, [0.1, 0.2, 0.4, 0.4], strict=True):
+            assert gap >= want - 0.005, gaps  # the timer never fires early
+        assert gaps[3] < 0.8, gaps  # capped (doubling on would wait 0.8)
+        assert q.limiter.retries("k") == 0  # the fifth run succeeded: forgotten
+        failing = 1
+        q.mark("k")
+        await until(lambda: len(runs) == 7 and q.idle())
+        assert q.limiter.retries("k") == 0
+        assert 0.095 <= runs[6] - runs[5] < 0.4  # the base again, not the cap
+
+
+async def test_a_raising_job_is_retried_through_the_same_rate_limiter(
+    queue: tuple[DirtyQueue, Recorder],
+) -> None:
+    q, rec = queue
+    rec.fail_first = True
+    q.mark("g")
+    await until(lambda: rec.count("g") == 2 and q.idle())
+    (_, failed), (_, retried) = rec.calls
+    assert retried - failed >= 0.045  # after the limiter's base delay (retry_delay)
+    assert q.limiter.retries("g") == 0  # the retry succeeded: forgotten
+
+
+async def test_a_job_asking_twice_in_one_run_counts_one_retry() -> None:
+    """A job with several failing parts (the orphan audit's charges, the guards of several
+    quotas) is one failure of its key, not one per part: the backoff doubles per run."""
+    counted: list[int] = []  # the key's failures in a row as each run starts
+
+    async def job(key: str) -> None:
+        counted.append(q.limiter.retries(key))
+        if len(counted) == 1:
+            q.retry(key)
+            q.retry(key)
+
+    q = DirtyQueue(job, quiet=0.0, max_delay=0.0, retry_delay=0.05, name="t")
+    async with running(q):
+        q.mark("k")
+        await until(lambda: len(counted) == 2 and q.idle())
+        assert counted == [0, 1]
+        assert q.limiter.retries("k") == 0

@@ -17,7 +17,8 @@ from karmadaquota.controller.members import Members
 from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.controller.reconciler import Controller, ReconcilerConfig
 from karmadaquota.kube import paths
-from karmadaquota.kube.client import JSON
+from karmadaquota.kube.client import JSON, KubeError
+from karmadaquota.kube.retry import Backoff
 from karmadaquota.quantity import NANO
 from tests.fake_api import FakeApiServer
 from tests.fake_members import Fleet
@@ -226,3 +227,30 @@ async def test_admitted_charges_not_yet_in_a_member_are_kept_out_of_the_shares(e
     add_reservation(api, "q", "uid-new", {"pods": "4"})
     await until(lambda: guard_pods(fleet) == {"member1": "2", "member2": "2", "member3": "2"})
     assert fleet.worst["pods"] <= 10 * NANO
+
+
+async def test_a_finalizer_not_written_is_retried_on_the_guard_queue_not_the_recompute(
+    env: Any,
+) -> None:
+    """Issue 28: a job retries on its own queue (its rate limiter), never by marking the
+    recompute again: refused finalizer patches cost the recompute queue nothing."""
+    api, c, fleet, _ = env
+    assert c.guards is not None
+    c.guards.queue.limiter.backoff = Backoff(0.1, 0.2)
+    refused: list[int] = []  # the recompute queue's flushes at each refusal
+
+    def finalizer_refused(_: Any, body: JSON) -> None:
+        if "finalizers" in (body.get("metadata") or {}) and len(refused) < 4:
+            refused.append(c.dirty.flushes)
+            raise KubeError(500, "InternalError", "etcd is slow")
+
+    api.intercept(finalizer_refused, times=1000, match=paths.quota(NS, "q"))
+    add_quota(api, "q", HARD, spec={"memberEnforcement": "ResourceQuota"})
+    await listed(c)
+    await until(lambda: FINALIZER in quota(api)["metadata"].get("finalizers", []))
+    assert len(refused) == 4
+    # the first refusal may come before the recompute of the quota's own status write (its
+    # watch event); after it, no recompute between the retries
+    assert refused[1] == refused[-1], refused
+    await until(lambda: guard_pods(fleet) == {"member1": "4", "member2": "3", "member3": "3"})
+    assert c.guards.queue.limiter.retries(NS) == 0  # done: forgotten

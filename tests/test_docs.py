@@ -68,3 +68,29 @@ def test_every_module_docs_architecture_names_exists() -> None:
         if m.name != "__init__.py" and str(m.relative_to(package)) not in named
     ]
     assert not unnamed, f"modules docs/architecture.md does not name: {unnamed}"
+
+
+def test_docs_architecture_draws_the_controllers_queues_as_the_code_has_them() -> None:
+    """The picture of the controller's jobs names each queue the controller runs (with guards,
+    enforcement labels and views on), and no other: a job added, renamed or folded into
+    another fails here until the page says so."""
+    from karmadaquota.controller.guard_keeper import GuardKeeper
+    from karmadaquota.controller.metrics import ControllerMetrics
+    from karmadaquota.controller.reconciler import AlwaysLeader, Controller
+    from tests.fake_api import FakeApiServer
+    from tests.fake_members import Fleet
+
+    text = (REPO / "docs" / "architecture.md").read_text()
+    block = re.search(r"<!-- the controller's queues -->\s*\n```\n(.*?)```", text, re.S)
+    assert block, "docs/architecture.md has no picture of the controller's queues"
+    drawn = set(re.findall(r"\[([a-z-]+)\]", block.group(1)))
+    api = FakeApiServer()
+    c = Controller(
+        api,
+        ControllerMetrics(),
+        AlwaysLeader(),
+        namespace_api=api,
+        guards=GuardKeeper(Fleet(["member1"], {}).registry()),
+    )
+    assert c.enforcement is not None and c.views is not None
+    assert drawn == {q.name for q in c.queues}

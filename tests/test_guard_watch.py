@@ -25,8 +25,9 @@ from karmadaquota.controller.guard_keeper import (
     guard_name,
 )
 from karmadaquota.controller.metrics import ControllerMetrics
+from karmadaquota.kube.client import JSON
 from karmadaquota.quantity import NANO
-from tests.fake_members import PREFIX, Fleet
+from tests.fake_members import PREFIX, FakeMember, Fleet
 from tests.polling import until
 
 NS = "team-a"
@@ -231,6 +232,44 @@ async def test_a_credential_not_allowed_to_install_the_policy_is_reported() -> N
         await until(lambda: set(k.protection()) == set(MEMBERS), 2.0)
         assert k.protection()["member1"].startswith("not allowed to install")
         assert k.protection()["member2"] == ""
+    finally:
+        await k.close()
+
+
+async def test_a_guard_deleted_before_the_answer_of_its_write_is_read_is_put_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The restore's answer (the guard as written) read after the watch's event of its
+    deletion must not make the keeper believe the guard is there: the next sync restores it
+    (issue 28's e2e: a guard deleted 1 ms after it was put back stayed deleted)."""
+    fleet = Fleet(MEMBERS, {P: 4 * NANO})
+    m = fleet.members["member2"]
+    k = GuardKeeper(fleet.registry(), ControllerMetrics(), poll=0.0, watch=True,
+                    reread_period=3600.0)  # fmt: skip
+    changes: list[str] = []
+    k.on_change = changes.append  # the syncs are run by hand, one at a time, as a queue does
+    original = FakeMember.request
+    raced: list[bool] = []
+
+    async def request(self: FakeMember, method: str, path: str, *a: Any, **kw: Any) -> JSON:
+        answer = await original(self, method, path, *a, **kw)
+        if self is m and method == "POST" and changes and not raced:
+            raced.append(True)
+            m.tamper("DELETE", NS, GUARD)  # deleted again before the keeper reads the answer
+            await until(lambda: len(changes) == 2, 2.0, "the watch delivered the deletion")
+        return answer
+
+    try:
+        await k.sync(kq(), INPUTS)
+        await until(lambda: k.watches is not None and k.watches.synced("member2"), 2.0)
+        monkeypatch.setattr(FakeMember, "request", request)
+        m.tamper("DELETE", NS, GUARD)
+        await until(lambda: changes == [NS], 2.0, "the deletion seen")
+        await k.sync(kq(), INPUTS)  # puts it back; deleted again before the answer is read
+        assert raced and fleet.guard("member2", NS, "team") is None
+        await k.sync(kq(), INPUTS)  # the sync the second deletion asked for
+        g = fleet.guard("member2", NS, "team")
+        assert g is not None and g["spec"]["hard"] == {P: "2"}
     finally:
         await k.close()
 

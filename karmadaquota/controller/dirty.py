@@ -6,7 +6,12 @@ first marked — so a storm of 500 binding events becomes a few recomputes/write
 delete is reflected within tens of milliseconds. One flush per namespace runs at a time (a mark
 during a flush schedules another one after it); different namespaces flush concurrently, up to
 `concurrency`. `mark_at(ns, when)` schedules a flush at a loop time (a reservation expiry).
-A flush that raises is retried after `retry_delay`.
+
+Each queue is its job's only retry path, with client-go's workqueue contract: a flush that
+raises, or that calls `retry(ns)` (AddRateLimited), runs again after that key's backoff
+(`RateLimiter`: doubling per retry in a row from `retry_delay`, at most `retry_cap`); a flush
+that ends without either forgets the key (Forget), so its next failure waits `retry_delay`
+again. A job never retries by marking another job's queue.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+
+from karmadaquota.kube.retry import Backoff
 
 log = logging.getLogger("karmadaquota.controller.dirty")
 
@@ -29,6 +36,37 @@ class _Pending:
         return min(self.first + max_delay, self.last + quiet)
 
 
+class RateLimiter:
+    """Per-key exponential failure backoff, client-go's `ItemExponentialFailureRateLimiter`:
+    the n-th retry in a row of a key waits `backoff.ceiling(n - 1)` (base doubling, capped, no
+    jitter: each key has its own count, so keys do not retry in lockstep), until `forget`.
+
+    The one retry policy of the controller's jobs (their queues) and of the member guards
+    (per member); it gives delays, the caller's clock turns them into times."""
+
+    def __init__(self, backoff: Backoff) -> None:
+        self.backoff = backoff
+        self._failures: dict[str, int] = {}
+
+    def when(self, key: str) -> float:
+        """How long to wait before retrying `key` (AddRateLimited: counts one more failure)."""
+        n = self._failures.get(key, 0)
+        self._failures[key] = n + 1
+        return self.backoff.ceiling(n)
+
+    def forget(self, key: str) -> None:
+        """`key` succeeded: its next failure waits the base delay again."""
+        self._failures.pop(key, None)
+
+    def retries(self, key: str) -> int:
+        """Failures of `key` in a row so far (client-go's NumRequeues)."""
+        return self._failures.get(key, 0)
+
+
+# the longest a job's queue waits before retrying a key (its first retry: `retry_delay`)
+RETRY_CAP = 10.0
+
+
 class DirtyQueue:
     def __init__(
         self,
@@ -38,12 +76,14 @@ class DirtyQueue:
         concurrency: int = 16,
         retry_delay: float = 1.0,
         name: str = "recompute",
+        retry_cap: float = RETRY_CAP,
     ) -> None:
         self._flush = flush
         self.name = name  # the job, in task names and logs
         self.quiet = quiet
         self.max_delay = max_delay
-        self.retry_delay = retry_delay
+        self.limiter = RateLimiter(Backoff(retry_delay, max(retry_delay, retry_cap)))
+        self._retried: set[str] = set()  # keys whose running flush asked for a retry
         self._pending: dict[str, _Pending] = {}
         self._timers: dict[str, float] = {}
         self._running: dict[str, asyncio.Task[None]] = {}
@@ -74,6 +114,14 @@ class DirtyQueue:
         if have is None or when < have:
             self._timers[namespace] = when
             self._wake.set()
+
+    def retry(self, namespace: str) -> None:
+        """Flush `namespace` again after its backoff (AddRateLimited); the running flush of it,
+        if any, then ends without forgetting it. Counted once per flush, however often asked."""
+        if namespace in self._retried:
+            return
+        self._retried.add(namespace)
+        self.mark_at(namespace, self._now() + self.limiter.when(namespace))
 
     def pending(self) -> set[str]:
         return set(self._pending) | set(self._timers)
@@ -125,6 +173,7 @@ class DirtyQueue:
         try:
             async with self._slots:
                 self.flushes += 1
+                self._retried.discard(namespace)
                 await self._flush(namespace)
         except asyncio.CancelledError:
             raise
@@ -132,7 +181,11 @@ class DirtyQueue:
             log.exception(
                 "flush failed; retrying", extra={"job": self.name, "namespace": namespace}
             )
-            self.mark_at(namespace, self._now() + self.retry_delay)
+            self.retry(namespace)
+        else:
+            if namespace not in self._retried:
+                self.limiter.forget(namespace)  # done: its next failure starts over
         finally:
+            self._retried.discard(namespace)
             self._running.pop(namespace, None)
             self._wake.set()  # a mark that arrived during the flush is now due

@@ -7,15 +7,16 @@ keep (a review has no side effect: a forged one must change nothing): a namespac
 mirrors every namespace's labels, and a namespace holding a quota whose labels are missing — a
 new quota, or a label removed by whoever may patch namespaces or by a GitOps tool rewriting
 them — is labelled by the leader at once, from its own queue (a failed patch is retried there,
-never by re-marking the recompute). The recompute also awaits `ensure` before it writes a
-quota's status, so a quota's first `used` is never written before its namespace's label.
-`Enforced` reports what the informer last saw, not what was written: a label removed shows as
+after the namespace's backoff, never by re-marking the recompute). Each recompute hands its
+namespace to that queue (`check`) rather than waiting for the patch; the webhook labels a
+namespace before it stores a quota there, so the queue only catches up with quotas that predate
+the label and labels removed or not yet put on a cluster quota's namespaces. `Enforced`
+reports what the informer last saw, not what was written: a label removed shows as
 `Enforced=False` until it is back.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Mapping
 
@@ -28,9 +29,6 @@ from karmadaquota.kube.informer import Lister
 from karmadaquota.kube.namespace_labels import NamespaceLabels
 
 log = logging.getLogger("karmadaquota.controller.enforcement")
-
-# a failed label patch is tried again this much later (its own queue)
-RETRY = 1.0
 
 
 class Enforcement:
@@ -104,7 +102,7 @@ class Enforcement:
 
     async def ensure(self, namespace: str) -> None:
         """Label the namespace now if it holds a quota and is not seen labelled (the leader
-        only); a failure is tried again from the queue."""
+        only); a failure is tried again from the queue, after the namespace's backoff."""
         want = self._wants(namespace)
         if want is None or self.enforced(namespace) or not self._may_write():
             return
@@ -115,7 +113,7 @@ class Enforcement:
                 "cannot label namespace for enforcement",
                 extra={"namespace": namespace, "error": str(e)},
             )
-            self.queue.mark_at(namespace, asyncio.get_running_loop().time() + RETRY)
+            self.queue.retry(namespace)
             return
         self.informer.offer("MODIFIED", stored)
         self.labelled += 1

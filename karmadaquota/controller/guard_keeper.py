@@ -11,8 +11,16 @@ member's admission enforces `status.hard`, which its quota controller copies fro
 moment after each write. A lowering counts as done only once `status.hard` shows it
 (`confirm`); until then the old value is assumed. A write whose outcome is unknown (timeout,
 connection lost) is assumed to have been applied if it raised, not if it lowered. A member that
-fails is unreachable for `retry` seconds: it keeps the guard it has, and `guards.desired` plans
-around it.
+fails is unreachable for its backoff (`dirty.RateLimiter` per member: `retry` seconds, doubling
+to `max_retry`, on the event loop's clock): it keeps the guard it has, and `guards.desired`
+plans around it.
+
+The keeper is also the controller's guard job (`attach`): its own queue (`queue`, per
+namespace, fed by each recompute on the leader) moves the guards of the namespace's quotas,
+writes the quota's finalizer first, and removes the guards, then the finalizer, where
+`memberEnforcement` is off or the quota is being deleted. It retries on that queue alone: at
+the time the first member that is down may be tried again, or after the namespace's own
+backoff for a finalizer not written; never by marking the recompute.
 
 Guards are watched (`controller.guard_watch`: one informer per member on our labels): a guard
 another writer deleted or changed is seen within the watch's latency (`observed`) and the
@@ -34,20 +42,22 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 
 from karmadaquota import resources
 from karmadaquota.api import KarmadaQuota
 from karmadaquota.controller import guards as gd
+from karmadaquota.controller.dirty import DirtyQueue, RateLimiter
 from karmadaquota.controller.guard_watch import GuardWatches
 from karmadaquota.controller.members import Members, describe_error
 from karmadaquota.controller.metrics import ControllerMetrics
+from karmadaquota.kube import paths
 from karmadaquota.kube.client import JSON, Api, KubeError, NotFound
+from karmadaquota.kube.quotas import QuotaStore
 from karmadaquota.kube.retry import Backoff, retry_on_conflict
 from karmadaquota.kube.versions import parse_rv
 from karmadaquota.quantity import Format, Quantity, QuantityError
@@ -184,7 +194,25 @@ def scoping(spec: Mapping[str, Any]) -> tuple[Any, Any]:
 @dataclass(frozen=True)
 class SyncResult:
     changed: bool  # some guard was written (the quota's status should show it)
-    retry_at: float | None  # monotonic time to try again (a member failed), else None
+    retry_at: float | None  # when to try again on the keeper's clock (a member failed), else None
+
+
+def _loop_time() -> float:
+    return asyncio.get_running_loop().time()
+
+
+class GuardSource(Protocol):
+    """What the guard job reads of the controller (`attach`)."""
+
+    def guard_inputs(self, namespace: str, quota: str) -> gd.GuardInputs | None:
+        """The last recompute's guard inputs of a quota; None: an invalid spec, leave it."""
+        ...
+
+    def may_write(self) -> bool: ...
+
+    def guards_written(self, namespace: str) -> None:
+        """Some guard was written: the quota's status should show it (a recompute)."""
+        ...
 
 
 class GuardKeeper:
@@ -202,7 +230,7 @@ class GuardKeeper:
         retry: float = 2.0,
         max_retry: float = 10.0,
         reread_period: float = 60.0,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = _loop_time,
         watch: bool = False,
         identity: str | None = None,
         protect_period: float = 60.0,
@@ -219,14 +247,20 @@ class GuardKeeper:
         # (ns, quota, member) -> when a ResourceQuota not ours was found holding the guard's name
         self._foreign: dict[tuple[str, str, str], tuple[float, str]] = {}
         self._down: dict[str, float] = {}  # member -> unreachable until this time
-        self._failures: dict[str, int] = {}  # member -> failures in a row (the backoff)
+        self._backoff = RateLimiter(Backoff(retry, max_retry))  # per member: failures in a row
         self.max_retry = max_retry
         self.errors: dict[str, str] = {}  # member -> why the last request failed
         self._names: dict[tuple[str, str], str] = {}  # (ns, guard's name) -> its quota
         self._intended: dict[tuple[str, str, str], _Intent] = {}  # (ns, quota, member)
         self._diverged: set[tuple[str, str, str]] = set()  # changed by another, not put back
-        # a namespace whose guard another writer changed: sync it now (the reconciler's queue)
-        self.on_change: Callable[[str], None] = lambda namespace: None
+        # the guard job (`attach`): a namespace's guards synced, its retries
+        self.queue = DirtyQueue(self._sync_namespace, quiet=0.0, max_delay=0.0, name="guards")
+        self._karmada: Api | None = None  # the quotas' API server (finalizers)
+        self._quotas: QuotaStore | None = None
+        self._controller: GuardSource | None = None
+        self._write_timeout = request_timeout
+        # a namespace whose guard another writer changed: sync it now (the job's queue)
+        self.on_change: Callable[[str], None] = self.queue.mark
         # watch: one informer per member on the guards, and their admission policy kept
         # installed where the member allows it (None: guards are re-read every reread_period)
         self.watches = (
@@ -234,6 +268,87 @@ class GuardKeeper:
             if watch
             else None
         )
+
+    # ---- the job ---------------------------------------------------------------------------
+
+    def attach(
+        self, api: Api, quotas: QuotaStore, controller: GuardSource, write_timeout: float
+    ) -> None:
+        """Serve `controller` (the reconciler): `queue` syncs a namespace's guards from the
+        quotas in `quotas`, and writes their finalizer through `api`."""
+        self._karmada, self._quotas, self._controller = api, quotas, controller
+        self._write_timeout = write_timeout
+
+    async def _sync_namespace(self, namespace: str) -> None:
+        """Leader: move the member guards of the namespace's quotas; remove them, then the
+        finalizer, where memberEnforcement is off or the quota is being deleted. A member that
+        failed is retried at the end of its backoff; the others do not wait for it."""
+        c, store = self._controller, self._quotas
+        if c is None or store is None or not c.may_write():
+            return
+        for record in store.records(namespace):
+            quota = record.quota
+            if quota is None:
+                continue
+            finalizers = list((record.raw.get("metadata") or {}).get("finalizers") or [])
+            live = quota.spec.guarded and not quota.metadata.deletionTimestamp
+            if not live:
+                if FINALIZER not in finalizers:
+                    continue
+                if await self.remove(quota):
+                    others = [f for f in finalizers if f != FINALIZER]
+                    if not await self._set_finalizer(record.raw, others):
+                        self.queue.retry(namespace)
+                else:
+                    self.queue.mark_at(
+                        namespace, self._next_try(m.name for m in self.members.views())
+                    )
+                continue
+            inputs = c.guard_inputs(namespace, record.name)
+            if inputs is None:
+                continue  # an invalid spec: the guards stay as they are
+            # first the finalizer: a guard must never outlive the quota unnoticed
+            if FINALIZER not in finalizers and not await self._set_finalizer(
+                record.raw, [*finalizers, FINALIZER]
+            ):
+                self.queue.retry(namespace)
+                continue
+            result = await self.sync(quota, inputs, may_write=c.may_write)
+            if result.changed:
+                c.guards_written(namespace)
+            if result.retry_at is not None:
+                self.queue.mark_at(namespace, result.retry_at)
+
+    async def _set_finalizer(self, raw: Mapping[str, Any], finalizers: list[str]) -> bool:
+        """Write the quota's finalizers, conditional on the version read; False if it lost."""
+        assert self._karmada is not None and self._quotas is not None
+        meta = raw.get("metadata") or {}
+        ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+        body = {
+            "metadata": {"finalizers": finalizers, "resourceVersion": meta.get("resourceVersion")}
+        }
+        try:
+            result = await self._karmada.request(
+                "PATCH",
+                paths.quota(ns, name),
+                body,
+                timeout=self._write_timeout,
+                content_type="application/merge-patch+json",
+            )
+        except NotFound:
+            return False
+        except (KubeError, aiohttp.ClientError, TimeoutError) as e:
+            log.info(
+                "quota finalizer not written; retrying",
+                extra={"namespace": ns, "quota": name, "error": str(e)},
+            )
+            return False
+        self._quotas.fold(result)
+        log.info(
+            "quota finalizer written",
+            extra={"namespace": ns, "quota": name, "finalizers": finalizers},
+        )
+        return True
 
     # ---- what the status shows -------------------------------------------------------------
 
@@ -340,8 +455,7 @@ class GuardKeeper:
             self.watches.recheck(member)  # our write refused: is the policy naming us?
         # doubling up to max_retry: a member that is down costs a namespace's flush one request
         # timeout per period, not per event
-        n = self._failures[member] = self._failures.get(member, 0) + 1
-        self._down[member] = self._clock() + min(self.max_retry, self.retry * 2 ** (n - 1))
+        self._down[member] = self._clock() + self._backoff.when(member)
         # what its guards may hold is kept for planning, but read again once it is back
         for key, known in self._known.items():
             if key[2] == member:
@@ -360,11 +474,11 @@ class GuardKeeper:
         for m in members:
             if m in self._down:
                 self._down.pop(m, None)
-                self._failures.pop(m, None)
+                self._backoff.forget(m)
 
     def _ok(self, member: str, op: str) -> None:
         self.errors.pop(member, None)
-        self._failures.pop(member, None)
+        self._backoff.forget(member)
         if self.metrics is not None:
             self.metrics.guard_writes.labels(member, op, "ok").inc()
 
@@ -410,6 +524,11 @@ class GuardKeeper:
         }
         spec = (obj or {}).get("spec") or {}
         version = parse_rv(((obj or {}).get("metadata") or {}).get("resourceVersion")) or rv
+        have = self._known.get((namespace, quota, member))
+        if have is not None and version and have.rv and version < have.rv:
+            # older than what the watch already showed: a write's answer read after the event
+            # of a later change (the guard written, then deleted before we read the answer)
+            return
         self._known[(namespace, quota, member)] = _Known(
             may_hold(obj), shown, self._clock(), scoping(spec), version
         )
@@ -497,7 +616,7 @@ class GuardKeeper:
             self._failed(member, "read", e)
             return
         self._foreign.pop((ns, name, member), None)
-        self._failures.pop(member, None)
+        self._backoff.forget(member)
         self.errors.pop(member, None)
 
     async def sync(
@@ -628,12 +747,15 @@ class GuardKeeper:
             for s in states
             if s.name in registered and (ns, name, s.name) not in self._foreign
         )
-        retry_at = None
-        if failed or unreachable:  # when the first member that is down may be tried again
-            now = self._clock()
-            waits = [t for m, t in self._down.items() if m in registered and t > now]
-            retry_at = min(waits) if waits else now + self.retry
-        return SyncResult(changed, retry_at)
+        return SyncResult(changed, self._next_try(registered) if failed or unreachable else None)
+
+    def _next_try(self, registered: Iterable[str]) -> float:
+        """When the first of these members that is down may be tried again (else `retry`
+        from now: one unreachable for a reason no backoff ends, its access)."""
+        now = self._clock()
+        members = set(registered)
+        waits = [t for m, t in self._down.items() if m in members and t > now]
+        return min(waits) if waits else now + self.retry
 
     async def remove(self, quota: KarmadaQuota) -> bool:
         """Delete the quota's guard in every registered member; True once none is left."""

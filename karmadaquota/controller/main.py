@@ -161,7 +161,7 @@ async def serve(cfg: ControllerConfig) -> int:
         ),
     )
     # the guards are watched in every member and protected there by an admission policy where
-    # the member allows it; a guard someone else changed is synced at once
+    # the member allows it; a guard someone else changed is synced at once (the keeper's queue)
     keeper = GuardKeeper(members, metrics, watch=True)
     controller = Controller(
         client,
@@ -182,7 +182,6 @@ async def serve(cfg: ControllerConfig) -> int:
         guards=keeper,
         templates=TemplateStore(client),
     )
-    keeper.on_change = controller.guarding.mark
     if elector is None:
         controller.leadership_changed(True)
 

@@ -7,10 +7,20 @@ quota of it is recomputed from scratch (`recompute.recompute`) and, on the leade
 when its status differs: a JSON patch that compare-and-swaps on the controller's own revision
 (`status.status_write`), so the webhook's writes of pending charges do not make it lose; a lost
 write (another controller wrote, or an entry it removes moved) re-reads the quota and re-applies
-the recompute to the fresh version (`kube.retry`). Each recompute on the leader then feeds the
-queues of the jobs that follow it — the orphan audit, waiting for room (`controller.room`:
-admitting queued bindings that fit, waking waiting workloads) — so a slow GET or PATCH of theirs
-never delays a recompute. Nothing is written before bindings and quotas have been listed in full.
+the recompute to the fresh version (`kube.retry`). Nothing is written before bindings and
+quotas have been listed in full.
+
+The controller is the recompute and its dispatch, nothing else: each recompute feeds the queues
+of the jobs that follow it, each job in a module and a queue of its own (the Kubernetes quota
+controller's way), so that a slow GET or PATCH of theirs never delays the recompute that
+releases quota: the orphan audit (`controller.orphan_audit`), waiting for room
+(`controller.room`: admitting queued bindings with `controller.admit`, then waking waiting
+workloads with `controller.wake`), the member guards and their finalizer
+(`controller.guard_keeper`), the namespaces' enforcement labels (`controller.enforcement`) and
+the tenants' views (`controller.views`). Every job retries on its own queue
+(`dirty.DirtyQueue.retry`: one rate limiter per key); a job marks the recompute only
+when it changed what the recompute reads (a reservation found orphaned, a guard written, a
+template found deleted), never to be retried.
 """
 
 from __future__ import annotations
@@ -18,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import random
 import time
 from collections.abc import Callable, Collection, Coroutine, Mapping
 from dataclasses import dataclass, replace
@@ -27,18 +36,20 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from karmadaquota import queued, selectors, validation
-from karmadaquota.api import ON_EXCEED_QUEUE, ClusterKarmadaQuota, EntryKey, KarmadaQuota
+from karmadaquota import queued, selectors, validation, waiting
+from karmadaquota.api import ON_EXCEED_QUEUE, ClusterKarmadaQuota
 from karmadaquota.controller import cluster as cl
+from karmadaquota.controller import guards as gd
 from karmadaquota.controller import recompute as rc
 from karmadaquota.controller import status as st
 from karmadaquota.controller.admit import Admitter
 from karmadaquota.controller.dirty import DirtyQueue
 from karmadaquota.controller.enforcement import Enforcement
-from karmadaquota.controller.guard_keeper import FINALIZER, GuardKeeper
+from karmadaquota.controller.guard_keeper import GuardKeeper
 from karmadaquota.controller.index import BindingIndex, safe_observe
 from karmadaquota.controller.members import Members
 from karmadaquota.controller.metrics import ControllerMetrics
+from karmadaquota.controller.orphan_audit import OrphanAudit
 from karmadaquota.controller.template_bindings import TemplateBindings
 from karmadaquota.controller.views import Views
 from karmadaquota.controller.wake import Waker
@@ -46,7 +57,6 @@ from karmadaquota.kube import namespaces, paths
 from karmadaquota.kube.client import (
     JSON,
     JSON_PATCH,
-    MERGE_PATCH,
     Api,
     Conflict,
     KubeError,
@@ -82,6 +92,12 @@ class ControllerApi(Api, Lister, Protocol):
 
 
 CONFLICT_BACKOFF = Backoff(0.02, 0.64)
+# a recompute whose every compare-and-swap lost (another writer is busy) is tried again this
+# soon, doubling per loss in a row (its queue's rate limiter), at most RECOMPUTE_RETRY_CAP
+RECOMPUTE_RETRY = 0.05
+RECOMPUTE_RETRY_CAP = 2.0
+# admitting queued bindings: after a lost precondition or an error (its queue's rate limiter)
+ADMIT_RETRY = 0.5
 # Karmada registers its webhooks with timeoutSeconds 3, the API's default is 10 s: 15 s covers
 # either and the write after it. Raise it (--admission-window) for a slower webhook.
 DEFAULT_ADMISSION_WINDOW = 15.0
@@ -176,24 +192,43 @@ class Controller:
         self._selecting: dict[str, set[str]] = {}
         self.synced = asyncio.Event()
         self.dirty = DirtyQueue(
-            self.flush, quiet=self.settings.quiet, max_delay=self.settings.max_delay
+            self.flush,
+            quiet=self.settings.quiet,
+            max_delay=self.settings.max_delay,
+            retry_delay=RECOMPUTE_RETRY,
+            retry_cap=RECOMPUTE_RETRY_CAP,
         )
         self.cluster_dirty = DirtyQueue(
             self.flush_cluster,
             quiet=self.settings.quiet,
             max_delay=self.settings.max_delay,
+            retry_delay=RECOMPUTE_RETRY,
+            retry_cap=RECOMPUTE_RETRY_CAP,
             name="cluster-recompute",
         )
         # The jobs that follow a namespace's recompute on the leader, each in a queue of its
         # own (the Kubernetes quota controller's way: a queue per job), so that a slow one
-        # never holds up the recompute that releases quota: the orphan audit (binding GETs)
-        # and waiting for room (controller.room: admitting queued bindings, merge patches the
+        # never holds up the recompute that releases quota: the orphan audit (binding GETs),
+        # waiting for room (controller.room: admitting queued bindings, merge patches the
         # webhook charges, then waking waiting workloads, PATCHes of their templates; on
-        # followers it only publishes the queue lengths).
-        self.audits = DirtyQueue(self._audit, quiet=0.0, max_delay=0.0, name="orphan-audit")
-        self.room = DirtyQueue(self._wait_for_room, quiet=0.0, max_delay=0.0, name="room")
-        # and the member guards (requests to every member, a confirmation wait per lowering)
-        self.guarding = DirtyQueue(self._guard, quiet=0.0, max_delay=0.0, name="guards")
+        # followers it only publishes the queue lengths), the member guards (requests to every
+        # member, a confirmation wait per lowering: `guards.queue`), the enforcement labels
+        # (`enforcement.queue`) and the tenants' views (`views.queue`).
+        self.audit = OrphanAudit(
+            api,
+            self.quotas,
+            self.cluster_quotas,
+            self.index,
+            metrics,
+            self.settings,
+            self._can_write,
+            self._released,
+        )
+        self.room = DirtyQueue(
+            self._wait_for_room, quiet=0.0, max_delay=0.0, retry_delay=ADMIT_RETRY, name="room"
+        )
+        if guards is not None:
+            guards.attach(api, self.quotas, self, self.settings.write_timeout)
         # None: the enforcement label is neither watched nor written (Enforced not reported)
         self.enforcement = (
             Enforcement(
@@ -223,17 +258,18 @@ class Controller:
             if self.settings.tenant_views
             else None
         )
-        self._queues: tuple[DirtyQueue, ...] = (
+        self.queues: tuple[DirtyQueue, ...] = (
             self.dirty,
             self.cluster_dirty,
-            self.audits,
+            self.audit.queue,
             self.room,
-            self.guarding,
         )
+        if self.guards is not None:
+            self.queues += (self.guards.queue,)
         if self.enforcement is not None:
-            self._queues += (self.enforcement.queue,)
+            self.queues += (self.enforcement.queue,)
         if self.views is not None:
-            self._queues += (self.views.queue,)
+            self.queues += (self.views.queue,)
         self.binding_informer = Informer(
             paths.bindings(),
             _BindingFeed(self),
@@ -243,10 +279,6 @@ class Controller:
             name="resourcebindings",
         )
         self.writes = 0
-        self._unseen: dict[str, float] = {}  # reservation uid -> loop time first seen unobserved
-        self._absent: set[str] = set()  # of those, the ones whose binding's name a GET found free
-        # (namespace, quota, key, count) of a stale charge -> loop time first seen so
-        self._stale: dict[tuple[str, str, EntryKey, int], float] = {}
 
     # ---- inputs ----------------------------------------------------------------------------
 
@@ -461,23 +493,22 @@ class Controller:
         if not self.synced.is_set():
             return
         if self.enforcement is not None:
-            await self.enforcement.ensure(namespace)
+            self.enforcement.check(namespace)
         contended = False
         for record in self.quotas.records(namespace):
             contended = not await self._sync_quota(record) or contended
-        if contended:  # another controller is writing: come back very soon
-            loop = asyncio.get_running_loop()
-            self.dirty.mark_at(namespace, loop.time() + 0.05 + random.random() * 0.1)
+        if contended:  # another writer is busy: come back very soon (its rate limiter)
+            self.dirty.retry(namespace)
         if self.admitter is not None or (self._can_write() and self.waker is not None):
             self.room.mark(namespace)
         if self._can_write():
-            self.audits.mark(namespace)
+            self.audit.queue.mark(namespace)
             if self.guards is not None:
-                self.guarding.mark(namespace)
+                self.guards.queue.mark(namespace)
 
     async def flush_cluster(self, name: str) -> None:
         """Recompute one cluster quota over the namespaces it selects now; the leader writes
-        it when it differs (after labelling those namespaces for enforcement)."""
+        it when it differs (and labels those namespaces for enforcement, from its queue)."""
         if not self.synced.is_set():
             return
         record = self.cluster_quotas.get("", name)
@@ -488,16 +519,14 @@ class Controller:
         selected = self._select(name, quota if isinstance(quota, ClusterKarmadaQuota) else None)
         if self.enforcement is not None:
             for ns in selected:
-                if not self.enforcement.enforced(ns):
-                    await self.enforcement.ensure(ns)
+                self.enforcement.check(ns)
         if not await self._sync_quota(record, selected):
-            loop = asyncio.get_running_loop()
-            self.cluster_dirty.mark_at(name, loop.time() + 0.05 + random.random() * 0.1)
+            self.cluster_dirty.retry(name)
         if self._can_write() and self.views is not None:
             self.views.queue.mark(name)
         if self._can_write() and quota is not None:
             # the orphan audit of its pending charges, in their bindings' namespaces
-            self.audits.mark_many(
+            self.audit.queue.mark_many(
                 sorted({r.reservedBy.namespace for r in quota.status.reservations})
             )
 
@@ -516,23 +545,11 @@ class Controller:
 
     def idle(self) -> bool:
         """Nothing marked or running in any of the controller's queues."""
-        return all(q.idle() for q in self._queues)
+        return all(q.idle() for q in self.queues)
 
     async def run_queues(self) -> None:
         """The recompute queue and the queues of the jobs that follow it, until cancelled."""
-        await _together({f"queue/{q.name}": q.run() for q in self._queues})
-
-    async def _guard(self, namespace: str) -> None:
-        """The member guards of one namespace's quotas (leader only)."""
-        if self.guards is not None and self._can_write():
-            await self._sync_guards(namespace)
-
-    async def _audit(self, namespace: str) -> None:
-        """The orphan audit of one namespace (leader only): a released reservation is
-        recomputed at once (its cluster quotas too: it may be one of theirs)."""
-        if self._can_write() and await self._audit_orphans(namespace):
-            self._mark(namespace)
-            self.cluster_dirty.mark_many([r.name for r in self.cluster_quotas.records("")])
+        await _together({f"queue/{q.name}": q.run() for q in self.queues})
 
     async def _wait_for_room(self, namespace: str) -> None:
         """Publish the namespace's queue lengths; on the leader, admit the queued bindings
@@ -549,8 +566,11 @@ class Controller:
                 self.room.mark_at(namespace, again)
         if self.waker is not None:
             again = await self.waker.wake(namespace, quotas, self._clock())
+            listed = waiting.of_namespace(quotas)
+            if any(self.waker.gone(namespace, waiting.key(w.template)) for w in listed):
+                self.dirty.mark(namespace)  # its list is written without the deleted templates
             if again is not None:
-                self.dirty.mark_at(namespace, again)  # gone templates leave in a recompute
+                self.room.mark_at(namespace, again)  # the templates' next audit
 
     def _queues_wanted(self, namespace: str) -> bool | None:
         """None when the namespace holds no quota and no cluster quota selects it; else
@@ -563,201 +583,24 @@ class Controller:
             r.quota is not None and r.quota.spec.onExceed == ON_EXCEED_QUEUE for r in records
         )
 
-    async def _sync_guards(self, namespace: str) -> None:
-        """Leader: move the member guards of the namespace's quotas (controller.guards);
-        remove them, then the finalizer, where memberEnforcement is off or the quota is being
-        deleted. A member that failed is retried shortly; the others do not wait for it."""
-        assert self.guards is not None
-        loop = asyncio.get_running_loop()
-        for record in self.quotas.records(namespace):
-            quota = record.quota
-            if quota is None:
-                continue
-            finalizers = list((record.raw.get("metadata") or {}).get("finalizers") or [])
-            live = quota.spec.guarded and not quota.metadata.deletionTimestamp
-            if not live:
-                if FINALIZER not in finalizers:
-                    continue
-                if await self.guards.remove(quota):
-                    await self._set_finalizer(record.raw, [f for f in finalizers if f != FINALIZER])
-                else:
-                    self.dirty.mark_at(namespace, loop.time() + self.guards.retry)
-                continue
-            outcome = self._outcomes.get((namespace, record.name))
-            if outcome is None or outcome.guard is None:
-                continue  # an invalid spec: the guards stay as they are
-            # first the finalizer: a guard must never outlive the quota unnoticed
-            if FINALIZER not in finalizers and not await self._set_finalizer(
-                record.raw, [*finalizers, FINALIZER]
-            ):
-                self.dirty.mark_at(namespace, loop.time() + 1.0)
-                continue
-            result = await self.guards.sync(quota, outcome.guard, may_write=self._can_write)
-            if result.changed:
-                self.dirty.mark(namespace)  # the status shows the guards as written
-            if result.retry_at is not None:
-                self.dirty.mark_at(namespace, loop.time() + (result.retry_at - time.monotonic()))
+    # ---- what the jobs read and tell -------------------------------------------------------
 
-    async def _set_finalizer(self, raw: Mapping[str, Any], finalizers: list[str]) -> bool:
-        """Write the quota's finalizers, conditional on the version read; False if it lost."""
-        meta = raw.get("metadata") or {}
-        ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
-        body = {
-            "metadata": {"finalizers": finalizers, "resourceVersion": meta.get("resourceVersion")}
-        }
-        try:
-            result = await self.api.request(
-                "PATCH",
-                paths.quota(ns, name),
-                body,
-                timeout=self.settings.write_timeout,
-                content_type=MERGE_PATCH,
-            )
-        except NotFound:
-            return False
-        except (KubeError, aiohttp.ClientError, TimeoutError) as e:
-            log.info(
-                "quota finalizer not written; retrying",
-                extra={"namespace": ns, "quota": name, "error": str(e)},
-            )
-            return False
-        self.quotas.fold(result)
-        log.info(
-            "quota finalizer written",
-            extra={"namespace": ns, "quota": name, "finalizers": finalizers},
-        )
-        return True
+    def _released(self, namespace: str) -> None:
+        """The orphan audit released a reservation: recomputed at once (its cluster quotas
+        too: it may be one of theirs)."""
+        self._mark(namespace)
+        self.cluster_dirty.mark_many([r.name for r in self.cluster_quotas.records("")])
 
-    async def _audit_orphans(self, namespace: str) -> bool:
-        """Release reservations of bindings that do not exist, or that exist below the
-        generation charged (`_audit_stale`); True when some were found. Nothing is released
-        because it expired: only what a quorum GET after the admission window disproves."""
-        stale = await self._audit_stale(namespace)
-        now = asyncio.get_running_loop().time()
-        pending = rc.unobserved_reservations(
-            [*self.quotas.quotas(namespace), *self.cluster_quotas.quotas("")],
-            self.index.bindings(namespace),
-            self.index.deleted,
-            namespace,
-        )
-        window = self.settings.admission_window
-        checks = rc.orphan_checks(
-            pending, self._unseen, self._absent, now, self.settings.orphan_grace, window
-        )
-        self._unseen = checks.first_seen
-        self._absent &= checks.first_seen.keys()
-        if checks.recheck_at is not None:
-            self.dirty.mark_at(namespace, checks.recheck_at + 0.05)
-        found = False
-        for uid, name in checks.due.items():
-            try:
-                current = await self.api.get(f"{paths.bindings(namespace)}/{name}")
-                holder = str(current.get("metadata", {}).get("uid", ""))
-            except NotFound:
-                holder = ""
-            if rc.is_orphan(uid, holder, now - checks.first_seen[uid], window):
-                log.info(
-                    "reservation of a binding that does not exist released",
-                    extra={"namespace": namespace, "binding": name, "uid": uid},
-                )
-                self.index.mark_absent(namespace, uid)
-                self._unseen.pop(uid, None)
-                self._absent.discard(uid)
-                found = True
-            elif not holder:  # its create may still be in flight: look again after the window
-                self._absent.add(uid)
-                self.dirty.mark_at(namespace, checks.first_seen[uid] + window + 0.05)
-        return found or stale
+    def guard_inputs(self, namespace: str, quota: str) -> gd.GuardInputs | None:
+        """The guard job's inputs of a quota: its last recompute's (None: an invalid spec)."""
+        outcome = self._outcomes.get((namespace, quota))
+        return None if outcome is None else outcome.guard
 
-    async def _audit_stale(self, namespace: str) -> bool:
-        """Drop the charges of UPDATEs admitted but never stored (the binding is still below
-        their generation once the admission window has passed since they were all there):
-        a compare-and-swap status write of the quota without exactly those entries."""
-        now = asyncio.get_running_loop().time()
-        window = self.settings.admission_window
-        charges = rc.stale_charges(self.quotas.quotas(namespace), self.index.bindings(namespace))
-        seen = {(namespace, c.quota, c.key, c.count) for c in charges}
-        self._stale = {k: t for k, t in self._stale.items() if k[0] != namespace or k in seen}
-        holders: dict[str, tuple[str, int]] = {}  # binding name -> (uid, generation) read
-        found = False
-        for c in charges:
-            first = self._stale.setdefault((namespace, c.quota, c.key, c.count), now)
-            due = first + window + rc.STALE_MARGIN
-            if now < due:
-                self.dirty.mark_at(namespace, due + 0.05)
-                continue
-            if c.name not in holders:
-                try:
-                    got = await self.api.get(f"{paths.bindings(namespace)}/{c.name}")
-                    meta = got.get("metadata") or {}
-                    gen = meta.get("generation")
-                    holders[c.name] = (str(meta.get("uid", "")), gen if isinstance(gen, int) else 0)
-                except NotFound:
-                    holders[c.name] = ("", 0)
-            uid, generation = holders[c.name]
-            if uid != c.key[0]:  # the object is gone (its name free, or another's): a uid
-                self.index.mark_absent(namespace, c.key[0])  # never comes back
-                found = True
-                continue
-            if rc.stale_disproved(uid, generation, c, now - first, window):
-                found = await self._drop_stale(namespace, c) or found
-        return found
+    def may_write(self) -> bool:
+        return self._can_write()
 
-    async def _drop_stale(self, namespace: str, c: rc.StaleCharge) -> bool:
-        """Write the quota without up to `c.count` entries of `c.key`; True when written."""
-
-        async def read() -> KarmadaQuota:
-            return KarmadaQuota.model_validate(await self.api.get(paths.quota(namespace, c.quota)))
-
-        def without(obj: KarmadaQuota) -> JSON | None:
-            kept = rc.without_stale(obj.status.reservations, c.key, c.count)
-            if len(kept) == len(obj.status.reservations) or not self._can_write():
-                return None
-            status = obj.status.model_copy(update={"reservations": kept})
-            body: JSON = obj.model_copy(update={"status": status}).model_dump(
-                mode="json", exclude_none=True
-            )
-            return body
-
-        async def write(body: JSON) -> JSON:
-            return await self.api.request(
-                "PUT",
-                paths.quota_status(namespace, c.quota),
-                body,
-                timeout=self.settings.write_timeout,
-            )
-
-        try:
-            result = await retry_on_conflict(
-                read,
-                without,
-                write,
-                attempts=self.settings.max_attempts,
-                backoff=self.settings.conflict_backoff,
-            )
-        except (NotFound, ConflictsExhausted, KubeError, aiohttp.ClientError, TimeoutError) as e:
-            log.info(
-                "stale charge not dropped; retrying",
-                extra={"namespace": namespace, "quota": c.quota, "error": str(e)},
-            )
-            self.dirty.mark_at(namespace, asyncio.get_running_loop().time() + 1.0)
-            return False
-        if result is None:
-            return False
-        self.quotas.fold(result)
-        self.metrics.released.labels(rc.RELEASED_DISPROVED).inc(c.count)
-        log.info(
-            "charge of an update never stored released",
-            extra={
-                "namespace": namespace,
-                "quota": c.quota,
-                "binding": c.name,
-                "uid": c.key[0],
-                "generation": c.key[1],
-                "count": c.count,
-            },
-        )
-        return True
+    def guards_written(self, namespace: str) -> None:
+        self.dirty.mark(namespace)  # the status shows the guards as written
 
     def _can_write(self) -> bool:
         return (

@@ -13,7 +13,6 @@ it). They are informational: admission never reads them.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Mapping
@@ -34,9 +33,6 @@ from karmadaquota.kube.client import Api, KubeError, NotFound
 from karmadaquota.kube.informer import Informer, Lister
 
 log = logging.getLogger("karmadaquota.controller.views")
-
-# a failed view write is tried again this much later
-RETRY = 1.0
 
 
 def views_path(namespace: str | None = None) -> str:
@@ -135,4 +131,4 @@ class Views:
                 self.deleted(held[ns])
         except (KubeError, aiohttp.ClientError, TimeoutError) as e:
             log.info("view not written; retrying", extra={"quota": name, "error": str(e)})
-            self.queue.mark_at(name, asyncio.get_running_loop().time() + RETRY)
+            self.queue.retry(name)

@@ -1,0 +1,213 @@
+"""The orphan audit: pending charges of bindings that were never stored, released on proof.
+
+Admission happens before the API server stores the object, so a create can still fail after
+it (the name already taken, another webhook refusing it), and an UPDATE admitted can lose the
+API server's resourceVersion check: its charge then waits for a binding that never comes. On
+the leader, after each recompute of a namespace (its own queue, so that the binding GETs never
+hold up a recompute), the audit looks at the reservations no binding in the index explains
+(`recompute.orphan_checks`, `recompute.stale_charges`) and releases one only when a quorum GET
+after the admission window disproves it; nothing is released because it expired. What it
+releases is recomputed at once (`released`). Its look-agains (the grace, the admission window)
+and its retries (a drop that lost every compare-and-swap) are on its own queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Protocol
+
+import aiohttp
+
+from karmadaquota.api import EntryKey, KarmadaQuota
+from karmadaquota.controller import recompute as rc
+from karmadaquota.controller.dirty import DirtyQueue
+from karmadaquota.controller.index import BindingIndex
+from karmadaquota.controller.metrics import ControllerMetrics
+from karmadaquota.kube import paths
+from karmadaquota.kube.client import JSON, Api, KubeError, NotFound
+from karmadaquota.kube.quotas import QuotaStore
+from karmadaquota.kube.retry import Backoff, ConflictsExhausted, retry_on_conflict
+
+log = logging.getLogger("karmadaquota.controller")
+
+
+class AuditSettings(Protocol):
+    """The reconciler's settings the audit reads (each time: tests and flags change them)."""
+
+    orphan_grace: float
+    admission_window: float
+    write_timeout: float
+    max_attempts: int
+    conflict_backoff: Backoff
+
+
+class OrphanAudit:
+    """`queue` (per namespace): release the reservations its GETs disprove (leader only).
+
+    `may_write()`: the leader, once quotas and bindings are listed. `released(ns)`: some
+    reservation of the namespace was found orphaned (its quotas, and the cluster quotas, are
+    recomputed)."""
+
+    def __init__(
+        self,
+        api: Api,
+        quotas: QuotaStore,
+        cluster_quotas: QuotaStore,
+        index: BindingIndex,
+        metrics: ControllerMetrics,
+        settings: AuditSettings,
+        may_write: Callable[[], bool],
+        released: Callable[[str], None],
+    ) -> None:
+        self.api = api
+        self.quotas = quotas
+        self.cluster_quotas = cluster_quotas
+        self.index = index
+        self.metrics = metrics
+        self.settings = settings
+        self._may_write = may_write
+        self._released = released
+        self.queue = DirtyQueue(self._audit, quiet=0.0, max_delay=0.0, name="orphan-audit")
+        self._unseen: dict[str, float] = {}  # reservation uid -> loop time first seen unobserved
+        self._absent: set[str] = set()  # of those, the ones whose binding's name a GET found free
+        # (namespace, quota, key, count) of a stale charge -> loop time first seen so
+        self._stale: dict[tuple[str, str, EntryKey, int], float] = {}
+
+    async def _audit(self, namespace: str) -> None:
+        """The orphan audit of one namespace (leader only): a released reservation is
+        recomputed at once."""
+        if self._may_write() and await self._audit_orphans(namespace):
+            self._released(namespace)
+
+    async def _audit_orphans(self, namespace: str) -> bool:
+        """Release reservations of bindings that do not exist, or that exist below the
+        generation charged (`_audit_stale`); True when some were found. Nothing is released
+        because it expired: only what a quorum GET after the admission window disproves."""
+        stale = await self._audit_stale(namespace)
+        now = asyncio.get_running_loop().time()
+        unobserved = rc.unobserved_reservations(
+            [*self.quotas.quotas(namespace), *self.cluster_quotas.quotas("")],
+            self.index.bindings(namespace),
+            self.index.deleted,
+            namespace,
+        )
+        window = self.settings.admission_window
+        checks = rc.orphan_checks(
+            unobserved, self._unseen, self._absent, now, self.settings.orphan_grace, window
+        )
+        self._unseen = checks.first_seen
+        self._absent &= checks.first_seen.keys()
+        if checks.recheck_at is not None:
+            self.queue.mark_at(namespace, checks.recheck_at + 0.05)
+        found = False
+        for uid, name in checks.due.items():
+            try:
+                current = await self.api.get(f"{paths.bindings(namespace)}/{name}")
+                holder = str(current.get("metadata", {}).get("uid", ""))
+            except NotFound:
+                holder = ""
+            if rc.is_orphan(uid, holder, now - checks.first_seen[uid], window):
+                log.info(
+                    "reservation of a binding that does not exist released",
+                    extra={"namespace": namespace, "binding": name, "uid": uid},
+                )
+                self.index.mark_absent(namespace, uid)
+                self._unseen.pop(uid, None)
+                self._absent.discard(uid)
+                found = True
+            elif not holder:  # its create may still be in flight: look again after the window
+                self._absent.add(uid)
+                self.queue.mark_at(namespace, checks.first_seen[uid] + window + 0.05)
+        return found or stale
+
+    async def _audit_stale(self, namespace: str) -> bool:
+        """Drop the charges of UPDATEs admitted but never stored (the binding is still below
+        their generation once the admission window has passed since they were all there):
+        a compare-and-swap status write of the quota without exactly those entries."""
+        now = asyncio.get_running_loop().time()
+        window = self.settings.admission_window
+        charges = rc.stale_charges(self.quotas.quotas(namespace), self.index.bindings(namespace))
+        seen = {(namespace, c.quota, c.key, c.count) for c in charges}
+        self._stale = {k: t for k, t in self._stale.items() if k[0] != namespace or k in seen}
+        holders: dict[str, tuple[str, int]] = {}  # binding name -> (uid, generation) read
+        found = False
+        for c in charges:
+            first = self._stale.setdefault((namespace, c.quota, c.key, c.count), now)
+            due = first + window + rc.STALE_MARGIN
+            if now < due:
+                self.queue.mark_at(namespace, due + 0.05)
+                continue
+            if c.name not in holders:
+                try:
+                    got = await self.api.get(f"{paths.bindings(namespace)}/{c.name}")
+                    meta = got.get("metadata") or {}
+                    gen = meta.get("generation")
+                    holders[c.name] = (str(meta.get("uid", "")), gen if isinstance(gen, int) else 0)
+                except NotFound:
+                    holders[c.name] = ("", 0)
+            uid, generation = holders[c.name]
+            if uid != c.key[0]:  # the object is gone (its name free, or another's): a uid
+                self.index.mark_absent(namespace, c.key[0])  # never comes back
+                found = True
+                continue
+            if rc.stale_disproved(uid, generation, c, now - first, window):
+                found = await self._drop_stale(namespace, c) or found
+        return found
+
+    async def _drop_stale(self, namespace: str, c: rc.StaleCharge) -> bool:
+        """Write the quota without up to `c.count` entries of `c.key`; True when written."""
+
+        async def read() -> KarmadaQuota:
+            return KarmadaQuota.model_validate(await self.api.get(paths.quota(namespace, c.quota)))
+
+        def without(obj: KarmadaQuota) -> JSON | None:
+            kept = rc.without_stale(obj.status.reservations, c.key, c.count)
+            if len(kept) == len(obj.status.reservations) or not self._may_write():
+                return None
+            status = obj.status.model_copy(update={"reservations": kept})
+            body: JSON = obj.model_copy(update={"status": status}).model_dump(
+                mode="json", exclude_none=True
+            )
+            return body
+
+        async def write(body: JSON) -> JSON:
+            return await self.api.request(
+                "PUT",
+                paths.quota_status(namespace, c.quota),
+                body,
+                timeout=self.settings.write_timeout,
+            )
+
+        try:
+            result = await retry_on_conflict(
+                read,
+                without,
+                write,
+                attempts=self.settings.max_attempts,
+                backoff=self.settings.conflict_backoff,
+            )
+        except (NotFound, ConflictsExhausted, KubeError, aiohttp.ClientError, TimeoutError) as e:
+            log.info(
+                "stale charge not dropped; retrying",
+                extra={"namespace": namespace, "quota": c.quota, "error": str(e)},
+            )
+            self.queue.retry(namespace)
+            return False
+        if result is None:
+            return False
+        self.quotas.fold(result)
+        self.metrics.released.labels(rc.RELEASED_DISPROVED).inc(c.count)
+        log.info(
+            "charge of an update never stored released",
+            extra={
+                "namespace": namespace,
+                "quota": c.quota,
+                "binding": c.name,
+                "uid": c.key[0],
+                "generation": c.key[1],
+                "count": c.count,
+            },
+        )
+        return True

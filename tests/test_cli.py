@@ -105,8 +105,14 @@ def test_admission_window_reaches_the_controller_config() -> None:
     from karmadaquota.controller.reconciler import DEFAULT_ADMISSION_WINDOW
 
     parse = cli._parser().parse_args
-    assert config_from(parse(["controller"]), {}).admission_window == DEFAULT_ADMISSION_WINDOW
-    assert config_from(parse(["controller", "--admission-window=40s"]), {}).admission_window == 40
+    assert (
+        config_from(parse(["controller"]), {}).reconciler.admission_window
+        == DEFAULT_ADMISSION_WINDOW
+    )
+    assert (
+        config_from(parse(["controller", "--admission-window=40s"]), {}).reconciler.admission_window
+        == 40
+    )
 
 
 @pytest.mark.parametrize("flag", ["--wake-kind", "--requeue-kind"])

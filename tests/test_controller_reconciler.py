@@ -356,8 +356,8 @@ async def test_an_expired_reservation_holds_until_the_audit_disproves_it(env: An
     """Expiry is no release: a charge whose binding never appears outlives its TTL and goes
     only once a GET after the admission window finds its name free."""
     api, c, _ = env
-    c.settings.orphan_grace = 0.05
-    c.settings.admission_window = 1.5
+    c.config.orphan_grace = 0.05
+    c.config.admission_window = 1.5
     add_quota(api, "q", {"pods": "10"})
     await listed(c)
     await until(lambda: used(api) == {"pods": "0"})
@@ -378,7 +378,7 @@ async def test_an_update_admitted_but_never_stored_is_released_after_the_window(
     after the admission window still finds generation 1, and not before (the GET is of the
     binding's own name: the entry's is only what a writer said)."""
     api, c, _ = env
-    c.settings.admission_window = 0.5
+    c.config.admission_window = 0.5
     add_quota(api, "q", {"pods": "10"})
     add_binding(api, "web", uid="uid-web", replicas=2)
     await listed(c)
@@ -470,7 +470,7 @@ async def test_sustained_contention_backs_off_and_gets_through(env: Any) -> None
         add_reservation(api, "q", f"uid-{n}", {"pods": "1"})
         api.bump(NS, "q", next_revision)
 
-    api.intercept(other_writes_first, times=c.settings.max_attempts + 2)
+    api.intercept(other_writes_first, times=c.config.max_attempts + 2)
     add_binding(api, "web", replicas=2)
     await until(lambda: used(api) == {"pods": "2"})
     kept = {r.reservedBy.uid for r in held(api)}
@@ -484,7 +484,7 @@ async def test_reservation_of_a_create_that_failed_after_admission_is_released_e
     """AlreadyExists after admission: the name is held by another uid, so the reserved
     binding cannot exist; released after the grace period, long before it expires."""
     api, c, _ = env
-    c.settings.orphan_grace = 0.05
+    c.config.orphan_grace = 0.05
     add_quota(api, "q", {"pods": "10"})
     web = add_binding(api, "web", replicas=2)
     await listed(c)
@@ -502,8 +502,8 @@ async def test_reservation_whose_name_is_free_is_kept_for_the_admission_window(
     """No binding holds the name: the create may still be waiting on another webhook, so the
     reservation is kept until no create admitted then can be in flight, then released."""
     api, c, _ = env
-    c.settings.orphan_grace = 0.05
-    c.settings.admission_window = 1.0
+    c.config.orphan_grace = 0.05
+    c.config.admission_window = 1.0
     add_quota(api, "q", {"pods": "10"})
     await listed(c)
     await until(lambda: used(api) == {"pods": "0"})
@@ -518,7 +518,7 @@ async def test_reservation_whose_name_is_free_is_kept_for_the_admission_window(
 
 async def test_reservation_of_an_existing_but_unindexed_binding_is_kept(env: Any) -> None:
     api, c, _ = env
-    c.settings.orphan_grace = 0.05
+    c.config.orphan_grace = 0.05
     add_quota(api, "q", {"pods": "10"})
     await listed(c)
     await until(lambda: used(api) == {"pods": "0"})

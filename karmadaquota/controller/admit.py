@@ -53,11 +53,11 @@ class Admitter:
     """Admits queued bindings (the queue's way of waiting for room, `controller.room`)."""
 
     def __init__(
-        self, api: Api, metrics: ControllerMetrics, settings: AdmitConfig | None = None
+        self, api: Api, metrics: ControllerMetrics, config: AdmitConfig | None = None
     ) -> None:
         self.api = api
         self.metrics = metrics
-        self.settings = settings or AdmitConfig()
+        self.config = config or AdmitConfig()
         self._classes: dict[str, tuple[int, float]] = {}  # name -> (value, loop time read)
         self._announced: dict[str, set[str]] = {}  # namespace -> uids a Queued event named
         self._lengths: dict[str, set[str]] = {}  # namespace -> quotas with a queue gauge
@@ -106,7 +106,7 @@ class Admitter:
                 "PATCH",
                 f"{paths.bindings(namespace)}/{e.name}",
                 queueing.admit_patch(e.resource_version),
-                timeout=self.settings.patch_timeout,
+                timeout=self.config.patch_timeout,
                 content_type=MERGE_PATCH,
             )
         except Conflict:
@@ -179,7 +179,7 @@ class Admitter:
     async def _event(
         self, namespace: str, e: queueing.QueueEntry, reason: str, message: str, now: datetime
     ) -> None:
-        if not self.settings.events:
+        if not self.config.events:
             return
         stamp = api.format_time(now)
         t = e.template
@@ -220,7 +220,7 @@ class Admitter:
         out: dict[str, int] = {}
         for name in sorted(n for n in names if n):
             held = self._classes.get(name)
-            if held is not None and held[1] + self.settings.class_ttl > loop_now:
+            if held is not None and held[1] + self.config.class_ttl > loop_now:
                 out[name] = held[0]
                 continue
             try:
@@ -274,7 +274,7 @@ class _AdmitPass:
         result = await self.admitter._clear(self.namespace, pick, self.now, self.classes)
         if result in ("conflict", "error"):
             loop = asyncio.get_running_loop()
-            self.again = loop.time() + self.admitter.settings.retry_after
+            self.again = loop.time() + self.admitter.config.retry_after
         return result == "admitted"
 
     async def retry_at(self, let_go: Sequence[queueing.Pick]) -> float | None:

@@ -59,16 +59,11 @@ log = logging.getLogger("karmadaquota.controller")
 @dataclass
 class ControllerConfig:
     kubeconfig: str | None = None
-    resync_period: float = 300.0
-    admission_window: float = DEFAULT_ADMISSION_WINDOW
+    # the recompute and its jobs (member watch, tenants' views, resync, debounce, ...)
+    reconciler: ReconcilerConfig = field(default_factory=ReconcilerConfig)
     metrics_bind_address: str = "127.0.0.1"
     metrics_port: int = 8080
     lease_namespace: str = "karmada-system"
-    member_watch: bool = True
-    # the AppliedClusterKarmadaQuota views of cluster quotas (docs/cluster-quotas.md)
-    tenant_views: bool = True
-    quiet: float = 0.03
-    max_delay: float = 0.1
     leader_elect: bool = True
     lease_name: str = DEFAULT_LEASE_NAME
     lease_duration: float = 10.0
@@ -88,19 +83,21 @@ def _bool(text: str) -> bool:
 def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> ControllerConfig:
     return ControllerConfig(
         kubeconfig=args.kubeconfig,
-        resync_period=args.resync_period.total_seconds() or 300.0,
-        admission_window=(
-            args.admission_window.total_seconds()
-            if args.admission_window is not None
-            else DEFAULT_ADMISSION_WINDOW
+        reconciler=ReconcilerConfig(
+            resync_period=args.resync_period.total_seconds() or 300.0,
+            admission_window=(
+                args.admission_window.total_seconds()
+                if args.admission_window is not None
+                else DEFAULT_ADMISSION_WINDOW
+            ),
+            member_watch=not args.no_member_watch,
+            tenant_views=not args.no_tenant_views,
+            quiet=float(env.get("KARMADAQUOTA_DEBOUNCE_QUIET", "0.03")),
+            max_delay=float(env.get("KARMADAQUOTA_DEBOUNCE_MAX", "0.1")),
         ),
         metrics_bind_address=args.metrics_bind_address,
         metrics_port=args.metrics_port,
         lease_namespace=args.namespace,
-        member_watch=not args.no_member_watch,
-        tenant_views=not args.no_tenant_views,
-        quiet=float(env.get("KARMADAQUOTA_DEBOUNCE_QUIET", "0.03")),
-        max_delay=float(env.get("KARMADAQUOTA_DEBOUNCE_MAX", "0.1")),
         leader_elect=_bool(env.get("KARMADAQUOTA_LEADER_ELECT", "true")),
         lease_name=env.get("KARMADAQUOTA_LEASE_NAME", DEFAULT_LEASE_NAME),
         lease_duration=float(env.get("KARMADAQUOTA_LEASE_DURATION", "10")),
@@ -124,9 +121,9 @@ def build_app(
     )
 
 
-async def serve(cfg: ControllerConfig) -> int:
+async def serve(config: ControllerConfig) -> int:
     metrics = ControllerMetrics()
-    client = await KubeClient.connect(cfg.kubeconfig, user_agent=user_agent("controller"))
+    client = await KubeClient.connect(config.kubeconfig, user_agent=user_agent("controller"))
     controller: Controller | None = None  # the callbacks below run only once it exists
 
     def leadership_changed(leader: bool) -> None:
@@ -141,21 +138,21 @@ async def serve(cfg: ControllerConfig) -> int:
         return await client.get(f"/api/v1/namespaces/{namespace}/secrets/{name}")
 
     elector: LeaderElector | None = None
-    if cfg.leader_elect:
+    if config.leader_elect:
         elector = LeaderElector(
             client,
-            cfg.lease_namespace,
-            name=cfg.lease_name,
-            lease_duration=cfg.lease_duration,
-            renew_deadline=cfg.lease_duration - 3.0,
-            retry_period=min(2.0, cfg.lease_duration / 5),
+            config.lease_namespace,
+            name=config.lease_name,
+            lease_duration=config.lease_duration,
+            renew_deadline=config.lease_duration - 3.0,
+            retry_period=min(2.0, config.lease_duration / 5),
             on_change=leadership_changed,
         )
     members = Members(
         read_secret,
         member_changed,
         metrics,
-        enabled=cfg.member_watch,
+        enabled=config.reconciler.member_watch,
         client_factory=functools.partial(
             KubeClient.from_token, user_agent=user_agent("controller")
         ),
@@ -167,16 +164,9 @@ async def serve(cfg: ControllerConfig) -> int:
         client,
         metrics,
         elector or AlwaysLeader(),
-        ReconcilerConfig(
-            quiet=cfg.quiet,
-            max_delay=cfg.max_delay,
-            member_watch=cfg.member_watch,
-            tenant_views=cfg.tenant_views,
-            resync_period=cfg.resync_period,
-            admission_window=cfg.admission_window,
-        ),
+        config.reconciler,
         members,
-        waker=Waker(client, metrics, cfg.wake) if cfg.wake is not None else None,
+        waker=Waker(client, metrics, config.wake) if config.wake is not None else None,
         namespace_api=client,
         admitter=Admitter(client, metrics),
         guards=keeper,
@@ -185,30 +175,32 @@ async def serve(cfg: ControllerConfig) -> int:
     if elector is None:
         controller.leadership_changed(True)
 
-    authorizer = metrics_auth.authorizer(cfg.metrics_auth, cfg.metrics_auth_kubeconfig)
+    authorizer = metrics_auth.authorizer(config.metrics_auth, config.metrics_auth_kubeconfig)
     listener = await server.serve(
         build_app(controller, metrics, authorizer),
-        cfg.metrics_bind_address,
-        cfg.metrics_port,
+        config.metrics_bind_address,
+        config.metrics_port,
         None,
-        cfg.aux_limits,
+        config.aux_limits,
     )
     freeze_startup_heap()
     log.info(
         "controller starting",
         extra={
-            "metrics": f"{cfg.metrics_bind_address}:{cfg.metrics_port}",
-            "metrics_auth": cfg.metrics_auth,
-            "lease": f"{cfg.lease_namespace}/{cfg.lease_name}" if cfg.leader_elect else "off",
+            "metrics": f"{config.metrics_bind_address}:{config.metrics_port}",
+            "metrics_auth": config.metrics_auth,
+            "lease": f"{config.lease_namespace}/{config.lease_name}"
+            if config.leader_elect
+            else "off",
             "holder": elector.holder if elector else "",
-            "member_watch": cfg.member_watch,
-            "wake": [f"{k.group}/{k.kind}" for k in cfg.wake.kinds] if cfg.wake else "off",
+            "member_watch": config.reconciler.member_watch,
+            "wake": [f"{k.group}/{k.kind}" for k in config.wake.kinds] if config.wake else "off",
         },
     )
     tasks: list[asyncio.Task[Any]] = [asyncio.create_task(controller.run(), name="controller")]
     if elector is not None:
         tasks.append(asyncio.create_task(elector.run(), name="leader-election"))
-    logging.getLogger("kopf").setLevel(cfg.kopf_log_level.upper())
+    logging.getLogger("kopf").setLevel(config.kopf_log_level.upper())
     code = 0
     try:
         await kopf.operator(
@@ -239,10 +231,10 @@ async def serve(cfg: ControllerConfig) -> int:
 
 
 def run_controller(args: argparse.Namespace) -> int:
-    cfg = config_from(args, os.environ)
+    config = config_from(args, os.environ)
     with contextlib.suppress(KeyboardInterrupt):
         try:
-            return asyncio.run(serve(cfg))
+            return asyncio.run(serve(config))
         except CredentialsError as e:
             print(f"karmadaquota controller: {e}", file=sys.stderr)
             return 2

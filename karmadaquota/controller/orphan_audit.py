@@ -33,8 +33,8 @@ from karmadaquota.kube.retry import Backoff, ConflictsExhausted, retry_on_confli
 log = logging.getLogger("karmadaquota.controller")
 
 
-class AuditSettings(Protocol):
-    """The reconciler's settings the audit reads (each time: tests and flags change them)."""
+class AuditConfig(Protocol):
+    """The reconciler's configuration the audit reads (each time: tests and flags change them)."""
 
     orphan_grace: float
     admission_window: float
@@ -57,7 +57,7 @@ class OrphanAudit:
         cluster_quotas: QuotaStore,
         index: BindingIndex,
         metrics: ControllerMetrics,
-        settings: AuditSettings,
+        config: AuditConfig,
         may_write: Callable[[], bool],
         released: Callable[[str], None],
     ) -> None:
@@ -66,7 +66,7 @@ class OrphanAudit:
         self.cluster_quotas = cluster_quotas
         self.index = index
         self.metrics = metrics
-        self.settings = settings
+        self.config = config
         self._may_write = may_write
         self._released = released
         self.queue = DirtyQueue(self._audit, quiet=0.0, max_delay=0.0, name="orphan-audit")
@@ -93,9 +93,9 @@ class OrphanAudit:
             self.index.deleted,
             namespace,
         )
-        window = self.settings.admission_window
+        window = self.config.admission_window
         checks = rc.orphan_checks(
-            unobserved, self._unseen, self._absent, now, self.settings.orphan_grace, window
+            unobserved, self._unseen, self._absent, now, self.config.orphan_grace, window
         )
         self._unseen = checks.first_seen
         self._absent &= checks.first_seen.keys()
@@ -127,7 +127,7 @@ class OrphanAudit:
         their generation once the admission window has passed since they were all there):
         a compare-and-swap status write of the quota without exactly those entries."""
         now = asyncio.get_running_loop().time()
-        window = self.settings.admission_window
+        window = self.config.admission_window
         charges = rc.stale_charges(self.quotas.quotas(namespace), self.index.bindings(namespace))
         seen = {(namespace, c.quota, c.key, c.count) for c in charges}
         self._stale = {k: t for k, t in self._stale.items() if k[0] != namespace or k in seen}
@@ -177,7 +177,7 @@ class OrphanAudit:
                 "PUT",
                 paths.quota_status(namespace, c.quota),
                 body,
-                timeout=self.settings.write_timeout,
+                timeout=self.config.write_timeout,
             )
 
         try:
@@ -185,8 +185,8 @@ class OrphanAudit:
                 read,
                 without,
                 write,
-                attempts=self.settings.max_attempts,
-                backoff=self.settings.conflict_backoff,
+                attempts=self.config.max_attempts,
+                backoff=self.config.conflict_backoff,
             )
         except (NotFound, ConflictsExhausted, KubeError, aiohttp.ClientError, TimeoutError) as e:
             log.info(

@@ -137,7 +137,7 @@ class Controller:
         api: ControllerApi,
         metrics: ControllerMetrics,
         leadership: Leadership,
-        tuning: ReconcilerConfig | None = None,
+        config: ReconcilerConfig | None = None,
         members: Members | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         waker: Waker | None = None,
@@ -161,7 +161,7 @@ class Controller:
         self._outcomes: dict[tuple[str, str], rc.Outcome] = {}
         self.metrics = metrics
         self.leadership = leadership
-        self.settings = tuning or ReconcilerConfig()
+        self.config = config or ReconcilerConfig()
         self.members = members
         self.waker = waker  # None: refused workloads wait on Karmada's own retry backoff
         self._clock = clock
@@ -171,8 +171,8 @@ class Controller:
             on_put=lambda record: self.dirty.mark(record.namespace),
             on_delete=self._quota_deleted,
             on_relisted=lambda _: self._relisted(),
-            page_size=self.settings.page_size,
-            relist_period=self.settings.resync_period,
+            page_size=self.config.page_size,
+            relist_period=self.config.resync_period,
         )
         # ClusterKarmadaQuotas (all under namespace ""), each recomputed from its own queue
         # (keyed by its name) over the namespaces its selector picks (controller.cluster)
@@ -184,8 +184,8 @@ class Controller:
             on_relisted=lambda _: self.cluster_dirty.mark_many(
                 [r.name for r in self.cluster_quotas.records("")]
             ),
-            page_size=self.settings.page_size,
-            relist_period=self.settings.resync_period,
+            page_size=self.config.page_size,
+            relist_period=self.config.resync_period,
         )
         # as of each cluster quota's last recompute: the namespaces it selects, and back
         self._selection: dict[str, frozenset[str]] = {}
@@ -193,15 +193,15 @@ class Controller:
         self.synced = asyncio.Event()
         self.dirty = DirtyQueue(
             self.flush,
-            quiet=self.settings.quiet,
-            max_delay=self.settings.max_delay,
+            quiet=self.config.quiet,
+            max_delay=self.config.max_delay,
             retry_delay=RECOMPUTE_RETRY,
             retry_cap=RECOMPUTE_RETRY_CAP,
         )
         self.cluster_dirty = DirtyQueue(
             self.flush_cluster,
-            quiet=self.settings.quiet,
-            max_delay=self.settings.max_delay,
+            quiet=self.config.quiet,
+            max_delay=self.config.max_delay,
             retry_delay=RECOMPUTE_RETRY,
             retry_cap=RECOMPUTE_RETRY_CAP,
             name="cluster-recompute",
@@ -220,7 +220,7 @@ class Controller:
             self.cluster_quotas,
             self.index,
             metrics,
-            self.settings,
+            self.config,
             self._can_write,
             self._released,
         )
@@ -228,7 +228,7 @@ class Controller:
             self._wait_for_room, quiet=0.0, max_delay=0.0, retry_delay=ADMIT_RETRY, name="room"
         )
         if guards is not None:
-            guards.attach(api, self.quotas, self, self.settings.write_timeout)
+            guards.attach(api, self.quotas, self, self.config.write_timeout)
         # None: the enforcement label is neither watched nor written (Enforced not reported)
         self.enforcement = (
             Enforcement(
@@ -238,8 +238,8 @@ class Controller:
                 lambda: self.synced.is_set() and self._can_write(),
                 self._mark,
                 relabelled=self._relabelled,
-                page_size=self.settings.page_size,
-                relist_period=self.settings.resync_period,
+                page_size=self.config.page_size,
+                relist_period=self.config.resync_period,
             )
             if namespace_api is not None
             else None
@@ -251,11 +251,11 @@ class Controller:
                 self._cluster_quota,
                 lambda name: self._selection.get(name, frozenset()),
                 lambda: self.synced.is_set() and self._can_write(),
-                page_size=self.settings.page_size,
-                relist_period=self.settings.resync_period,
-                max_delay=self.settings.view_delay,
+                page_size=self.config.page_size,
+                relist_period=self.config.resync_period,
+                max_delay=self.config.view_delay,
             )
-            if self.settings.tenant_views
+            if self.config.tenant_views
             else None
         )
         self.queues: tuple[DirtyQueue, ...] = (
@@ -274,8 +274,8 @@ class Controller:
             paths.bindings(),
             _BindingFeed(self),
             api,
-            page_size=self.settings.page_size,
-            relist_period=self.settings.resync_period,
+            page_size=self.config.page_size,
+            relist_period=self.config.resync_period,
             name="resourcebindings",
         )
         self.writes = 0
@@ -471,7 +471,7 @@ class Controller:
             bindings=self.index.bindings(namespace),
             deleted=self.index.deleted,
             members=self.members.views() if self.members is not None else (),
-            member_watch=self.settings.member_watch,
+            member_watch=self.config.member_watch,
         )
         if self.waker is not None:
             snapshot = replace(snapshot, gone=functools.partial(self.waker.gone, namespace))
@@ -539,7 +539,7 @@ class Controller:
             bindings=self.index.bindings,
             deleted=self.index.deleted,
             members=self.members.views() if self.members is not None else (),
-            member_watch=self.settings.member_watch,
+            member_watch=self.config.member_watch,
             enforced=enforced,
         )
 
@@ -606,7 +606,7 @@ class Controller:
         return (
             self.synced.is_set()
             and self.leadership.is_leader()
-            and self.leadership.remaining() > self.settings.write_timeout
+            and self.leadership.remaining() > self.config.write_timeout
         )
 
     async def _sync_quota(self, record: QuotaRecord, selected: list[str] | None = None) -> bool:
@@ -656,7 +656,7 @@ class Controller:
         async def write(change: tuple[QuotaRecord, st.StatusWrite]) -> JSON:
             current, desired = change
             path = f"{quota_path}/status"
-            timeout = self.settings.write_timeout
+            timeout = self.config.write_timeout
             if desired.patch is None:  # compare-and-swap on resourceVersion
                 body = {**current.raw, "status": desired.status}
                 return await self.api.request("PUT", path, body, timeout=timeout)
@@ -675,8 +675,8 @@ class Controller:
                 mutate,
                 write,
                 first=record,
-                attempts=self.settings.max_attempts,
-                backoff=self.settings.conflict_backoff,
+                attempts=self.config.max_attempts,
+                backoff=self.config.conflict_backoff,
                 on_conflict=self.metrics.status_writes.labels("conflict").inc,
             )
         except ConflictsExhausted:

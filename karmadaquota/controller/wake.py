@@ -87,11 +87,11 @@ class Waker:
     `controller.room`); keeps what it woke and which templates are gone."""
 
     def __init__(
-        self, api: Templates, metrics: ControllerMetrics, settings: WakeConfig | None = None
+        self, api: Templates, metrics: ControllerMetrics, config: WakeConfig | None = None
     ) -> None:
         self.api = api
         self.metrics = metrics
-        self.settings = settings or WakeConfig()
+        self.config = config or WakeConfig()
         self._woken: dict[str, tuple[int, float]] = {}  # key -> (refusals seen, loop time)
         self._checked: dict[str, float] = {}  # key -> loop time its template was last seen
         self._gone: dict[str, set[str]] = {}  # namespace -> keys whose template is gone
@@ -110,7 +110,7 @@ class Waker:
 
     def _kind(self, w: WaitingWorkload) -> Kind | None:
         group = w.template.apiVersion.rpartition("/")[0]
-        for k in self.settings.kinds:
+        for k in self.config.kinds:
             if k.group == group and k.kind == w.template.kind:
                 return k
         return None
@@ -129,12 +129,12 @@ class Waker:
         self.metrics.waiting.set(sum(self._counts.values()))
 
     def _forget(self, loop_now: float, live: Collection[str]) -> None:
-        grace = self.settings.woken_grace
+        grace = self.config.woken_grace
         for k, (_, at) in list(self._woken.items()):
             if at < loop_now - grace:
                 del self._woken[k]
         for k in list(self._checked):
-            if k not in live and self._checked[k] < loop_now - 10 * self.settings.audit_period:
+            if k not in live and self._checked[k] < loop_now - 10 * self.config.audit_period:
                 del self._checked[k]
 
     async def _wake_one(
@@ -152,7 +152,7 @@ class Waker:
             await self.api.merge_patch(
                 template_path(namespace, w, kind),
                 {"metadata": meta},
-                timeout=self.settings.patch_timeout,
+                timeout=self.config.patch_timeout,
             )
         except (NotFound, Conflict) as e:
             self._template_gone(namespace, k, extra, str(e))
@@ -190,7 +190,7 @@ class Waker:
         loop_now: float,
     ) -> float | None:
         """GET templates not seen for `audit_period`; the loop time of the next audit."""
-        period = self.settings.audit_period
+        period = self.config.audit_period
         due: float | None = None
         for w in entries:
             k = waiting.key(w.template)

@@ -28,7 +28,7 @@ log = logging.getLogger("karmadaquota.controller.dirty")
 
 
 @dataclass(slots=True)
-class _Pending:
+class _Marked:
     first: float
     last: float
 
@@ -84,7 +84,7 @@ class DirtyQueue:
         self.max_delay = max_delay
         self.limiter = RateLimiter(Backoff(retry_delay, max(retry_delay, retry_cap)))
         self._retried: set[str] = set()  # keys whose running flush asked for a retry
-        self._pending: dict[str, _Pending] = {}
+        self._marked: dict[str, _Marked] = {}
         self._timers: dict[str, float] = {}
         self._running: dict[str, asyncio.Task[None]] = {}
         self._wake = asyncio.Event()
@@ -97,9 +97,9 @@ class DirtyQueue:
 
     def mark(self, namespace: str) -> None:
         now = self._now()
-        p = self._pending.get(namespace)
+        p = self._marked.get(namespace)
         if p is None:
-            self._pending[namespace] = _Pending(now, now)
+            self._marked[namespace] = _Marked(now, now)
         else:
             p.last = now
         self._wake.set()
@@ -123,11 +123,11 @@ class DirtyQueue:
         self._retried.add(namespace)
         self.mark_at(namespace, self._now() + self.limiter.when(namespace))
 
-    def pending(self) -> set[str]:
-        return set(self._pending) | set(self._timers)
+    def marked(self) -> set[str]:
+        return set(self._marked) | set(self._timers)
 
     def idle(self) -> bool:
-        return not self._pending and not self._running
+        return not self._marked and not self._running
 
     async def run(self) -> None:
         """Flush due namespaces forever (cancel to stop)."""
@@ -139,12 +139,12 @@ class DirtyQueue:
                         del self._timers[ns]
                         self.mark(ns)
                 next_due: float | None = None
-                for ns, p in list(self._pending.items()):
+                for ns, p in list(self._marked.items()):
                     if ns in self._running:
                         continue  # re-examined when that flush ends
                     due = p.due(self.quiet, self.max_delay)
                     if due <= now:
-                        del self._pending[ns]
+                        del self._marked[ns]
                         self._start(ns)
                     elif next_due is None or due < next_due:
                         next_due = due

@@ -48,17 +48,17 @@ class RefusalRecorder:
         writer: Batcher,
         interval: float = 1.0,
         per_namespace: int = waiting.DEFAULT_LIMIT,
-        pending_limit: int = 10_000,
+        unwritten_limit: int = 10_000,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self._store = store
         self._writer = writer  # the namespace's one status writer: it carries our changes
         self._writer.attach(self, interval)
         self.per_namespace = per_namespace
-        self.pending_limit = pending_limit
+        self.unwritten_limit = unwritten_limit
         self._clock = clock
         self._changes: dict[str, _Changes] = {}
-        self._pending = 0  # refusals in `_changes` (not those taken for a write)
+        self._unwritten = 0  # refusals in `_changes` (not those taken for a write)
         self._flying: dict[str, _Taken] = {}  # taken for the namespace's write in progress
 
     def observe(
@@ -110,7 +110,7 @@ class RefusalRecorder:
         ):
             changes = self._changes.setdefault(namespace, _Changes())
             if changes.refused.pop(k, None) is not None:
-                self._pending -= 1
+                self._unwritten -= 1
             changes.admitted.add(k)
             self._writer.noted(namespace)
 
@@ -131,9 +131,9 @@ class RefusalRecorder:
         changes = self._changes.setdefault(namespace, _Changes())
         earlier = changes.refused.get(k)
         if earlier is None:
-            if self._pending >= self.pending_limit:
+            if self._unwritten >= self.unwritten_limit:
                 return  # bounded: the oldest refusals keep their places
-            self._pending += 1
+            self._unwritten += 1
         changes.admitted.discard(k)
         changes.refused[k] = refusal if earlier is None else earlier.again(refusal)
         self._writer.noted(namespace)
@@ -181,7 +181,7 @@ class RefusalRecorder:
         taken = _Taken(namespace, self.per_namespace, admitted=set(changes.admitted))
         for name in names:
             taken.refused[name] = {k: changes.refused.pop(k) for k in split[name]}
-            self._pending -= len(split[name])
+            self._unwritten -= len(split[name])
         still_listed = {
             waiting.key(w.template)
             for q in self._store.quotas(namespace)
@@ -226,9 +226,9 @@ class RefusalRecorder:
                 later = changes.refused.get(k)
                 if later is not None:
                     changes.refused[k] = r.again(later)
-                elif self._pending < self.pending_limit:
+                elif self._unwritten < self.unwritten_limit:
                     changes.refused[k] = r
-                    self._pending += 1
+                    self._unwritten += 1
         for k in taken.admitted:
             if k not in changes.refused:
                 changes.admitted.add(k)

@@ -204,7 +204,7 @@ async def test_the_controller_can_make_every_call_it_makes_and_nothing_else(
         template, {"metadata": {"annotations": {"quota.karmada.io/woken-at": "rbac-test"}}}
     )
     assert patched["metadata"]["annotations"]["quota.karmada.io/woken-at"] == "rbac-test"
-    # queue admission: the merge patch on a resourceVersion the admitter sends (controller/admit.py)
+    # leaving the queue: the merge patch on a resourceVersion the dequeuer sends (dequeue.py)
     rv = (await c.get(binding_path))["metadata"]["resourceVersion"]
     admitted = await c.request(
         "PATCH",

@@ -35,7 +35,7 @@ from karmadaquota import metrics_auth
 from karmadaquota.aux_port import aux_app
 from karmadaquota.cli import aux_limits
 from karmadaquota.controller import operator
-from karmadaquota.controller.admit import Admitter
+from karmadaquota.controller.dequeue import Dequeuer
 from karmadaquota.controller.guard_keeper import GuardKeeper
 from karmadaquota.controller.leader import DEFAULT_LEASE_NAME, LeaderElector, identity
 from karmadaquota.controller.members import Members
@@ -168,7 +168,7 @@ async def serve(config: ControllerConfig) -> int:
         members,
         waker=Waker(client, metrics, config.wake) if config.wake is not None else None,
         namespace_api=client,
-        admitter=Admitter(client, metrics),
+        dequeuer=Dequeuer(client, metrics),
         guards=keeper,
         templates=TemplateStore(client),
     )

@@ -14,7 +14,7 @@ The controller is the recompute and its dispatch, nothing else: each recompute f
 of the jobs that follow it, each job in a module and a queue of its own (the Kubernetes quota
 controller's way), so that a slow GET or PATCH of theirs never delays the recompute that
 releases quota: the orphan audit (`controller.orphan_audit`), waiting for room
-(`controller.room`: admitting queued bindings with `controller.admit`, then waking waiting
+(`controller.room`: admitting queued bindings with `controller.dequeue`, then waking waiting
 workloads with `controller.wake`), the member guards and their finalizer
 (`controller.guard_keeper`), the namespaces' enforcement labels (`controller.enforcement`) and
 the tenants' views (`controller.views`). Every job retries on its own queue
@@ -42,7 +42,7 @@ from karmadaquota.controller import cluster as cl
 from karmadaquota.controller import guards as gd
 from karmadaquota.controller import recompute as rc
 from karmadaquota.controller import status as st
-from karmadaquota.controller.admit import Admitter
+from karmadaquota.controller.dequeue import Dequeuer
 from karmadaquota.controller.dirty import DirtyQueue
 from karmadaquota.controller.enforcement import Enforcement
 from karmadaquota.controller.guard_keeper import GuardKeeper
@@ -142,7 +142,7 @@ class Controller:
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         waker: Waker | None = None,
         namespace_api: namespaces.Patcher | None = None,
-        admitter: Admitter | None = None,
+        dequeuer: Dequeuer | None = None,
         guards: GuardKeeper | None = None,
         templates: TemplateStore | None = None,
     ) -> None:
@@ -155,7 +155,7 @@ class Controller:
         if templates is not None:
             templates.on_change(self._template_arrived)
         # admits queued bindings as room appears (None: queued bindings stay queued)
-        self.admitter = admitter
+        self.dequeuer = dequeuer
         # None: memberEnforcement ResourceQuota counts observed usage but keeps no guards
         self.guards = guards
         self._outcomes: dict[tuple[str, str], rc.Outcome] = {}
@@ -499,7 +499,7 @@ class Controller:
             contended = not await self._sync_quota(record) or contended
         if contended:  # another writer is busy: come back very soon (its rate limiter)
             self.dirty.retry(namespace)
-        if self.admitter is not None or (self._can_write() and self.waker is not None):
+        if self.dequeuer is not None or (self._can_write() and self.waker is not None):
             self.room.mark(namespace)
         if self._can_write():
             self.audit.queue.mark(namespace)
@@ -554,14 +554,14 @@ class Controller:
     async def _wait_for_room(self, namespace: str) -> None:
         """Publish the namespace's queue lengths; on the leader, admit the queued bindings
         that fit, then wake the waiting workloads that do (one loop: controller.room)."""
-        entries = self.index.queued(namespace) if self.admitter is not None else []
-        if self.admitter is not None:
-            self.admitter.publish(namespace, entries)
+        entries = self.index.queued(namespace) if self.dequeuer is not None else []
+        if self.dequeuer is not None:
+            self.dequeuer.publish(namespace, entries)
         if not self._can_write():
             return
         quotas = self.quotas.quotas(namespace)
-        if self.admitter is not None:
-            again = await self.admitter.admit(namespace, quotas, entries, self._clock())
+        if self.dequeuer is not None:
+            again = await self.dequeuer.dequeue(namespace, quotas, entries, self._clock())
             if again is not None:
                 self.room.mark_at(namespace, again)
         if self.waker is not None:
@@ -732,8 +732,8 @@ class Controller:
 
     def leadership_changed(self, leader: bool) -> None:
         self.metrics.leader.set(1 if leader else 0)
-        if not leader and self.admitter is not None:
-            self.admitter.forget()
+        if not leader and self.dequeuer is not None:
+            self.dequeuer.forget()
         if leader:
             self.mark_all()  # a new leader writes whatever its predecessor left undone
 

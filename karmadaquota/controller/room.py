@@ -2,7 +2,7 @@
 
 Two ways of waiting share it, after each recompute of the namespace: workloads the webhook
 refused for quota (`controller.wake`: an annotation on their template makes Karmada retry them
-at once) and bindings a quota queued (`controller.admit`: clearing their suspension, an UPDATE
+at once) and bindings a quota queued (`controller.dequeue`: clearing their suspension, an UPDATE
 the webhook charges). Each pass goes announce (what waits: events, gauges) → select (what fits
 now: `karmadaquota.room` against the namespace's quotas) → act (let each pick go) → retry_at
 (when to look again). The loop owns what both obey: an unreadable quota refuses everything, so

@@ -1,4 +1,7 @@
-"""Admit queued ResourceBindings as room appears: the controller leader's side of queueing.
+"""Dequeue: let queued ResourceBindings go as room appears (the leader's side of queueing).
+
+Admission is the webhook's word (its decision on a review); here a binding only leaves the
+queue, and the UPDATE that clears it is admitted or refused by the webhook like any other.
 
 After a namespace's quotas were recomputed, the leader picks the queued bindings that fit
 (`queueing.select`: priority, then age; BestEffortFIFO or StrictFIFO per quota) and clears each
@@ -36,7 +39,7 @@ EVENT_ADMITTED = "Admitted"
 
 
 @dataclass
-class AdmitConfig:
+class DequeueConfig:
     patch_timeout: float = 5.0
     # a PriorityClass value is read again after this long
     class_ttl: float = 60.0
@@ -49,15 +52,15 @@ def priority_class_path(name: str) -> str:
     return f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}"
 
 
-class Admitter:
+class Dequeuer:
     """Admits queued bindings (the queue's way of waiting for room, `controller.room`)."""
 
     def __init__(
-        self, api: Api, metrics: ControllerMetrics, config: AdmitConfig | None = None
+        self, api: Api, metrics: ControllerMetrics, config: DequeueConfig | None = None
     ) -> None:
         self.api = api
         self.metrics = metrics
-        self.config = config or AdmitConfig()
+        self.config = config or DequeueConfig()
         self._classes: dict[str, tuple[int, float]] = {}  # name -> (value, loop time read)
         self._announced: dict[str, set[str]] = {}  # namespace -> uids a Queued event named
         self._lengths: dict[str, set[str]] = {}  # namespace -> quotas with a queue gauge
@@ -80,7 +83,7 @@ class Admitter:
 
     # ---- the leader ------------------------------------------------------------------------
 
-    async def admit(
+    async def dequeue(
         self,
         namespace: str,
         quotas: Sequence[KarmadaQuota],
@@ -88,7 +91,7 @@ class Admitter:
         now: datetime,
     ) -> float | None:
         """Admit what fits in `namespace`; the loop time to look again, if any."""
-        return await room.run(_AdmitPass(self, namespace, quotas, entries, now), quotas)
+        return await room.run(_DequeuePass(self, namespace, quotas, entries, now), quotas)
 
     async def _clear(
         self, namespace: str, pick: queueing.Pick, now: datetime, classes: Mapping[str, int]
@@ -239,18 +242,18 @@ class Admitter:
         return out
 
 
-class _AdmitPass:
+class _DequeuePass:
     """One look at a namespace's queued bindings (`controller.room`'s loop)."""
 
     def __init__(
         self,
-        admitter: Admitter,
+        dequeuer: Dequeuer,
         namespace: str,
         quotas: Sequence[KarmadaQuota],
         entries: Sequence[queueing.QueueEntry],
         now: datetime,
     ) -> None:
-        self.admitter = admitter
+        self.dequeuer = dequeuer
         self.namespace = namespace
         self.entries = entries
         self.now = now
@@ -259,11 +262,11 @@ class _AdmitPass:
         self.again: float | None = None
 
     async def announce(self) -> bool:
-        await self.admitter._announce(self.namespace, self.entries, self.now)
+        await self.dequeuer._announce(self.namespace, self.entries, self.now)
         return bool(self.entries)
 
     async def select(self, views: Sequence[QuotaView]) -> list[queueing.Pick]:
-        self.classes = await self.admitter._class_values({e.priority_class for e in self.entries})
+        self.classes = await self.dequeuer._class_values({e.priority_class for e in self.entries})
         return queueing.select(self.entries, views, self.policies, self.classes)
 
     def strict_queue(self, pick: queueing.Pick) -> str | None:
@@ -271,10 +274,10 @@ class _AdmitPass:
         return pick.entry.quota if policy is not None and policy.strict else None
 
     async def act(self, pick: queueing.Pick) -> bool:
-        result = await self.admitter._clear(self.namespace, pick, self.now, self.classes)
+        result = await self.dequeuer._clear(self.namespace, pick, self.now, self.classes)
         if result in ("conflict", "error"):
             loop = asyncio.get_running_loop()
-            self.again = loop.time() + self.admitter.config.retry_after
+            self.again = loop.time() + self.dequeuer.config.retry_after
         return result == "admitted"
 
     async def retry_at(self, let_go: Sequence[queueing.Pick]) -> float | None:

@@ -1,4 +1,4 @@
-"""The leader admits queued bindings (controller/admit.py) through the reconciler, against a
+"""The leader dequeues queued bindings (controller/dequeue.py) through the reconciler, against a
 fake API server: in priority then age order, on the resourceVersion it decided from, never
 on a follower, a refused clear leaving the binding queued; Queued/Admitted events."""
 
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from karmadaquota import queued
-from karmadaquota.controller.admit import Admitter
+from karmadaquota.controller.dequeue import Dequeuer
 from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.controller.reconciler import Controller, ReconcilerConfig
 from karmadaquota.kube import paths
@@ -74,7 +74,7 @@ async def env() -> AsyncIterator[tuple[FakeApiServer, Controller, Lead]]:
         ControllerMetrics(),
         lead,
         ReconcilerConfig(quiet=0.01, max_delay=0.1, member_watch=False),
-        admitter=Admitter(api, ControllerMetrics()),
+        dequeuer=Dequeuer(api, ControllerMetrics()),
     )
     async with controlling(c):
         yield api, c, lead
@@ -114,8 +114,8 @@ async def test_admits_by_priority_then_age_on_the_version_it_decided_from(env: A
     await until(lambda: ("Admitted", "vip") in events(api) and ("Admitted", "a") in events(api))
     # their updates come back through the watch
     await until(lambda: used(api) == {"pods": "4"} and rt.quota(api)["status"]["queued"] == 1)
-    assert c.admitter is not None
-    admitted = c.admitter.metrics.queue_admissions.labels("room")._value.get()
+    assert c.dequeuer is not None
+    admitted = c.dequeuer.metrics.queue_admissions.labels("room")._value.get()
     assert admitted == 2
 
 
@@ -147,9 +147,9 @@ async def test_a_refused_clear_leaves_it_queued_and_a_follower_never_patches(env
     (a,) = api.bindings.values()
     assert queued.ANNOTATION in a["metadata"]["annotations"]
     assert a["spec"]["suspension"] == {"scheduling": True}
-    assert c.admitter is not None
-    await until(lambda: c.admitter.metrics.queue_attempts.labels("refused")._value.get() >= 1)
-    assert c.admitter.metrics.queue_admissions.labels("room")._value.get() == 0
+    assert c.dequeuer is not None
+    await until(lambda: c.dequeuer.metrics.queue_attempts.labels("refused")._value.get() >= 1)
+    assert c.dequeuer.metrics.queue_admissions.labels("room")._value.get() == 0
 
 
 async def test_a_deleted_quota_releases_its_queue(env: Any) -> None:
@@ -161,8 +161,8 @@ async def test_a_deleted_quota_releases_its_queue(env: Any) -> None:
     assert binding_patches(api) == []
     api.delete(paths.quota(NS, "q"))
     await until(lambda: [n for n, _ in binding_patches(api)] == ["a-deployment"])
-    assert c.admitter is not None
-    assert c.admitter.metrics.queue_admissions.labels("quota_deleted")._value.get() == 1
+    assert c.dequeuer is not None
+    assert c.dequeuer.metrics.queue_admissions.labels("quota_deleted")._value.get() == 1
 
 
 async def test_taking_our_annotation_off_alone_is_seen_although_no_generation_moved(
@@ -191,7 +191,7 @@ async def test_queue_length_is_published_per_quota_and_dropped_when_empty() -> N
     from tests.test_queueing import entry
 
     metrics = ControllerMetrics()
-    a = Admitter(FakeApiServer(), metrics)
+    a = Dequeuer(FakeApiServer(), metrics)
 
     def length(quota: str) -> float | None:
         return metrics.registry.get_sample_value(

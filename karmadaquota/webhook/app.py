@@ -223,13 +223,9 @@ class Webhook:
             raise review.MalformedReview("request.oldObject is required for UPDATE")
         if not self._synced():
             return NOT_SYNCED
-        selecting = self.cluster.selecting(req.namespace) if self.cluster is not None else []
-        if selecting is None:
-            return Decision(False, self._unknown_selection(req.namespace), REASON_NOT_READY)
-        if not selecting:
-            unlimited = await self._unlimited(req.namespace)
-            if unlimited is not None:
-                return unlimited
+        selecting = await self._selecting(req.namespace)
+        if isinstance(selecting, Decision):
+            return selecting
         refused = self._untrusted_write(req)
         if refused is not None:
             return refused
@@ -309,11 +305,9 @@ class Webhook:
             return Decision(True)  # a new name: its binding is charged with this template
         if not self._synced():
             return NOT_SYNCED
-        selecting = self.cluster.selecting(req.namespace) if self.cluster is not None else []
-        if selecting is None:
-            return Decision(False, self._unknown_selection(req.namespace), REASON_NOT_READY)
-        if not selecting and await self._unlimited(req.namespace) is not None:
-            return Decision(True)
+        selecting = await self._selecting(req.namespace)
+        if isinstance(selecting, Decision):
+            return Decision(True) if selecting.allowed else selecting
         assert self.templates.client is not None
         try:
             got = await self.templates.client.get(
@@ -388,13 +382,9 @@ class Webhook:
             return NOT_SYNCED
         if self.writers.trusts(req.userInfo):
             return Decision(True)
-        selecting = self.cluster.selecting(req.namespace) if self.cluster is not None else []
-        if selecting is None:
-            return Decision(False, self._unknown_selection(req.namespace), REASON_NOT_READY)
-        if not selecting:
-            unlimited = await self._unlimited(req.namespace)
-            if unlimited is not None:
-                return unlimited
+        selecting = await self._selecting(req.namespace)
+        if isinstance(selecting, Decision):
+            return selecting
         charged = overrides.charged_overrides(obj)
         if not charged or charged == overrides.charged_overrides(req.oldObject or {}):
             return Decision(True)  # nothing charged, or only what was there before
@@ -415,6 +405,19 @@ class Webhook:
         """Quotas (and cluster quotas) listed: before that, a namespace cannot be known to hold
         none (fail closed)."""
         return self.quotas.synced.is_set() and (self.cluster is None or self.cluster.synced())
+
+    async def _selecting(self, namespace: str) -> list[str] | Decision:
+        """The ClusterKarmadaQuotas selecting the namespace, to charge with its own quotas; or
+        the answer at once: allowed when nothing limits the namespace, refused when that is
+        unknown."""
+        selecting = self.cluster.selecting(namespace) if self.cluster is not None else []
+        if selecting is None:
+            return Decision(False, self._unknown_selection(namespace), REASON_NOT_READY)
+        if not selecting:
+            unlimited = await self._unlimited(namespace)
+            if unlimited is not None:
+                return unlimited
+        return list(selecting)
 
     async def _unlimited(self, namespace: str) -> Decision | None:
         """The answer for a namespace no quota of its own limits, and no cluster quota selects

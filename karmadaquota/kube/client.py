@@ -140,11 +140,11 @@ async def load_credentials(
     kubeconfig: str | None = None, context: str | None = None
 ) -> Credentials:
     """From a kubeconfig file, or the in-cluster service account when none is given."""
-    cfg = Configuration()
+    configuration = Configuration()
     if kubeconfig:
         try:
             await load_kube_config(
-                config_file=kubeconfig, context=context, client_configuration=cfg
+                config_file=kubeconfig, context=context, client_configuration=configuration
             )
         except FileNotFoundError as e:
             if "temporary directory" not in str(e):
@@ -156,21 +156,25 @@ async def load_credentials(
                 "mount an emptyDir at /tmp (or point TMPDIR at one)"
             ) from None
     else:
-        load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
-    token = cfg.api_key.get("authorization") or cfg.api_key.get("BearerToken") or None
+        load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    token = (
+        configuration.api_key.get("authorization")
+        or configuration.api_key.get("BearerToken")
+        or None
+    )
     scheme = None
     if token and " " in token:
         scheme, token = token.split(" ", 1)
     elif token:
         scheme = "Bearer"
     return Credentials(
-        host=str(cfg.host),
-        ca_path=cfg.ssl_ca_cert or None,
-        insecure=not cfg.verify_ssl,
+        host=str(configuration.host),
+        ca_path=configuration.ssl_ca_cert or None,
+        insecure=not configuration.verify_ssl,
         scheme=scheme,
         token=token,
-        cert_path=cfg.cert_file or None,
-        key_path=cfg.key_file or None,
+        cert_path=configuration.cert_file or None,
+        key_path=configuration.key_file or None,
     )
 
 

@@ -36,7 +36,7 @@ class _LimitedResource(BaseModel):
     matchScopes: list[ScopedResourceSelectorRequirement] = Field(default_factory=list)
 
 
-class _Config(BaseModel):
+class _LimitedFile(BaseModel):
     model_config = ConfigDict(extra="ignore")
     apiVersion: str = "apiserver.config.k8s.io/v1"
     kind: str = "ResourceQuotaConfiguration"
@@ -47,15 +47,15 @@ def load_limited(path: str | Path) -> list[LimitedResource]:
     """Parse and validate the file; only entries for resourcebindings apply."""
     try:
         raw = yaml.safe_load(Path(path).read_text()) or {}
-        cfg = _Config.model_validate(raw)
+        parsed = _LimitedFile.model_validate(raw)
     except (OSError, yaml.YAMLError) as e:
         raise ConfigError(f"{path}: cannot read limitedResources configuration: {e}") from None
     except ValidationError as e:
         raise ConfigError(f"{path}: invalid ResourceQuotaConfiguration: {describe(e)}") from None
-    if cfg.kind != "ResourceQuotaConfiguration":
-        raise ConfigError(f"{path}: kind must be ResourceQuotaConfiguration, got {cfg.kind!r}")
+    if parsed.kind != "ResourceQuotaConfiguration":
+        raise ConfigError(f"{path}: kind must be ResourceQuotaConfiguration, got {parsed.kind!r}")
     out: list[LimitedResource] = []
-    for i, entry in enumerate(cfg.limitedResources):
+    for i, entry in enumerate(parsed.limitedResources):
         errors: list[str] = []
         for j, expr in enumerate(entry.matchScopes):
             errors.extend(validate_expression(expr, f"limitedResources[{i}].matchScopes[{j}]"))

@@ -8,7 +8,8 @@ Names: an FRQ's `spec.overall` is compared with a binding's `replicaRequirements
 whose keys are bare resource names (`cpu`, `nvidia.com/gpu`). A KarmadaQuota uses ResourceQuota
 names, so `cpu`, `memory`, `ephemeral-storage`, `hugepages-<size>` and extended resources become
 `requests.<name>`; names a KarmadaQuota already understands (`pods`, `count/<r>.<g>`, …) stay;
-what it cannot charge (`limits.*`, `storage`, …) is named in a comment, not dropped silently.
+what it cannot charge (`storage`, …) and the limits it never enforced (`limits.*`) are named in a
+comment, not dropped silently.
 """
 
 from __future__ import annotations
@@ -21,10 +22,17 @@ from typing import Any
 import yaml
 
 from karmadaquota import api, resources
+from karmadaquota.pod_template import LIMITS_PREFIX
 from karmadaquota.quantity import QuantityError
 from karmadaquota.resources import REQUEST_ALIASES, REQUESTS_PREFIX, parse_resource_list
 from karmadaquota.validation import validate_resource_name
 
+# Karmada's FRQ never enforced limits (it charges resourceRequest keys only): a migration that
+# carried them over would start refusing workloads the FRQ admitted, without limits.
+LIMITS_NOT_ENFORCED = (
+    "Karmada's FederatedResourceQuota never enforced limits; add it to the KarmadaQuota by "
+    "hand to have karmadaquota enforce it (replicas without that limit are then refused)"
+)
 FRQ_GROUP = "policy.karmada.io"
 FRQ_PLURAL = "federatedresourcequotas"
 FRQ_RESOURCE = f"{FRQ_PLURAL}.{FRQ_GROUP}"
@@ -78,7 +86,11 @@ def convert(frq: Mapping[str, Any]) -> Conversion:
     for frq_key in sorted(spec.get("overall") or {}):
         value = spec["overall"][frq_key]
         kq_key = quota_name(frq_key)
-        problem = validate_resource_name(kq_key) or _bad_quantity(kq_key, value)
+        problem = (
+            LIMITS_NOT_ENFORCED
+            if kq_key.startswith(LIMITS_PREFIX)
+            else validate_resource_name(kq_key) or _bad_quantity(kq_key, value)
+        )
         if problem:
             out.notes.append(f"not carried over: {frq_key}={value}: {problem}")
             continue

@@ -70,7 +70,6 @@ def test_convert_maps_bare_names_and_explains_the_rest() -> None:
             "requests.memory": "8Gi",
             "requests.nvidia.com/gpu": "2",
             "pods": "10",
-            "limits.memory": "16Gi",
         }
     }
     assert c.quota["metadata"]["name"] == "team"
@@ -78,7 +77,7 @@ def test_convert_maps_bare_names_and_explains_the_rest() -> None:
     # what comes out is a valid KarmadaQuota by our own validation
     assert validate_spec(KarmadaQuota.model_validate(c.quota).spec) == []
     notes = "\n".join(c.notes)
-    assert "not carried over: limits.memory" not in notes  # charged from the template's pod
+    assert "not carried over: limits.memory=16Gi" in notes and "never enforced limits" in notes
     assert "not carried over: storage=1Ti" in notes
     assert "staticAssignments (member1, member2) not carried over" in notes
     assert "per-cluster" in notes
@@ -98,7 +97,7 @@ def test_two_keys_for_one_name_keep_the_first_and_say_so() -> None:
 
 
 def test_nothing_chargeable_writes_no_quota() -> None:
-    c = frq.convert(an_frq("q", "ns", {"limits.nvidia.com/gpu": "2"}))
+    c = frq.convert(an_frq("q", "ns", {"limits.cpu": "2"}))
     assert c.quota is None
     out = frq.render([c])
     assert yaml.safe_load(out) is None  # only comments: applies as nothing

@@ -460,10 +460,7 @@ async def test_a_template_cannot_grow_past_the_quota(stack: Stack, ns: str) -> N
     s = stack
     members = list(s.members)
     await quota(s, ns, **{"requests.cpu": "1"})
-    web = deployment(ns, "web", 1, {"cpu": "400m"})
-    # no surge pod: a rollout's surge (maxSurge) runs beside the old pods and is not charged
-    # (docs/security.md, "Not closed"); this test is about the pod's growth
-    web["spec"]["strategy"] = {"rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
+    web = deployment(ns, "web", 1, {"cpu": "400m"})  # maxSurge 0: charged its replica alone
     async with cpu_within(s, ns, 1000):
         await tenant_apply(s, web, divided_policy(ns, "web", members, "web"))
         await placed(s, ns, "web", 1)
@@ -582,3 +579,56 @@ async def test_kubernetes_quota_e2e_values_with_limits(stack: Stack, ns: str) ->
         limits_cpu="1",
         limits_memory="400Mi",
     )
+
+
+async def test_a_rollout_s_surge_pods_are_charged(stack: Stack, ns: str) -> None:
+    """A Deployment with Kubernetes' default strategy (maxSurge 25%) runs a surge pod beside
+    its replica while it rolls: it is charged 2 pods up front, a rollout stays within the quota,
+    and a strategy that would surge more is refused at the template when it does not fit."""
+    s = stack
+    members = list(s.members)
+    await quota(s, ns, pods="3")
+    web = deployment(ns, "web", 1, CPU)
+    web["spec"]["strategy"] = {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"},
+    }
+    async with members_within(s, ns, 3) as seen:
+        await tenant_apply(s, web, divided_policy(ns, "web", members, "web"))
+        await placed(s, ns, "web", 1)
+        await tenant_apply(
+            s, deployment(ns, "db", 1, CPU), divided_policy(ns, "db", members, "db")
+        )  # maxSurge 0: 1 pod
+
+        async def full() -> bool:
+            q = await s.api.get(QUOTAS.format(ns=ns) + "/team")
+            return ((q.get("status") or {}).get("used") or {}).get("pods") == "3"
+
+        await eventually(full, 60, "web charged 2 pods (1 + its surge), db 1", interval=0.1)
+        # db may not surge now: nothing is left for its surge pod
+        more = json.dumps({"spec": {"strategy": {"rollingUpdate": {"maxSurge": 1}}}})
+        got = await as_tenant(s, "-n", ns, "patch", "deployment", "db", "-p", more)
+        assert got.returncode != 0
+        assert "exceeded quota: team, requested: pods=1, used: pods=3, limited: pods=3" in (
+            got.stderr
+        )
+        # web rolls: its surge pod runs beside the old one, within what was charged
+        image = json.dumps(
+            {"spec": {"template": {"spec": {"containers": [{"name": "app", "image": "httpd"}]}}}}
+        )
+        got = await as_tenant(s, "-n", ns, "patch", "deployment", "web", "-p", image)
+        assert got.returncode == 0, got.stderr
+
+        async def rolled() -> bool:
+            for client in s.members.values():
+                pods = (await client.get(f"/api/v1/namespaces/{ns}/pods"))["items"]
+                live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+                web_pods = [p for p in live if p["metadata"]["name"].startswith("web-")]
+                if web_pods and all(
+                    p["spec"]["containers"][0]["image"] == "httpd" for p in web_pods
+                ):
+                    return len(web_pods) == 1
+            return False
+
+        await eventually(rolled, 60, "web rolled to httpd", interval=0.1)
+    print(f"members ran at most {seen.most} pods of pods=3 while web rolled")

@@ -10,12 +10,14 @@ replicas, or `spec.replicas` when it names none). A binding with more than one c
 multi-component workload whole); a single component is charged like the legacy fields it
 replaces.
 
-One replica costs what the binding's `replicaRequirements` say, or more where the resource
-template's pod (`pod_template.PodCharge`, given by the caller that read the template) costs more
-as Kubernetes charges a pod: sidecars, pod overhead, pod-level resources; its limits are charged
-as limits.cpu/memory/ephemeral-storage. A template never lowers a charge: a binding whose
-template is unknown or unreadable is charged from its own fields, and a quota that limits a
-resource then refuses it (`Charge.missing_limits`), as it refuses a pod without that limit.
+A Deployment's member runs up to `maxSurge` more pods during a rollout (`pod_template.surge`):
+each cluster's replicas are charged with them, as R is. One replica costs what the binding's
+`replicaRequirements` say, or more where the resource template's pod (`pod_template.PodCharge`,
+given by the caller that read the template) costs more as Kubernetes charges a pod: sidecars,
+pod overhead, pod-level resources; its limits are charged as limits.cpu/memory/ephemeral-storage.
+A template never lowers a charge: a binding whose template is unknown or unreadable is charged
+from its own fields, and a quota that limits a resource then refuses it
+(`Charge.missing_limits`), as it refuses a pod without that limit.
 
 What Karmada may run beyond any count is named in `Charge.uncounted` (evaluate refuses it
 against a quota tracking pods or compute that the members do not enforce): a workload whose
@@ -219,8 +221,14 @@ def _single(spec: ResourceBindingSpec, objects: ResourceList, pod: PodCharge | N
         bare = {n.removeprefix(resources.REQUESTS_PREFIX): q for n, q in requests.items()}
         requests = resources.maximum(bare, pod.requests)
         limits = pod_template.limit_names(pod.limits)
-    placed = _placed(spec, invalid)
-    total_replicas = max(replicas, sum(placed.values()))
+    surges = pod.surges if pod is not None else frozenset()
+
+    def pods(n: int) -> int:
+        """A member's replicas and the pods its rollouts may add (pod_template.surge)."""
+        return n + pod_template.surge(surges, n)
+
+    placed = {name: pods(n) for name, n in _placed(spec, invalid).items()}
+    total_replicas = max(pods(replicas), sum(placed.values()))
 
     def usage(n: int) -> ResourceList:
         return resources.add(

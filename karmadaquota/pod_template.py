@@ -5,10 +5,13 @@ requests summed, the init containers' maximum beside them. Kubernetes charges a 
 (`PodRequests`, k8s.io/component-helpers/resource): restartable init containers (sidecars) run
 beside the containers and add to them, an init container must fit beside the sidecars started
 before it, the pod overhead (RuntimeClass) is added, and pod-level `spec.resources` (KEP-2837)
-set the pod's total. Limits follow the same rules (`PodLimits`; the overhead is added only to a
-limit that is set), and a binding does not carry them at all. So what a replica costs is read
-from the pod template Karmada renders into every member: this module finds it in the kinds
-Karmada's default interpreter knows and computes its requests and limits.
+set the pod's total. A Deployment's rollout also runs up to `maxSurge` pods per member beyond its
+replicas until the new ones are ready (`surge`), which Kubernetes' quota would refuse when they
+are created; they are charged up front. Limits follow the same rules (`PodLimits`; the
+overhead is added only to a limit that is set), and a binding does not carry them at all. So
+what a replica costs is read from the pod template Karmada renders into every member: this
+module finds it in the kinds Karmada's default interpreter knows and computes its requests and
+limits.
 
 A container's request defaults to its limit when it states none, as the API server defaults a
 pod (Karmada copies limits into requests the same way). Pod-level values are taken as a
@@ -19,7 +22,7 @@ a pod-level resource Kubernetes does not honour yet is never charged below its c
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from karmadaquota import resources
@@ -38,6 +41,7 @@ POD_SPEC_PATHS: dict[tuple[str, str], tuple[str, ...]] = {
 # Resources a quota may limit (Kubernetes: limits.cpu, limits.memory, limits.ephemeral-storage).
 LIMITED = ("cpu", "memory", "ephemeral-storage")
 LIMITS_PREFIX = "limits."
+DEFAULT_MAX_SURGE = "25%"  # a Deployment's spec.strategy.rollingUpdate.maxSurge by default
 # a template: (group, kind, namespace, name)
 TemplateKey = tuple[str, str, str, str]
 _ZERO = Quantity.zero()
@@ -51,6 +55,9 @@ class PodCharge:
     requests: ResourceList
     limits: ResourceList
     unlimited: frozenset[str]
+    # a Deployment's maxSurge values (an int or "N%"; the set of several versions): a rollout
+    # runs that many pods per member beyond its replicas until the new ones are ready
+    surges: frozenset[str] = frozenset()
 
 
 def pod_spec(template: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -127,7 +134,34 @@ def of_template(template: Mapping[str, Any]) -> PodCharge | None:
     """One replica of a template; None when its kind has no pod template this module knows.
     Raises QuantityError naming the field on a bad quantity."""
     spec = pod_spec(template)
-    return None if spec is None else of_spec(spec)
+    if spec is None:
+        return None
+    return replace(of_spec(spec), surges=_surges(template))
+
+
+def _surges(template: Mapping[str, Any]) -> frozenset[str]:
+    """A Deployment's maxSurge (Kubernetes' default 25%), none with the Recreate strategy; other
+    kinds never run a pod beyond their replicas."""
+    if template.get("kind") != "Deployment":
+        return frozenset()
+    strategy = (template.get("spec") or {}).get("strategy") or {}
+    if strategy.get("type") == "Recreate":
+        return frozenset()
+    value = (strategy.get("rollingUpdate") or {}).get("maxSurge", DEFAULT_MAX_SURGE)
+    return frozenset({str(value)})
+
+
+def surge(values: frozenset[str], replicas: int) -> int:
+    """The most pods a rollout of `replicas` adds (Kubernetes resolves a percentage of the
+    replicas rounded up); a value that is not a count or a percentage counts as 100%."""
+    most = 0
+    for v in values:
+        try:
+            n = -(-int(v[:-1]) * replicas // 100) if v.endswith("%") else int(v)
+        except ValueError:
+            n = replicas
+        most = max(most, n)
+    return most if replicas > 0 else 0
 
 
 def most(pods: Iterable[PodCharge | None]) -> PodCharge | None:
@@ -141,7 +175,12 @@ def most(pods: Iterable[PodCharge | None]) -> PodCharge | None:
     for p in known:
         requests = resources.maximum(requests, p.requests)
         limits = resources.maximum(limits, p.limits)
-    return PodCharge(requests, limits, frozenset().union(*(p.unlimited for p in known)))
+    return PodCharge(
+        requests,
+        limits,
+        frozenset().union(*(p.unlimited for p in known)),
+        frozenset().union(*(p.surges for p in known)),
+    )
 
 
 def limit_names(limits: Mapping[str, Any]) -> ResourceList:
@@ -150,11 +189,13 @@ def limit_names(limits: Mapping[str, Any]) -> ResourceList:
 
 
 def grows(new: PodCharge, old: PodCharge) -> bool:
-    """Whether `new` requests or limits more of anything than `old`, or limits less of it."""
+    """Whether `new` requests or limits more of anything than `old`, limits less of it, or
+    may surge otherwise in a rollout."""
     return (
         _more(new.requests, old.requests)
         or _more(new.limits, old.limits)
         or not new.unlimited <= old.unlimited
+        or not new.surges <= old.surges
     )
 
 

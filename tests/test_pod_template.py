@@ -23,13 +23,22 @@ def container(name: str, requests: dict[str, str] | None = None, **more: Any) ->
     return {"name": name, "image": "app", "resources": res, **more}
 
 
-def deployment(spec: dict[str, Any], name: str = "web") -> dict[str, Any]:
-    return {
+# a Deployment rolled without a surge pod: charged its replicas alone (the surge tests set theirs)
+NO_SURGE = {"rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
+
+
+def deployment(
+    spec: dict[str, Any], name: str = "web", strategy: dict[str, Any] | None = NO_SURGE
+) -> dict[str, Any]:
+    d: dict[str, Any] = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": name, "namespace": "ns", "resourceVersion": "7"},
         "spec": {"replicas": 1, "template": {"spec": spec}},
     }
+    if strategy is not None:
+        d["spec"]["strategy"] = strategy
+    return d
 
 
 def test_a_sidecar_adds_to_the_containers_where_karmada_takes_the_maximum() -> None:
@@ -157,3 +166,41 @@ def test_a_quota_on_limits_refuses_a_replica_without_them_and_charges_those_it_h
     )
     fits = evaluate([q], charged(with_limits, replicas=1))
     assert fits.allowed and as_strings(fits.charges["lim"]) == {"limits.cpu": "1"}
+
+
+@pytest.mark.parametrize(
+    ("strategy", "replicas", "surge"),
+    [
+        (None, 1, 1),  # Kubernetes' default maxSurge 25%, rounded up
+        (None, 4, 1),
+        (None, 5, 2),
+        ({"rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}, 3, 0),
+        ({"rollingUpdate": {"maxSurge": 3}}, 2, 3),
+        ({"rollingUpdate": {"maxSurge": "100%"}}, 3, 3),
+        ({"type": "Recreate"}, 3, 0),
+        (None, 0, 0),
+    ],
+)
+def test_a_deployment_s_rollout_surges_as_kubernetes_resolves_max_surge(
+    strategy: dict[str, Any] | None, replicas: int, surge: int
+) -> None:
+    pod = of_template(deployment({"containers": [container("app", {"cpu": "1"})]}, "web", strategy))
+    assert pod is not None and pod_template.surge(pod.surges, replicas) == surge
+
+
+def test_only_a_deployment_surges_and_its_surge_is_charged_in_every_member() -> None:
+    job = {"apiVersion": "batch/v1", "kind": "Job", "spec": {"template": {"spec": {}}}}
+    assert of_template(job).surges == frozenset()  # type: ignore[union-attr]
+    pod = of_template(deployment({"containers": [container("app", {"cpu": "1"})]}, "web", None))
+    doc = binding_doc(4, {"cpu": "1"}, clusters={"m1": 3, "m2": 1})
+    c = charge.charge(ResourceBinding.model_validate(doc), pod)
+    # m1: 3 + ceil(0.75) = 4, m2: 1 + ceil(0.25) = 2
+    assert as_strings(c.per_cluster["m1"])["pods"] == "4"
+    assert as_strings(c.per_cluster["m2"])["pods"] == "2"
+    assert as_strings(c.total)["pods"] == "6" and as_strings(c.total)["requests.cpu"] == "6"
+    wider = of_template(deployment(SPEC, "web", MORE))
+    assert wider is not None and pod is not None and grows(wider, pod)
+
+
+SPEC = {"containers": [container("app", {"cpu": "1"})]}
+MORE = {"rollingUpdate": {"maxSurge": "50%"}}

@@ -14,13 +14,16 @@ def deployment(
     requests: Mapping[str, str],
     **pod_spec: Any,
 ) -> dict[str, Any]:
-    """One-container Deployment; `pod_spec` adds fields such as priorityClassName."""
+    """One-container Deployment; `pod_spec` adds fields such as priorityClassName. It rolls
+    without a surge pod (maxSurge 0), so that it is charged its replicas alone: a test of
+    surge charging sets its own strategy (karmadaquota.pod_template.surge)."""
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": name, "namespace": namespace},
         "spec": {
             "replicas": replicas,
+            "strategy": {"rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
             "selector": {"matchLabels": {"app": name}},
             "template": {
                 "metadata": {"labels": {"app": name}},

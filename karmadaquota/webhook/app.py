@@ -443,7 +443,7 @@ class Webhook:
             "unknown (namespace not seen yet, or the namespace watch is reconnecting); try again"
         )
 
-    def mutate_binding(self, req: review.Request) -> queueing.QueueDecision | None:
+    async def mutate_binding(self, req: review.Request) -> queueing.QueueDecision | None:
         """Whether a new binding is created queued (suspended, naming the quota); None leaves
         it as it is. Never refuses: whatever is wrong with the binding, the validating route
         says, and a binding left unqueued is charged there in full (the safe side)."""
@@ -463,10 +463,14 @@ class Webhook:
         if not any(p.queue for p in policies.values()):
             return None
         try:
-            full = charge.full_charge(ResourceBinding.model_validate(req.object))
+            binding = ResourceBinding.model_validate(req.object)
+            # with its template's pod, as the validating webhook will charge it
+            full = charge.full_charge(binding, await self._pod(binding, req.namespace))
             views = [QuotaView.of(q) for q in quotas]
         except (ValidationError, QuantityError):
             return None
+        except (KubeError, aiohttp.ClientError, TimeoutError, paths.InvalidName):
+            return None  # left unqueued: the validating webhook refuses what it cannot read
         if full.invalid:
             return None
         decision = queueing.decide(views, policies, full)
@@ -688,7 +692,7 @@ def build_app(
     async def mutate(request: web.Request) -> web.Response:
         try:
             req = review.parse(await request.read())
-            queue = webhook.mutate_binding(req)
+            queue = await webhook.mutate_binding(req)
         except review.MalformedReview as e:
             metrics.decisions.labels("malformed", "BadRequest").inc()
             log.warning("malformed admission review", extra={"path": request.path, "error": str(e)})

@@ -201,7 +201,7 @@ def _parser() -> argparse.ArgumentParser:
         "--event-loop",
         choices=("asyncio", "uvloop"),
         default="asyncio",
-        help="uvloop (if installed) spends less CPU per TLS review",
+        help="asyncio (the default) or uvloop, if installed (no measured gain: docs/benchmarks.md)",
     )
 
     c = sub.add_parser("controller", help="run the aggregating quota controller")

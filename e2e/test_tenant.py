@@ -147,6 +147,18 @@ async def quota(s: Stack, ns: str, **hard: str) -> None:
     await eventually(enforced, 30, "the quota enforced and its usage known", interval=0.05)
 
 
+async def settled(s: Stack, ns: str) -> None:
+    """No pending charge left: every admitted binding counted, every create that failed after
+    its admission (Karmada's detector racing itself: AlreadyExists) disproved by the orphan
+    audit. Until then those charges hold quota (fail closed), and a refusal's `used` says so."""
+
+    async def check() -> bool:
+        q = await s.api.get(QUOTAS.format(ns=ns) + "/team")
+        return not (q.get("status") or {}).get("pending")
+
+    await eventually(check, 30, "no pending charge left", interval=0.05)
+
+
 async def placed(s: Stack, ns: str, name: str, pods: int) -> JSON:
     """Wait until the Deployment's binding is placed and its pods run in the members."""
 
@@ -443,6 +455,7 @@ async def test_a_sidecar_is_charged_as_kubernetes_charges_the_pod(stack: Stack, 
             s, with_sidecar(ns, "web", "400m", "400m"), divided_policy(ns, "web", members, "web")
         )
         await placed(s, ns, "web", 1)
+        await settled(s, ns)
         await tenant_apply(
             s, deployment(ns, "db", 1, {"cpu": "300m"}), divided_policy(ns, "db", members, "db")
         )
@@ -464,6 +477,7 @@ async def test_a_template_cannot_grow_past_the_quota(stack: Stack, ns: str) -> N
     async with cpu_within(s, ns, 1000):
         await tenant_apply(s, web, divided_policy(ns, "web", members, "web"))
         await placed(s, ns, "web", 1)
+        await settled(s, ns)
         patch = json.dumps(
             {
                 "spec": {
@@ -519,6 +533,7 @@ async def test_a_quota_on_limits_charges_the_template_s_limits(stack: Stack, ns:
     limited["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] = {"cpu": "600m"}
     await tenant_apply(s, limited, divided_policy(ns, "web", members, "web"))
     await placed(s, ns, "web", 1)
+    await settled(s, ns)
     second = json.loads(json.dumps(limited).replace('"web"', '"api"'))
     await tenant_apply(s, second, divided_policy(ns, "api", members, "api"))
     message = await refused_event(s, ns, "api", "exceeded quota")
@@ -563,6 +578,7 @@ async def test_kubernetes_quota_e2e_values_with_limits(stack: Stack, ns: str) ->
     await used_is(
         pods="2", requests_cpu="1", requests_memory="400Mi", limits_cpu="2", limits_memory="800Mi"
     )
+    await settled(s, ns)
     await tenant_apply(s, pod_of("three"), divided_policy(ns, "three", members, "three"))
     message = await refused_event(s, ns, "three", "exceeded quota")
     assert (
@@ -605,6 +621,7 @@ async def test_a_rollout_s_surge_pods_are_charged(stack: Stack, ns: str) -> None
             return ((q.get("status") or {}).get("used") or {}).get("pods") == "3"
 
         await eventually(full, 60, "web charged 2 pods (1 + its surge), db 1", interval=0.1)
+        await settled(s, ns)
         # db may not surge now: nothing is left for its surge pod
         more = json.dumps({"spec": {"strategy": {"rollingUpdate": {"maxSurge": 1}}}})
         got = await as_tenant(s, "-n", ns, "patch", "deployment", "db", "-p", more)

@@ -237,3 +237,31 @@ def test_template_bindings_say_whom_a_template_change_reaches() -> None:
     assert tb.again(KEY, pod_changed=True).read == [("ns", "uid-b", "b")]
     tb.forget("ns", "uid-b")
     assert tb.again(KEY, pod_changed=True) == type(changed)([], []) and len(tb) == 0
+
+
+async def test_the_api_server_s_retry_of_an_admitted_growth_is_not_charged_twice(
+    gate: Any,
+) -> None:
+    """A PATCH that loses its write to a concurrent one (Karmada writes templates' status) is
+    retried by the API server, admission included: the same growth is admitted again, once."""
+    client, api = gate
+    old = api.create(DEPLOYMENTS, deployment({"containers": [container("app", {"cpu": "400m"})]}))
+    bound = binding_of(old, "400m")
+    _, body = await post(client, "/validate-resourcebinding", review(bound))
+    assert body["response"]["allowed"]
+    api.create("/apis/work.karmada.io/v1alpha2/namespaces/ns/resourcebindings", bound)
+    grown = copy.deepcopy(old)
+    grown["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "700m"
+    for _ in range(2):  # the first attempt, then the API server's retry
+        _, body = await post(
+            client, "/validate-template", review(grown, "UPDATE", old, resource=TEMPLATES)
+        )
+        assert body["response"]["allowed"]
+    # 400m used + 300m reserved once: 300m is left, not 0
+    other = api.create(
+        DEPLOYMENTS, deployment({"containers": [container("a", {"cpu": "300m"})]}, "db")
+    )
+    _, body = await post(
+        client, "/validate-resourcebinding", review(binding_of(other, "300m", "db"))
+    )
+    assert body["response"]["allowed"], body["response"]["status"]["message"]

@@ -82,6 +82,9 @@ REASON_TIMEOUT = "Timeout"
 # wait in its namespace's queue; past it the API server has given up, so reserving for the
 # review would hold quota for a binding that will not be created.
 DEADLINE_SHARE = 0.9
+# the API server's own retries of a write that lost a compare-and-swap run within milliseconds;
+# well below the controller's admission window, after which an unstored charge is dropped
+GROWTH_RETRY_WINDOW = 2.0
 
 
 # Tests only (e2e/test_faults.py): seconds added to this process' wall clock wherever it stamps
@@ -204,6 +207,11 @@ class Webhook:
         self.refusals = refusals
         # what this replica queued lately, until the controller's `status.queued` counts it
         self.assumed = AssumedQueues()
+        # template growths admitted within GROWTH_RETRY_WINDOW: (binding uid, its generation,
+        # its charge before, after) -> until when an identical review is the same write again
+        self._grown: dict[
+            tuple[str, int, tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]], float
+        ] = {}
         # per namespace, cumulative seconds of quota API calls (KubeQuotaBackend.api_seconds)
         self.api_seconds: Mapping[str, float] = api_seconds if api_seconds is not None else {}
 
@@ -343,7 +351,24 @@ class Webhook:
             old=old_charge,
             dry_run=req.dryRun,
         )
-        return await self._charge(request, selecting, budget)
+        # the API server runs admission again when its write of a PATCH loses to a concurrent
+        # one (Karmada writes templates' status) and it retries: the same growth of the same
+        # binding generation, admitted a moment ago, is not charged twice
+        again = (
+            binding.metadata.uid,
+            binding.metadata.generation,
+            _charge_key(old_charge),
+            _charge_key(new_charge),
+        )
+        now = time.monotonic()
+        if not req.dryRun and self._grown.get(again, 0.0) > now:
+            return Decision(True)
+        decision = await self._charge(request, selecting, budget)
+        if decision.allowed and not req.dryRun:
+            if len(self._grown) > 1024:
+                self._grown = {k: t for k, t in self._grown.items() if t > now}
+            self._grown[again] = now + GROWTH_RETRY_WINDOW
+        return decision
 
     def _untrusted_write(self, req: review.Request) -> Decision | None:
         """A refusal when an untrusted writer creates a binding or changes what only trusted
@@ -565,6 +590,10 @@ def _written(req: review.Request) -> dict[str, Any] | None:
     if req.object is None:
         raise review.MalformedReview(f"request.object is required for {req.operation}")
     return req.object
+
+
+def _charge_key(c: charge.Charge) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((name, str(q)) for name, q in c.total.items()))
 
 
 def binding_name(kind: str, name: str) -> str:

@@ -338,6 +338,7 @@ def unregister(bed: TestBed) -> None:
     bed.unregister_validating_webhook(f"{WEBHOOK_NAME}-bindings")
     bed.unregister_validating_webhook(f"{WEBHOOK_NAME}-quotas")
     bed.unregister_validating_webhook(f"{WEBHOOK_NAME}-overrides")
+    bed.unregister_validating_webhook(f"{WEBHOOK_NAME}-templates")
     bed.kubectl(
         "delete", "mutatingwebhookconfiguration", f"{WEBHOOK_NAME}-queue", "--ignore-not-found"
     )

@@ -16,7 +16,7 @@ import contextlib
 import json
 import subprocess
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,27 +101,29 @@ async def running(s: Stack, ns: str) -> dict[str, int]:
 
 @dataclass
 class Within:
-    """The largest Σ of member pods seen by the poller, and how many polls it made."""
+    """The largest measure the poller saw (with what it was made of), and how many polls."""
 
     hard: int
     most: int = 0
     polls: int = 0
-    seen: list[dict[str, int]] = field(default_factory=list)
+    seen: list[Any] = field(default_factory=list)
 
 
 @contextlib.asynccontextmanager
-async def members_within(s: Stack, ns: str, hard: int) -> AsyncIterator[Within]:
-    """Poll what the members run every 100 ms for the block; fail if Σ ever exceeds `hard`."""
+async def within(
+    measure: Callable[[], Awaitable[tuple[int, Any]]], hard: int, what: str
+) -> AsyncIterator[Within]:
+    """Poll `measure` (what the members run) every 100 ms for the block; fail if it ever
+    exceeds `hard`."""
     w = Within(hard)
 
     async def poll() -> None:
         while True:
-            now = await running(s, ns)
+            total, detail = await measure()
             w.polls += 1
-            total = sum(now.values())
             if total > w.most:
-                w.most, w.seen = total, [*w.seen, now]
-            assert total <= hard, f"members run {now} > pods={hard}"
+                w.most, w.seen = total, [*w.seen, detail]
+            assert total <= hard, f"members run {detail} > {what}={hard}"
             await asyncio.sleep(0.1)  # the poll period, not synchronisation
 
     task = asyncio.create_task(poll())
@@ -133,6 +135,16 @@ async def members_within(s: Stack, ns: str, hard: int) -> AsyncIterator[Within]:
             await task
     assert w.polls > 0
     assert w.most <= hard, w.seen
+
+
+def members_within(s: Stack, ns: str, hard: int) -> contextlib.AbstractAsyncContextManager[Within]:
+    """Σ pods the members run stays within `hard` throughout the block."""
+
+    async def pods() -> tuple[int, dict[str, int]]:
+        now = await running(s, ns)
+        return sum(now.values()), now
+
+    return within(pods, hard, "pods")
 
 
 async def quota(s: Stack, ns: str, **hard: str) -> None:
@@ -400,26 +412,16 @@ async def running_cpu(s: Stack, ns: str) -> int:
     return total
 
 
-@contextlib.asynccontextmanager
-async def cpu_within(s: Stack, ns: str, hard_millis: int) -> AsyncIterator[list[int]]:
-    """Poll the members' Σ cpu every 100 ms for the block; fail if it ever exceeds the hard."""
-    seen: list[int] = []
+def cpu_within(
+    s: Stack, ns: str, hard_millis: int
+) -> contextlib.AbstractAsyncContextManager[Within]:
+    """Σ cpu the members' pods request (millicores) stays within the hard throughout."""
 
-    async def poll() -> None:
-        while True:
-            now = await running_cpu(s, ns)
-            seen.append(now)
-            assert now <= hard_millis, f"members request {now}m cpu > {hard_millis}m"
-            await asyncio.sleep(0.1)  # the poll period, not synchronisation
+    async def cpu() -> tuple[int, int]:
+        now = await running_cpu(s, ns)
+        return now, now
 
-    task = asyncio.create_task(poll())
-    try:
-        yield seen
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-    assert seen and max(seen) <= hard_millis, seen
+    return within(cpu, hard_millis, "cpu millicores")
 
 
 def with_sidecar(ns: str, name: str, cpu: str, sidecar_cpu: str) -> JSON:

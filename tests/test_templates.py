@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -104,6 +103,23 @@ def binding_of(template: dict[str, Any], cpu: str, name: str = "web") -> dict[st
     return doc
 
 
+async def propagated(client: TestClient[Any, Any], api: FakeApiServer) -> dict[str, Any]:
+    """A 400m Deployment whose binding was admitted and stored, as Karmada's detector makes it."""
+    old = api.create(DEPLOYMENTS, deployment({"containers": [container("app", {"cpu": "400m"})]}))
+    bound = binding_of(old, "400m")
+    _, body = await post(client, "/validate-resourcebinding", review(bound))
+    assert body["response"]["allowed"]
+    api.create("/apis/work.karmada.io/v1alpha2/namespaces/ns/resourcebindings", bound)
+    return old
+
+
+def with_cpu(template: dict[str, Any], cpu: str) -> dict[str, Any]:
+    """The template with its container's cpu request changed."""
+    out = copy.deepcopy(template)
+    out["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = cpu
+    return out
+
+
 async def test_a_sidecar_is_charged_so_the_next_workload_is_refused(gate: Any) -> None:
     client, api = gate
     web = api.create(DEPLOYMENTS, deployment(SIDECAR))
@@ -125,13 +141,8 @@ async def test_a_sidecar_is_charged_so_the_next_workload_is_refused(gate: Any) -
 
 async def test_a_template_whose_pod_grows_past_the_quota_is_refused(gate: Any) -> None:
     client, api = gate
-    old = api.create(DEPLOYMENTS, deployment({"containers": [container("app", {"cpu": "400m"})]}))
-    bound = binding_of(old, "400m")
-    _, body = await post(client, "/validate-resourcebinding", review(bound))
-    assert body["response"]["allowed"]
-    api.create("/apis/work.karmada.io/v1alpha2/namespaces/ns/resourcebindings", bound)
-    grown = copy.deepcopy(old)
-    grown["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "2"
+    old = await propagated(client, api)
+    grown = with_cpu(old, "2")
     _, body = await post(
         client, "/validate-template", review(grown, "UPDATE", old, resource=TEMPLATES)
     )
@@ -140,14 +151,12 @@ async def test_a_template_whose_pod_grows_past_the_quota_is_refused(gate: Any) -
         "exceeded quota: team-a, requested: requests.cpu=1600m, used: requests.cpu=400m, "
         "limited: requests.cpu=1"
     )
-    fits = copy.deepcopy(old)
-    fits["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "1"
+    fits = with_cpu(old, "1")
     _, body = await post(
         client, "/validate-template", review(fits, "UPDATE", old, resource=TEMPLATES)
     )
     assert body["response"]["allowed"]
-    shrunk = copy.deepcopy(old)
-    shrunk["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "100m"
+    shrunk = with_cpu(old, "100m")
     _, body = await post(
         client, "/validate-template", review(shrunk, "UPDATE", grown, resource=TEMPLATES)
     )
@@ -157,8 +166,7 @@ async def test_a_template_whose_pod_grows_past_the_quota_is_refused(gate: Any) -
 async def test_a_template_without_a_binding_may_grow(gate: Any) -> None:
     client, api = gate
     old = api.create(DEPLOYMENTS, deployment({"containers": [container("app", {"cpu": "400m"})]}))
-    grown = json.loads(json.dumps(old))
-    grown["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "5"
+    grown = with_cpu(old, "5")
     _, body = await post(
         client, "/validate-template", review(grown, "UPDATE", old, resource=TEMPLATES)
     )
@@ -201,11 +209,7 @@ async def test_a_template_that_takes_a_deleted_one_s_name_pays_its_growth(gated:
     """Deleted and created again bigger while its binding lingers (Karmada's garbage collector
     has not removed it yet): Karmada would render the new pod through the old binding."""
     client, api, templates = gated
-    old = api.create(DEPLOYMENTS, deployment({"containers": [container("app", {"cpu": "400m"})]}))
-    bound = binding_of(old, "400m")
-    _, body = await post(client, "/validate-resourcebinding", review(bound))
-    assert body["response"]["allowed"]
-    api.create("/apis/work.karmada.io/v1alpha2/namespaces/ns/resourcebindings", bound)
+    await propagated(client, api)
     fresh = deployment({"containers": [container("app", {"cpu": "500m"})]}, "db")
     _, body = await post(client, "/validate-template", review(fresh, resource=TEMPLATES))
     assert body["response"]["allowed"]  # a name the store knows nothing of: no read
@@ -245,13 +249,8 @@ async def test_the_api_server_s_retry_of_an_admitted_growth_is_not_charged_twice
     """A PATCH that loses its write to a concurrent one (Karmada writes templates' status) is
     retried by the API server, admission included: the same growth is admitted again, once."""
     client, api = gate
-    old = api.create(DEPLOYMENTS, deployment({"containers": [container("app", {"cpu": "400m"})]}))
-    bound = binding_of(old, "400m")
-    _, body = await post(client, "/validate-resourcebinding", review(bound))
-    assert body["response"]["allowed"]
-    api.create("/apis/work.karmada.io/v1alpha2/namespaces/ns/resourcebindings", bound)
-    grown = copy.deepcopy(old)
-    grown["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "700m"
+    old = await propagated(client, api)
+    grown = with_cpu(old, "700m")
     for _ in range(2):  # the first attempt, then the API server's retry
         _, body = await post(
             client, "/validate-template", review(grown, "UPDATE", old, resource=TEMPLATES)

@@ -17,7 +17,9 @@ After every step:
 - Σ charges of the live bindings ≤ hard, for every quota and resource (or no more than the
   pre-existing bindings alone held, which the webhook never admitted);
 - a request the batcher denied at any point (first pass or re-check after a conflict) was
-  finally denied: a retry never admits what was denied;
+  finally denied: a retry never admits what was denied. A first pass evaluated on a cached
+  copy the live read of a refusing quota found stale is not a denial: the batch is evaluated
+  again on the fresh copy, and that is its first pass;
 - no `used` (global or per cluster) is ever negative;
 - the controller never loses its write more than twice against one stored version (after a
   lost write it computes the next from the version its watch delivered, else reads it back).
@@ -385,18 +387,37 @@ def expected_used(quota: KarmadaQuota, bindings: Any) -> ResourceList:
 
 @contextmanager
 def recorded_denials() -> Iterator[set[int]]:
-    """ids of the charges any evaluation in the batcher denied (first pass or re-check)."""
+    """ids of the charges any evaluation in the batcher denied (first pass or re-check),
+    except a first pass's on a cached copy that the live read confirming its refusals found
+    stale: the batch is then evaluated afresh, and that pass's denials are the first."""
     denied: set[int] = set()
     keep: list[Charge] = []
+    drafts: dict[asyncio.Task[Any] | None, set[int]] = {}  # per batcher worker: this batch's
+    process, confirm = Batcher._process, Batcher._confirm
 
     def evaluate(quotas: Any, new: Charge, old: Charge | None = None, *a: Any) -> Decision:
         d = real_evaluate(quotas, new, old, *a)
         if not d.allowed:
             denied.add(id(new))
+            drafts.setdefault(asyncio.current_task(), set()).add(id(new))
             keep.append(new)  # ids stay unique while recorded
         return d
 
-    with mock.patch("karmadaquota.webhook.batcher.evaluate", evaluate):
+    async def processing(self: Batcher, *a: Any, **kw: Any) -> None:
+        drafts[asyncio.current_task()] = set()
+        await process(self, *a, **kw)
+
+    async def confirming(self: Batcher, *a: Any, **kw: Any) -> bool:
+        stale = await confirm(self, *a, **kw)
+        if stale:
+            denied.difference_update(drafts.pop(asyncio.current_task(), set()))
+        return stale
+
+    with (
+        mock.patch("karmadaquota.webhook.batcher.evaluate", evaluate),
+        mock.patch.object(Batcher, "_process", processing),
+        mock.patch.object(Batcher, "_confirm", confirming),
+    ):
         yield denied
 
 

@@ -179,15 +179,53 @@ async def test_the_tighter_of_a_namespaced_and_a_cluster_quota_wins(
         tighter = "kq" if namespaced < cluster else CKQ
         assert refused.message.startswith(f"exceeded quota: {tighter},")
         # what the looser object reserved for a refused review is taken back by its writer
-        await until(
-            lambda: (
-                pods_pending(stored(api)) == room and pods_pending(api.quota("a-0", "kq")) == room
-            ),
-            what="compensation",
-        )
+        # before the refusal is answered
+        assert pods_pending(stored(api)) == room
+        assert pods_pending(api.quota("a-0", "kq")) == room
     admitted = {f"uid-a-0-web-{i}" for i, d in enumerate(decisions) if d.allowed}
     assert {r.reservedBy.uid for r in stored(api).status.reservations} == admitted
     assert {r.reservedBy.uid for r in api.quota("a-0", "kq").status.reservations} == admitted
+
+
+async def test_a_refusal_is_answered_once_what_the_looser_object_reserved_is_gone(
+    api: FakeApiServer,
+) -> None:
+    """One review at a time: the caller told 'no' by the namespaced quota finds the cluster
+    quota's room free at once, and so does the next review on another replica."""
+    store = Replica(api=api)
+    store.seed(quota_doc("kq", namespace="a-0", hard={"pods": "1"}, used={"pods": "0"}))
+    add_cluster_quota(api, {"pods": "2"})
+    async with replica(api, store) as one, replica(api) as two:
+        assert (await admit(one, "a-0", "web-0")).allowed
+        refused = await admit(one, "a-0", "web-1")
+        assert refused.message.startswith("exceeded quota: kq,"), refused.message
+        assert pods_pending(stored(api)) == 1  # already taken back
+        assert (await admit(two, "a-1", "web-2")).allowed  # the last pod of the cluster quota
+
+
+async def test_a_refusal_from_a_stale_copy_is_confirmed_live(api: FakeApiServer) -> None:
+    """A replica whose watch has not delivered the room another writer gave back (the
+    controller releasing a deleted binding, another replica taking back a refused review's
+    reservation) reads the quota live before refusing, and admits what fits; what does not
+    fit is still refused, in the live quota's figures."""
+    add_cluster_quota(api, {"pods": "3"})
+    async with replica(api) as webhook:
+        assert (await admit(webhook, "a-0", "web-0", replicas=3)).allowed
+        api.hold("clusterkarmadaquotas")  # this replica's copy keeps the 3 pods pending
+
+        def released(obj: JSON) -> None:
+            obj["status"].pop("pending", None)
+
+        api.update(paths.cluster_quota(CKQ), released, generation=False)
+        gets = api.calls["GET clusterkarmadaquotas"]
+        assert (await admit(webhook, "a-1", "web-1", replicas=2)).allowed
+        # one live read, for the refusal it found stale
+        assert api.calls["GET clusterkarmadaquotas"] == gets + 1
+        refused = await admit(webhook, "a-2", "web-2", replicas=2)
+        assert refused.message == (
+            "exceeded quota: team-a, requested: pods=2, used: pods=2, limited: pods=3"
+        )
+    assert [r.reservedBy.name for r in stored(api).status.reservations] == ["web-1"]
 
 
 async def test_dry_run_reserves_nothing_in_a_cluster_quota(api: FakeApiServer) -> None:

@@ -507,22 +507,28 @@ class Webhook:
         self, request: ChargeRequest, cluster_quotas: Sequence[str], budget: float | None
     ) -> Decision:
         """Charge the namespace's quotas and every cluster quota selecting it, each behind its
-        own writer, at once: admitted when all reserved it; else the first refusal, and what
-        the others reserved for it is taken back (webhook.cluster)."""
+        own writer, at once: admitted when all reserved it; else the first refusal, answered
+        once what the others reserved for it is taken back (webhook.cluster)."""
         subs: list[tuple[Batcher, ChargeRequest]] = []
         if self.quotas.has(request.namespace):
             subs.append((self.batcher, request))
         if self.cluster is not None:
             subs += [(self.cluster.batcher, for_cluster_quota(request, n)) for n in cluster_quotas]
+        started = time.monotonic()
         if len(subs) == 1:
             results = [await self._submit(subs[0][1], budget, subs[0][0])]
         else:
             results = list(await asyncio.gather(*(self._submit(p, budget, b) for b, p in subs)))
         decision, undo = combined(results)
-        for i in undo:
-            batcher, sub = subs[i]
-            if not sub.dry_run:
-                batcher.release(sub, results[i].charges.keys())
+        released = [
+            subs[i][0].release(subs[i][1], results[i].charges.keys())
+            for i in undo
+            if not subs[i][1].dry_run
+        ]
+        if released:  # answered once taken back, within the API server's deadline
+            left = None if budget is None else budget - (time.monotonic() - started)
+            if left is None or left > 0:
+                await asyncio.wait(released, timeout=left)
         namespaced = subs[0][1] is request and decision is results[0]
         if not decision.allowed and not namespaced:
             # a cluster quota refused: no namespaced quota's waiting list is to record it

@@ -6,9 +6,12 @@ reserves its delta in the copy before the next is checked), then every changed q
 compare-and-swap status write that records the admitted deltas as reservations (on the wire,
 `status.pending`: one short entry per binding, grouped by charge; see `karmadaquota.api`).
 
-On a lost compare-and-swap the quota is read again and only the requests that charged it are
-re-checked, in order, against the fresh copy. Requests denied in the first pass are never
-re-evaluated, so a retry can turn an admission into a denial but never the reverse.
+A first pass that would refuse reads the refusing quotas live before it answers: a newer
+copy (room another writer gave back that the watch has not delivered) is evaluated again, as
+the batch's first pass. On a lost compare-and-swap the quota is read again and only the
+requests that charged it are re-checked, in order, against the fresh copy. Requests denied in
+the first pass are never re-evaluated, so a retry can turn an admission into a denial but never
+the reverse. What a refused review reserved is taken back before it is answered.
 
 The batcher is the only writer of a quota's status in the webhook process, and owns when it
 writes: the waiting list's changes (`WaitingSource`, the refusal recorder: a ledger) ride the
@@ -30,6 +33,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
+import aiohttp
 from pydantic import ValidationError
 
 from karmadaquota import resources
@@ -52,6 +56,7 @@ from karmadaquota.api import (
 from karmadaquota.charge import Charge
 from karmadaquota.evaluate import (
     ALLOW,
+    REASON_EXCEEDED,
     REASON_FORBIDDEN,
     Decision,
     LimitedResource,
@@ -59,7 +64,7 @@ from karmadaquota.evaluate import (
     charges_nothing,
     evaluate,
 )
-from karmadaquota.kube.client import JSON, Conflict, NotFound
+from karmadaquota.kube.client import JSON, Conflict, KubeError, NotFound
 from karmadaquota.kube.quotas import UnreadableQuota
 from karmadaquota.kube.retry import Backoff, ConflictsExhausted, retry_on_conflict
 from karmadaquota.quantity import QuantityError
@@ -212,8 +217,10 @@ class Batcher:
         self._by_namespace = model is ClusterKarmadaQuota
         self._queues: dict[str, deque[ChargeRequest]] = {}
         self._workers: dict[str, asyncio.Task[None]] = {}
-        # key -> quota name -> (uid, generation) of reservations to take back (`release`)
+        # key -> quota name -> (uid, generation) of reservations to take back (`release`),
+        # and the futures told when they are
         self._undo: dict[str, dict[str, list[Reservation]]] = {}
+        self._undone: dict[str, list[asyncio.Future[None]]] = {}
         # namespaces whose waiting-list changes are due: the next pass writes them all
         self._kicked: set[str] = set()
         self._waiting: WaitingSource | None = None
@@ -240,18 +247,22 @@ class Batcher:
         self._start(request.queue)
         return await request.future
 
-    def release(self, request: ChargeRequest, quotas: Collection[str]) -> None:
+    def release(self, request: ChargeRequest, quotas: Collection[str]) -> asyncio.Future[None]:
         """Take back what `request` reserved in `quotas` of its key — exactly the entries its
         batch wrote (`Pending.written`) — by its writer before its next batch: another object
-        the same review charges refused it (compensation; what is not taken back holds until
-        the controller's orphan audit disproves it)."""
+        the same review charges refused it (compensation). The future is done once the write
+        was made (or given up: what is not taken back holds until the controller's orphan
+        audit disproves it), so the refusal is answered after its reservation is gone."""
         undo = self._undo.setdefault(request.queue, {})
         for name in quotas:
             entry = request.written.get(name)
             if entry is not None:
                 undo.setdefault(name, []).append(entry)
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._undone.setdefault(request.queue, []).append(done)
         self._queues.setdefault(request.queue, deque())
         self._start(request.queue)
+        return done
 
     def attach(self, source: WaitingSource, interval: float = 1.0) -> None:
         """Write `source`'s waiting-list changes with the reservations (one writer per quota),
@@ -314,9 +325,8 @@ class Batcher:
         queue = self._queues[namespace]
         try:
             while queue or namespace in self._kicked or namespace in self._undo:
-                undo = self._undo.pop(namespace, None)
-                if undo:
-                    await self._take_back(namespace, undo)
+                if namespace in self._undo:
+                    await self._released(namespace)
                 batch = [queue.popleft() for _ in range(min(len(queue), self.config.max_batch))]
                 kicked = namespace in self._kicked
                 self._kicked.discard(namespace)
@@ -335,39 +345,99 @@ class Batcher:
             else:  # a review arrived while we were exiting: keep the single writer alive
                 self._workers[namespace] = asyncio.create_task(self._drain(namespace))
 
+    async def _released(self, key: str) -> None:
+        """Write the take-backs `release` queued for `key`, then tell their reviews."""
+        undo = self._undo.pop(key)
+        done = self._undone.pop(key, [])
+        try:
+            await self._take_back(key, undo)
+        except Exception:  # best effort: the orphan audit disproves what stays
+            log.exception("taking back refused reservations failed", extra={"namespace": key})
+        finally:
+            for f in done:
+                if not f.done():
+                    f.set_result(None)
+
     async def _process(
         self, namespace: str, batch: list[ChargeRequest], kicked: bool = False
     ) -> None:
-        """Evaluate and write a batch; `kicked`: also write every quota with waiting changes."""
+        """Evaluate and write a batch; `kicked`: also write every quota with waiting changes.
+
+        A refusal is confirmed against the refusing quotas read live (once per batch): the
+        store may not have seen another writer give room back yet — a replica taking back
+        what a refused review reserved, the controller releasing a deleted binding — and a
+        caller that saw that answer must not be refused for it."""
         # a review whose caller gave up while it queued (its future cancelled) reserves nothing
         batch = [p for p in batch if not p.future.done()]
         if not batch and not kicked:
             return
         now = self._clock()
-        try:
-            objects = {q.metadata.name: q for q in self._store.quotas(namespace)}
-            views = {name: QuotaView.of(q) for name, q in objects.items()}
-        except UnreadableQuota as e:  # fail closed: a quota we cannot read limits nothing we know
-            for p in batch:
-                p.resolve(Decision(False, str(e), REASON_FORBIDDEN))
-            return  # waiting-list changes stay with the recorder for a pass that can read
-        except QuantityError as e:
-            for p in batch:
-                p.resolve(Decision(False, f"a {self._kind} of {namespace} is invalid: {e}"))
-            if kicked:
-                await self._commit(namespace, objects, [], now, kicked)
-            return
+        confirmed = False
+        while True:
+            try:
+                objects = {q.metadata.name: q for q in self._store.quotas(namespace)}
+                views = {name: QuotaView.of(q) for name, q in objects.items()}
+            except UnreadableQuota as e:  # fail closed: a quota we cannot read limits nothing
+                for p in batch:
+                    p.resolve(Decision(False, str(e), REASON_FORBIDDEN))
+                return  # waiting-list changes stay with the recorder for a pass that can read
+            except QuantityError as e:
+                for p in batch:
+                    p.resolve(Decision(False, f"a {self._kind} of {namespace} is invalid: {e}"))
+                if kicked:
+                    await self._commit(namespace, objects, [], now, kicked)
+                return
+            answered, admitted = self._evaluate(batch, views)
+            refusing = {d.quota for _, d in answered if d.reason == REASON_EXCEEDED and d.quota}
+            if confirmed or not refusing or not await self._confirm(namespace, refusing, objects):
+                break
+            confirmed = True
+        for p, d in answered:
+            p.resolve(d)
+        if admitted or kicked:
+            await self._commit(namespace, objects, admitted, now, kicked)
+
+    def _evaluate(
+        self, batch: list[ChargeRequest], views: dict[str, QuotaView]
+    ) -> tuple[list[tuple[ChargeRequest, Decision]], list[_Admitted]]:
+        """The batch in arrival order against a running copy of its quotas: those answered
+        now (refused, dry run, nothing to reserve), and those admitted if written."""
+        answered: list[tuple[ChargeRequest, Decision]] = []
         admitted: list[_Admitted] = []
         for p in batch:
             d = evaluate(list(views.values()), p.new, p.old, self.config.limited)
             if not d.allowed or not d.charges or p.dry_run:
-                p.resolve(d)
+                answered.append((p, d))
                 continue
             for name, rl in d.charges.items():
                 views[name] = views[name].with_reserved(rl)
             admitted.append(_Admitted(p, dict(d.charges)))
-        if admitted or kicked:
-            await self._commit(namespace, objects, admitted, now, kicked)
+        return answered, admitted
+
+    async def _confirm(
+        self, key: str, names: Collection[str], held: Mapping[str, KarmadaQuota]
+    ) -> bool:
+        """Read the refusing quotas live into the store; whether any was newer than the
+        store's copy (the batch is then evaluated again). A read that fails leaves the
+        refusal as the store decided it (the stricter side)."""
+        newer = False
+        for name in sorted(names):
+            try:
+                fresh = self._model.model_validate(await self._store.get(key, name))
+            except (KubeError, aiohttp.ClientError, TimeoutError, ValidationError) as e:
+                log.warning(
+                    "a refusal could not be confirmed live",
+                    extra={"namespace": key, "quota": name, "error": str(e)},
+                )
+                continue
+            self._store.update(fresh)
+            before = held.get(name)
+            newer = (
+                newer
+                or before is None
+                or fresh.metadata.resourceVersion != (before.metadata.resourceVersion)
+            )
+        return newer
 
     async def _commit(
         self,
@@ -417,13 +487,15 @@ class Batcher:
                 # like a refused one's, before the next batch is evaluated
                 denied[id(a.request)] = ABANDONED
                 abandoned += 1
-            a.request.resolve(denied.get(id(a.request), Decision(True, charges=a.charges)))
         if abandoned:
             log.info(
                 "reservations of reviews answered before their write completed taken back",
                 extra={"namespace": namespace, "count": abandoned},
             )
+        # taken back before the refusals are answered: a caller told 'no' finds the room free
         await self._compensate(namespace, written, denied)
+        for a in admitted:
+            a.request.resolve(denied.get(id(a.request), Decision(True, charges=a.charges)))
 
     def _settled(self, source: WaitingSource, namespace: str) -> None:
         """A pass's waiting-list write is over: what is left (given back, or noted meanwhile)
@@ -585,10 +657,18 @@ class Batcher:
                     backoff=self.config.conflict_backoff,
                     on_conflict=self._on_conflict,
                 )
-            except (NotFound, ConflictsExhausted):
+            except (KubeError, ConflictsExhausted, aiohttp.ClientError, TimeoutError) as e:
+                log.warning(
+                    "refused reservations not taken back (the orphan audit will)",
+                    extra={"namespace": key, "quota": name, "count": len(gone), "error": str(e)},
+                )
                 continue
             if result is not None:
                 self._store.update(self._model.model_validate(result))
+                log.info(
+                    "refused reservations taken back",
+                    extra={"namespace": key, "quota": name, "count": len(gone)},
+                )
 
 
 def _recheck(

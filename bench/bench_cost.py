@@ -8,7 +8,10 @@
    with no webhook of ours at all, **the limit** every ratio is taken against;
 5. **cluster** — the same creates spread over 5 namespaces that one ClusterKarmadaQuota
    selects (room for every create; docs/cluster-quotas.md): printed beside the quota storm,
-   **cluster / quota** is what one budget over many namespaces costs more.
+   **cluster / quota** is what one budget over many namespaces costs more;
+6. with `--full F`, **full** — a namespace whose KarmadaQuota has room for the fraction F of
+   the creates: exactly that many admitted, the rest refused (the refusal path: each batch
+   that would refuse reads the refusing quota live first); answers per second.
 
 Each round runs the four storms one after the other (the order rotated per round, so that
 machine noise hits all alike), every storm `--count` ResourceBinding creates with
@@ -22,7 +25,7 @@ quota storm of N creates that must all be admitted at their first attempt (no 42
 bound on pending charges).
 
     python -m bench.bench_cost [--count 600] [--concurrency 48] [--rounds 3] [--deployments 100]
-                               [--long 5000]
+                               [--long 5000] [--full 0.6]
 """
 
 from __future__ import annotations
@@ -47,6 +50,19 @@ from karmadaquota.kube.client import KubeClient
 from karmadaquota.quantity import Quantity
 
 STORMS = ("quota", "floor", "no-quota", "no-webhook", "cluster")
+FULL = "full"
+
+
+def kinds(args: argparse.Namespace) -> tuple[str, ...]:
+    """The storms of a round: `STORMS`, and `full` with `--full`."""
+    return (*STORMS, FULL) if args.full else STORMS
+
+
+def room(args: argparse.Namespace, kind: str) -> int:
+    """How many creates the storm's quota has room for."""
+    return int(args.count * args.full) if kind == FULL else args.count
+
+
 # the cluster storm's namespaces, selected by one ClusterKarmadaQuota
 SPREAD = 5
 RB = "/apis/work.karmada.io/v1alpha2/namespaces/{ns}/resourcebindings"
@@ -130,6 +146,7 @@ def _spread_binding(ns: str, i: int) -> dict[str, Any]:
 
 
 async def prepare(bed: TestBed, ns: str, kind: str, count: int) -> None:
+    """The storm's namespace and quota; `count`: how many creates the quota has room for."""
     if kind == "cluster":
         await prepare_cluster(bed, ns, count)
         return
@@ -137,7 +154,7 @@ async def prepare(bed: TestBed, ns: str, kind: str, count: int) -> None:
     await bed.aapply(
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": labels}}
     )
-    if kind == "quota":
+    if kind in ("quota", FULL):
         hard = {"requests.cpu": f"{count * 100}m", "pods": str(count)}
         await bed.aapply(product.quota(ns, "storm", hard))
     elif kind == "floor":
@@ -147,7 +164,7 @@ async def prepare(bed: TestBed, ns: str, kind: str, count: int) -> None:
             ]
         }
         await bed.aapply(product.quota(ns, "storm", {"pods": str(count)}, scopeSelector=scope))
-    if kind in ("quota", "floor"):
+    if kind in ("quota", "floor", FULL):
 
         def ready() -> bool:
             q = bed.get("karmadaquota", "storm", namespace=ns) or {}
@@ -212,7 +229,7 @@ async def one_storm(
     it: harness.Installed, pids: dict[str, int], kind: str, ns: str, args: argparse.Namespace
 ) -> dict[str, Any]:
     bed, api, hook = it.bed, it.api, it.hook
-    await prepare(bed, ns, kind, args.count)
+    await prepare(bed, ns, kind, room(args, kind))
     versions = await templates(api, ns, args.count) if args.templated and kind != "cluster" else {}
     cpu_before = cpu_by_process(pids)
     hook_text = await hook.metrics()
@@ -232,12 +249,15 @@ async def one_storm(
         )
     largest = await sizes.stop() if sizes else 0
     pending = sizes.pending if sizes else (0, 0, 0)
-    if len(res.admitted) != args.count:
+    if len(res.admitted) != room(args, kind) or (
+        kind == FULL and not all("exceeded quota: storm," in m for m in res.denied.values())
+    ):
         raise AssertionError(
-            f"{kind}: {len(res.admitted)} of {args.count} admitted: {res.failures()}"
+            f"{kind}: {len(res.admitted)} of {args.count} admitted, "
+            f"room for {room(args, kind)}: {res.failures()}"
         )
-    if kind in ("quota", "floor"):
-        n = len(res.admitted) if kind == "quota" else 0
+    if kind in ("quota", "floor", FULL):
+        n = len(res.admitted) if kind != "floor" else 0
         await eventually(lambda: kind == "floor" or observed(bed, ns, n), 120, f"{ns} observed")
     if kind == "cluster":
         n = len(res.admitted)
@@ -360,12 +380,14 @@ def report(
     def med(kind: str, f: Any) -> float:
         return float(statistics.median(f(r) for r in rows[kind]))
 
-    tput = {k: med(k, lambda r: r["throughput"]) for k in STORMS}
-    machine = {k: med(k, lambda r: sum(r["cpu"].values())) for k in STORMS}
+    storms = kinds(args)
+    tput = {k: med(k, lambda r: r["throughput"]) for k in storms}
+    machine = {k: med(k, lambda r: sum(r["cpu"].values())) for k in storms}
     limit = tput["no-webhook"]
     lines = [
         f"{args.count} creates × {args.concurrency} in flight per storm, {args.rounds} rounds, "
-        "medians; every storm admitted every create.",
+        "medians; every storm admitted every create"
+        + (f" (full: exactly {room(args, FULL)}, the rest refused)." if args.full else "."),
         "",
         "| storm | creates/s | ratio to no webhook | machine CPU ms/create | karmada-apiserver | "
         "our webhook | our controller | status writes/create (webhook + controller) | "
@@ -373,7 +395,7 @@ def report(
         "p99 ms |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for k in STORMS:
+    for k in storms:
         lines.append(
             f"| {k} | {tput[k]:.0f} | {tput[k] / limit:.2f} | {machine[k]:.2f} | "
             f"{med(k, lambda r: r['cpu']['karmada-apiserver']):.2f} | "
@@ -407,15 +429,29 @@ def report(
         f"{machine['quota'] - machine['no-webhook']:+.2f} ms; largest quota object during the "
         f"quota storms: {biggest['largest'] / 1024:.1f} KB ({composition(biggest)}; per round: "
         f"{sizes} KB).",
+    ]
+    if args.full:
+        lines += [
+            "",
+            f"**full (room for {args.full:.0%}) / no webhook {tput[FULL] / limit:.2f}** "
+            "(answers per second; rounds: "
+            + ", ".join(
+                f"{f['throughput'] / n['throughput']:.2f}"
+                for f, n in zip(rows[FULL], rows["no-webhook"], strict=True)
+            )
+            + f"); machine CPU per create, full minus no webhook: "
+            f"{machine[FULL] - machine['no-webhook']:+.2f} ms.",
+        ]
+    lines += [
         "",
         "CPU ms per create of every process (median), quota storm vs no webhook:",
         "",
-        "| process | quota | floor | no quota | no webhook | cluster |",
-        "|---|---|---|---|---|---|",
+        "| process | " + " | ".join(k.replace("-", " ") for k in storms) + " |",
+        "|---|" + "---|" * len(storms),
     ]
     names = sorted(rows["quota"][0]["cpu"], key=lambda n: -med("quota", lambda r, n=n: r["cpu"][n]))
     for n in names:
-        vals = [med(k, lambda r, n=n: r["cpu"][n]) for k in STORMS]
+        vals = [med(k, lambda r, n=n: r["cpu"][n]) for k in storms]
         if max(vals) >= 0.01:
             lines.append(f"| {n} | " + " | ".join(f"{v:.2f}" for v in vals) + " |")
     if paths["quota"]:
@@ -438,10 +474,11 @@ async def run(args: argparse.Namespace) -> str:
                 "karmadaquota controller": it.controller.popen.pid,
             },
         )
-        rows: dict[str, list[dict[str, Any]]] = {k: [] for k in STORMS}
+        storms = kinds(args)
+        rows: dict[str, list[dict[str, Any]]] = {k: [] for k in storms}
         paths: dict[str, list[float]] = {"quota": [], "none": []}
         for r in range(args.rounds):
-            order = STORMS[r % len(STORMS) :] + STORMS[: r % len(STORMS)]
+            order = storms[r % len(storms) :] + storms[: r % len(storms)]
             for kind in order:
                 rows[kind].append(await one_storm(it, pids, kind, f"bench-{kind}-{r}", args))
             if args.deployments:
@@ -479,6 +516,12 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--deployments", type=int, default=100, help="0: skip the user path")
     p.add_argument("--long", type=int, default=0, help="then one quota storm of this many")
+    p.add_argument(
+        "--full",
+        type=float,
+        default=0.0,
+        help="and a storm into a quota with room for this fraction of the creates",
+    )
     p.add_argument(
         "--templated",
         action="store_true",

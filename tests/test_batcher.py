@@ -294,6 +294,70 @@ async def test_a_kick_without_waiting_changes_writes_nothing_and_the_worker_ends
     assert not batcher._workers and not batcher._queues
 
 
+async def test_an_admission_is_answered_without_waiting_for_another_review_s_take_back() -> None:
+    """A batch where one review is admitted and another refused by its second quota: the
+    admitted one is answered at once, not after the slow take-back of the refused one (its
+    caller would give up, and its written reservation would then hold for nothing)."""
+    store = Replica(
+        quota_doc("a", hard={"requests.cpu": "10"}), quota_doc("b", hard={"requests.cpu": "10"})
+    )
+    writes = 0
+
+    def fill_b_then_slow(s: Replica, body: JSON) -> None:
+        nonlocal writes
+        writes += 1
+        if body["metadata"]["name"] == "b" and s.conflicts == 0:
+            s.bump("ns", "b", lambda d: d["status"].update(used={"requests.cpu": "8"}))
+        if writes >= 3:
+            s.put_delay = 0.5  # the take-back of the refused review's reservation in a
+
+    store.before_put = fill_b_then_slow
+    batcher = Batcher(store, clock=lambda: NOW)
+    big = asyncio.create_task(batcher.submit(pending("big", cpu="3")))
+    async with asyncio.timeout(0.3):
+        small = await batcher.submit(pending("small", cpu="1"))
+    assert small.allowed
+    refused = await big
+    assert refused.message.startswith("exceeded quota: b,"), refused.message
+    for name in ("a", "b"):  # the refused review's taken back before it was answered
+        assert [r.reservedBy.name for r in store.stored(name=name).status.reservations] == ["small"]
+    await batcher.close()
+
+
+async def test_every_refusing_quota_is_read_live_before_a_refusal() -> None:
+    """Two quotas of the namespace gave room back that this replica's copies do not show
+    yet: the first refuses, is read live, then the second refuses, and is read live too."""
+    store = Replica(
+        quota_doc("x", hard={"requests.cpu": "10"}, used={"requests.cpu": "10"}),
+        quota_doc("y", hard={"requests.cpu": "10"}, used={"requests.cpu": "10"}),
+    )
+    for name in ("x", "y"):
+        store.bump("ns", name, lambda d: d["status"].update(used={"requests.cpu": "0"}))
+    batcher = Batcher(store, clock=lambda: NOW)
+    decision = await batcher.submit(pending("r", cpu="1"))
+    assert decision.allowed, decision.message
+    await batcher.close()
+
+
+async def test_close_answers_what_waits() -> None:
+    """A take-back queued and the worker stopped before its first step: the release's
+    future is done (the orphan audit disproves the reservation), and a queued review is
+    refused with 'try again'; nothing waits forever."""
+    store = Replica(quota_doc("a", hard={"requests.cpu": "10"}))
+    batcher = Batcher(store, clock=lambda: NOW)
+    r = pending("r")
+    assert (await batcher.submit(r)).allowed
+    # in this order, with no await between: the review queues while close() waits for the
+    # cancelled worker, behind the take-back
+    waiting = asyncio.create_task(batcher.submit(pending("q")))
+    released = batcher.release(r, ["a"])
+    await batcher.close()
+    async with asyncio.timeout(1):
+        await released
+        d = await waiting
+    assert not d.allowed and "shutting down" in d.message
+
+
 async def test_compensation_takes_back_only_the_refused_charge() -> None:
     """An UPDATE (generation 2) admitted by quota a, then refused by quota b: a keeps the
     binding's charge of generation 1 (still unobserved), losing only generation 2's."""

@@ -105,6 +105,11 @@ def skewed_clock(offset: str) -> Callable[[], datetime]:
     return lambda: datetime.now(UTC) + delta
 
 
+def _deadline(budget: float | None) -> float | None:
+    """The `time.monotonic()` by which a review with `budget` seconds must be answered."""
+    return None if budget is None else time.monotonic() + budget
+
+
 def review_budget(timeout: str | None) -> float | None:
     """Seconds a review may take, from the API server's `timeout` query parameter (a Go
     duration such as `3s` or `500ms`); None when absent, not understood or not positive."""
@@ -225,6 +230,7 @@ class Webhook:
             )
         # status and other subresources carry no new charge; admission never releases quota
         # (a DELETE is the controller's)
+        deadline = _deadline(budget)
         if _written(req) is None:
             return Decision(True)
         if req.operation == "UPDATE" and req.oldObject is None:
@@ -268,7 +274,7 @@ class Webhook:
             old=old_charge,
             dry_run=req.dryRun,
         )
-        decision = await self._charge(request, selecting, budget)
+        decision = await self._charge(request, selecting, deadline)
         if self.refusals is not None and not req.dryRun:
             self.refusals.observe(req.namespace, new, old, new_charge, old_charge, decision)
         return decision
@@ -287,6 +293,7 @@ class Webhook:
         generation), and the template refused in Kubernetes' words when it does not fit; the
         binding's update then costs nothing more (its old side is charged with the newest
         template already: kube.templates)."""
+        deadline = _deadline(budget)
         if req.operation not in ("CREATE", "UPDATE") or req.subResource not in ("", "resize"):
             return Decision(True)
         obj = req.object
@@ -363,7 +370,7 @@ class Webhook:
         now = time.monotonic()
         if not req.dryRun and self._grown.get(again, 0.0) > now:
             return Decision(True)
-        decision = await self._charge(request, selecting, budget)
+        decision = await self._charge(request, selecting, deadline)
         if decision.allowed and not req.dryRun:
             if len(self._grown) > 1024:
                 self._grown = {k: t for k, t in self._grown.items() if t > now}
@@ -504,7 +511,7 @@ class Webhook:
         return decision
 
     async def _charge(
-        self, request: ChargeRequest, cluster_quotas: Sequence[str], budget: float | None
+        self, request: ChargeRequest, cluster_quotas: Sequence[str], deadline: float | None
     ) -> Decision:
         """Charge the namespace's quotas and every cluster quota selecting it, each behind its
         own writer, at once: admitted when all reserved it; else the first refusal, answered
@@ -514,11 +521,10 @@ class Webhook:
             subs.append((self.batcher, request))
         if self.cluster is not None:
             subs += [(self.cluster.batcher, for_cluster_quota(request, n)) for n in cluster_quotas]
-        started = time.monotonic()
         if len(subs) == 1:
-            results = [await self._submit(subs[0][1], budget, subs[0][0])]
+            results = [await self._submit(subs[0][1], deadline, subs[0][0])]
         else:
-            results = list(await asyncio.gather(*(self._submit(p, budget, b) for b, p in subs)))
+            results = list(await asyncio.gather(*(self._submit(p, deadline, b) for b, p in subs)))
         decision, undo = combined(results)
         released = [
             subs[i][0].release(subs[i][1], results[i].charges.keys())
@@ -526,7 +532,7 @@ class Webhook:
             if not subs[i][1].dry_run
         ]
         if released:  # answered once taken back, within the API server's deadline
-            left = None if budget is None else budget - (time.monotonic() - started)
+            left = None if deadline is None else deadline - time.monotonic()
             if left is None or left > 0:
                 await asyncio.wait(released, timeout=left)
         namespaced = subs[0][1] is request and decision is results[0]
@@ -536,19 +542,19 @@ class Webhook:
         return decision
 
     async def _submit(
-        self, request: ChargeRequest, budget: float | None, batcher: Batcher | None = None
+        self, request: ChargeRequest, deadline: float | None, batcher: Batcher | None = None
     ) -> Decision:
         batcher = batcher or self.batcher
-        if budget is None:
+        if deadline is None:
             return await batcher.submit(request)
         try:
-            async with asyncio.timeout(budget):
+            async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
                 return await batcher.submit(request)
         except TimeoutError:
             return Decision(
                 False,
-                f"karmadaquota webhook: no decision within {budget:.2f}s, before the API "
-                "server's deadline (quota status writes are slow); try again",
+                "karmadaquota webhook: no decision within the API server's deadline (quota "
+                "status writes are slow); try again",
                 REASON_TIMEOUT,
             )
 

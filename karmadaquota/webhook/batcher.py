@@ -221,6 +221,7 @@ class Batcher:
         # and the futures told when they are
         self._undo: dict[str, dict[str, list[Reservation]]] = {}
         self._undone: dict[str, list[asyncio.Future[None]]] = {}
+        self._closed = False
         # namespaces whose waiting-list changes are due: the next pass writes them all
         self._kicked: set[str] = set()
         self._waiting: WaitingSource | None = None
@@ -314,12 +315,29 @@ class Batcher:
             )
 
     async def close(self) -> None:
+        """Stop every worker; what still waits is answered (a review: refused, try again; a
+        take-back: given up, the orphan audit disproves it), so no caller hangs."""
+        self._closed = True
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
         for task in list(self._workers.values()):
             task.cancel()
         await asyncio.gather(*self._workers.values(), return_exceptions=True)
+        self._workers.clear()
+        closing = Decision(
+            False, "karmadaquota webhook is shutting down; try again", REASON_INTERNAL
+        )
+        for queue in self._queues.values():
+            for p in queue:
+                p.resolve(closing)
+        self._queues.clear()
+        for futures in self._undone.values():
+            for f in futures:
+                if not f.done():
+                    f.set_result(None)
+        self._undone.clear()
+        self._undo.clear()
 
     async def _drain(self, namespace: str) -> None:
         queue = self._queues[namespace]
@@ -340,7 +358,9 @@ class Batcher:
                         p.resolve(Decision(False, f"quota admission failed: {e}", REASON_INTERNAL))
         finally:
             del self._workers[namespace]
-            if not queue and namespace not in self._kicked and namespace not in self._undo:
+            if self._closed:
+                pass  # close() answers what is left
+            elif not queue and namespace not in self._kicked and namespace not in self._undo:
                 self._queues.pop(namespace, None)
             else:  # a review arrived while we were exiting: keep the single writer alive
                 self._workers[namespace] = asyncio.create_task(self._drain(namespace))
@@ -363,7 +383,8 @@ class Batcher:
     ) -> None:
         """Evaluate and write a batch; `kicked`: also write every quota with waiting changes.
 
-        A refusal is confirmed against the refusing quotas read live (once per batch): the
+        A refusal is confirmed against the refusing quotas read live (each at most once per
+        batch, so the passes are bounded by the key's quotas): the
         store may not have seen another writer give room back yet — a replica taking back
         what a refused review reserved, the controller releasing a deleted binding — and a
         caller that saw that answer must not be refused for it."""
@@ -372,7 +393,7 @@ class Batcher:
         if not batch and not kicked:
             return
         now = self._clock()
-        confirmed = False
+        confirmed: set[str] = set()  # quotas read live for this batch
         while True:
             try:
                 objects = {q.metadata.name: q for q in self._store.quotas(namespace)}
@@ -388,10 +409,16 @@ class Batcher:
                     await self._commit(namespace, objects, [], now, kicked)
                 return
             answered, admitted = self._evaluate(batch, views)
-            refusing = {d.quota for _, d in answered if d.reason == REASON_EXCEEDED and d.quota}
-            if confirmed or not refusing or not await self._confirm(namespace, refusing, objects):
+            # a quota refusing after the others' live copies gave room is read live too (each
+            # once: bounded by the key's quotas)
+            refusing = {
+                d.quota for _, d in answered if d.reason == REASON_EXCEEDED and d.quota
+            } - confirmed
+            if not refusing:
                 break
-            confirmed = True
+            confirmed |= refusing
+            if not await self._confirm(namespace, refusing, objects):
+                break
         for p, d in answered:
             p.resolve(d)
         if admitted or kicked:
@@ -492,10 +519,15 @@ class Batcher:
                 "reservations of reviews answered before their write completed taken back",
                 extra={"namespace": namespace, "count": abandoned},
             )
-        # taken back before the refusals are answered: a caller told 'no' finds the room free
+        for a in admitted:  # the admitted are answered at once ...
+            if id(a.request) not in denied:
+                a.request.resolve(Decision(True, charges=a.charges))
+        # ... the refused once what they reserved is taken back: a caller told 'no' finds the
+        # room free
         await self._compensate(namespace, written, denied)
         for a in admitted:
-            a.request.resolve(denied.get(id(a.request), Decision(True, charges=a.charges)))
+            if id(a.request) in denied:
+                a.request.resolve(denied[id(a.request)])
 
     def _settled(self, source: WaitingSource, namespace: str) -> None:
         """A pass's waiting-list write is over: what is left (given back, or noted meanwhile)
@@ -657,7 +689,13 @@ class Batcher:
                     backoff=self.config.conflict_backoff,
                     on_conflict=self._on_conflict,
                 )
-            except (KubeError, ConflictsExhausted, aiohttp.ClientError, TimeoutError) as e:
+            except (
+                KubeError,
+                ConflictsExhausted,
+                aiohttp.ClientError,
+                TimeoutError,
+                ValidationError,
+            ) as e:
                 log.warning(
                     "refused reservations not taken back (the orphan audit will)",
                     extra={"namespace": key, "quota": name, "count": len(gone), "error": str(e)},

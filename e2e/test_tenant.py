@@ -521,6 +521,66 @@ async def test_a_template_cannot_grow_past_the_quota(stack: Stack, ns: str) -> N
         await eventually(grown, 60, "the growth that fits counted and running", interval=0.2)
 
 
+async def test_a_scale_up_from_zero_is_charged_in_every_member(stack: Stack, ns: str) -> None:
+    """Karmada revises a member's replicas only when the binding has some (v1.17: or
+    replicaRequirements): a Deployment at 0 replicas without requests is propagated to every
+    candidate member, and on the binding's next sync each member gets the template's own
+    replicas. So `kubectl scale` from 0 is charged in every member, at the template: 5 would be
+    10 pods and is refused; a harmless override then makes Karmada render the binding again
+    and the members still run none; 2 (4 pods) fits and reaches the members."""
+    s = stack
+    members = list(s.members)
+    await quota(s, ns, pods="4")
+    async with members_within(s, ns, 4):
+        await tenant_apply(s, deployment(ns, "web", 0, {}), divided_policy(ns, "web", members))
+        rb = await placed(s, ns, "web", 0)
+        assert sorted(c["name"] for c in rb["spec"]["clusters"]) == sorted(members)
+        await settled(s, ns)
+        got = await as_tenant(s, "-n", ns, "scale", "deployment", "web", "--replicas=5")
+        assert got.returncode != 0, got.stdout
+        assert f"exceeded quota: team, requested: pods={5 * len(members)}," in got.stderr
+        override = {
+            "apiVersion": "policy.karmada.io/v1alpha1",
+            "kind": "OverridePolicy",
+            "metadata": {"name": "label", "namespace": ns},
+            "spec": {
+                "overrideRules": [
+                    {"overriders": {"labelsOverrider": [{"operator": "add", "value": {"x": "y"}}]}}
+                ]
+            },
+        }
+        await tenant_apply(s, override)
+
+        async def rendered_again() -> list[int] | None:
+            replicas = []
+            for client in s.members.values():
+                try:
+                    d = await client.get(f"/apis/apps/v1/namespaces/{ns}/deployments/web")
+                except NotFound:
+                    return None
+                if (d["metadata"].get("labels") or {}).get("x") != "y":
+                    return None
+                replicas.append(int(d["spec"].get("replicas", 1)))
+            return replicas
+
+        again = await eventually(rendered_again, 60, "the override rendered", interval=0.1)
+        assert again == [0] * len(members)
+        got = await as_tenant(s, "-n", ns, "scale", "deployment", "web", "--replicas=2")
+        assert got.returncode == 0, got.stderr
+
+        async def scaled() -> bool:
+            q = await s.api.get(QUOTAS.format(ns=ns) + "/team")
+            used = (q.get("status") or {}).get("used") or {}
+            pending = (q.get("status") or {}).get("pending")
+            return (
+                used.get("pods") == "2"
+                and not pending
+                and sum((await running(s, ns)).values()) == 2
+            )
+
+        await eventually(scaled, 60, "the scale that fits counted and running", interval=0.2)
+
+
 async def test_a_quota_on_limits_charges_the_template_s_limits(stack: Stack, ns: str) -> None:
     """limits.cpu, which a binding cannot carry: a Deployment without a cpu limit is refused as
     Kubernetes refuses such a pod; with limits, the second one that does not fit is refused."""

@@ -24,6 +24,12 @@ against a quota tracking pods or compute that the members do not enforce): a wor
 replicas Karmada cannot count (a DaemonSet, a CronJob), and a binding whose rendered resources
 stay in the members after it is deleted (`preserveResourcesOnDeletion`).
 
+A binding with no replicas of its own (`spec.replicas` 0) is one whose replicas Karmada's
+binding controller does not revise: Karmada v1.16 revises a member's replicas only when the
+binding has some, v1.17 also when it carries `replicaRequirements` or components. It then
+renders the resource template's own replicas into every target cluster (`unrevised`), so a
+template scaled up from zero is charged that way until its binding carries the replicas.
+
 Negative requests and replica counts would *lower* usage if charged as they are, so a hostile
 value could buy room for others (a binding with `cpu: -4` followed by one with `cpu: 3` against a
 quota of 2). Each is charged as zero instead and named in `Charge.invalid` in Kubernetes' own
@@ -147,6 +153,8 @@ def queued_charge(full: Charge) -> Charge:
 
 def full_charge(binding: ResourceBinding, pod: PodCharge | None = None) -> Charge:
     """What the binding costs once admitted, queued or not (the queue's fit checks)."""
+    if pod is not None and pod.replicas:
+        binding = unrevised(binding, pod.replicas)
     spec = binding.spec
     objects: ResourceList = {count_name(spec.resource.apiVersion, spec.resource.kind): _ONE}
     legacy = _LEGACY_COUNTS.get(spec.resource.kind)
@@ -303,3 +311,15 @@ def _multi_component(spec: ResourceBindingSpec, objects: ResourceList) -> Charge
         tuple(invalid),
         missing_limits=frozenset(pod_template.LIMITED) if has_replicas else frozenset(),
     )
+
+
+def unrevised(binding: ResourceBinding, replicas: int) -> ResourceBinding:
+    """The binding as Karmada renders it into the members while its `spec.replicas` is 0 and
+    its template asks for `replicas`: every target cluster runs the template's replicas (v1.17
+    revises them to the cluster's, 0, when the binding carries replicaRequirements; v1.16
+    never does, so this is the most either renders)."""
+    if binding.spec.replicas != 0 or replicas <= 0:
+        return binding
+    clusters = [c.model_copy(update={"replicas": replicas}) for c in binding.spec.clusters]
+    spec = binding.spec.model_copy(update={"replicas": replicas, "clusters": clusters})
+    return binding.model_copy(update={"spec": spec})

@@ -22,7 +22,7 @@ a pod-level resource Kubernetes does not honour yet is never charged below its c
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from karmadaquota import resources
@@ -58,6 +58,37 @@ class PodCharge:
     # a Deployment's maxSurge values (an int or "N%"; the set of several versions): a rollout
     # runs that many pods per member beyond its replicas until the new ones are ready
     surges: frozenset[str] = frozenset()
+    # the template's own replicas (`replicas_of`), which Karmada renders into every member
+    # while the binding has none (charge.unrevised); not part of what one replica costs
+    replicas: int = field(default=0, compare=False)
+
+
+# Kinds whose replicas their `scale` subresource sets: (group, plural) -> kind
+SCALED: dict[tuple[str, str], str] = {
+    ("apps", "deployments"): "Deployment",
+    ("apps", "statefulsets"): "StatefulSet",
+    ("apps", "replicasets"): "ReplicaSet",
+}
+
+
+def replicas_of(obj: Mapping[str, Any]) -> int | None:
+    """The replicas a template asks for, as Karmada's interpreter reads them: `spec.replicas`
+    of a Deployment, StatefulSet or ReplicaSet (1 when absent: the API server's default) or of
+    their `autoscaling/v1` Scale (0 when absent: omitted when zero), a Job's
+    `spec.parallelism` (default 1); None for a kind without replicas or a value that is not a
+    count."""
+    kind = str(obj.get("kind") or "")
+    spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
+    assert isinstance(spec, Mapping)
+    if kind in SCALED.values():
+        value = spec.get("replicas", 1)
+    elif kind == "Scale":
+        value = spec.get("replicas", 0)
+    elif kind == "Job":
+        value = spec.get("parallelism", 1)
+    else:
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def pod_spec(template: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -136,7 +167,7 @@ def of_template(template: Mapping[str, Any]) -> PodCharge | None:
     spec = pod_spec(template)
     if spec is None:
         return None
-    return replace(of_spec(spec), surges=_surges(template))
+    return replace(of_spec(spec), surges=_surges(template), replicas=replicas_of(template) or 0)
 
 
 def _surges(template: Mapping[str, Any]) -> frozenset[str]:
@@ -180,6 +211,7 @@ def most(pods: Iterable[PodCharge | None]) -> PodCharge | None:
         limits,
         frozenset().union(*(p.unlimited for p in known)),
         frozenset().union(*(p.surges for p in known)),
+        max(p.replicas for p in known),
     )
 
 

@@ -204,3 +204,12 @@ def test_only_a_deployment_surges_and_its_surge_is_charged_in_every_member() -> 
 
 SPEC = {"containers": [container("app", {"cpu": "1"})]}
 MORE = {"rollingUpdate": {"maxSurge": "50%"}}
+
+
+def test_replicas_as_karmada_reads_them_with_the_api_server_s_defaults() -> None:
+    assert pod_template.replicas_of({"kind": "Deployment", "spec": {}}) == 1
+    assert pod_template.replicas_of({"kind": "StatefulSet", "spec": {"replicas": 0}}) == 0
+    assert pod_template.replicas_of({"kind": "Scale", "spec": {}}) == 0  # omitted when zero
+    assert pod_template.replicas_of({"kind": "Job", "spec": {"parallelism": 4}}) == 4
+    assert pod_template.replicas_of({"kind": "Pod", "spec": {}}) is None
+    assert pod_template.replicas_of({"kind": "Deployment", "spec": {"replicas": True}}) is None

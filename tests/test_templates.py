@@ -264,3 +264,102 @@ async def test_the_api_server_s_retry_of_an_admitted_growth_is_not_charged_twice
         client, "/validate-resourcebinding", review(binding_of(other, "300m", "db"))
     )
     assert body["response"]["allowed"], body["response"]["status"]["message"]
+
+
+def scale_review(name: str, new: int, old: int) -> dict[str, Any]:
+    """An UPDATE of a Deployment's scale subresource (a Scale omits replicas when zero)."""
+
+    def scale(replicas: int) -> dict[str, Any]:
+        return {
+            "apiVersion": "autoscaling/v1",
+            "kind": "Scale",
+            "metadata": {"name": name, "namespace": "ns"},
+            "spec": {"replicas": replicas} if replicas else {},
+        }
+
+    doc = review(scale(new), "UPDATE", scale(old), resource=TEMPLATES)
+    doc["request"]["subResource"] = "scale"
+    return doc
+
+
+async def test_a_template_scaled_up_while_its_binding_has_no_replicas_is_charged_per_member(
+    gate: Any,
+) -> None:
+    """Karmada renders a binding's replicas into each member only when the binding has some;
+    at 0 it renders the template's own, in every member. A scale-up then is charged so, at the
+    template (scale subresource or the template itself), before any binding update."""
+    client, api = gate  # requests.cpu: 1
+    zero = deployment({"containers": [container("app", {"cpu": "100m"})]})
+    zero["spec"]["replicas"] = 0
+    zero = api.create(DEPLOYMENTS, zero)
+    bound = binding_doc(0, {"cpu": "100m"}, namespace="ns", clusters={"m1": 0, "m2": 0})
+    bound["spec"]["resource"]["resourceVersion"] = zero["metadata"]["resourceVersion"]
+    _, body = await post(client, "/validate-resourcebinding", review(bound))
+    assert body["response"]["allowed"]
+    api.create("/apis/work.karmada.io/v1alpha2/namespaces/ns/resourcebindings", bound)
+    _, body = await post(client, "/validate-template", scale_review("web", 6, 0))
+    assert not body["response"]["allowed"]
+    assert body["response"]["status"]["message"].startswith(
+        "exceeded quota: team-a, requested: requests.cpu=1200m,"  # 6 in each of 2 members
+    )
+    six = copy.deepcopy(zero)
+    six["spec"]["replicas"] = 6
+    _, body = await post(
+        client, "/validate-template", review(six, "UPDATE", zero, resource=TEMPLATES)
+    )
+    assert not body["response"]["allowed"]
+    _, body = await post(client, "/validate-template", scale_review("web", 5, 0))
+    assert body["response"]["allowed"]  # 1000m: reserved for the binding's next generation
+    _, body = await post(client, "/validate-template", scale_review("web", 1, 0))
+    assert not body["response"]["allowed"]  # the 1000m just reserved holds
+    # the scale is written; Karmada's detector then updates the binding: already paid for at
+    # the template (its old side is what Karmada renders while it has no replicas: 5 in each
+    # member), so it is admitted without a second charge
+    five = api.update(f"{DEPLOYMENTS}/web", lambda d: d["spec"].update(replicas=5))
+    grown = copy.deepcopy(bound)
+    grown["metadata"]["generation"] = 2
+    grown["spec"]["replicas"] = 5
+    grown["spec"]["resource"]["resourceVersion"] = five["metadata"]["resourceVersion"]
+    _, body = await post(client, "/validate-resourcebinding", review(grown, "UPDATE", bound))
+    assert body["response"]["allowed"], body["response"]
+
+
+async def test_a_scale_up_of_a_template_whose_binding_has_replicas_is_the_binding_s_to_charge(
+    gate: Any,
+) -> None:
+    """Karmada revises every member's replicas from the binding's: the scale-up reaches the
+    members only through the binding's update, which the binding route charges."""
+    client, api = gate
+    await propagated(client, api)  # 1 replica of 400m
+    _, body = await post(client, "/validate-template", scale_review("web", 20, 1))
+    assert body["response"]["allowed"]
+    _, body = await post(client, "/validate-template", scale_review("web", 0, 1))
+    assert body["response"]["allowed"]  # a scale-down is never charged
+
+
+def test_the_controller_counts_a_binding_without_replicas_as_karmada_renders_its_template() -> None:
+    """A binding with no replicas of its own: Karmada renders the template's replicas into
+    each member. A scale of the template is a change the controller recounts on."""
+    from karmadaquota.controller.index import Interner, observe
+
+    store = TemplateStore()
+    changes: list[bool] = []
+    store.on_change(lambda key, pod_changed: changes.append(pod_changed))
+    zero = deployment({"containers": [container("app", {"cpu": "100m"})]})
+    zero["spec"]["replicas"] = 0
+    store.put(KEY, zero)  # resourceVersion 7
+    doc = binding_doc(0, {"cpu": "100m"}, namespace="ns", clusters={"m1": 0, "m2": 0})
+    doc["spec"]["resource"]["resourceVersion"] = "7"
+
+    def cpu_counted() -> int:
+        entry = observe(doc, Interner(), store).entry
+        assert entry is not None
+        names = dict(zip(entry.usage.names, entry.usage.total, strict=True))
+        return names.get("requests.cpu", 0) // 1_000_000
+
+    assert cpu_counted() == 0
+    three = {**zero, "metadata": {**zero["metadata"], "resourceVersion": "9"}}
+    three["spec"] = {**zero["spec"], "replicas": 3}
+    store.put(KEY, three)
+    assert changes[1:] == [True]  # after the first version: the scale
+    assert cpu_counted() == 600  # 3 in each of 2 members, 100m each

@@ -3,7 +3,9 @@
 A binding is charged with its template's pod (`karmadaquota.pod_template`): the webhook when it
 admits it, the controller when it counts it, so both must find the same template. The store
 watches the kinds whose pod template `pod_template` knows, one informer each, and keeps per
-template only its `PodCharge` at its last two resourceVersions (never the template itself).
+template only its `PodCharge` at its last few resourceVersions and its newest replicas (never
+the template itself): a binding with no replicas of its own runs the template's in every
+member (`charge.unrevised`).
 
 A binding names the template version it was built from (`spec.resource.resourceVersion`). The
 store answers with the most one replica costs over that version and every newer one it holds:
@@ -22,7 +24,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from karmadaquota import pod_template
@@ -87,6 +89,9 @@ class TemplateStore:
         # garbage collector deletes it, and the name may be re-created meanwhile)
         self._gone: dict[Key, float] = {}
         self._uids: dict[Key, str] = {}
+        # the newest version's replicas (resourceVersion, replicas): Karmada renders them into
+        # every member while the binding has none (charge.unrevised)
+        self._replicas: dict[Key, tuple[int, int]] = {}
         self._listeners: list[Callable[[Key, bool], None]] = []
         self.informers = [
             Informer(
@@ -105,7 +110,7 @@ class TemplateStore:
 
     def on_change(self, listener: Callable[[Key, bool], None]) -> None:
         """Call `listener(key, pod_changed)` whenever a template's version arrives or goes;
-        `pod_changed`: its newest pod is not what it was (requests, limits)."""
+        `pod_changed`: its newest pod is not what it was (requests, limits, or its replicas)."""
         self._listeners.append(listener)
 
     def put(self, key: Key, obj: Mapping[str, Any]) -> None:
@@ -118,6 +123,12 @@ class TemplateStore:
             pod = None
         self._gone.pop(key, None)
         self._uids[key] = str(meta.get("uid") or "")
+        newest = self._replicas.get(key)
+        scaled = False
+        if newest is None or rv >= newest[0]:
+            replicas = pod_template.replicas_of(obj) or 0
+            scaled = newest is not None and newest[1] != replicas
+            self._replicas[key] = (rv, replicas)
         held = self._by_key.get(key, [])
         before = held[0].pod if held else MISSING
         if held and held[0].pod == pod and rv >= held[0].rv:
@@ -127,7 +138,7 @@ class TemplateStore:
             versions.append(_Version(rv, pod, rv))
             versions.sort(key=lambda v: v.rv, reverse=True)
         self._by_key[key] = versions[:_KEEP]
-        self._changed(key, self._by_key[key][0].pod != before)
+        self._changed(key, scaled or self._by_key[key][0].pod != before)
 
     def drop(self, key: Key) -> None:
         """The template is deleted: its versions still charge the binding that lingers."""
@@ -138,6 +149,7 @@ class TemplateStore:
                 del self._gone[old]
                 self._by_key.pop(old, None)
                 self._uids.pop(old, None)
+                self._replicas.pop(old, None)
         self._changed(key, False)
 
     def replaced(self, key: Key, uid: str) -> bool:
@@ -168,14 +180,17 @@ class TemplateStore:
 
     def lookup(self, key: Key, resource_version: str) -> PodCharge | _Missing | None:
         """The most one replica costs over the template versions from the one a binding names
-        on (`pod_template.most`): what Karmada may run for it now and after its next sync;
-        MISSING when the store holds no such version (yet)."""
+        on (`pod_template.most`), with the most replicas of those versions and the newest:
+        what Karmada may run for it now and after its next sync; MISSING when the store holds
+        no such version (yet)."""
         versions = self._by_key.get(key)
         want = parse_rv(resource_version)
         if not versions or versions[0].last < want:
             # a deleted template's binding is charged from its own fields; else not yet
             return None if key in self._gone else MISSING
-        return pod_template.most([v.pod for v in versions if v.last >= want])
+        pod = pod_template.most([v.pod for v in versions if v.last >= want])
+        newest = self._replicas.get(key, (0, 0))[1]
+        return replace(pod, replicas=newest) if pod is not None and newest > pod.replicas else pod
 
     async def fetch(self, ref: BindingResource, namespace: str) -> PodCharge | None:
         """`lookup`, reading the template when the store holds no such version: None when the

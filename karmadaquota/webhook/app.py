@@ -45,7 +45,7 @@ from karmadaquota.kube.client import JSON, Api, KubeClient, KubeError, NotFound,
 from karmadaquota.kube.namespace_labels import NamespaceLabels
 from karmadaquota.kube.quotas import QuotaStore
 from karmadaquota.kube.templates import TemplateStore
-from karmadaquota.pod_template import PodCharge, grows, most, of_template
+from karmadaquota.pod_template import SCALED, PodCharge, grows, most, of_template, replicas_of
 from karmadaquota.quantity import QuantityError
 from karmadaquota.webhook import review
 from karmadaquota.webhook.assumed import AssumedQueues
@@ -286,33 +286,46 @@ class Webhook:
         return await self.templates.fetch(binding.spec.resource, namespace)
 
     async def admit_template(self, req: review.Request, budget: float | None = None) -> Decision:
-        """A resource template's pod that grows, or a template that takes the name of one
-        deleted while its binding lingers: Karmada renders the template as it is now into every
-        member on its next sync of the binding, whether or not our admission of the binding's
-        update follows. So the growth is charged now, against the binding (reserved as its next
-        generation), and the template refused in Kubernetes' words when it does not fit; the
-        binding's update then costs nothing more (its old side is charged with the newest
-        template already: kube.templates)."""
+        """A resource template's pod that grows, a template scaled up while its binding has no
+        replicas (Karmada then renders the template's own replicas into every member:
+        charge.unrevised), or a template that takes the name of one deleted while its binding
+        lingers: Karmada renders the template as it is now into every member on its next sync
+        of the binding, whether or not our admission of the binding's update follows. So the
+        growth is charged now, against the binding (reserved as its next generation), and the
+        template refused in Kubernetes' words when it does not fit; the binding's update then
+        costs nothing more (its old side is charged with the newest template already:
+        kube.templates)."""
         deadline = _deadline(budget)
-        if req.operation not in ("CREATE", "UPDATE") or req.subResource not in ("", "resize"):
+        scale = req.subResource == "scale"
+        if req.operation not in ("CREATE", "UPDATE") or req.subResource not in (
+            "",
+            "resize",
+            "scale",
+        ):
             return Decision(True)
         obj = req.object
         if obj is None:
             raise review.MalformedReview(f"request.object is required for {req.operation}")
         if req.operation == "UPDATE" and req.oldObject is None:
             raise review.MalformedReview("request.oldObject is required for UPDATE")
-        try:
-            new_pod = of_template(obj)
-            old_pod = of_template(req.oldObject) if req.oldObject is not None else None
+        try:  # a Scale has no pod: the template's is the one held (kube.templates)
+            new_pod = None if scale else of_template(obj)
+            old_pod = of_template(req.oldObject) if req.oldObject and not scale else None
         except QuantityError as e:
             return Decision(False, f"invalid {obj.get('kind')}: {e}", REASON_INVALID)
         meta = obj.get("metadata") or {}
         name = str(meta.get("name") or req.name)
         kind = str(obj.get("kind") or "")
         group = str(obj.get("apiVersion") or "").rpartition("/")[0]
-        if new_pod is None or self.templates is None:
+        if scale:
+            group = req.resource.group
+            kind = SCALED.get((group, req.resource.resource), "")
+        replicas = replicas_of(obj) or 0
+        scaled_up = req.operation == "UPDATE" and replicas > (replicas_of(req.oldObject or {}) or 0)
+        if self.templates is None or (new_pod is None and not (scale and scaled_up and kind)):
             return Decision(True)
-        if req.operation == "UPDATE" and (old_pod is None or not grows(new_pod, old_pod)):
+        grown = new_pod is not None and old_pod is not None and grows(new_pod, old_pod)
+        if req.operation == "UPDATE" and not grown and not scaled_up:
             return Decision(True)
         if req.operation == "CREATE" and not self.templates.replaced(
             (group, kind, req.namespace, name), str(meta.get("uid") or "")
@@ -333,7 +346,11 @@ class Webhook:
             # it names on: kube.templates), and once this version is among them
             found = self.templates.resolve(binding.spec.resource, req.namespace)
             charged = found if isinstance(found, PodCharge) else None
-            new_charge = charge.charge(binding, most([charged, new_pod]))
+            # while the binding has no replicas, Karmada renders the template's own
+            rendered = charge.unrevised(binding, replicas)
+            if not grown and rendered is binding and req.operation == "UPDATE":
+                return Decision(True)  # scaled: the binding's update carries it (revised)
+            new_charge = charge.charge(rendered, most([charged, new_pod]))
             old_charge = charge.charge(binding, charged)
         except NotFound:
             return Decision(True)  # not propagated: its binding is charged with this template

@@ -446,6 +446,21 @@ async def refused_event(s: Stack, ns: str, name: str, text: str) -> str:
     return await eventually(seen, 60, f"{name} refused: {text}", interval=0.2)
 
 
+def label_override(ns: str) -> JSON:
+    """A harmless OverridePolicy (a label): any editor may create it, and Karmada then renders
+    every binding of the namespace again, from the resource template as it is now."""
+    return {
+        "apiVersion": "policy.karmada.io/v1alpha1",
+        "kind": "OverridePolicy",
+        "metadata": {"name": "label", "namespace": ns},
+        "spec": {
+            "overrideRules": [
+                {"overriders": {"labelsOverrider": [{"operator": "add", "value": {"x": "y"}}]}}
+            ]
+        },
+    }
+
+
 async def test_a_sidecar_is_charged_as_kubernetes_charges_the_pod(stack: Stack, ns: str) -> None:
     """A 400m container beside a 400m sidecar: Karmada's replicaRequirements say 400m (their
     maximum), Kubernetes charges the pod 800m; a 300m Deployment after it does not fit 1 cpu."""
@@ -495,17 +510,7 @@ async def test_a_template_cannot_grow_past_the_quota(stack: Stack, ns: str) -> N
         assert got.returncode != 0
         assert "exceeded quota: team, requested: requests.cpu=1600m" in got.stderr
         # a harmless override makes Karmada render the binding again: still 400m
-        override = {
-            "apiVersion": "policy.karmada.io/v1alpha1",
-            "kind": "OverridePolicy",
-            "metadata": {"name": "label", "namespace": ns},
-            "spec": {
-                "overrideRules": [
-                    {"overriders": {"labelsOverrider": [{"operator": "add", "value": {"x": "y"}}]}}
-                ]
-            },
-        }
-        await tenant_apply(s, override)
+        await tenant_apply(s, label_override(ns))
         template = await s.api.get(f"/apis/apps/v1/namespaces/{ns}/deployments/web")
         container = template["spec"]["template"]["spec"]["containers"][0]
         assert container["resources"]["requests"]["cpu"] == "400m"
@@ -539,17 +544,7 @@ async def test_a_scale_up_from_zero_is_charged_in_every_member(stack: Stack, ns:
         got = await as_tenant(s, "-n", ns, "scale", "deployment", "web", "--replicas=5")
         assert got.returncode != 0, got.stdout
         assert f"exceeded quota: team, requested: pods={5 * len(members)}," in got.stderr
-        override = {
-            "apiVersion": "policy.karmada.io/v1alpha1",
-            "kind": "OverridePolicy",
-            "metadata": {"name": "label", "namespace": ns},
-            "spec": {
-                "overrideRules": [
-                    {"overriders": {"labelsOverrider": [{"operator": "add", "value": {"x": "y"}}]}}
-                ]
-            },
-        }
-        await tenant_apply(s, override)
+        await tenant_apply(s, label_override(ns))
 
         async def rendered_again() -> list[int] | None:
             replicas = []

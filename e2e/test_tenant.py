@@ -576,6 +576,41 @@ async def test_a_scale_up_from_zero_is_charged_in_every_member(stack: Stack, ns:
         await eventually(scaled, 60, "the scale that fits counted and running", interval=0.2)
 
 
+async def test_the_retain_replicas_label_is_refused_where_the_members_do_not_enforce(
+    stack: Stack, ns: str
+) -> None:
+    """With `resourcetemplate.karmada.io/retain-replicas: "true"` on the rendered workload,
+    Karmada keeps each member's own replicas: a HorizontalPodAutoscaler the tenant propagates
+    to the members would size the workload there, and no charge counts that. The label, on the
+    template or through an OverridePolicy, is refused unless the quota makes the members
+    enforce (memberEnforcement: ResourceQuota); a Deployment created with it is not propagated."""
+    s = stack
+    members = list(s.members)
+    await quota(s, ns, pods="4")
+    label = "resourcetemplate.karmada.io/retain-replicas"
+    async with members_within(s, ns, 4):
+        await tenant_apply(
+            s, deployment(ns, "web", 1, {"cpu": "100m"}), divided_policy(ns, "web", members)
+        )
+        await placed(s, ns, "web", 1)
+        got = await as_tenant(s, "-n", ns, "label", "deployment", "web", f"{label}=true")
+        assert got.returncode != 0, got.stdout
+        assert f"cannot charge metadata.labels: {label}" in got.stderr, got.stderr
+        assert "memberEnforcement: ResourceQuota" in got.stderr
+        retain = label_override(ns)
+        retain["spec"]["overrideRules"][0]["overriders"]["labelsOverrider"][0]["value"] = {
+            label: "true"
+        }
+        doc = json.dumps({"apiVersion": "v1", "kind": "List", "items": [retain]})
+        got = await as_tenant(s, "apply", "-f", "-", input=doc)
+        assert got.returncode != 0 and label in got.stderr, got.stderr
+        labelled = deployment(ns, "db", 1, {"cpu": "100m"})
+        labelled["metadata"]["labels"] = {label: "true"}
+        await tenant_apply(s, labelled)
+        await refused_event(s, ns, "db", f"cannot charge metadata.labels: {label}")
+        assert sum((await running(s, ns)).values()) == 1
+
+
 async def test_a_quota_on_limits_charges_the_template_s_limits(stack: Stack, ns: str) -> None:
     """limits.cpu, which a binding cannot carry: a Deployment without a cpu limit is refused as
     Kubernetes refuses such a pod; with limits, the second one that does not fit is refused."""

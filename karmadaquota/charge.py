@@ -164,6 +164,11 @@ def full_charge(binding: ResourceBinding, pod: PodCharge | None = None) -> Charg
         _multi_component(spec, objects) if len(spec.components) > 1 else _single(spec, objects, pod)
     )
     uncounted = _uncounted(spec)
+    if pod is not None and pod.retained:
+        uncounted += (
+            f"metadata.labels: {pod_template.RETAIN_REPLICAS}: Karmada keeps the members' own "
+            "replicas (a member's HorizontalPodAutoscaler)",
+        )
     return replace(found, uncounted=uncounted) if uncounted else found
 
 
@@ -321,5 +326,13 @@ def unrevised(binding: ResourceBinding, replicas: int) -> ResourceBinding:
     if binding.spec.replicas != 0 or replicas <= 0:
         return binding
     clusters = [c.model_copy(update={"replicas": replicas}) for c in binding.spec.clusters]
-    spec = binding.spec.model_copy(update={"replicas": replicas, "clusters": clusters})
+    required = [
+        s.model_copy(
+            update={"clusters": [c.model_copy(update={"replicas": replicas}) for c in s.clusters]}
+        )
+        for s in binding.spec.requiredBy
+    ]
+    spec = binding.spec.model_copy(
+        update={"replicas": replicas, "clusters": clusters, "requiredBy": required}
+    )
     return binding.model_copy(update={"spec": spec})

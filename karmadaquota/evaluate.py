@@ -102,14 +102,20 @@ def delta(new: Charge, old: Charge | None) -> ResourceList:
 
 
 def charges_nothing(new: Charge, old: Charge | None) -> bool:
-    """An UPDATE that grows nothing and stays in the same scopes: admission has nothing to do.
+    """An UPDATE that grows nothing, stays in the same scopes and escapes no charge it did not
+    before: admission has nothing to do.
 
     A binding whose scope traits change (its priority class, or requests added or removed so
     that BestEffort flips) enters quotas it was not charged in before; there it costs all it
     uses, not the difference (Kubernetes can subtract the old usage everywhere only because a
     pod's priority class and QoS class cannot change).
     """
-    return old is not None and new.traits == old.traits and not delta(new, old)
+    return (
+        old is not None
+        and new.traits == old.traits
+        and new.uncounted == old.uncounted  # a change of what it escapes is checked
+        and not delta(new, old)
+    )
 
 
 def _bare(name: str) -> str:

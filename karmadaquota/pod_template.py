@@ -41,6 +41,7 @@ POD_SPEC_PATHS: dict[tuple[str, str], tuple[str, ...]] = {
 # Resources a quota may limit (Kubernetes: limits.cpu, limits.memory, limits.ephemeral-storage).
 LIMITED = ("cpu", "memory", "ephemeral-storage")
 LIMITS_PREFIX = "limits."
+RETAIN_REPLICAS = "resourcetemplate.karmada.io/retain-replicas"
 DEFAULT_MAX_SURGE = "25%"  # a Deployment's spec.strategy.rollingUpdate.maxSurge by default
 # a template: (group, kind, namespace, name)
 TemplateKey = tuple[str, str, str, str]
@@ -61,6 +62,9 @@ class PodCharge:
     # the template's own replicas (`replicas_of`), which Karmada renders into every member
     # while the binding has none (charge.unrevised); not part of what one replica costs
     replicas: int = field(default=0, compare=False)
+    # labelled `resourcetemplate.karmada.io/retain-replicas: "true"`: Karmada keeps each
+    # member's own replicas (a member HPA's), which no charge counts (charge.uncounted)
+    retained: bool = False
 
 
 # Kinds whose replicas their `scale` subresource sets: (group, plural) -> kind
@@ -167,7 +171,19 @@ def of_template(template: Mapping[str, Any]) -> PodCharge | None:
     spec = pod_spec(template)
     if spec is None:
         return None
-    return replace(of_spec(spec), surges=_surges(template), replicas=replicas_of(template) or 0)
+    return replace(
+        of_spec(spec),
+        surges=_surges(template),
+        replicas=replicas_of(template) or 0,
+        retained=retains_replicas(template),
+    )
+
+
+def retains_replicas(obj: Mapping[str, Any]) -> bool:
+    """Whether Karmada keeps the members' own replicas of this workload (its
+    `resourcetemplate.karmada.io/retain-replicas` label is "true")."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return isinstance(labels, Mapping) and labels.get(RETAIN_REPLICAS) == "true"
 
 
 def _surges(template: Mapping[str, Any]) -> frozenset[str]:
@@ -212,6 +228,7 @@ def most(pods: Iterable[PodCharge | None]) -> PodCharge | None:
         frozenset().union(*(p.unlimited for p in known)),
         frozenset().union(*(p.surges for p in known)),
         max(p.replicas for p in known),
+        any(p.retained for p in known),
     )
 
 
@@ -221,13 +238,14 @@ def limit_names(limits: Mapping[str, Any]) -> ResourceList:
 
 
 def grows(new: PodCharge, old: PodCharge) -> bool:
-    """Whether `new` requests or limits more of anything than `old`, limits less of it, or
-    may surge otherwise in a rollout."""
+    """Whether `new` requests or limits more of anything than `old`, limits less of it, may
+    surge otherwise in a rollout, or has its members' replicas kept by Karmada."""
     return (
         _more(new.requests, old.requests)
         or _more(new.limits, old.limits)
         or not new.unlimited <= old.unlimited
         or not new.surges <= old.surges
+        or (new.retained and not old.retained)
     )
 
 

@@ -29,6 +29,7 @@ from karmadaquota.overrides import charged_overrides, touches_charge
         "/spec/parallelism",
         "/spec/jobTemplate/spec/completions",
         "/spec/jobTemplate",
+        "/metadata/labels/resourcetemplate.karmada.io~1retain-replicas",
     ],
 )
 def test_paths_that_change_what_is_charged(path: str) -> None:
@@ -89,3 +90,30 @@ def test_charged_overrides_are_named_by_field_and_path() -> None:
 )
 def test_malformed_policies_name_nothing(doc: dict[str, Any]) -> None:
     assert charged_overrides(doc) == []
+
+
+def test_a_labels_overrider_setting_retain_replicas_is_charged() -> None:
+    """With the label on the rendered workload Karmada keeps the members' own replicas."""
+    retain = {"resourcetemplate.karmada.io/retain-replicas": "true"}
+    p = {
+        "spec": {
+            "overrideRules": [
+                {"overriders": {"labelsOverrider": [{"operator": "add", "value": {"a": "b"}}]}},
+                {"overriders": {"labelsOverrider": [{"operator": "add", "value": retain}]}},
+                {"overriders": {"labelsOverrider": [{"operator": "remove", "value": retain}]}},
+            ]
+        }
+    }
+    assert charged_overrides(p) == [
+        "spec.overrideRules[1].overriders.labelsOverrider[0]: add "
+        "resourcetemplate.karmada.io/retain-replicas"
+    ]
+    whole = policy(
+        {"path": "/metadata/labels", "operator": "replace", "value": {"a": "b"}},
+        {"path": "/metadata/labels", "operator": "replace", "value": retain},
+        {"path": "/metadata", "operator": "replace", "value": {"labels": retain}},
+    )
+    assert charged_overrides(whole) == [
+        "spec.overrideRules[1].overriders.plaintext[1]: replace /metadata/labels",
+        "spec.overrideRules[1].overriders.plaintext[2]: replace /metadata",
+    ]

@@ -289,14 +289,7 @@ async def test_a_template_scaled_up_while_its_binding_has_no_replicas_is_charged
     at 0 it renders the template's own, in every member. A scale-up then is charged so, at the
     template (scale subresource or the template itself), before any binding update."""
     client, api = gate  # requests.cpu: 1
-    zero = deployment({"containers": [container("app", {"cpu": "100m"})]})
-    zero["spec"]["replicas"] = 0
-    zero = api.create(DEPLOYMENTS, zero)
-    bound = binding_doc(0, {"cpu": "100m"}, namespace="ns", clusters={"m1": 0, "m2": 0})
-    bound["spec"]["resource"]["resourceVersion"] = zero["metadata"]["resourceVersion"]
-    _, body = await post(client, "/validate-resourcebinding", review(bound))
-    assert body["response"]["allowed"]
-    api.create("/apis/work.karmada.io/v1alpha2/namespaces/ns/resourcebindings", bound)
+    zero, binding = await bound(client, api, {"m1": 0, "m2": 0})
     _, body = await post(client, "/validate-template", scale_review("web", 6, 0))
     assert not body["response"]["allowed"]
     assert body["response"]["status"]["message"].startswith(
@@ -315,12 +308,12 @@ async def test_a_template_scaled_up_while_its_binding_has_no_replicas_is_charged
     # the scale is written; Karmada's detector then updates the binding: already paid for at
     # the template (its old side is what Karmada renders while it has no replicas: 5 in each
     # member), so it is admitted without a second charge
-    five = api.update(f"{DEPLOYMENTS}/web", lambda d: d["spec"].update(replicas=5))
-    grown = copy.deepcopy(bound)
+    scaled = api.update(f"{DEPLOYMENTS}/web", lambda d: d["spec"].update(replicas=5))
+    grown = copy.deepcopy(binding)
     grown["metadata"]["generation"] = 2
     grown["spec"]["replicas"] = 5
-    grown["spec"]["resource"]["resourceVersion"] = five["metadata"]["resourceVersion"]
-    _, body = await post(client, "/validate-resourcebinding", review(grown, "UPDATE", bound))
+    grown["spec"]["resource"]["resourceVersion"] = scaled["metadata"]["resourceVersion"]
+    _, body = await post(client, "/validate-resourcebinding", review(grown, "UPDATE", binding))
     assert body["response"]["allowed"], body["response"]
 
 
@@ -363,3 +356,98 @@ def test_the_controller_counts_a_binding_without_replicas_as_karmada_renders_its
     store.put(KEY, three)
     assert changes[1:] == [True]  # after the first version: the scale
     assert cpu_counted() == 600  # 3 in each of 2 members, 100m each
+
+
+async def bound(
+    client: TestClient[Any, Any] | None,
+    api: FakeApiServer,
+    clusters: dict[str, int],
+    **limits: str,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A Deployment of 100m at Σ `clusters` replicas and its binding over `clusters`, admitted
+    (by `client`'s webhook; None: not seen, as across a restart) and stored as Karmada's
+    detector and scheduler make them; a binding of 0 replicas is on every cluster named."""
+    app = container("app", {"cpu": "100m"})
+    if limits:
+        app["resources"]["limits"] = dict(limits)
+    template = deployment({"containers": [app]})
+    template["spec"]["replicas"] = sum(clusters.values())
+    template = api.create(DEPLOYMENTS, template)
+    doc = binding_doc(sum(clusters.values()), {"cpu": "100m"}, namespace="ns", clusters=clusters)
+    doc["spec"]["resource"]["resourceVersion"] = template["metadata"]["resourceVersion"]
+    if client is not None:
+        _, body = await post(client, "/validate-resourcebinding", review(doc))
+        assert body["response"]["allowed"], body["response"]
+    api.create("/apis/work.karmada.io/v1alpha2/namespaces/ns/resourcebindings", doc)
+    return template, doc
+
+
+async def test_two_quick_scale_ups_are_charged_once(gate: Any) -> None:
+    """0 -> 3 then 3 -> 5 before the watch delivers the first: the second is charged from the
+    3 its old template asks for, so 1000m in all fits 1 cpu."""
+    client, api = gate
+    await bound(client, api, {"m1": 0, "m2": 0})
+    _, body = await post(client, "/validate-template", scale_review("web", 3, 0))
+    assert body["response"]["allowed"]  # 600m
+    _, body = await post(client, "/validate-template", scale_review("web", 5, 3))
+    assert body["response"]["allowed"], body["response"]  # 400m more
+    _, body = await post(client, "/validate-template", scale_review("web", 6, 5))
+    assert not body["response"]["allowed"]  # 1200m
+
+
+async def test_a_scale_the_store_has_not_seen_reads_the_template(gated: Any) -> None:
+    """The template store lags (a restart): the gate reads the template, so a quota on
+    limits.cpu charges its limits instead of refusing a replica without one."""
+    client, api, templates = gated
+    api.create(
+        "/apis/quota.karmada.io/v1alpha1/namespaces/ns/karmadaquotas",
+        quota_doc(name="limits", hard={"limits.cpu": "10"}, namespace="ns"),
+    )
+    await bound(None, api, {"m1": 0, "m2": 0}, cpu="100m")
+    reads = templates.reads
+    _, body = await post(client, "/validate-template", scale_review("web", 1, 0))
+    assert body["response"]["allowed"], body["response"]
+    assert templates.reads == reads + 1
+
+
+async def test_a_binding_scaled_to_zero_is_charged_with_its_template_s_replicas_now(
+    gated: Any,
+) -> None:
+    """Its template scaled down to 0 and straight back up to 6 (the gate sees a binding with
+    replicas: revised, nothing to charge); Karmada's detector then writes the binding's 0, and
+    Karmada renders the template's 6 in every member until it writes 6: that update is charged
+    with the replicas the template has now (read live: the watch may lag), and refused here."""
+    client, api, templates = gated  # requests.cpu: 1
+    _, six = await bound(client, api, {"m1": 3, "m2": 3})
+    down = api.update(f"{DEPLOYMENTS}/web", lambda d: d["spec"].update(replicas=0))
+    templates.put(KEY, down)  # the watch delivered the scale-down, not yet the scale-up
+    api.update(f"{DEPLOYMENTS}/web", lambda d: d["spec"].update(replicas=6))
+    zero = copy.deepcopy(six)
+    zero["metadata"]["generation"] = 2
+    zero["spec"]["replicas"] = 0
+    zero["spec"]["clusters"] = [{"name": "m1", "replicas": 0}, {"name": "m2", "replicas": 0}]
+    zero["spec"]["resource"]["resourceVersion"] = down["metadata"]["resourceVersion"]
+    _, body = await post(client, "/validate-resourcebinding", review(zero, "UPDATE", six))
+    assert not body["response"]["allowed"]  # 6 in each member: 1200m, 600m more than held
+    assert body["response"]["status"]["message"] == (
+        "exceeded quota: team-a, requested: requests.cpu=600m, used: requests.cpu=600m, "
+        "limited: requests.cpu=1"
+    )
+
+
+async def test_the_retain_replicas_label_is_refused_unless_the_members_enforce(
+    gate: Any,
+) -> None:
+    """With it, Karmada keeps each member's own replicas (a member HPA's): no charge counts
+    them, so a quota that does not make the members enforce refuses it, at the template."""
+    client, api = gate
+    old = await propagated(client, api)
+    labelled = copy.deepcopy(old)
+    labelled["metadata"]["labels"] = {"resourcetemplate.karmada.io/retain-replicas": "true"}
+    _, body = await post(
+        client, "/validate-template", review(labelled, "UPDATE", old, resource=TEMPLATES)
+    )
+    assert not body["response"]["allowed"]
+    message = body["response"]["status"]["message"]
+    assert "cannot charge metadata.labels: resourcetemplate.karmada.io/retain-replicas" in message
+    assert "memberEnforcement: ResourceQuota" in message

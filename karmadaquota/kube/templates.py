@@ -180,7 +180,7 @@ class TemplateStore:
 
     def lookup(self, key: Key, resource_version: str) -> PodCharge | _Missing | None:
         """The most one replica costs over the template versions from the one a binding names
-        on (`pod_template.most`), with the most replicas of those versions and the newest:
+        on (`pod_template.most`), with at least the template's newest replicas:
         what Karmada may run for it now and after its next sync; MISSING when the store holds
         no such version (yet)."""
         versions = self._by_key.get(key)
@@ -192,14 +192,18 @@ class TemplateStore:
         newest = self._replicas.get(key, (0, 0))[1]
         return replace(pod, replicas=newest) if pod is not None and newest > pod.replicas else pod
 
-    async def fetch(self, ref: BindingResource, namespace: str) -> PodCharge | None:
-        """`lookup`, reading the template when the store holds no such version: None when the
-        kind has no known pod or the template does not exist (charged from the binding's own
-        fields). Raises KubeError when the template cannot be read."""
-        key = self.resolve(ref, namespace)
-        if not isinstance(key, tuple):
-            return key
-        assert self.client is not None
+    async def fetch(
+        self, ref: BindingResource, namespace: str, fresh: bool = False
+    ) -> PodCharge | None:
+        """`lookup`, reading the template when the store holds no such version (`fresh`:
+        always, so that its newest replicas are the API server's): None when the kind has no
+        known pod or the template does not exist (charged from the binding's own fields).
+        Raises KubeError when the template cannot be read."""
+        found = self.resolve(ref, namespace)
+        if found is None or (isinstance(found, PodCharge) and not fresh):
+            return found
+        key = self.key_of(ref, namespace)
+        assert key is not None and self.client is not None
         base, plural = _COLLECTIONS[key[:2]]
         path = f"{base}/namespaces/{paths.namespace_name(key[2])}/{plural}/"
         self.reads += 1
@@ -210,9 +214,9 @@ class TemplateStore:
             gone = self.lookup(key, ref.resourceVersion)
             return None if isinstance(gone, _Missing) else gone
         self.put(key, obj)
-        found = self.lookup(key, ref.resourceVersion)
+        held = self.lookup(key, ref.resourceVersion)
         # a template older than the binding names cannot be: the binding was built from it
-        return None if isinstance(found, _Missing) else found
+        return None if isinstance(held, _Missing) else held
 
 
 class _Feed:

@@ -246,7 +246,9 @@ class Webhook:
         try:
             new = ResourceBinding.model_validate(req.object)
             old = ResourceBinding.model_validate(req.oldObject) if req.oldObject else None
-            new_pod = await self._pod(new, req.namespace)
+            # a binding without replicas runs its template's own in every member (charge.unrevised):
+            # as many as the template asks for now, read live (the watch may lag a scale)
+            new_pod = await self._pod(new, req.namespace, fresh=new.spec.replicas == 0)
             old_pod = await self._pod(old, req.namespace) if old is not None else None
             new_charge = charge.charge(new, new_pod)
             old_charge = charge.charge(old, old_pod) if old is not None else None
@@ -279,11 +281,14 @@ class Webhook:
             self.refusals.observe(req.namespace, new, old, new_charge, old_charge, decision)
         return decision
 
-    async def _pod(self, binding: ResourceBinding, namespace: str) -> PodCharge | None:
-        """One replica of the binding's template (karmadaquota.kube.templates)."""
+    async def _pod(
+        self, binding: ResourceBinding, namespace: str, fresh: bool = False
+    ) -> PodCharge | None:
+        """One replica of the binding's template (karmadaquota.kube.templates); `fresh`: with
+        the template's replicas as the API server has them now."""
         if self.templates is None:
             return None
-        return await self.templates.fetch(binding.spec.resource, namespace)
+        return await self.templates.fetch(binding.spec.resource, namespace, fresh)
 
     async def admit_template(self, req: review.Request, budget: float | None = None) -> Decision:
         """A resource template's pod that grows, a template scaled up while its binding has no
@@ -321,7 +326,8 @@ class Webhook:
             group = req.resource.group
             kind = SCALED.get((group, req.resource.resource), "")
         replicas = replicas_of(obj) or 0
-        scaled_up = req.operation == "UPDATE" and replicas > (replicas_of(req.oldObject or {}) or 0)
+        old_replicas = replicas_of(req.oldObject or {}) or 0
+        scaled_up = req.operation == "UPDATE" and replicas > old_replicas
         if self.templates is None or (new_pod is None and not (scale and scaled_up and kind)):
             return Decision(True)
         grown = new_pod is not None and old_pod is not None and grows(new_pod, old_pod)
@@ -344,13 +350,16 @@ class Webhook:
             binding = ResourceBinding.model_validate(got)
             # what the binding is charged now (the most of the template versions from the one
             # it names on: kube.templates), and once this version is among them
-            found = self.templates.resolve(binding.spec.resource, req.namespace)
-            charged = found if isinstance(found, PodCharge) else None
+            charged = await self.templates.fetch(binding.spec.resource, req.namespace)
             # while the binding has no replicas, Karmada renders the template's own
             rendered = charge.unrevised(binding, replicas)
             if not grown and rendered is binding and req.operation == "UPDATE":
                 return Decision(True)  # scaled: the binding's update carries it (revised)
             new_charge = charge.charge(rendered, most([charged, new_pod]))
+            # what it may run now: at least the replicas the template asks for before this write
+            # (a scale the watch has not delivered yet)
+            if charged is not None and old_replicas > charged.replicas:
+                charged = replace(charged, replicas=old_replicas)
             old_charge = charge.charge(binding, charged)
         except NotFound:
             return Decision(True)  # not propagated: its binding is charged with this template

@@ -636,7 +636,8 @@ async def test_a_quota_on_limits_charges_the_template_s_limits(stack: Stack, ns:
 async def test_kubernetes_quota_e2e_values_with_limits(stack: Stack, ns: str) -> None:
     """Kubernetes' ResourceQuota e2e ("should verify ResourceQuota with terminating scopes",
     test/e2e/apimachinery/resource_quota.go) with its values, through Karmada: requests and
-    limits counted per pod, the third pod refused, a deletion released."""
+    limits counted per pod, the third pod refused, a deletion released (and the third woken
+    into it)."""
     s = stack
     members = list(s.members)
     await quota(
@@ -680,13 +681,21 @@ async def test_kubernetes_quota_e2e_values_with_limits(stack: Stack, ns: str) ->
     ) in message
     got = await as_tenant(s, "-n", ns, "delete", "deployment", "one")
     assert got.returncode == 0, got.stderr
+
+    # the deletion released its room, and the refused `three` was woken into it (the wake, a
+    # few milliseconds after the release): two pods again, `one`'s no longer among them
+    async def three_admitted() -> bool:
+        try:
+            await s.api.get(BINDINGS.format(ns=ns) + "/three-deployment")
+        except NotFound:
+            return False
+        return True
+
+    await eventually(three_admitted, 60, "three admitted into the room one left", interval=0.1)
     await used_is(
-        pods="1",
-        requests_cpu="500m",
-        requests_memory="200Mi",
-        limits_cpu="1",
-        limits_memory="400Mi",
+        pods="2", requests_cpu="1", requests_memory="400Mi", limits_cpu="2", limits_memory="800Mi"
     )
+    await settled(s, ns)
 
 
 async def test_a_rollout_s_surge_pods_are_charged(stack: Stack, ns: str) -> None:

@@ -358,12 +358,12 @@ class Batcher:
                         p.resolve(Decision(False, f"quota admission failed: {e}", REASON_INTERNAL))
         finally:
             del self._workers[namespace]
-            if self._closed:
-                pass  # close() answers what is left
-            elif not queue and namespace not in self._kicked and namespace not in self._undo:
+            pending = queue or namespace in self._kicked or namespace in self._undo
+            if not pending:
                 self._queues.pop(namespace, None)
-            else:  # a review arrived while we were exiting: keep the single writer alive
+            elif not self._closed:  # arrived while we were exiting: keep the single writer
                 self._workers[namespace] = asyncio.create_task(self._drain(namespace))
+            # closed: close() answers what is left
 
     async def _released(self, key: str) -> None:
         """Write the take-backs `release` queued for `key`, then tell their reviews."""

@@ -283,3 +283,75 @@ async def test_each_selected_namespace_gets_a_view_with_totals_and_only_its_own_
     relabel(api, "a-prod", team=None)  # out of the selection: its view goes
     await until(lambda: view(api, "a-prod") is None, timeout=3.0)
     await until(lambda: (view(api, "a-dev") or {})["status"]["used"] == {"pods": "2"})
+
+
+def _pending_entry(ns: str, uid: str, pods: str, generation: int, ttl: float) -> Reservation:
+    return Reservation(
+        reservedBy=ObjectReference(
+            apiVersion="work.karmada.io/v1alpha2",
+            kind="ResourceBinding",
+            name="web",
+            namespace=ns,
+            uid=uid,
+        ),
+        reserved={"pods": pods},
+        expirationTime=format_time(datetime.now(UTC) + timedelta(seconds=ttl)),
+        generation=generation,
+    )
+
+
+async def test_an_update_admitted_but_never_stored_is_released_from_a_cluster_quota(
+    env: Any,
+) -> None:
+    """The leak CI saw after a webhook replica was killed mid-storm: a replica wrote its
+    pending charge of a binding's UPDATE (generation 3) into a ClusterKarmadaQuota, and the
+    UPDATE was never stored (the binding stays at generation 1). The orphan audit disproves it
+    once a GET after the admission window still finds generation 1 — in the cluster quota as in
+    a namespaced one — and the recompute's write releases it; not before the window."""
+    api, c = env
+    c.config.admission_window = 0.5
+    add_namespace(api, "a-1", team="a")
+    add_cluster_quota(api, {"pods": "10"})
+    add_binding(api, "a-1", "web", replicas=2, uid="uid-web")
+    await until(lambda: used(api) == {"pods": "2"})
+
+    def reserve(q: JSON) -> None:
+        quota = ClusterKarmadaQuota.model_validate(q)
+        quota.status.reservations.append(_pending_entry("a-1", "uid-web", "3", 3, 600))
+        q["status"] = quota.status.model_dump(mode="json", exclude_none=True)
+
+    api.update(paths.cluster_quota(CKQ), reserve, generation=False)
+    seen = asyncio.get_running_loop().time()
+    assert status(api).get("pending")
+    await until(lambda: not status(api).get("pending"), timeout=5, what="the stale charge released")
+    assert asyncio.get_running_loop().time() - seen >= 1.5  # window + the second it rounds to
+    assert used(api) == {"pods": "2"}
+    released = c.metrics.registry.get_sample_value(
+        "karmadaquota_reservations_released_total", {"reason": "disproved"}
+    )
+    assert released == 1
+
+
+async def test_a_disproved_charge_is_forgotten_once_released(env: Any) -> None:
+    """The proof covers the entries the audit saw, not their key for ever: once the write has
+    released them, the same entry written again (a new admission) waits out its own window."""
+    api, c = env
+    c.config.admission_window = 0.5
+    add_namespace(api, "a-1", team="a")
+    add_cluster_quota(api, {"pods": "10"})
+    add_binding(api, "a-1", "web", replicas=2, uid="uid-web")
+    await until(lambda: used(api) == {"pods": "2"})
+    entry = _pending_entry("a-1", "uid-web", "3", 3, 600)
+
+    def reserve(q: JSON) -> None:
+        quota = ClusterKarmadaQuota.model_validate(q)
+        quota.status.reservations.append(entry)
+        q["status"] = quota.status.model_dump(mode="json", exclude_none=True)
+
+    api.update(paths.cluster_quota(CKQ), reserve, generation=False)
+    await until(lambda: not status(api).get("pending"), timeout=5, what="the stale charge released")
+    await until(lambda: not c.audit.disproved("", CKQ), what="the proof forgotten")
+    api.update(paths.cluster_quota(CKQ), reserve, generation=False)
+    again = asyncio.get_running_loop().time()
+    await until(lambda: not status(api).get("pending"), timeout=5, what="released again")
+    assert asyncio.get_running_loop().time() - again >= 1.5

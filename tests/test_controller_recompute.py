@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from karmadaquota.api import KarmadaQuota, format_time
+from karmadaquota.api import KarmadaQuota, entry_key, format_time
 from karmadaquota.controller import recompute as rc
 from karmadaquota.controller import status as st
 from karmadaquota.controller.index import BindingIndex, observe
@@ -307,6 +307,19 @@ def test_prune_keeps_order() -> None:
     q = quota(hard=HARD, reservations=[res(n, f"u-{n}", {"pods": "1"}) for n in "abc"])
     kept, released, _ = prune_reservations(q.status.reservations, {}, lambda uid: False, NOW)
     assert [r.reservedBy.name for r in kept] == ["a", "b", "c"] and released == {}
+
+
+def test_prune_releases_up_to_the_count_of_each_disproved_key() -> None:
+    """Disproved entries (an UPDATE never stored) go, as many of each key as proved: a third
+    entry of the same key, admitted after the proof, and every other entry stay."""
+    same = [res("a", "u-a", {"pods": "1"}) for _ in range(3)]
+    q = quota(hard=HARD, reservations=[*same, res("b", "u-b", {"pods": "1"})])
+    key = entry_key(q.status.reservations[0])
+    kept, released, _ = prune_reservations(
+        q.status.reservations, {}, lambda uid: False, NOW, {key: 2}
+    )
+    assert [r.reservedBy.name for r in kept] == ["a", "b"]
+    assert released == {rc.RELEASED_DISPROVED: 2}
 
 
 async def test_recompute_is_stable_no_second_write() -> None:

@@ -15,7 +15,7 @@ non-zero usage, sorted; `selectedNamespaces` counts all of them.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -27,6 +27,7 @@ from karmadaquota.api import (
     CLUSTER_QUOTA_LABEL,
     ClusterKarmadaQuota,
     ClusterKarmadaQuotaStatus,
+    EntryKey,
     KarmadaQuotaStatus,
     NamespaceUsage,
 )
@@ -53,6 +54,8 @@ class ClusterSnapshot:
     member_watch: bool = True
     # every selected namespace carries the enforcement label (None: not known here)
     enforced: bool | None = None
+    # entries of its pending charges the orphan audit disproved (recompute.NamespaceSnapshot)
+    disproved: Mapping[EntryKey, int] = field(default_factory=dict)
 
 
 class Union(Mapping[str, IndexedBinding]):
@@ -122,6 +125,7 @@ def recompute_cluster(
         members=[_Across(m, inputs.selected) for m in inputs.members],
         member_watch=inputs.member_watch,
         enforced=inputs.enforced if inputs.selected else None,
+        disproved=lambda _: inputs.disproved,
     )
     outcome = recompute(quota, snapshot, now)
     usage: list[NamespaceUsage] = []

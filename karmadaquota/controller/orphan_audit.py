@@ -4,31 +4,30 @@ Admission happens before the API server stores the object, so a create can still
 it (the name already taken, another webhook refusing it), and an UPDATE admitted can lose the
 API server's resourceVersion check: its charge then waits for a binding that never comes. On
 the leader, after each recompute of a namespace (its own queue, so that the binding GETs never
-hold up a recompute), the audit looks at the reservations no binding in the index explains
-(`recompute.orphan_checks`, `recompute.stale_charges`) and releases one only when a quorum GET
-after the admission window disproves it; nothing is released because it expired. What it
-releases is recomputed at once (`released`). Its look-agains (the grace, the admission window)
-and its retries (a drop that lost every compare-and-swap) are on its own queue.
+hold up a recompute), the audit looks at the pending charges of the namespace's bindings —
+in its quotas and in every cluster quota — that no binding in the index explains
+(`recompute.orphan_checks`, `recompute.stale_charges`) and proves one only when a quorum GET
+after the admission window disproves it; nothing is released because it expired. The audit
+writes nothing: what it proved (`index.mark_absent` for a create, `disproved` for an UPDATE)
+is released by the recompute's own status write, which it marks at once (`released`): one
+writer of quota status in the controller, for both kinds of quota. Its look-agains (the
+grace, the admission window) are on its own queue.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
-import aiohttp
-
-from karmadaquota.api import EntryKey, KarmadaQuota
+from karmadaquota.api import EntryKey
 from karmadaquota.controller import recompute as rc
 from karmadaquota.controller.dirty import DirtyQueue
 from karmadaquota.controller.index import BindingIndex
-from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.kube import paths
-from karmadaquota.kube.client import JSON, Api, KubeError, NotFound
+from karmadaquota.kube.client import Api, NotFound
 from karmadaquota.kube.quotas import QuotaStore
-from karmadaquota.kube.retry import Backoff, ConflictsExhausted, retry_on_conflict
 
 log = logging.getLogger("karmadaquota.controller")
 
@@ -38,17 +37,15 @@ class AuditConfig(Protocol):
 
     orphan_grace: float
     admission_window: float
-    write_timeout: float
-    max_attempts: int
-    conflict_backoff: Backoff
 
 
 class OrphanAudit:
-    """`queue` (per namespace): release the reservations its GETs disprove (leader only).
+    """`queue` (per namespace of bindings): prove the pending charges its GETs disprove
+    (leader only); the recompute releases them.
 
     `may_write()`: the leader, once quotas and bindings are listed. `released(ns)`: some
-    reservation of the namespace was found orphaned (its quotas, and the cluster quotas, are
-    recomputed)."""
+    pending charge of the namespace's bindings was disproved (its quotas, and the cluster
+    quotas, are recomputed)."""
 
     def __init__(
         self,
@@ -56,7 +53,6 @@ class OrphanAudit:
         quotas: QuotaStore,
         cluster_quotas: QuotaStore,
         index: BindingIndex,
-        metrics: ControllerMetrics,
         config: AuditConfig,
         may_write: Callable[[], bool],
         released: Callable[[str], None],
@@ -65,15 +61,29 @@ class OrphanAudit:
         self.quotas = quotas
         self.cluster_quotas = cluster_quotas
         self.index = index
-        self.metrics = metrics
         self.config = config
         self._may_write = may_write
         self._released = released
         self.queue = DirtyQueue(self._audit, quiet=0.0, max_delay=0.0, name="orphan-audit")
         self._unseen: dict[str, float] = {}  # reservation uid -> loop time first seen unobserved
         self._absent: set[str] = set()  # of those, the ones whose binding's name a GET found free
-        # (namespace, quota, key, count) of a stale charge -> loop time first seen so
-        self._stale: dict[tuple[str, str, EntryKey, int], float] = {}
+        # (namespace, quota namespace, quota, key, count) of a stale charge -> loop time first
+        # seen so (the quota namespace is "" for a cluster quota)
+        self._stale: dict[tuple[str, str, str, EntryKey, int], float] = {}
+        # (namespace, quota namespace, quota) -> entries disproved, until the quota holds
+        # them no more (the recompute's write released them)
+        self._disproved: dict[tuple[str, str, str], dict[EntryKey, int]] = {}
+
+    def disproved(self, quota_namespace: str, quota: str) -> Mapping[EntryKey, int]:
+        """The entries of a quota's pending charges proved never stored, for the recompute
+        to release (`recompute.NamespaceSnapshot.disproved`)."""
+        if not self._disproved:
+            return {}
+        found: dict[EntryKey, int] = {}
+        for (_, qns, name), entries in self._disproved.items():
+            if qns == quota_namespace and name == quota:
+                found.update(entries)
+        return found
 
     async def _audit(self, namespace: str) -> None:
         """The orphan audit of one namespace (leader only): a released reservation is
@@ -123,18 +133,30 @@ class OrphanAudit:
         return found or stale
 
     async def _audit_stale(self, namespace: str) -> bool:
-        """Drop the charges of UPDATEs admitted but never stored (the binding is still below
-        their generation once the admission window has passed since they were all there):
-        a compare-and-swap status write of the quota without exactly those entries."""
+        """Disprove the charges of UPDATEs admitted but never stored (the binding is still
+        below their generation once the admission window has passed since they were all
+        there), in the namespace's quotas and in every cluster quota; True when one was newly
+        disproved (the recompute then writes each quota without exactly those entries)."""
         now = asyncio.get_running_loop().time()
         window = self.config.admission_window
-        charges = rc.stale_charges(self.quotas.quotas(namespace), self.index.bindings(namespace))
-        seen = {(namespace, c.quota, c.key, c.count) for c in charges}
+        charges = rc.stale_charges(
+            [*self.quotas.quotas(namespace), *self.cluster_quotas.quotas("")],
+            self.index.bindings(namespace),
+        )
+        seen = {(namespace, c.quota_namespace, c.quota, c.key, c.count) for c in charges}
         self._stale = {k: t for k, t in self._stale.items() if k[0] != namespace or k in seen}
+        held = {k[:4] for k in seen}
+        self._disproved = {
+            q: kept
+            for q, entries in self._disproved.items()
+            if (kept := {k: n for k, n in entries.items() if q[0] != namespace or (*q, k) in held})
+        }
         holders: dict[str, tuple[str, int]] = {}  # binding name -> (uid, generation) read
         found = False
         for c in charges:
-            first = self._stale.setdefault((namespace, c.quota, c.key, c.count), now)
+            first = self._stale.setdefault(
+                (namespace, c.quota_namespace, c.quota, c.key, c.count), now
+            )
             due = first + window + rc.STALE_MARGIN
             if now < due:
                 self.queue.mark_at(namespace, due + 0.05)
@@ -152,62 +174,22 @@ class OrphanAudit:
                 self.index.mark_absent(namespace, c.key[0])  # never comes back
                 found = True
                 continue
-            if rc.stale_disproved(uid, generation, c, now - first, window):
-                found = await self._drop_stale(namespace, c) or found
+            if not rc.stale_disproved(uid, generation, c, now - first, window):
+                continue
+            entries = self._disproved.setdefault((namespace, c.quota_namespace, c.quota), {})
+            if entries.get(c.key) != c.count:
+                entries[c.key] = c.count
+                found = True
+                log.info(
+                    "charge of an update never stored disproved",
+                    extra={
+                        "namespace": namespace,
+                        "quota": c.quota,
+                        "quota_namespace": c.quota_namespace,
+                        "binding": c.name,
+                        "uid": c.key[0],
+                        "generation": c.key[1],
+                        "count": c.count,
+                    },
+                )
         return found
-
-    async def _drop_stale(self, namespace: str, c: rc.StaleCharge) -> bool:
-        """Write the quota without up to `c.count` entries of `c.key`; True when written."""
-
-        async def read() -> KarmadaQuota:
-            return KarmadaQuota.model_validate(await self.api.get(paths.quota(namespace, c.quota)))
-
-        def without(obj: KarmadaQuota) -> JSON | None:
-            kept = rc.without_stale(obj.status.reservations, c.key, c.count)
-            if len(kept) == len(obj.status.reservations) or not self._may_write():
-                return None
-            status = obj.status.model_copy(update={"reservations": kept})
-            body: JSON = obj.model_copy(update={"status": status}).model_dump(
-                mode="json", exclude_none=True
-            )
-            return body
-
-        async def write(body: JSON) -> JSON:
-            return await self.api.request(
-                "PUT",
-                paths.quota_status(namespace, c.quota),
-                body,
-                timeout=self.config.write_timeout,
-            )
-
-        try:
-            result = await retry_on_conflict(
-                read,
-                without,
-                write,
-                attempts=self.config.max_attempts,
-                backoff=self.config.conflict_backoff,
-            )
-        except (NotFound, ConflictsExhausted, KubeError, aiohttp.ClientError, TimeoutError) as e:
-            log.info(
-                "stale charge not dropped; retrying",
-                extra={"namespace": namespace, "quota": c.quota, "error": str(e)},
-            )
-            self.queue.retry(namespace)
-            return False
-        if result is None:
-            return False
-        self.quotas.fold(result)
-        self.metrics.released.labels(rc.RELEASED_DISPROVED).inc(c.count)
-        log.info(
-            "charge of an update never stored released",
-            extra={
-                "namespace": namespace,
-                "quota": c.quota,
-                "binding": c.name,
-                "uid": c.key[0],
-                "generation": c.key[1],
-                "count": c.count,
-            },
-        )
-        return True

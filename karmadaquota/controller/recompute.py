@@ -9,10 +9,11 @@ From the binding index, the member pod tables and the quota as last read:
   in), `used` from the bindings' placement and `observed` from the member's own pods.
 - `reservations`: those of the object as read, minus the ones the index now accounts for (the
   binding is indexed at the reservation's generation or later, or was seen deleted, or the
-  orphan audit proved it absent) and those naming no possible binding. Both come out of the
-  same snapshot as `used`, so the write that drops a reservation also carries the binding's
-  usage: used + reserved never dips below the truth. An expired reservation is kept: expiry
-  only makes it due for the orphan audit, a clock alone never releases quota.
+  orphan audit proved it absent), those the orphan audit disproved (an UPDATE admitted but
+  never stored: `NamespaceSnapshot.disproved`) and those naming no possible binding. Both come
+  out of the same snapshot as `used`, so the write that drops a reservation also carries the
+  binding's usage: used + reserved never dips below the truth. An expired reservation is kept:
+  expiry only makes it due for the orphan audit, a clock alone never releases quota.
 - `waiting`: as read (the webhook keeps it), minus workloads whose template is gone and
   refused creates whose binding exists as another object (`waiting.settled`).
 - `hard`, `summary`, `conditions` (Ready, Valid, MemberObserved), `observedGeneration`.
@@ -115,6 +116,9 @@ class NamespaceSnapshot:
     # where a pending charge's binding is looked up (None: `bindings`); a cluster quota's
     # pending charges may come from namespaces it no longer selects
     lookup: Mapping[str, IndexedBinding] | None = None
+    # quota name -> entries the orphan audit disproved (an UPDATE admitted, never stored at its
+    # generation): up to that many entries of each key are released by this recompute's write
+    disproved: Callable[[str], Mapping[EntryKey, int]] = lambda quota: {}
 
 
 @dataclass(frozen=True)
@@ -142,22 +146,26 @@ def prune_reservations(
     bindings: Mapping[str, IndexedBinding],
     deleted: Callable[[str], bool],
     now: datetime,
+    disproved: Mapping[EntryKey, int] | None = None,
 ) -> tuple[list[Reservation], dict[str, int], datetime | None]:
     """(kept, released count per reason, earliest expiry yet to come among kept).
 
     Released: a reservation whose binding the index holds at its generation or later (counted
     in `used` by the same snapshot), or saw deleted (or the orphan audit proved absent), or
-    whose name no binding can have. Everything else is kept, expired or not."""
+    whose name no binding can have, or up to `disproved[key]` entries of a key the orphan audit
+    disproved (a later admission of the same key keeps its own). Everything else is kept,
+    expired or not."""
     kept: list[Reservation] = []
     released: dict[str, int] = {}
     earliest: datetime | None = None
+    left = {k: n for k, n in (disproved or {}).items() if n > 0}
     for r in reservations:
         uid = r.reservedBy.uid
         entry = bindings.get(uid)
         if (entry is not None and entry.generation >= r.generation) or deleted(uid):
             released[RELEASED_OBSERVED] = released.get(RELEASED_OBSERVED, 0) + 1
             continue
-        if not possible_binding(r.reservedBy.name):
+        if not possible_binding(r.reservedBy.name) or _take(left, r):
             released[RELEASED_DISPROVED] = released.get(RELEASED_DISPROVED, 0) + 1
             continue
         kept.append(r)
@@ -165,6 +173,18 @@ def prune_reservations(
         if expires is not None and not r.due(now):
             earliest = expires if earliest is None or expires < earliest else earliest
     return kept, released, earliest
+
+
+def _take(left: dict[EntryKey, int], r: Reservation) -> bool:
+    """Whether `r` is one of the disproved entries still to release (and count it)."""
+    if not left:
+        return False
+    key = entry_key(r)
+    n = left.get(key, 0)
+    if n <= 0:
+        return False
+    left[key] = n - 1
+    return True
 
 
 _MAX_NANOS = MAX_BASE_UNITS * NANO
@@ -250,7 +270,7 @@ def recompute(quota: KarmadaQuota, inputs: NamespaceSnapshot, now: datetime) -> 
     generation = quota.metadata.generation
     lookup = inputs.bindings if inputs.lookup is None else inputs.lookup
     kept, released, next_expiry = prune_reservations(
-        current.reservations, lookup, inputs.deleted, now
+        current.reservations, lookup, inputs.deleted, now, inputs.disproved(quota.metadata.name)
     )
     still_waiting = _still_waiting(current.waiting, inputs)
     queued = queue_length(quota.metadata.name, inputs.bindings)
@@ -531,6 +551,7 @@ class StaleCharge:
     and then refused (a resourceVersion conflict after admission, another webhook) leaves one
     that no stored generation will ever carry."""
 
+    quota_namespace: str  # "" for a ClusterKarmadaQuota
     quota: str
     name: str
     key: EntryKey
@@ -540,7 +561,8 @@ class StaleCharge:
 def stale_charges(
     quotas: Iterable[KarmadaQuota], bindings: Mapping[str, IndexedBinding]
 ) -> list[StaleCharge]:
-    """Every reservation whose binding is indexed below its generation, by quota and key."""
+    """Every reservation whose binding is indexed below its generation, by quota and key (a
+    cluster quota's of the namespace's bindings among them: `bindings` are one namespace's)."""
     out: list[StaleCharge] = []
     for quota in quotas:
         counts: dict[EntryKey, int] = {}
@@ -551,22 +573,11 @@ def stale_charges(
                 key = entry_key(r)
                 counts[key] = counts.get(key, 0) + 1
                 names[key] = entry.name  # the object's own name, not what the entry says
-        out.extend(StaleCharge(quota.metadata.name, names[k], k, n) for k, n in counts.items())
+        out.extend(
+            StaleCharge(quota.metadata.namespace, quota.metadata.name, names[k], k, n)
+            for k, n in counts.items()
+        )
     return out
-
-
-def without_stale(
-    reservations: Sequence[Reservation], key: EntryKey, count: int
-) -> list[Reservation]:
-    """`reservations` minus up to `count` entries with `key` (the ones the audit disproved; a
-    later admission of the same key, if any, keeps its own)."""
-    kept: list[Reservation] = []
-    for r in reservations:
-        if count > 0 and entry_key(r) == key:
-            count -= 1
-            continue
-        kept.append(r)
-    return kept
 
 
 def stale_disproved(

@@ -219,7 +219,6 @@ class Controller:
             self.quotas,
             self.cluster_quotas,
             self.index,
-            metrics,
             self.config,
             self._can_write,
             self._released,
@@ -472,6 +471,7 @@ class Controller:
             deleted=self.index.deleted,
             members=self.members.views() if self.members is not None else (),
             member_watch=self.config.member_watch,
+            disproved=functools.partial(self.audit.disproved, namespace),
         )
         if self.waker is not None:
             snapshot = replace(snapshot, gone=functools.partial(self.waker.gone, namespace))
@@ -530,7 +530,7 @@ class Controller:
                 sorted({r.reservedBy.namespace for r in quota.status.reservations})
             )
 
-    def _cluster_snapshot(self, selected: list[str]) -> cl.ClusterSnapshot:
+    def _cluster_snapshot(self, selected: list[str], name: str) -> cl.ClusterSnapshot:
         enforced = None
         if self.enforcement is not None:
             enforced = all(self.enforcement.enforced(ns) for ns in selected)
@@ -541,6 +541,7 @@ class Controller:
             members=self.members.views() if self.members is not None else (),
             member_watch=self.config.member_watch,
             enforced=enforced,
+            disproved=self.audit.disproved("", name),
         )
 
     def idle(self) -> bool:
@@ -643,7 +644,8 @@ class Controller:
             now = self._clock()
             started = time.perf_counter()
             if selected is not None and isinstance(current.quota, ClusterKarmadaQuota):
-                outcome = cl.recompute_cluster(current.quota, self._cluster_snapshot(selected), now)
+                snapshot = self._cluster_snapshot(selected, name)
+                outcome = cl.recompute_cluster(current.quota, snapshot, now)
             else:
                 outcome = rc.recompute(current.quota, self._snapshot(ns), now)
             self._outcomes[(ns, name)] = outcome

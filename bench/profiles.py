@@ -50,7 +50,7 @@ WEBHOOK_SHARES: dict[str, str] = {
 CONTROLLER_SHARES: dict[str, str] = {
     "recompute + status writes (flush)": r"^Controller\.flush$",
     "  status write requests": r"^KubeClient\.request$",
-    "watch events: binding index": r"^_BindingFeed\.",
+    "watch events: binding index": r"^BindingFeed\.",
     "watch events: quota table": r"^_QuotaFeed\.",
     "watch streams (read, decode)": r"^KubeClient\.watch$",
     "TLS and socket I/O": r"^(SSLProtocol|SSLObject|_SelectorSocketTransport)\.",

@@ -14,12 +14,12 @@ non-zero usage, sorted; `selectedNamespaces` counts all of them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from karmadaquota import resources, scopes
+from karmadaquota import resources, scopes, selectors, validation
 from karmadaquota.api import (
     API_VERSION,
     APPLIED_KIND,
@@ -143,6 +143,80 @@ def recompute_cluster(
         **fields, namespaces=usage, selectedNamespaces=len(inputs.selected)
     )
     return replace(outcome, status=status)
+
+
+class Selection:
+    """Which namespaces each cluster quota selects, as of its last recompute, and back: what
+    a namespace's change marks (every cluster quota selecting it) and what a relabelling
+    moves. Pure: the namespace labels and the cluster quotas are passed in."""
+
+    def __init__(self) -> None:
+        self._chosen: dict[str, frozenset[str]] = {}  # cluster quota -> namespaces
+        self._by_namespace: dict[str, set[str]] = {}  # namespace -> cluster quotas
+
+    def of(self, name: str) -> frozenset[str]:
+        """The namespaces the cluster quota selected at its last recompute."""
+        return self._chosen.get(name, frozenset())
+
+    def selecting(self, namespace: str) -> Collection[str]:
+        """The cluster quotas that selected the namespace at their last recompute."""
+        return self._by_namespace.get(namespace, ())
+
+    def choose(
+        self,
+        name: str,
+        quota: ClusterKarmadaQuota | None,
+        table: Mapping[str, Mapping[str, str]],
+    ) -> list[str]:
+        """The namespaces (of `table`: namespace -> labels) the cluster quota selects now,
+        none while its spec is invalid; remembered (`of`, `selecting`)."""
+        valid = quota is not None and not validation.validate_spec(quota.spec)
+        chosen = (
+            selectors.selected(quota.spec.namespaceSelector, table)
+            if valid and quota is not None
+            else []
+        )
+        self.set(name, frozenset(chosen))
+        return chosen
+
+    def set(self, name: str, chosen: frozenset[str]) -> None:
+        before = self._chosen.pop(name, frozenset())
+        for ns in before - chosen:
+            names = self._by_namespace.get(ns)
+            if names is not None:
+                names.discard(name)
+                if not names:
+                    del self._by_namespace[ns]
+        for ns in chosen:
+            self._by_namespace.setdefault(ns, set()).add(name)
+        if chosen:
+            self._chosen[name] = chosen
+
+    def moved(
+        self,
+        namespace: str,
+        labels: Mapping[str, str] | None,
+        quotas: Iterable[tuple[str, object]],
+    ) -> list[str]:
+        """The cluster quotas (name, object) whose selection of the namespace changes with
+        its labels now (None: the namespace is gone): each is recomputed, its usage moves."""
+        return [
+            name for name, quota in quotas if _picks(quota, labels) != (namespace in self.of(name))
+        ]
+
+
+def selects_any(labels: Mapping[str, str] | None, quotas: Iterable[object]) -> bool:
+    """Some cluster quota selects a namespace with these labels now (read from the labels as
+    seen, not from a recompute's selection)."""
+    return any(_picks(q, labels) for q in quotas)
+
+
+def _picks(quota: object, labels: Mapping[str, str] | None) -> bool:
+    return (
+        labels is not None
+        and isinstance(quota, ClusterKarmadaQuota)
+        and selectors.matches(quota.spec.namespaceSelector, labels)
+    )
 
 
 def view(quota: ClusterKarmadaQuota, namespace: str) -> dict[str, Any]:

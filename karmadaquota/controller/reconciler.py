@@ -36,20 +36,21 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from karmadaquota import queued, selectors, validation, waiting
 from karmadaquota.api import ON_EXCEED_QUEUE, ClusterKarmadaQuota
 from karmadaquota.controller import cluster as cl
 from karmadaquota.controller import guards as gd
 from karmadaquota.controller import recompute as rc
 from karmadaquota.controller import status as st
+from karmadaquota.controller.binding_feed import BindingFeed
 from karmadaquota.controller.dequeue import Dequeuer
 from karmadaquota.controller.dirty import DirtyQueue
 from karmadaquota.controller.enforcement import Enforcement
 from karmadaquota.controller.guard_keeper import GuardKeeper
-from karmadaquota.controller.index import BindingIndex, safe_observe
+from karmadaquota.controller.index import BindingIndex
 from karmadaquota.controller.members import Members
 from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.controller.orphan_audit import OrphanAudit
+from karmadaquota.controller.room import RoomJob
 from karmadaquota.controller.template_bindings import TemplateBindings
 from karmadaquota.controller.views import Views
 from karmadaquota.controller.wake import Waker
@@ -96,8 +97,6 @@ CONFLICT_BACKOFF = Backoff(0.02, 0.64)
 # soon, doubling per loss in a row (its queue's rate limiter), at most RECOMPUTE_RETRY_CAP
 RECOMPUTE_RETRY = 0.05
 RECOMPUTE_RETRY_CAP = 2.0
-# admitting queued bindings: after a lost precondition or an error (its queue's rate limiter)
-ADMIT_RETRY = 0.5
 # Karmada registers its webhooks with timeoutSeconds 3, the API's default is 10 s: 15 s covers
 # either and the write after it. Raise it (--admission-window) for a slower webhook.
 DEFAULT_ADMISSION_WINDOW = 15.0
@@ -163,7 +162,6 @@ class Controller:
         self.leadership = leadership
         self.config = config or ReconcilerConfig()
         self.members = members
-        self.waker = waker  # None: refused workloads wait on Karmada's own retry backoff
         self._clock = clock
         self.index = BindingIndex()
         self.quotas = QuotaStore(
@@ -188,8 +186,7 @@ class Controller:
             relist_period=self.config.resync_period,
         )
         # as of each cluster quota's last recompute: the namespaces it selects, and back
-        self._selection: dict[str, frozenset[str]] = {}
-        self._selecting: dict[str, set[str]] = {}
+        self.selection = cl.Selection()
         self.synced = asyncio.Event()
         self.dirty = DirtyQueue(
             self.flush,
@@ -223,9 +220,16 @@ class Controller:
             self._can_write,
             self._released,
         )
-        self.room = DirtyQueue(
-            self._wait_for_room, quiet=0.0, max_delay=0.0, retry_delay=ADMIT_RETRY, name="room"
+        self.room_job = RoomJob(
+            self.quotas.quotas,
+            self.index.queued,
+            dequeuer,
+            waker,
+            self._can_write,
+            self._clock,
+            self.dirty.mark,
         )
+        self.room = self.room_job.queue
         if guards is not None:
             guards.attach(api, self.quotas, self, self.config.write_timeout)
         # None: the enforcement label is neither watched nor written (Enforced not reported)
@@ -248,7 +252,7 @@ class Controller:
                 api,
                 api,
                 self._cluster_quota,
-                lambda name: self._selection.get(name, frozenset()),
+                self.selection.of,
                 lambda: self.synced.is_set() and self._can_write(),
                 page_size=self.config.page_size,
                 relist_period=self.config.resync_period,
@@ -271,7 +275,14 @@ class Controller:
             self.queues += (self.views.queue,)
         self.binding_informer = Informer(
             paths.bindings(),
-            _BindingFeed(self),
+            BindingFeed(
+                self.index,
+                self.templates,
+                self.template_bindings,
+                metrics.bindings_indexed,
+                self._mark,
+                self._relisted,
+            ),
             api,
             page_size=self.config.page_size,
             relist_period=self.config.resync_period,
@@ -279,14 +290,23 @@ class Controller:
         )
         self.writes = 0
 
+    @property
+    def waker(self) -> Waker | None:
+        """Wakes refused workloads as room appears (None: they wait on Karmada's own retry
+        backoff); the room job's."""
+        return self.room_job.waker
+
+    @waker.setter
+    def waker(self, waker: Waker | None) -> None:
+        self.room_job.waker = waker
+
     # ---- inputs ----------------------------------------------------------------------------
 
     def _mark(self, namespace: str) -> None:
         # a namespace whose quota is gone still has its queued bindings to admit
         if self.quotas.has(namespace) or self.index.has_queued(namespace):
             self.dirty.mark(namespace)
-        for name in self._selecting.get(namespace, ()):
-            self.cluster_dirty.mark(name)
+        self.cluster_dirty.mark_many(self.selection.selecting(namespace))
 
     def mark_all(self) -> None:
         self.dirty.mark_many(self.quotas.namespaces())
@@ -297,62 +317,27 @@ class Controller:
         """A namespace's labels changed (or it came or went): every cluster quota whose
         selection of it changes is recomputed (its usage moves with it)."""
         assert self.enforcement is not None
-        labels = self.enforcement.labels.get(namespace)
-        for record in self.cluster_quotas.records(""):
-            quota = record.quota
-            now = (
-                labels is not None
-                and isinstance(quota, ClusterKarmadaQuota)
-                and selectors.matches(quota.spec.namespaceSelector, labels)
+        records = self.cluster_quotas.records("")
+        self.cluster_dirty.mark_many(
+            self.selection.moved(
+                namespace,
+                self.enforcement.labels.get(namespace),
+                [(r.name, r.quota) for r in records],
             )
-            if now != (namespace in self._selection.get(record.name, ())):
-                self.cluster_dirty.mark(record.name)
+        )
 
     def _selects(self, namespace: str) -> bool:
-        """Some valid cluster quota selects the namespace now (it needs the enforcement
-        label): read from the labels as seen, not the last recompute's selection."""
+        """Some cluster quota selects the namespace now (it needs the enforcement label)."""
         if self.enforcement is None:
             return False
-        labels = self.enforcement.labels.get(namespace)
-        if labels is None:
-            return False
-        for record in self.cluster_quotas.records(""):
-            quota = record.quota
-            if isinstance(quota, ClusterKarmadaQuota) and selectors.matches(
-                quota.spec.namespaceSelector, labels
-            ):
-                return True
-        return False
-
-    def _select(self, name: str, quota: ClusterKarmadaQuota | None) -> list[str]:
-        """The namespaces the cluster quota selects now (none while its spec is invalid);
-        remembered for `_mark`."""
-        table = self.enforcement.labels.table() if self.enforcement is not None else {}
-        valid = quota is not None and not validation.validate_spec(quota.spec)
-        chosen = (
-            selectors.selected(quota.spec.namespaceSelector, table)
-            if valid and quota is not None
-            else []
+        return cl.selects_any(
+            self.enforcement.labels.get(namespace),
+            [r.quota for r in self.cluster_quotas.records("")],
         )
-        self._set_selection(name, frozenset(chosen))
-        return chosen
-
-    def _set_selection(self, name: str, chosen: frozenset[str]) -> None:
-        before = self._selection.pop(name, frozenset())
-        for ns in before - chosen:
-            names = self._selecting.get(ns)
-            if names is not None:
-                names.discard(name)
-                if not names:
-                    del self._selecting[ns]
-        for ns in chosen:
-            self._selecting.setdefault(ns, set()).add(name)
-        if chosen:
-            self._selection[name] = chosen
 
     def _cluster_quota_deleted(self, record: QuotaRecord) -> None:
         self.metrics.forget_quota("", record.name)
-        self._set_selection(record.name, frozenset())
+        self.selection.set(record.name, frozenset())
         if self.views is not None:
             self.views.queue.mark(record.name)  # its views go (the garbage collector's too)
 
@@ -499,7 +484,7 @@ class Controller:
             contended = not await self._sync_quota(record) or contended
         if contended:  # another writer is busy: come back very soon (its rate limiter)
             self.dirty.retry(namespace)
-        if self.dequeuer is not None or (self._can_write() and self.waker is not None):
+        if self.room_job.wanted(self._can_write()):
             self.room.mark(namespace)
         if self._can_write():
             self.audit.queue.mark(namespace)
@@ -513,10 +498,14 @@ class Controller:
             return
         record = self.cluster_quotas.get("", name)
         if record is None:
-            self._set_selection(name, frozenset())
+            self.selection.set(name, frozenset())
             return
         quota = record.quota
-        selected = self._select(name, quota if isinstance(quota, ClusterKarmadaQuota) else None)
+        selected = self.selection.choose(
+            name,
+            quota if isinstance(quota, ClusterKarmadaQuota) else None,
+            self.enforcement.labels.table() if self.enforcement is not None else {},
+        )
         if self.enforcement is not None:
             for ns in selected:
                 self.enforcement.check(ns)
@@ -551,27 +540,6 @@ class Controller:
     async def run_queues(self) -> None:
         """The recompute queue and the queues of the jobs that follow it, until cancelled."""
         await _together({f"queue/{q.name}": q.run() for q in self.queues})
-
-    async def _wait_for_room(self, namespace: str) -> None:
-        """Publish the namespace's queue lengths; on the leader, admit the queued bindings
-        that fit, then wake the waiting workloads that do (one loop: controller.room)."""
-        entries = self.index.queued(namespace) if self.dequeuer is not None else []
-        if self.dequeuer is not None:
-            self.dequeuer.publish(namespace, entries)
-        if not self._can_write():
-            return
-        quotas = self.quotas.quotas(namespace)
-        if self.dequeuer is not None:
-            again = await self.dequeuer.dequeue(namespace, quotas, entries, self._clock())
-            if again is not None:
-                self.room.mark_at(namespace, again)
-        if self.waker is not None:
-            again = await self.waker.wake(namespace, quotas, self._clock())
-            listed = waiting.of_namespace(quotas)
-            if any(self.waker.gone(namespace, waiting.key(w.template)) for w in listed):
-                self.dirty.mark(namespace)  # its list is written without the deleted templates
-            if again is not None:
-                self.room.mark_at(namespace, again)  # the templates' next audit
 
     def _queues_wanted(self, namespace: str) -> bool | None:
         """None when the namespace holds no quota and no cluster quota selects it; else
@@ -749,58 +717,3 @@ async def _together(jobs: Mapping[str, Coroutine[Any, Any, None]]) -> None:
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-
-
-class _BindingFeed:
-    """ResourceBinding events into the index (an `informer.Handler`)."""
-
-    def __init__(self, c: Controller) -> None:
-        self.c = c
-
-    def added(self, obj: Mapping[str, Any]) -> None:
-        seen = safe_observe(obj, self.c.index.intern, self.c.templates)
-        if seen is not None:
-            name = seen.entry.name if seen.entry is not None else ""
-            self.c.template_bindings.track(
-                seen.namespace,
-                seen.uid,
-                name,
-                seen.template if seen.entry is not None else None,
-                obj if seen.waiting else None,
-            )
-        if seen is not None and self.c.index.apply(seen):
-            self.c._mark(seen.namespace)
-        self.c.metrics.bindings_indexed.set(len(self.c.index))
-
-    def modified(self, obj: Mapping[str, Any]) -> None:
-        meta = obj.get("metadata") or {}
-        have = self.c.index.get(str(meta.get("namespace", "")), str(meta.get("uid", "")))
-        generation = meta.get("generation")
-        if (
-            have is not None
-            and isinstance(generation, int)
-            and generation > 0
-            and have.generation == generation
-            and not meta.get("deletionTimestamp")
-            and have.marked == queued.marked(obj)
-            and have.queue is None
-        ):
-            # A status or metadata update: the charge reads only the spec, and every change
-            # of a ResourceBinding's spec bumps its generation (status is a subresource).
-            # Except our queued-by annotation (a metadata change that moves a binding in or
-            # out of the queue), and a queued binding's resourceVersion (its admission's
-            # precondition): those are always read again.
-            return
-        self.added(obj)
-
-    def deleted(self, obj: Mapping[str, Any]) -> None:
-        meta = obj.get("metadata") or {}
-        ns, uid = str(meta.get("namespace", "")), str(meta.get("uid", ""))
-        self.c.template_bindings.forget(ns, uid)
-        if self.c.index.remove(ns, uid, parse_rv(meta.get("resourceVersion"))):
-            self.c._mark(ns)
-        self.c.metrics.bindings_indexed.set(len(self.c.index))
-
-    def relisted(self, resource_version: int) -> None:
-        self.c.index.forget_deletions_before(resource_version)
-        self.c._relisted()

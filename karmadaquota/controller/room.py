@@ -7,16 +7,30 @@ the webhook charges). Each pass goes announce (what waits: events, gauges) → s
 now: `karmadaquota.room` against the namespace's quotas) → act (let each pick go) → retry_at
 (when to look again). The loop owns what both obey: an unreadable quota refuses everything, so
 nothing is selected; a StrictFIFO queue lets nothing past a pick that was not let go.
+
+`RoomJob` is that loop as one of the jobs that follow a recompute: its own queue (per
+namespace), the dequeuer first, then the waker; a template found deleted marks the recompute
+(the waiting list is written without it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol, TypeVar
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
+from karmadaquota import queueing, waiting
 from karmadaquota.api import KarmadaQuota
+from karmadaquota.controller.dirty import DirtyQueue
 from karmadaquota.evaluate import QuotaView
 from karmadaquota.quantity import QuantityError
+
+if TYPE_CHECKING:
+    from karmadaquota.controller.dequeue import Dequeuer
+    from karmadaquota.controller.wake import Waker
+
+# admitting queued bindings: after a lost precondition or an error (its queue's rate limiter)
+ADMIT_RETRY = 0.5
 
 P = TypeVar("P")
 
@@ -64,3 +78,53 @@ async def run(look: Pass[P], quotas: Sequence[KarmadaQuota]) -> float | None:
         elif queue is not None:
             stopped.add(queue)
     return await look.retry_at(let_go)
+
+
+class RoomJob:
+    """After each recompute of a namespace: publish its queue lengths; on the leader, admit
+    the queued bindings that fit (`dequeuer`), then wake the waiting workloads that do
+    (`waker`). Either may be None (turned off)."""
+
+    def __init__(
+        self,
+        quotas: Callable[[str], list[KarmadaQuota]],
+        queued: Callable[[str], list[queueing.QueueEntry]],
+        dequeuer: Dequeuer | None,
+        waker: Waker | None,
+        may_write: Callable[[], bool],
+        clock: Callable[[], datetime],
+        recompute: Callable[[str], None],
+    ) -> None:
+        self._quotas = quotas
+        self._queued = queued
+        self.dequeuer = dequeuer
+        self.waker = waker
+        self._may_write = may_write
+        self._clock = clock
+        self._recompute = recompute
+        self.queue = DirtyQueue(
+            self._wait, quiet=0.0, max_delay=0.0, retry_delay=ADMIT_RETRY, name="room"
+        )
+
+    def wanted(self, leader: bool) -> bool:
+        """Whether a recompute marks this job (followers only publish queue lengths)."""
+        return self.dequeuer is not None or (leader and self.waker is not None)
+
+    async def _wait(self, namespace: str) -> None:
+        entries = self._queued(namespace) if self.dequeuer is not None else []
+        if self.dequeuer is not None:
+            self.dequeuer.publish(namespace, entries)
+        if not self._may_write():
+            return
+        quotas = self._quotas(namespace)
+        if self.dequeuer is not None:
+            again = await self.dequeuer.dequeue(namespace, quotas, entries, self._clock())
+            if again is not None:
+                self.queue.mark_at(namespace, again)
+        if self.waker is not None:
+            again = await self.waker.wake(namespace, quotas, self._clock())
+            listed = waiting.of_namespace(quotas)
+            if any(self.waker.gone(namespace, waiting.key(w.template)) for w in listed):
+                self._recompute(namespace)  # its list is written without the deleted templates
+            if again is not None:
+                self.queue.mark_at(namespace, again)  # the templates' next audit

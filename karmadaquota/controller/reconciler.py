@@ -92,7 +92,9 @@ class ControllerApi(Api, Lister, Protocol):
     """Requests, lists and watches: `KubeClient`, or a fake in unit tests."""
 
 
-CONFLICT_BACKOFF = Backoff(0.02, 0.64)
+# a recompute's lost compare-and-swap backs off longer: nobody waits on it, and the webhook's
+# writes in a storm should not be raced head-on
+RECOMPUTE_CONFLICT_BACKOFF = Backoff(0.02, 0.64)
 # a recompute whose every compare-and-swap lost (another writer is busy) is tried again this
 # soon, doubling per loss in a row (its queue's rate limiter), at most RECOMPUTE_RETRY_CAP
 RECOMPUTE_RETRY = 0.05
@@ -112,7 +114,7 @@ class ReconcilerConfig:
     max_attempts: int = 6
     # after a lost compare-and-swap: wait a random while (doubling) before re-reading, so that
     # a burst of webhook reservation writes is not raced head-on
-    conflict_backoff: Backoff = CONFLICT_BACKOFF
+    conflict_backoff: Backoff = RECOMPUTE_CONFLICT_BACKOFF
     page_size: int = 500
     member_watch: bool = True
     # a reservation whose binding has not been seen this long is checked against the API

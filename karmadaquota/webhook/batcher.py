@@ -165,7 +165,8 @@ class ChargeRequest:
             self.future.set_result(decision)
 
 
-CONFLICT_BACKOFF = Backoff(0.005, 0.08)
+# a batch's lost compare-and-swap is re-read quickly: reviews wait on it (3 s deadline)
+BATCH_CONFLICT_BACKOFF = Backoff(0.005, 0.08)
 # What a review whose caller gave up mid-write counts as (nobody reads it: only its reservation
 # is taken back)
 ABANDONED = Decision(False, "the review's caller gave up before its reservation was written")
@@ -178,7 +179,7 @@ class BatcherConfig:
     max_attempts: int = 10
     # after a lost compare-and-swap, wait a random while before re-reading, so that replicas
     # contending for one quota stop colliding in lockstep
-    conflict_backoff: Backoff = CONFLICT_BACKOFF
+    conflict_backoff: Backoff = BATCH_CONFLICT_BACKOFF
     limited: Sequence[LimitedResource] = ()
     # bound on the (estimated) JSON size of one quota's `status.pending`; admissions that
     # would pass it are refused with a retryable 429 until the controller counts some. Pending

@@ -51,21 +51,19 @@ from karmadaquota.controller.members import Members
 from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.controller.orphan_audit import OrphanAudit
 from karmadaquota.controller.room import RoomJob
+from karmadaquota.controller.status_writer import StatusWriter
 from karmadaquota.controller.template_bindings import TemplateBindings
 from karmadaquota.controller.views import Views
 from karmadaquota.controller.wake import Waker
 from karmadaquota.kube import namespaces, paths
 from karmadaquota.kube.client import (
-    JSON,
-    JSON_PATCH,
     Api,
-    Conflict,
     KubeError,
     NotFound,
 )
 from karmadaquota.kube.informer import Informer, Lister
 from karmadaquota.kube.quotas import QuotaRecord, QuotaStore, cluster_quota_store
-from karmadaquota.kube.retry import Backoff, ConflictsExhausted, retry_on_conflict
+from karmadaquota.kube.retry import Backoff, ConflictsExhausted
 from karmadaquota.kube.templates import Key, TemplateStore
 from karmadaquota.kube.versions import parse_rv
 
@@ -290,7 +288,7 @@ class Controller:
             relist_period=self.config.resync_period,
             name="resourcebindings",
         )
-        self.writes = 0
+        self.writer = StatusWriter(api, metrics, self.config)
 
     @property
     def waker(self) -> Waker | None:
@@ -301,6 +299,11 @@ class Controller:
     @waker.setter
     def waker(self, waker: Waker | None) -> None:
         self.room_job.waker = waker
+
+    @property
+    def writes(self) -> int:
+        """Quota status writes that succeeded (the one writer's count)."""
+        return self.writer.writes
 
     # ---- inputs ----------------------------------------------------------------------------
 
@@ -593,22 +596,11 @@ class Controller:
         extra = {"namespace": ns, "quota": name, "uid": record.quota.metadata.uid}
         outcome: rc.Outcome | None = None
         computed = (self._clock(), 0.0)  # when the last outcome was computed, and how long it took
-        tried = 0  # resourceVersion of the last version a write was computed from
 
-        async def read() -> QuotaRecord:
-            # After a lost CAS (and its backoff) the quota watch has usually delivered the
-            # version that won: use it instead of reading the whole object back. The server
-            # still decides: a version that is stale again just loses the next CAS.
-            held = store.get(ns, name)
-            if held is not None and held.rv > tried:
-                return held
-            return store.fold(await self.api.get(quota_path)) or record
-
-        def mutate(current: QuotaRecord) -> tuple[QuotaRecord, st.StatusWrite] | None:
+        def desired(current: QuotaRecord) -> st.StatusWrite | None:
             # pure but for the clock: called again after each lost compare-and-swap, so the
             # side effects of an outcome (metrics, its expiry timer) follow the last one, below
-            nonlocal outcome, tried, computed
-            tried = current.rv
+            nonlocal outcome, computed
             if current.quota is None:
                 return None
             now = self._clock()
@@ -620,55 +612,24 @@ class Controller:
                 outcome = rc.recompute(current.quota, self._snapshot(ns), now)
             self._outcomes[(ns, name)] = outcome
             computed = (now, time.perf_counter() - started)
-            desired = rc.status_to_write(current.raw.get("status"), outcome)
-            if desired is None or not self._can_write():
+            change = rc.status_to_write(current.raw.get("status"), outcome)
+            if change is None or not self._can_write():
                 return None  # followers keep their figures warm; the leader writes
-            return current, desired
-
-        async def write(change: tuple[QuotaRecord, st.StatusWrite]) -> JSON:
-            current, desired = change
-            path = f"{quota_path}/status"
-            timeout = self.config.write_timeout
-            if desired.patch is None:  # compare-and-swap on resourceVersion
-                body = {**current.raw, "status": desired.status}
-                return await self.api.request("PUT", path, body, timeout=timeout)
-            try:  # compare-and-swap on the controller's revision (status.status_write)
-                return await self.api.request(
-                    "PATCH", path, desired.patch, timeout=timeout, content_type=JSON_PATCH
-                )
-            except KubeError as e:
-                if e.status == 422:  # a test of the patch failed: the version moved
-                    raise Conflict(e.status, e.reason, e.message) from e
-                raise
+            return change
 
         try:
-            result = await retry_on_conflict(
-                read,
-                mutate,
-                write,
-                first=record,
-                attempts=self.config.max_attempts,
-                backoff=self.config.conflict_backoff,
-                on_conflict=self.metrics.status_writes.labels("conflict").inc,
-            )
+            result = await self.writer.write(record, store, quota_path, desired)
         except ConflictsExhausted:
             self._computed(ns, name, outcome, *computed, queue)
             log.info("status write contended; retrying shortly", extra=extra)
             return False
         except NotFound:
-            self.metrics.status_writes.labels("notfound").inc()
             return True
-        except KubeError:
-            self.metrics.status_writes.labels("error").inc()
-            raise
         self._computed(ns, name, outcome, *computed, queue)
         if result is None or outcome is None:
             return True
-        self.metrics.status_writes.labels("ok").inc()
-        self.writes += 1
         for reason, n in outcome.released.items():
             self.metrics.released.labels(reason).inc(n)
-        store.fold(result)
         log.info(
             "quota status written",
             extra={

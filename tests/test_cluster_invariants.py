@@ -28,8 +28,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from karmadaquota.api import ClusterKarmadaQuota
+from karmadaquota.controller.leader import AlwaysLeader
 from karmadaquota.controller.metrics import ControllerMetrics
-from karmadaquota.controller.reconciler import AlwaysLeader, Controller, ReconcilerConfig
+from karmadaquota.controller.reconciler import Controller, ReconcilerConfig
 from karmadaquota.kube import paths
 from karmadaquota.kube.client import JSON
 from karmadaquota.kube.namespace_labels import NamespaceLabels

@@ -75,8 +75,9 @@ def test_docs_architecture_draws_the_controllers_queues_as_the_code_has_them() -
     enforcement labels and views on), and no other: a job added, renamed or folded into
     another fails here until the page says so."""
     from karmadaquota.controller.guard_keeper import GuardKeeper
+    from karmadaquota.controller.leader import AlwaysLeader
     from karmadaquota.controller.metrics import ControllerMetrics
-    from karmadaquota.controller.reconciler import AlwaysLeader, Controller
+    from karmadaquota.controller.reconciler import Controller
     from tests.fake_api import FakeApiServer
     from tests.fake_members import Fleet
 

@@ -18,10 +18,11 @@ reports what the informer last saw, not what was written: a label removed shows 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import aiohttp
 
+from karmadaquota.api import ClusterKarmadaQuota
 from karmadaquota.controller.dirty import DirtyQueue
 from karmadaquota.kube import namespaces
 from karmadaquota.kube.client import KubeError
@@ -83,6 +84,15 @@ class Enforcement:
         """Label the namespace if it holds a quota and is not seen labelled."""
         if self._wants(namespace) is not None and not self.enforced(namespace):
             self.queue.mark(namespace)
+
+    def after_recompute(self, namespace: str, leader: bool) -> None:
+        self.check(namespace)  # its queue writes only on the leader (`may_write`)
+
+    def after_cluster_recompute(
+        self, name: str, quota: ClusterKarmadaQuota | None, selected: Sequence[str], leader: bool
+    ) -> None:
+        for ns in selected:
+            self.check(ns)
 
     def _relisted(self) -> None:
         for name in list(self.labels.table()):

@@ -42,7 +42,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -369,6 +369,15 @@ class GuardKeeper:
             elif m in self.errors:
                 out[m] = f"unreachable, keeps the guard it has: {self.errors[m]}"
         return out
+
+    def after_recompute(self, namespace: str, leader: bool) -> None:
+        if leader:
+            self.queue.mark(namespace)
+
+    def after_cluster_recompute(
+        self, name: str, quota: KarmadaQuota | None, selected: Sequence[str], leader: bool
+    ) -> None:
+        """A cluster quota keeps no member guards."""
 
     def forget(self, namespace: str, quota: str) -> None:
         def mine(keys: Iterable[tuple[str, str, str]]) -> list[tuple[str, str, str]]:

@@ -19,7 +19,7 @@ import socket
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from karmadaquota.api import format_time
 from karmadaquota.kube.client import JSON, Api, Conflict, KubeError, NotFound
@@ -37,6 +37,30 @@ def identity() -> str:
 def lease_path(namespace: str, name: str | None = None) -> str:
     base = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
     return f"{base}/{name}" if name else base
+
+
+class Leadership(Protocol):
+    """What the controller's leader gate reads: a `LeaderElector`, or `AlwaysLeader`."""
+
+    def is_leader(self) -> bool: ...
+
+    def remaining(self) -> float: ...
+
+
+class AlwaysLeader:
+    """For a single replica without election (tests, --leader-elect off)."""
+
+    def is_leader(self) -> bool:
+        return True
+
+    def remaining(self) -> float:
+        return float("inf")
+
+
+def may_lead(leadership: Leadership, write_timeout: float) -> bool:
+    """Leading, and for longer than a write may take (a deposed leader's last write must end
+    before a successor may start)."""
+    return leadership.is_leader() and leadership.remaining() > write_timeout
 
 
 class LeaderElector:
@@ -64,7 +88,8 @@ class LeaderElector:
         self.renew_deadline = renew_deadline
         self.retry_period = retry_period
         self.request_timeout = request_timeout
-        self._on_change = on_change or (lambda leader: None)
+        # settable: the controller that hears of leadership is built after the elector
+        self.on_change = on_change or (lambda leader: None)
         self._clock = clock
         self._wall = wall
         self._leader_until = float("-inf")
@@ -95,7 +120,7 @@ class LeaderElector:
                     "lease": self.name,
                 },
             )
-            self._on_change(now)
+            self.on_change(now)
 
     # ---- one round -------------------------------------------------------------------------
 

@@ -24,7 +24,7 @@ import functools
 import logging
 import os
 import sys
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,12 +37,16 @@ from karmadaquota.cli import aux_limits
 from karmadaquota.controller import operator
 from karmadaquota.controller.dequeue import Dequeuer
 from karmadaquota.controller.guard_keeper import GuardKeeper
-from karmadaquota.controller.leader import DEFAULT_LEASE_NAME, LeaderElector, identity
+from karmadaquota.controller.leader import (
+    DEFAULT_LEASE_NAME,
+    AlwaysLeader,
+    LeaderElector,
+    identity,
+)
 from karmadaquota.controller.members import Members
 from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.controller.reconciler import (
     DEFAULT_ADMISSION_WINDOW,
-    AlwaysLeader,
     Controller,
     ReconcilerConfig,
 )
@@ -124,15 +128,6 @@ def build_app(
 async def serve(config: ControllerConfig) -> int:
     metrics = ControllerMetrics()
     client = await KubeClient.connect(config.kubeconfig, user_agent=user_agent("controller"))
-    controller: Controller | None = None  # the callbacks below run only once it exists
-
-    def leadership_changed(leader: bool) -> None:
-        if controller is not None:
-            controller.leadership_changed(leader)
-
-    def member_changed(namespaces: Collection[str] | None) -> None:
-        if controller is not None:
-            controller.member_changed(namespaces)
 
     async def read_secret(namespace: str, name: str) -> JSON:
         return await client.get(f"/api/v1/namespaces/{namespace}/secrets/{name}")
@@ -146,12 +141,10 @@ async def serve(config: ControllerConfig) -> int:
             lease_duration=config.lease_duration,
             renew_deadline=config.lease_duration - 3.0,
             retry_period=min(2.0, config.lease_duration / 5),
-            on_change=leadership_changed,
         )
     members = Members(
         read_secret,
-        member_changed,
-        metrics,
+        metrics=metrics,
         enabled=config.reconciler.member_watch,
         client_factory=functools.partial(
             KubeClient.from_token, user_agent=user_agent("controller")
@@ -172,7 +165,12 @@ async def serve(config: ControllerConfig) -> int:
         guards=keeper,
         templates=TemplateStore(client),
     )
-    if elector is None:
+    # what the controller hears of: members and leadership (both built before it, and
+    # started after)
+    members.on_change = controller.member_changed
+    if elector is not None:
+        elector.on_change = controller.leadership_changed
+    else:
         controller.leadership_changed(True)
 
     authorizer = metrics_auth.authorizer(config.metrics_auth, config.metrics_auth_kubeconfig)

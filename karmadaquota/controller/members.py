@@ -230,24 +230,30 @@ class MemberWatch:
 
 
 class Members:
-    """Every member cluster the Karmada API server knows, and their pod watches."""
+    """Every member cluster the Karmada API server knows, and their pod watches.
+
+    `on_change` (settable: the controller that reads the members is built after them) hears
+    of a member's pods changing (their namespaces) or a member coming or going (None)."""
 
     def __init__(
         self,
         secrets: SecretReader,
-        on_change: ChangeCallback,
+        on_change: ChangeCallback = lambda namespaces: None,
         metrics: ControllerMetrics | None = None,
         enabled: bool = True,
         client_factory: ClientFactory = KubeClient.from_token,
     ) -> None:
         self._secrets = secrets
-        self._on_change = on_change
+        self.on_change = on_change
         self._metrics = metrics
         self.enabled = enabled
         self._client_factory = client_factory
         self._watches: dict[str, MemberWatch] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._closing: set[asyncio.Task[None]] = set()
+
+    def _changed(self, namespaces: Collection[str] | None) -> None:
+        self.on_change(namespaces)
 
     def views(self) -> list[MemberWatch]:
         return [self._watches[n] for n in sorted(self._watches)]
@@ -263,7 +269,7 @@ class Members:
             return
         self._stop(access.name)
         watch = MemberWatch(
-            access, self._secrets, self._on_change, self._metrics, self._client_factory
+            access, self._secrets, self._changed, self._metrics, self._client_factory
         )
         self._watches[access.name] = watch
         log.info(
@@ -274,7 +280,7 @@ class Members:
             self._tasks[access.name] = asyncio.create_task(
                 watch.run(), name=f"member-pods/{access.name}"
             )
-        self._on_change(None)
+        self.on_change(None)
 
     def remove(self, name: str) -> None:
         if name in self._watches:
@@ -285,7 +291,7 @@ class Members:
                     with contextlib.suppress(KeyError):
                         g.remove(name)
             log.info("member cluster removed", extra={"cluster": name})
-            self._on_change(None)
+            self.on_change(None)
 
     def _stop(self, name: str) -> None:
         task = self._tasks.pop(name, None)

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
-from karmadaquota.api import EntryKey
+from karmadaquota.api import ClusterKarmadaQuota, EntryKey
 from karmadaquota.controller import recompute as rc
 from karmadaquota.controller.dirty import DirtyQueue
 from karmadaquota.controller.index import BindingIndex
@@ -73,6 +73,18 @@ class OrphanAudit:
         # (namespace, quota namespace, quota) -> entries disproved, until the quota holds
         # them no more (the recompute's write released them)
         self._disproved: dict[tuple[str, str, str], dict[EntryKey, int]] = {}
+
+    def after_recompute(self, namespace: str, leader: bool) -> None:
+        if leader:
+            self.queue.mark(namespace)
+
+    def after_cluster_recompute(
+        self, name: str, quota: ClusterKarmadaQuota | None, selected: Sequence[str], leader: bool
+    ) -> None:
+        if leader and quota is not None:  # its pending charges, in their bindings' namespaces
+            self.queue.mark_many(
+                sorted({r.reservedBy.namespace for r in quota.status.reservations})
+            )
 
     def disproved(self, quota_namespace: str, quota: str) -> Mapping[EntryKey, int]:
         """The entries of a quota's pending charges proved never stored, for the recompute

@@ -47,6 +47,8 @@ from karmadaquota.controller.dirty import DirtyQueue
 from karmadaquota.controller.enforcement import Enforcement
 from karmadaquota.controller.guard_keeper import GuardKeeper
 from karmadaquota.controller.index import BindingIndex
+from karmadaquota.controller.jobs import Job
+from karmadaquota.controller.leader import Leadership, may_lead
 from karmadaquota.controller.members import Members
 from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.controller.orphan_audit import OrphanAudit
@@ -68,22 +70,6 @@ from karmadaquota.kube.templates import Key, TemplateStore
 from karmadaquota.kube.versions import parse_rv
 
 log = logging.getLogger("karmadaquota.controller")
-
-
-class Leadership(Protocol):
-    def is_leader(self) -> bool: ...
-
-    def remaining(self) -> float: ...
-
-
-class AlwaysLeader:
-    """For a single replica without election (tests, --leader-elect off)."""
-
-    def is_leader(self) -> bool:
-        return True
-
-    def remaining(self) -> float:
-        return float("inf")
 
 
 class ControllerApi(Api, Lister, Protocol):
@@ -261,18 +247,17 @@ class Controller:
             if self.config.tenant_views
             else None
         )
+        # the jobs that follow a recompute (controller.jobs), each registered only when enabled
+        self.jobs: tuple[Job, ...] = (
+            self.audit,
+            self.room_job,
+            *(j for j in (self.guards, self.enforcement, self.views) if j is not None),
+        )
         self.queues: tuple[DirtyQueue, ...] = (
             self.dirty,
             self.cluster_dirty,
-            self.audit.queue,
-            self.room,
+            *(j.queue for j in self.jobs),
         )
-        if self.guards is not None:
-            self.queues += (self.guards.queue,)
-        if self.enforcement is not None:
-            self.queues += (self.enforcement.queue,)
-        if self.views is not None:
-            self.queues += (self.views.queue,)
         self.binding_informer = Informer(
             paths.bindings(),
             BindingFeed(
@@ -482,19 +467,14 @@ class Controller:
         arrives page by page; every namespace is marked again once it is complete)."""
         if not self.synced.is_set():
             return
-        if self.enforcement is not None:
-            self.enforcement.check(namespace)
         contended = False
         for record in self.quotas.records(namespace):
             contended = not await self._sync_quota(record) or contended
         if contended:  # another writer is busy: come back very soon (its rate limiter)
             self.dirty.retry(namespace)
-        if self.room_job.wanted(self._can_write()):
-            self.room.mark(namespace)
-        if self._can_write():
-            self.audit.queue.mark(namespace)
-            if self.guards is not None:
-                self.guards.queue.mark(namespace)
+        leader = self._can_write()
+        for job in self.jobs:
+            job.after_recompute(namespace, leader)
 
     async def flush_cluster(self, name: str) -> None:
         """Recompute one cluster quota over the namespaces it selects now; the leader writes
@@ -511,17 +491,12 @@ class Controller:
             quota if isinstance(quota, ClusterKarmadaQuota) else None,
             self.enforcement.labels.table() if self.enforcement is not None else {},
         )
-        if self.enforcement is not None:
-            for ns in selected:
-                self.enforcement.check(ns)
         if not await self._sync_quota(record, selected):
             self.cluster_dirty.retry(name)
-        if self._can_write() and self.views is not None:
-            self.views.queue.mark(name)
-        if self._can_write() and quota is not None:
-            # the orphan audit of its pending charges, in their bindings' namespaces
-            self.audit.queue.mark_many(
-                sorted({r.reservedBy.namespace for r in quota.status.reservations})
+        leader = self._can_write()
+        for job in self.jobs:
+            job.after_cluster_recompute(
+                name, quota if isinstance(quota, ClusterKarmadaQuota) else None, selected, leader
             )
 
     def _cluster_snapshot(self, selected: list[str], name: str) -> cl.ClusterSnapshot:
@@ -577,11 +552,8 @@ class Controller:
         self.dirty.mark(namespace)  # the status shows the guards as written
 
     def _can_write(self) -> bool:
-        return (
-            self.synced.is_set()
-            and self.leadership.is_leader()
-            and self.leadership.remaining() > self.config.write_timeout
-        )
+        """The leader gate: listed in full, leading, and for longer than a write may take."""
+        return self.synced.is_set() and may_lead(self.leadership, self.config.write_timeout)
 
     async def _sync_quota(self, record: QuotaRecord, selected: list[str] | None = None) -> bool:
         """Recompute one quota and write it if needed; False when every CAS attempt lost.

@@ -106,9 +106,16 @@ class RoomJob:
             self._wait, quiet=0.0, max_delay=0.0, retry_delay=ADMIT_RETRY, name="room"
         )
 
-    def wanted(self, leader: bool) -> bool:
-        """Whether a recompute marks this job (followers only publish queue lengths)."""
-        return self.dequeuer is not None or (leader and self.waker is not None)
+    def after_recompute(self, namespace: str, leader: bool) -> None:
+        # followers only publish queue lengths
+        if self.dequeuer is not None or (leader and self.waker is not None):
+            self.queue.mark(namespace)
+
+    def after_cluster_recompute(
+        self, name: str, quota: KarmadaQuota | None, selected: Sequence[str], leader: bool
+    ) -> None:
+        """A cluster quota never queues; its waiting workloads are its namespaces' (their
+        recomputes follow)."""
 
     async def _wait(self, namespace: str) -> None:
         entries = self._queued(namespace) if self.dequeuer is not None else []

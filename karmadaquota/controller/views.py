@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -75,6 +75,15 @@ class Views:
         )
         self.queue = DirtyQueue(self.sync, quiet=0.2, max_delay=max_delay, name="views")
         self.writes = 0
+
+    def after_recompute(self, namespace: str, leader: bool) -> None:
+        """A view shows a cluster quota only."""
+
+    def after_cluster_recompute(
+        self, name: str, quota: ClusterKarmadaQuota | None, selected: Sequence[str], leader: bool
+    ) -> None:
+        if leader:
+            self.queue.mark(name)
 
     def held(self, quota: str) -> Mapping[str, Mapping[str, Any]]:
         return self._held.get(quota, {})

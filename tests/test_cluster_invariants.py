@@ -29,8 +29,9 @@ from hypothesis import strategies as st
 
 from karmadaquota.api import ClusterKarmadaQuota
 from karmadaquota.controller.leader import AlwaysLeader
+from karmadaquota.controller.manager import Controller
 from karmadaquota.controller.metrics import ControllerMetrics
-from karmadaquota.controller.reconciler import Controller, ReconcilerConfig
+from karmadaquota.controller.reconciler import ReconcilerConfig
 from karmadaquota.kube import paths
 from karmadaquota.kube.client import JSON
 from karmadaquota.kube.namespace_labels import NamespaceLabels

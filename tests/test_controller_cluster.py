@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 
 from karmadaquota.api import ClusterKarmadaQuota, ObjectReference, Reservation, format_time
+from karmadaquota.controller.manager import Controller
 from karmadaquota.controller.metrics import ControllerMetrics
-from karmadaquota.controller.reconciler import Controller, ReconcilerConfig
+from karmadaquota.controller.reconciler import ReconcilerConfig
 from karmadaquota.kube import paths
 from karmadaquota.kube.client import JSON
 from tests.conftest import raw_binding

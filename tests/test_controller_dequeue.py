@@ -11,8 +11,9 @@ import pytest
 
 from karmadaquota import queued
 from karmadaquota.controller.dequeue import Dequeuer
+from karmadaquota.controller.manager import Controller
 from karmadaquota.controller.metrics import ControllerMetrics
-from karmadaquota.controller.reconciler import Controller, ReconcilerConfig
+from karmadaquota.controller.reconciler import ReconcilerConfig
 from karmadaquota.kube import paths
 from karmadaquota.kube.client import JSON, KubeError
 from tests import test_controller_reconciler as rt

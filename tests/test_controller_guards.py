@@ -13,9 +13,10 @@ import pytest
 
 from karmadaquota.controller import pods as pod_usage
 from karmadaquota.controller.guard_keeper import FINALIZER, GuardKeeper
+from karmadaquota.controller.manager import Controller
 from karmadaquota.controller.members import Members
 from karmadaquota.controller.metrics import ControllerMetrics
-from karmadaquota.controller.reconciler import Controller, ReconcilerConfig
+from karmadaquota.controller.reconciler import ReconcilerConfig
 from karmadaquota.kube import paths
 from karmadaquota.kube.client import JSON, KubeError
 from karmadaquota.kube.retry import Backoff

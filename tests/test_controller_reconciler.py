@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 from karmadaquota.api import KarmadaQuota, ObjectReference, Reservation, format_time
+from karmadaquota.controller.manager import Controller
 from karmadaquota.controller.metrics import ControllerMetrics
-from karmadaquota.controller.reconciler import Controller, ReconcilerConfig
+from karmadaquota.controller.reconciler import ReconcilerConfig
 from karmadaquota.controller.wake import WakeConfig, Waker
 from karmadaquota.kube import namespaces, paths
 from karmadaquota.kube.client import JSON, KubeError

@@ -76,8 +76,8 @@ def test_docs_architecture_draws_the_controllers_queues_as_the_code_has_them() -
     another fails here until the page says so."""
     from karmadaquota.controller.guard_keeper import GuardKeeper
     from karmadaquota.controller.leader import AlwaysLeader
+    from karmadaquota.controller.manager import Controller
     from karmadaquota.controller.metrics import ControllerMetrics
-    from karmadaquota.controller.reconciler import Controller
     from tests.fake_api import FakeApiServer
     from tests.fake_members import Fleet
 

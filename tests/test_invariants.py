@@ -54,8 +54,9 @@ from karmadaquota import resources, scopes
 from karmadaquota.api import KarmadaQuota, ResourceBinding
 from karmadaquota.charge import Charge, charge
 from karmadaquota.controller.leader import AlwaysLeader
+from karmadaquota.controller.manager import Controller
 from karmadaquota.controller.metrics import ControllerMetrics
-from karmadaquota.controller.reconciler import Controller, ReconcilerConfig
+from karmadaquota.controller.reconciler import ReconcilerConfig
 from karmadaquota.evaluate import Decision
 from karmadaquota.evaluate import evaluate as real_evaluate
 from karmadaquota.kube.client import JSON

@@ -43,13 +43,10 @@ from karmadaquota.controller.leader import (
     LeaderElector,
     identity,
 )
+from karmadaquota.controller.manager import Controller
 from karmadaquota.controller.members import Members
 from karmadaquota.controller.metrics import ControllerMetrics
-from karmadaquota.controller.reconciler import (
-    DEFAULT_ADMISSION_WINDOW,
-    Controller,
-    ReconcilerConfig,
-)
+from karmadaquota.controller.reconciler import DEFAULT_ADMISSION_WINDOW, ReconcilerConfig
 from karmadaquota.controller.wake import DEFAULT_KINDS, WakeConfig, Waker, kinds
 from karmadaquota.heap import freeze_startup_heap
 from karmadaquota.kube.client import JSON, CredentialsError, KubeClient, user_agent

@@ -74,7 +74,7 @@ from karmadaquota.kube.client import (
     NotFound,
 )
 from karmadaquota.kube.quotas import QuotaStore
-from karmadaquota.webhook.app import KubeQuotaBackend
+from karmadaquota.webhook.backend import KubeQuotaBackend
 from tests import conftest
 
 Key = tuple[str, str]  # (namespace, name)

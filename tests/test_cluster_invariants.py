@@ -37,8 +37,9 @@ from karmadaquota.kube.client import JSON
 from karmadaquota.kube.namespace_labels import NamespaceLabels
 from karmadaquota.kube.retry import Backoff
 from karmadaquota.webhook.app import Webhook
+from karmadaquota.webhook.backend import KubeQuotaBackend
 from karmadaquota.webhook.batcher import Batcher, BatcherConfig
-from karmadaquota.webhook.cluster import ClusterQuotaBackend, ClusterQuotas, cluster_store
+from karmadaquota.webhook.cluster import ClusterQuotas, cluster_store
 from karmadaquota.webhook.metrics import WebhookMetrics
 from tests.fake_api import FakeApiServer, Replica, quota_doc
 from tests.polling import until
@@ -82,7 +83,7 @@ async def replica(api: FakeApiServer, store: Replica) -> AsyncIterator[Webhook]:
     cluster = ClusterQuotas(
         ckqs,
         NamespaceLabels(api),
-        Batcher(ClusterQuotaBackend(api, ckqs), no_wait, model=ClusterKarmadaQuota),
+        Batcher(KubeQuotaBackend(api, ckqs, cluster=True), no_wait, model=ClusterKarmadaQuota),
     )
     task = asyncio.create_task(cluster.run())
     webhook = Webhook(

@@ -23,11 +23,11 @@ from karmadaquota.trust import Writers
 from karmadaquota.webhook import review as review_mod
 from karmadaquota.webhook.app import (
     DecisionLog,
-    KubeQuotaBackend,
     Webhook,
     build_app,
     review_budget,
 )
+from karmadaquota.webhook.backend import KubeQuotaBackend
 from karmadaquota.webhook.batcher import Batcher
 from karmadaquota.webhook.metrics import WebhookMetrics
 from tests.fake_api import FakeApiServer, Replica, quota_doc

@@ -20,8 +20,9 @@ from karmadaquota.kube.client import JSON, KubeError
 from karmadaquota.kube.namespace_labels import NamespaceLabels
 from karmadaquota.webhook import review as review_mod
 from karmadaquota.webhook.app import Webhook
+from karmadaquota.webhook.backend import KubeQuotaBackend
 from karmadaquota.webhook.batcher import Batcher
-from karmadaquota.webhook.cluster import ClusterQuotaBackend, ClusterQuotas, cluster_store
+from karmadaquota.webhook.cluster import ClusterQuotas, cluster_store
 from karmadaquota.webhook.metrics import WebhookMetrics
 from tests.fake_api import FakeApiServer, Replica, quota_doc
 from tests.polling import until
@@ -66,7 +67,7 @@ async def replica(api: FakeApiServer, store: Replica | None = None) -> AsyncIter
     ckqs = cluster_store(api)
     labels = NamespaceLabels(api)
     cluster = ClusterQuotas(
-        ckqs, labels, Batcher(ClusterQuotaBackend(api, ckqs), model=ClusterKarmadaQuota)
+        ckqs, labels, Batcher(KubeQuotaBackend(api, ckqs, cluster=True), model=ClusterKarmadaQuota)
     )
     task = asyncio.create_task(cluster.run())
     webhook = Webhook(store.quota_store(), Batcher(store), WebhookMetrics(), cluster=cluster)

@@ -41,7 +41,7 @@ from karmadaquota.api import BindingResource, ClusterKarmadaQuota, KarmadaQuota,
 from karmadaquota.aux_port import serve_aux
 from karmadaquota.evaluate import REASON_FORBIDDEN, Decision, LimitedResource, QuotaView
 from karmadaquota.kube import paths
-from karmadaquota.kube.client import JSON, Api, KubeClient, KubeError, NotFound, user_agent
+from karmadaquota.kube.client import KubeClient, KubeError, NotFound, user_agent
 from karmadaquota.kube.namespace_labels import NamespaceLabels
 from karmadaquota.kube.quotas import QuotaStore
 from karmadaquota.kube.templates import TemplateStore
@@ -49,6 +49,7 @@ from karmadaquota.pod_template import SCALED, PodCharge, grows, most, of_templat
 from karmadaquota.quantity import QuantityError
 from karmadaquota.webhook import review
 from karmadaquota.webhook.assumed import AssumedQueues
+from karmadaquota.webhook.backend import KubeQuotaBackend
 from karmadaquota.webhook.batcher import (
     DEFAULT_RESERVATION_BYTES,
     REASON_TOO_MANY,
@@ -57,7 +58,6 @@ from karmadaquota.webhook.batcher import (
     ChargeRequest,
 )
 from karmadaquota.webhook.cluster import (
-    ClusterQuotaBackend,
     ClusterQuotas,
     cluster_store,
     combined,
@@ -147,44 +147,6 @@ class WebhookConfig:
     aux_limits: ServerConfig = AUX_LIMITS
 
 
-class KubeQuotaBackend:
-    """The batcher's QuotaBackend: the quota store for reads, the API server for writes."""
-
-    def __init__(self, client: Api, store: QuotaStore) -> None:
-        self._client = client
-        self._store = store
-        # Cumulative seconds spent in API calls per namespace: a review's own share of its
-        # latency is what remains after the calls its namespace made while it waited.
-        self.api_seconds: dict[str, float] = {}
-
-    def _spent(self, namespace: str, started: float) -> None:
-        elapsed = time.perf_counter() - started
-        self.api_seconds[namespace] = self.api_seconds.get(namespace, 0.0) + elapsed
-
-    def quotas(self, namespace: str) -> list[KarmadaQuota]:
-        return self._store.enforced(namespace)
-
-    def update(self, quota: KarmadaQuota) -> None:
-        self._store.fold_quota(quota)
-
-    async def get(self, namespace: str, name: str) -> JSON:
-        started = time.perf_counter()
-        try:
-            return await self._client.get(paths.quota(namespace, name))
-        finally:
-            self._spent(namespace, started)
-
-    async def put_status(self, quota: JSON) -> JSON:
-        meta = quota["metadata"]
-        started = time.perf_counter()
-        try:
-            return await self._client.request(
-                "PUT", paths.quota_status(meta["namespace"], meta["name"]), quota
-            )
-        finally:
-            self._spent(meta["namespace"], started)
-
-
 class Webhook:
     """The admission logic behind the HTTP routes; independent of how it is served."""
 
@@ -217,7 +179,7 @@ class Webhook:
         self._grown: dict[
             tuple[str, int, tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]], float
         ] = {}
-        # per namespace, cumulative seconds of quota API calls (KubeQuotaBackend.api_seconds)
+        # per namespace, cumulative seconds of quota API calls (backend.KubeQuotaBackend)
         self.api_seconds: Mapping[str, float] = api_seconds if api_seconds is not None else {}
 
     async def admit_binding(self, req: review.Request, budget: float | None = None) -> Decision:
@@ -893,7 +855,7 @@ async def running(config: WebhookConfig) -> AsyncIterator[tuple[Webhook, int]]:
         cluster_quotas,
         NamespaceLabels(client),
         Batcher(
-            ClusterQuotaBackend(client, cluster_quotas),
+            KubeQuotaBackend(client, cluster_quotas, cluster=True),
             replace(batcher.config),
             on_batch=metrics.batch_size.observe,
             on_conflict=metrics.conflicts.inc,

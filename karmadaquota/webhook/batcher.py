@@ -28,7 +28,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
@@ -601,29 +601,8 @@ class Batcher:
             entries = [(p, rl) for p, rl in entries if id(p) not in denied]
             return body if entries or wanted is not None else None
 
-        async def write(body: JSON) -> JSON:
-            started = time.perf_counter()
-            try:
-                result = await self._store.put_status(body)
-            except Conflict:
-                self._on_write("conflict", time.perf_counter() - started)
-                raise
-            except NotFound:
-                self._on_write("notfound", time.perf_counter() - started)
-                raise
-            self._on_write("ok", time.perf_counter() - started)
-            return result
-
         try:
-            result = await retry_on_conflict(
-                read,
-                mutate,
-                write,
-                first=obj,
-                attempts=self.config.max_attempts,
-                backoff=self.config.conflict_backoff,
-                on_conflict=self._on_conflict,
-            )
+            result = await self._cas(read, mutate, obj)
         except NotFound:
             carried[name] = False
             return []  # the quota is gone: nothing left to charge against it
@@ -645,6 +624,40 @@ class Batcher:
             return []
         self._store.update(_stored(sent, result))
         return [(p, made[id(p)]) for p, _ in entries]
+
+    async def _cas(
+        self,
+        read: Callable[[], Awaitable[KarmadaQuota]],
+        mutate: Callable[[KarmadaQuota], JSON | None],
+        first: KarmadaQuota | None = None,
+    ) -> JSON | None:
+        """The writer's one compare-and-swap of a quota's status, for every change it makes
+        (pending charges with the waiting list, take-backs): `mutate` on `first` or the version
+        `read`, PUT on its resourceVersion, re-read and retried on conflict; each write timed
+        and counted."""
+
+        async def write(body: JSON) -> JSON:
+            started = time.perf_counter()
+            try:
+                result = await self._store.put_status(body)
+            except Conflict:
+                self._on_write("conflict", time.perf_counter() - started)
+                raise
+            except NotFound:
+                self._on_write("notfound", time.perf_counter() - started)
+                raise
+            self._on_write("ok", time.perf_counter() - started)
+            return result
+
+        return await retry_on_conflict(
+            read,
+            mutate,
+            write,
+            first=first,
+            attempts=self.config.max_attempts,
+            backoff=self.config.conflict_backoff,
+            on_conflict=self._on_conflict,
+        )
 
     async def _compensate(
         self,
@@ -682,14 +695,7 @@ class Batcher:
                 return _dump(obj.model_copy(update={"status": status}))
 
             try:
-                result = await retry_on_conflict(
-                    read,
-                    without,
-                    self._store.put_status,
-                    attempts=self.config.max_attempts,
-                    backoff=self.config.conflict_backoff,
-                    on_conflict=self._on_conflict,
-                )
+                result = await self._cas(read, without)
             except (
                 KubeError,
                 ConflictsExhausted,

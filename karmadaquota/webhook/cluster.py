@@ -21,55 +21,17 @@ refused with `try again`.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Sequence
 from dataclasses import replace
 
 from karmadaquota import selectors
-from karmadaquota.api import ClusterKarmadaQuota, KarmadaQuota
+from karmadaquota.api import ClusterKarmadaQuota
 from karmadaquota.evaluate import Decision
-from karmadaquota.kube import paths
-from karmadaquota.kube.client import JSON, Api
 from karmadaquota.kube.informer import Lister
 from karmadaquota.kube.namespace_labels import NamespaceLabels
 from karmadaquota.kube.quotas import QuotaStore, cluster_quota_store
 from karmadaquota.resources import ResourceList
 from karmadaquota.webhook.batcher import Batcher, ChargeRequest
-
-
-class ClusterQuotaBackend:
-    """The cluster batcher's QuotaBackend: its key is the cluster quota's name."""
-
-    def __init__(self, client: Api, store: QuotaStore) -> None:
-        self._client = client
-        self._store = store
-        self.api_seconds: dict[str, float] = {}
-
-    def quotas(self, key: str) -> list[KarmadaQuota]:
-        record = self._store.get("", key)
-        quota = record.quota if record is not None else None
-        return [quota] if quota is not None else []
-
-    def update(self, quota: KarmadaQuota) -> None:
-        self._store.fold_quota(quota)
-
-    async def get(self, key: str, name: str) -> JSON:
-        started = time.perf_counter()
-        try:
-            return await self._client.get(paths.cluster_quota(name))
-        finally:
-            self._spent(key, started)
-
-    async def put_status(self, quota: JSON) -> JSON:
-        name = quota["metadata"]["name"]
-        started = time.perf_counter()
-        try:
-            return await self._client.request("PUT", paths.cluster_quota_status(name), quota)
-        finally:
-            self._spent(name, started)
-
-    def _spent(self, key: str, started: float) -> None:
-        self.api_seconds[key] = self.api_seconds.get(key, 0.0) + time.perf_counter() - started
 
 
 def cluster_store(client: Lister | None) -> QuotaStore:

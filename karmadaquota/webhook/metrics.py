@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from karmadaquota.runtime_metrics import register_runtime_collectors
+from karmadaquota.runtime_metrics import LATENCY_TOP, program_registry
 from karmadaquota.webhook.certs import CertificateError, not_after
 
 log = logging.getLogger("karmadaquota.webhook")
@@ -30,13 +30,7 @@ _LATENCY_BUCKETS = (
     0.0075,
     0.01,
     0.015,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1,
-    2.5,
+    *LATENCY_TOP,
 )
 
 
@@ -44,9 +38,7 @@ class WebhookMetrics:
     """One set per process; a registry of its own keeps tests independent."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry or CollectorRegistry()
-        r = self.registry
-        register_runtime_collectors(r)
+        self.registry = r = program_registry(registry)
         self.admission_duration = Histogram(
             "karmadaquota_admission_duration_seconds",
             "Time from receiving an AdmissionReview to answering it (server side).",

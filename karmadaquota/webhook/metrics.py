@@ -39,20 +39,20 @@ class WebhookMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = r = program_registry(registry)
-        self.admission_duration = Histogram(
+
+        def review_latency(name: str, documentation: str) -> Histogram:
+            # both observed at once with one operation and result (`observe_decision`)
+            labels = ["operation", "result"]
+            return Histogram(name, documentation, labels, buckets=_LATENCY_BUCKETS, registry=r)
+
+        self.admission_duration = review_latency(
             "karmadaquota_admission_duration_seconds",
             "Time from receiving an AdmissionReview to answering it (server side).",
-            ["operation", "result"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
         )
-        self.own_duration = Histogram(
+        self.own_duration = review_latency(
             "karmadaquota_admission_own_duration_seconds",
             "Review latency minus the time its namespace spent in KarmadaQuota API calls "
             "(status writes, re-reads) while it was in flight: the webhook's own share.",
-            ["operation", "result"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
         )
         self.decisions = Counter(
             "karmadaquota_admission_decisions_total",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 from urllib.parse import unquote
 
 from pydantic import (
@@ -744,16 +744,25 @@ class KarmadaQuota(_Lenient):
         return data
 
 
+_Quota = TypeVar("_Quota", bound=KarmadaQuota)
+
+
 def read_quota(raw: Mapping[str, Any]) -> KarmadaQuota | None:
     """A quota from the wire, or None (logged) when unreadable: webhook and controller both
     skip such an object rather than fail on it; the API server's schema makes it rare."""
+    return _read(KarmadaQuota, raw, namespaced=True)
+
+
+def _read(model: type[_Quota], raw: Mapping[str, Any], namespaced: bool) -> _Quota | None:
+    """`read_quota` for either kind (a cluster quota's log names no namespace)."""
     try:
-        return KarmadaQuota.model_validate(raw)
+        return model.model_validate(raw)
     except ValidationError as e:
         meta = raw.get("metadata") or {}
+        where = {"namespace": meta.get("namespace")} if namespaced else {}
         log.warning(
-            "ignoring unreadable KarmadaQuota",
-            extra={"namespace": meta.get("namespace"), "quota": meta.get("name"), "error": str(e)},
+            f"ignoring unreadable {model.__name__}",
+            extra={**where, "quota": meta.get("name"), "error": str(e)},
         )
         return None
 
@@ -858,15 +867,7 @@ class ClusterKarmadaQuota(KarmadaQuota):
 
 def read_cluster_quota(raw: Mapping[str, Any]) -> ClusterKarmadaQuota | None:
     """A cluster quota from the wire, or None (logged) when unreadable (`read_quota`)."""
-    try:
-        return ClusterKarmadaQuota.model_validate(raw)
-    except ValidationError as e:
-        meta = raw.get("metadata") or {}
-        log.warning(
-            "ignoring unreadable ClusterKarmadaQuota",
-            extra={"quota": meta.get("name"), "error": str(e)},
-        )
-        return None
+    return _read(ClusterKarmadaQuota, raw, namespaced=False)
 
 
 # A tenant's view of the cluster quotas applying to a namespace: one object per (cluster quota,

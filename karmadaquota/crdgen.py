@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 import yaml
+from pydantic import BaseModel
 
 from karmadaquota import api
 
@@ -146,10 +147,11 @@ SELECTOR_RULES: list[dict[str, str]] = [
 ]
 
 
-def _schema(model: type[api.KarmadaQuota] = api.KarmadaQuota) -> dict[str, Any]:
+def _object_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """The structural schema of every kind's object: described by its model's docstring, with
+    the fields the API server fills (apiVersion, kind, metadata) left open."""
     raw = model.model_json_schema()
-    defs = raw.get("$defs", {})
-    schema: dict[str, Any] = _structural(raw, defs)
+    schema: dict[str, Any] = _structural(raw, raw.get("$defs", {}))
     schema.pop("$defs", None)
     schema.pop("required", None)
     schema["description"] = " ".join((model.__doc__ or "").split())
@@ -157,7 +159,13 @@ def _schema(model: type[api.KarmadaQuota] = api.KarmadaQuota) -> dict[str, Any]:
     props["apiVersion"] = {"type": "string"}
     props["kind"] = {"type": "string"}
     props["metadata"] = {"type": "object"}
-    spec = props["spec"]
+    return schema
+
+
+def _schema(model: type[api.KarmadaQuota] = api.KarmadaQuota) -> dict[str, Any]:
+    """A quota kind's schema, with the bounds and CEL rules of its spec."""
+    schema = _object_schema(model)
+    spec = schema["properties"]["spec"]
     spec["x-kubernetes-validations"] = SPEC_RULES
     expr = spec["properties"]["scopeSelector"]["properties"]["matchExpressions"]
     expr["maxItems"] = 16
@@ -177,31 +185,33 @@ def _schema(model: type[api.KarmadaQuota] = api.KarmadaQuota) -> dict[str, Any]:
 
 # True once karmada-apiserver sends the namespace's bindings to the webhook (the namespace
 # carries the enforcement label)
-_ENFORCED_COLUMN = {
-    "name": "Enforced",
-    "type": "string",
-    "jsonPath": '.status.conditions[?(@.type=="Enforced")].status',
-    "description": "whether bindings of this namespace are checked against the quota (its "
-    "Enforced condition)",
-}
-_SUMMARY_COLUMN = {
-    "name": "Summary",
-    "type": "string",
-    "jsonPath": ".status.summary",
-    "description": "used/hard per resource",
-}
+def _column(name: str, kind: str, json_path: str, description: str) -> dict[str, str]:
+    """One of `kubectl get`'s columns (additionalPrinterColumns)."""
+    return {"name": name, "type": kind, "jsonPath": json_path, "description": description}
+
+
+_ENFORCED_COLUMN = _column(
+    "Enforced",
+    "string",
+    '.status.conditions[?(@.type=="Enforced")].status',
+    "whether bindings of this namespace are checked against the quota (its Enforced condition)",
+)
+_SUMMARY_COLUMN = _column("Summary", "string", ".status.summary", "used/hard per resource")
 _AGE_COLUMN = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
 
 
 def _crd(
-    model: type[api.KarmadaQuota],
     kind: str,
     plural: str,
     singular: str,
     short: list[str],
     scope: str,
     columns: list[dict[str, str]],
+    schema: dict[str, Any],
+    status: bool = True,
 ) -> dict[str, Any]:
+    """The CustomResourceDefinition of one kind (`status`: with the status subresource)."""
+    subresources: dict[str, Any] = {"subresources": {"status": {}}} if status else {}
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -222,9 +232,9 @@ def _crd(
                     "name": api.VERSION,
                     "served": True,
                     "storage": True,
-                    "subresources": {"status": {}},
+                    **subresources,
                     "additionalPrinterColumns": columns,
-                    "schema": {"openAPIV3Schema": _schema(model)},
+                    "schema": {"openAPIV3Schema": schema},
                 }
             ],
         },
@@ -233,90 +243,54 @@ def _crd(
 
 def crd() -> dict[str, Any]:
     """The CustomResourceDefinition object for quota.karmada.io/v1alpha1 KarmadaQuota."""
-    queued = {
-        "name": "Queued",
-        "type": "integer",
-        "jsonPath": ".status.queued",
-        "description": "workloads queued by this quota (onExceed: Queue)",
-    }
+    queued = _column(
+        "Queued", "integer", ".status.queued", "workloads queued by this quota (onExceed: Queue)"
+    )
     return _crd(
-        api.KarmadaQuota,
         api.KIND,
         api.PLURAL,
         api.SINGULAR,
         api.SHORT_NAMES,
         "Namespaced",
         [_ENFORCED_COLUMN, _SUMMARY_COLUMN, queued, _AGE_COLUMN],
+        _schema(api.KarmadaQuota),
     )
 
 
 def cluster_crd() -> dict[str, Any]:
     """The CustomResourceDefinition object for ClusterKarmadaQuota (cluster-scoped)."""
-    selected = {
-        "name": "Namespaces",
-        "type": "integer",
-        "jsonPath": ".status.selectedNamespaces",
-        "description": "namespaces the selector picks",
-    }
+    selected = _column(
+        "Namespaces", "integer", ".status.selectedNamespaces", "namespaces the selector picks"
+    )
     return _crd(
-        api.ClusterKarmadaQuota,
         api.CLUSTER_KIND,
         api.CLUSTER_PLURAL,
         api.CLUSTER_SINGULAR,
         api.CLUSTER_SHORT_NAMES,
         "Cluster",
         [_SUMMARY_COLUMN, selected, _AGE_COLUMN],
+        _schema(api.ClusterKarmadaQuota),
     )
 
 
 def applied_crd() -> dict[str, Any]:
     """The CustomResourceDefinition object for AppliedClusterKarmadaQuota (namespaced, the
     controller's read-only view of a cluster quota from one namespace)."""
-    raw = api.AppliedClusterKarmadaQuota.model_json_schema()
-    schema: dict[str, Any] = _structural(raw, raw.get("$defs", {}))
-    schema.pop("$defs", None)
-    schema.pop("required", None)
-    schema["description"] = " ".join((api.AppliedClusterKarmadaQuota.__doc__ or "").split())
-    props = schema["properties"]
-    props["apiVersion"] = {"type": "string"}
-    props["kind"] = {"type": "string"}
-    props["metadata"] = {"type": "object"}
     columns = [
         {**_SUMMARY_COLUMN, "description": "the cluster quota's used/hard (all its namespaces)"},
-        {
-            "name": "Namespace Used",
-            "type": "string",
-            "jsonPath": ".status.namespaceSummary",
-            "description": "this namespace's usage",
-        },
+        _column("Namespace Used", "string", ".status.namespaceSummary", "this namespace's usage"),
         _AGE_COLUMN,
     ]
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{api.APPLIED_PLURAL}.{api.GROUP}"},
-        "spec": {
-            "group": api.GROUP,
-            "names": {
-                "kind": api.APPLIED_KIND,
-                "listKind": f"{api.APPLIED_KIND}List",
-                "plural": api.APPLIED_PLURAL,
-                "singular": api.APPLIED_SINGULAR,
-                "shortNames": api.APPLIED_SHORT_NAMES,
-                "categories": ["karmada-io"],
-            },
-            "scope": "Namespaced",
-            "versions": [
-                {
-                    "name": api.VERSION,
-                    "served": True,
-                    "storage": True,
-                    "additionalPrinterColumns": columns,
-                    "schema": {"openAPIV3Schema": schema},
-                }
-            ],
-        },
-    }
+    return _crd(
+        api.APPLIED_KIND,
+        api.APPLIED_PLURAL,
+        api.APPLIED_SINGULAR,
+        api.APPLIED_SHORT_NAMES,
+        "Namespaced",
+        columns,
+        _object_schema(api.AppliedClusterKarmadaQuota),
+        status=False,
+    )
 
 
 class _NoAliases(yaml.SafeDumper):

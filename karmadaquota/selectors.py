@@ -46,23 +46,19 @@ def _key_problems(key: str) -> list[str]:
             "a qualified name " + _NAME_MSG.replace("name part ", "", 1) + " with an optional "
             "DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
         ]
-    name = parts[-1]
-    out: list[str] = []
-    if len(parts) == 2:
-        prefix = parts[0]
-        if not prefix:
-            out.append("prefix part must be non-empty")
-        elif len(prefix) > 253:
-            out.append("prefix part must be no more than 253 characters")
-        elif not _PREFIX.match(prefix):
-            out.append(_PREFIX_MSG)
-    if not name:
-        out.append("name part must be non-empty")
-    elif len(name) > 63:
-        out.append("name part must be no more than 63 characters")
-    elif not _NAME.match(name):
-        out.append(_NAME_MSG)
-    return out
+    out = _part_problems(parts[0], "prefix", 253, _PREFIX, _PREFIX_MSG) if len(parts) == 2 else []
+    return out + _part_problems(parts[-1], "name", 63, _NAME, _NAME_MSG)
+
+
+def _part_problems(
+    part: str, what: str, most: int, pattern: re.Pattern[str], msg: str
+) -> list[str]:
+    """The first of IsQualifiedName's checks a key's prefix or name part fails."""
+    if not part:
+        return [f"{what} part must be non-empty"]
+    if len(part) > most:
+        return [f"{what} part must be no more than {most} characters"]
+    return [] if pattern.match(part) else [msg]
 
 
 def _value_problems(value: str) -> list[str]:

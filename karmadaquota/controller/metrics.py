@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from karmadaquota.api import KarmadaQuotaStatus
 from karmadaquota.quantity import Quantity, QuantityError
-from karmadaquota.runtime_metrics import register_runtime_collectors
+from karmadaquota.runtime_metrics import LATENCY_TOP, program_registry
 
 # The labels of every per-quota series (plus `member_cluster` for the per-member ones).
 QUOTA_LABELS = ["quota_namespace", "quota", "resource"]
@@ -28,13 +28,7 @@ _RECOMPUTE_BUCKETS = (
     0.0025,
     0.005,
     0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1,
-    2.5,
+    *LATENCY_TOP,
 )
 
 
@@ -42,9 +36,7 @@ class ControllerMetrics:
     """One set per process; a registry of its own keeps tests independent."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry or CollectorRegistry()
-        r = self.registry
-        register_runtime_collectors(r)
+        self.registry = r = program_registry(registry)
         self.recompute_duration = Histogram(
             "karmadaquota_recompute_duration_seconds",
             "Time to recompute one quota's status from scratch (no I/O).",

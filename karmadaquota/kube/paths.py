@@ -17,62 +17,68 @@ _LABEL = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 _SUBDOMAIN = rf"{_LABEL}(\.{_LABEL})*"
 LABEL_MAX = 63
 SUBDOMAIN_MAX = 253
+_LABEL_MSG = (
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and "
+    "must start and end with an alphanumeric character"
+)
+_SUBDOMAIN_MSG = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
+    "'.', and must start and end with an alphanumeric character"
+)
 
 
 class InvalidName(ValueError):
     """A namespace or object name that no Kubernetes object can have."""
 
 
+def _rfc1123_errors(value: str, most: int, regex: str, msg: str, *examples: str) -> list[str]:
+    """apimachinery's IsDNS1123Label and IsDNS1123Subdomain: the length bound, then the
+    pattern, whose message is built as its RegexError builds it."""
+    errors = []
+    if len(value) > most:
+        errors.append(f"must be no more than {most} characters")
+    if not re.fullmatch(regex, value):
+        shown = " or ".join(f"'{e}', " for e in examples)
+        errors.append(f"{msg} (e.g. {shown}regex used for validation is '{regex}')")
+    return errors
+
+
 def label_errors(value: str) -> list[str]:
     """Why `value` is not an RFC 1123 label (a namespace's name), in apimachinery's words."""
-    errors = []
-    if len(value) > LABEL_MAX:
-        errors.append(f"must be no more than {LABEL_MAX} characters")
-    if not re.fullmatch(_LABEL, value):
-        errors.append(
-            "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or "
-            "'-', and must start and end with an alphanumeric character (e.g. 'my-name',  or "
-            f"'123-abc', regex used for validation is '{_LABEL}')"
-        )
-    return errors
+    return _rfc1123_errors(value, LABEL_MAX, _LABEL, _LABEL_MSG, "my-name", "123-abc")
 
 
 def subdomain_errors(value: str) -> list[str]:
     """Why `value` is not an RFC 1123 subdomain (most objects' names), in apimachinery's words."""
-    errors = []
-    if len(value) > SUBDOMAIN_MAX:
-        errors.append(f"must be no more than {SUBDOMAIN_MAX} characters")
-    if not re.fullmatch(_SUBDOMAIN, value):
-        errors.append(
-            "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, "
-            "'-' or '.', and must start and end with an alphanumeric character (e.g. "
-            f"'example.com', regex used for validation is '{_SUBDOMAIN}')"
-        )
-    return errors
+    return _rfc1123_errors(value, SUBDOMAIN_MAX, _SUBDOMAIN, _SUBDOMAIN_MSG, "example.com")
+
+
+def _valid(value: str, errors: list[str], what: str) -> str:
+    if errors:
+        raise InvalidName(f"invalid {what} {value[:80]!r}: {'; '.join(errors)}")
+    return value
 
 
 def namespace_name(value: str) -> str:
     """`value`, once it is a valid namespace name; else InvalidName saying why."""
-    errors = label_errors(value)
-    if errors:
-        raise InvalidName(f"invalid namespace {value[:80]!r}: {'; '.join(errors)}")
-    return value
+    return _valid(value, label_errors(value), "namespace")
 
 
 def object_name(value: str) -> str:
     """`value`, once it is a valid object name (a subdomain); else InvalidName saying why."""
-    errors = subdomain_errors(value)
-    if errors:
-        raise InvalidName(f"invalid name {value[:80]!r}: {'; '.join(errors)}")
-    return value
+    return _valid(value, subdomain_errors(value), "name")
+
+
+def _collection(api_version: str, plural: str, namespace: str | None) -> str:
+    """A namespaced type's collection, in one namespace or across all of them."""
+    if namespace:
+        return f"/apis/{api_version}/namespaces/{namespace_name(namespace)}/{plural}"
+    return f"/apis/{api_version}/{plural}"
 
 
 def quotas(namespace: str | None = None) -> str:
     """The KarmadaQuota collection, in one namespace or across all of them."""
-    base = f"/apis/{api.GROUP}/{api.VERSION}"
-    if namespace:
-        return f"{base}/namespaces/{namespace_name(namespace)}/{api.PLURAL}"
-    return f"{base}/{api.PLURAL}"
+    return _collection(api.API_VERSION, api.PLURAL, namespace)
 
 
 def quota(namespace: str, name: str) -> str:
@@ -85,7 +91,7 @@ def quota_status(namespace: str, name: str) -> str:
 
 def cluster_quotas() -> str:
     """The ClusterKarmadaQuota collection (cluster-scoped)."""
-    return f"/apis/{api.GROUP}/{api.VERSION}/{api.CLUSTER_PLURAL}"
+    return f"/apis/{api.API_VERSION}/{api.CLUSTER_PLURAL}"
 
 
 def cluster_quota(name: str) -> str:
@@ -97,10 +103,7 @@ def cluster_quota_status(name: str) -> str:
 
 
 def bindings(namespace: str | None = None) -> str:
-    base = f"/apis/{api.BINDING_GROUP}/{api.BINDING_VERSION}"
-    if namespace:
-        return f"{base}/namespaces/{namespace_name(namespace)}/{api.BINDING_PLURAL}"
-    return f"{base}/{api.BINDING_PLURAL}"
+    return _collection(api.BINDING_API_VERSION, api.BINDING_PLURAL, namespace)
 
 
 def binding(namespace: str, name: str) -> str:

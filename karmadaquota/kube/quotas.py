@@ -94,13 +94,17 @@ class QuotaRecord:
 class QuotaStore:
     """namespace -> name -> QuotaRecord, fed by its informer (this is its `Handler`).
 
-    KarmadaQuotas by default; ClusterKarmadaQuotas with their `path` and `read` (all under
-    namespace "").
+    KarmadaQuotas; a `ClusterQuotaStore` holds ClusterKarmadaQuotas (all under namespace "").
 
     `on_put` and `on_delete` see each record the informer stores or removes (the controller
     marks the namespace dirty; the webhook counts its quotas); `on_relisted` follows a full
     list. A folded write is stored without a call.
     """
+
+    # the kind held: where it is listed and watched, the informer's name, how a record parses
+    PATH = paths.quotas()
+    INFORMER = "karmadaquotas"
+    parse: staticmethod[[Mapping[str, Any]], KarmadaQuota | None] = staticmethod(read_quota)
 
     def __init__(
         self,
@@ -112,11 +116,7 @@ class QuotaStore:
         page_size: int = 500,
         relist_period: float | None = None,
         backoff: Backoff = RECONNECT,
-        path: str | None = None,
-        read: Reader = read_quota,
-        name: str = "karmadaquotas",
     ) -> None:
-        self._read = read
         self._by_ns: dict[str, dict[str, QuotaRecord]] = {}
         self._client = client
         self._lookups: dict[str, asyncio.Future[None]] = {}  # live reads in flight
@@ -124,13 +124,13 @@ class QuotaStore:
         self._on_delete = on_delete
         self._on_relisted = on_relisted
         self.informer = Informer(
-            path or paths.quotas(),
+            self.PATH,
             self,
             client,
             page_size=page_size,
             relist_period=relist_period,
             backoff=backoff,
-            name=name,
+            name=self.INFORMER,
         )
         self.synced = self.informer.synced
 
@@ -213,11 +213,11 @@ class QuotaStore:
     def fold(self, raw: Mapping[str, Any]) -> QuotaRecord | None:
         """Fold in a quota a write of ours returned (or a fresh read) unless a newer version
         is held; the record held afterwards."""
-        return self._fold(QuotaRecord(raw, read=self._read))
+        return self._fold(QuotaRecord(raw, read=self.parse))
 
     def fold_quota(self, quota: KarmadaQuota) -> QuotaRecord | None:
         """`fold` for a quota already parsed (what the webhook's batch wrote)."""
-        return self._fold(QuotaRecord(None, quota, self._read))
+        return self._fold(QuotaRecord(None, quota, self.parse))
 
     def _fold(self, record: QuotaRecord) -> QuotaRecord | None:
         # not reported to `on_put`: the writer knows what it wrote (the controller would
@@ -230,7 +230,7 @@ class QuotaStore:
     # ---- informer.Handler --------------------------------------------------------------------
 
     def added(self, obj: Mapping[str, Any]) -> None:
-        self._put(QuotaRecord(obj, read=self._read))
+        self._put(QuotaRecord(obj, read=self.parse))
 
     modified = added
 
@@ -256,24 +256,13 @@ class QuotaStore:
             self._on_put(record)
 
 
-def cluster_quota_store(
-    client: Lister | None,
-    *,
-    on_put: Callable[[QuotaRecord], None] | None = None,
-    on_delete: Callable[[QuotaRecord], None] | None = None,
-    on_relisted: Callable[[int], None] | None = None,
-    page_size: int = 500,
-    relist_period: float | None = None,
-) -> QuotaStore:
+class ClusterQuotaStore(QuotaStore):
     """The store of ClusterKarmadaQuotas (cluster-scoped: all under namespace "")."""
-    return QuotaStore(
-        client,
-        on_put=on_put,
-        on_delete=on_delete,
-        on_relisted=on_relisted,
-        page_size=page_size,
-        relist_period=relist_period,
-        path=paths.cluster_quotas(),
-        read=read_cluster_quota,
-        name="clusterkarmadaquotas",
-    )
+
+    PATH = paths.cluster_quotas()
+    INFORMER = "clusterkarmadaquotas"
+    parse = staticmethod(read_cluster_quota)
+
+
+# the name the controller and the webhook build it by
+cluster_quota_store = ClusterQuotaStore

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from karmadaquota.runtime_metrics import register_runtime_collectors
+from karmadaquota.runtime_metrics import LATENCY_TOP, program_registry
 from karmadaquota.webhook.certs import CertificateError, not_after
 
 log = logging.getLogger("karmadaquota.webhook")
@@ -30,13 +30,7 @@ _LATENCY_BUCKETS = (
     0.0075,
     0.01,
     0.015,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1,
-    2.5,
+    *LATENCY_TOP,
 )
 
 
@@ -44,23 +38,21 @@ class WebhookMetrics:
     """One set per process; a registry of its own keeps tests independent."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry or CollectorRegistry()
-        r = self.registry
-        register_runtime_collectors(r)
-        self.admission_duration = Histogram(
+        self.registry = r = program_registry(registry)
+
+        def review_latency(name: str, documentation: str) -> Histogram:
+            # both observed at once with one operation and result (`observe_decision`)
+            labels = ["operation", "result"]
+            return Histogram(name, documentation, labels, buckets=_LATENCY_BUCKETS, registry=r)
+
+        self.admission_duration = review_latency(
             "karmadaquota_admission_duration_seconds",
             "Time from receiving an AdmissionReview to answering it (server side).",
-            ["operation", "result"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
         )
-        self.own_duration = Histogram(
+        self.own_duration = review_latency(
             "karmadaquota_admission_own_duration_seconds",
             "Review latency minus the time its namespace spent in KarmadaQuota API calls "
             "(status writes, re-reads) while it was in flight: the webhook's own share.",
-            ["operation", "result"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
         )
         self.decisions = Counter(
             "karmadaquota_admission_decisions_total",

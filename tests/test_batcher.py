@@ -12,7 +12,6 @@ from karmadaquota.kube.client import JSON
 from karmadaquota.quantity import Quantity
 from karmadaquota.webhook.batcher import REASON_CONFLICT, Batcher, BatcherConfig, ChargeRequest
 from tests.fake_api import Replica, quota_doc
-from tests.polling import until
 from tests.webhook_fakes import binding
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -380,44 +379,3 @@ async def test_compensation_takes_back_only_the_refused_charge() -> None:
     held = store.stored(name="a").status.reservations
     assert [(r.reservedBy.uid, r.generation) for r in held] == [("uid-web", 1)]
     assert reserved_cpu(store, "a") == Quantity.parse("1")
-
-
-class Ledger:
-    """A waiting-list source with changes until cleared; records when the batcher takes."""
-
-    def __init__(self) -> None:
-        self.changes = True
-        self.passes: list[float] = []  # loop times of the batcher's own passes
-
-    def has_changes(self, namespace: str) -> bool:
-        return self.changes
-
-    def take(self, namespace: str, quotas: Any) -> None:
-        if quotas is None:
-            self.passes.append(asyncio.get_running_loop().time())
-
-    def settle(self, taken: Any, written: Any, gone: Any) -> None:
-        raise AssertionError("nothing was taken")
-
-
-async def test_the_batcher_times_the_waiting_lists_own_passes_at_most_once_per_interval() -> None:
-    store = Replica(quota_doc())
-    batcher = Batcher(store, clock=lambda: NOW)
-    ledger = Ledger()
-    batcher.attach(ledger, interval=0.2)
-    for _ in range(5):
-        batcher.noted("ns")  # the first change is written at once, the rest coalesce
-    await until(lambda: len(ledger.passes) == 1)
-    batcher.noted("ns")
-    await until(lambda: len(ledger.passes) == 2)
-    assert ledger.passes[1] - ledger.passes[0] >= 0.2
-    ledger.changes = False
-    batcher.noted("ns")  # nothing left when its time comes: no pass
-    await asyncio.sleep(0.3)  # give a wrong implementation the time to pass again
-    assert len(ledger.passes) == 2
-    batcher.detach()
-    ledger.changes = True
-    batcher.noted("ns")  # detached: nothing is timed any more
-    await asyncio.sleep(0.3)  # give a wrong implementation the time to pass again
-    assert len(ledger.passes) == 2 and not batcher._timers
-    await batcher.close()

@@ -11,7 +11,7 @@ from typing import Any
 from karmadaquota.charge import charge
 from karmadaquota.evaluate import REASON_EXCEEDED, REASON_FORBIDDEN, Decision
 from karmadaquota.webhook.batcher import Batcher, ChargeRequest
-from karmadaquota.webhook.refusals import RefusalRecorder
+from karmadaquota.webhook.refusals import RefusalRecorder, record_refusals
 from tests.fake_api import Replica, quota_doc
 from tests.polling import until
 from tests.webhook_fakes import binding
@@ -35,7 +35,7 @@ def admit(rec: RefusalRecorder, name: str) -> None:
 def wired(store: Replica, interval: float) -> tuple[RefusalRecorder, Batcher]:
     """A recorder and the batcher that writes its changes, as the webhook wires them."""
     batcher = Batcher(store)
-    return RefusalRecorder(store, batcher, interval=interval), batcher
+    return record_refusals(store, batcher, interval=interval), batcher
 
 
 def pending(name: str, **kw: Any) -> ChargeRequest:
@@ -257,3 +257,34 @@ async def test_changes_for_a_deleted_quota_are_dropped() -> None:
     assert store.puts == 0 and not rec.due("ns")
     await rec.close()
     await batcher.close()
+
+
+async def test_the_batcher_times_the_waiting_lists_own_passes_at_most_once_per_interval() -> None:
+    """The recorder asks its writer (the batcher) for a pass of their own at most once per
+    interval per namespace: its timers, one per namespace; the writer runs the pass."""
+    store = Replica(quota_doc())
+    passes: list[float] = []  # loop times of the passes asked for
+
+    def run_pass(ns: str) -> None:  # the writer's pass: it takes every change and writes it
+        passes.append(asyncio.get_running_loop().time())
+        taken = rec.take(ns, None)
+        if taken is not None:
+            rec.settle(taken, taken.quotas, [])
+
+    rec = RefusalRecorder(store, run_pass, interval=0.2)
+    for i in range(5):
+        refuse(rec, f"w{i}")  # the first change is written at once, the rest coalesce
+    await until(lambda: len(passes) == 1)
+    refuse(rec, "w5")
+    await until(lambda: len(passes) == 2)
+    assert passes[1] - passes[0] >= 0.2
+    refuse(rec, "w6")
+    taken = rec.take("ns", ["team-a"])  # a batch carries it before its time comes
+    assert taken is not None
+    rec.settle(taken, ["team-a"], [])
+    await asyncio.sleep(0.3)  # give a wrong implementation the time to pass again
+    assert len(passes) == 2  # nothing left when its time came: no pass
+    await rec.close()
+    refuse(rec, "w7")  # closed: nothing is timed any more
+    await asyncio.sleep(0.3)  # give a wrong implementation the time to pass again
+    assert len(passes) == 2 and not rec._timers

@@ -494,10 +494,10 @@ async def test_a_review_whose_deadline_passes_during_its_own_write_gives_its_res
 
 
 async def test_refusals_for_quota_are_recorded_dry_runs_are_not(setup: Any) -> None:
-    from karmadaquota.webhook.refusals import RefusalRecorder
+    from karmadaquota.webhook.refusals import record_refusals
 
     client, store, webhook = setup
-    webhook.refusals = RefusalRecorder(store, webhook.batcher, interval=0.05)
+    webhook.refusals = record_refusals(store, webhook.batcher, interval=0.05)
     big = binding_doc("big", replicas=11)
     status, body = await post(client, "/validate-resourcebinding", review(big, dry_run=True))
     assert status == 200 and body["response"]["allowed"] is False

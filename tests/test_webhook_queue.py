@@ -17,7 +17,7 @@ from karmadaquota import queued
 from karmadaquota.webhook.app import Webhook, build_app
 from karmadaquota.webhook.batcher import Batcher
 from karmadaquota.webhook.metrics import WebhookMetrics
-from karmadaquota.webhook.refusals import RefusalRecorder
+from karmadaquota.webhook.refusals import record_refusals
 from tests.fake_api import Replica, quota_doc
 from tests.polling import until
 from tests.test_webhook_app import post, review
@@ -113,7 +113,7 @@ async def test_the_controllers_refused_admission_is_not_recorded_as_a_refusal(qu
     """Clearing the suspension of a queued binding that does not fit is refused (it stays
     queued), and is not remembered in status.waiting: the queue is its place."""
     client, store, webhook = queue
-    webhook.refusals = RefusalRecorder(store, webhook.batcher, interval=0.05)
+    webhook.refusals = record_refusals(store, webhook.batcher, interval=0.05)
     doc = binding_doc("big", replicas=2)
     _, body = await post(client, "/mutate-resourcebinding", review(doc))
     old = patched(doc, body["response"])

@@ -64,7 +64,7 @@ from karmadaquota.webhook.cluster import (
     for_cluster_quota,
 )
 from karmadaquota.webhook.metrics import WebhookMetrics
-from karmadaquota.webhook.refusals import RefusalRecorder
+from karmadaquota.webhook.refusals import RefusalRecorder, record_refusals
 from karmadaquota.webhook.server import (
     AUX_LIMITS,
     MAX_BODY_BYTES,
@@ -849,7 +849,7 @@ async def running(config: WebhookConfig) -> AsyncIterator[tuple[Webhook, int]]:
         on_write=metrics.observe_write,
         clock=clock,
     )
-    refusals = RefusalRecorder(store, batcher) if config.record_waiting else None
+    refusals = record_refusals(store, batcher) if config.record_waiting else None
     cluster_quotas = cluster_store(client)
     cluster = ClusterQuotas(
         cluster_quotas,

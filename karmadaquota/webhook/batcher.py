@@ -120,13 +120,13 @@ class WaitingTake(Protocol):
 
 
 class WaitingSource(Protocol):
-    """Pending waiting-list changes (the refusal recorder, a ledger), written by the batcher
-    only, when the batcher decides."""
-
-    def has_changes(self, namespace: str) -> bool: ...
+    """Pending waiting-list changes (the refusal recorder), written by the batcher only: with
+    the reservations of a batch, and in a pass of their own when the source asks for one
+    (`Batcher.kick`)."""
 
     def take(self, namespace: str, quotas: Collection[str] | None) -> WaitingTake | None:
-        """The changes for `quotas` of the namespace (None: for every quota that has some)."""
+        """The changes for `quotas` of the namespace (None: for every quota that has some,
+        a pass of their own)."""
         ...
 
     def settle(self, taken: WaitingTake, written: Collection[str], gone: Collection[str]) -> None:
@@ -226,12 +226,6 @@ class Batcher:
         # namespaces whose waiting-list changes are due: the next pass writes them all
         self._kicked: set[str] = set()
         self._waiting: WaitingSource | None = None
-        # the waiting list's own passes: at most one per namespace per `_interval` (loop times)
-        self._interval = 1.0
-        self._timers: dict[str, asyncio.TimerHandle] = {}
-        self._asked: dict[str, float] = {}  # a pass was asked for, not yet run
-        self._last_pass: dict[str, float] = {}
-        self._carrying: set[str] = set()  # namespaces whose taken changes are being written
         self._on_batch = on_batch or (lambda n: None)
         self._on_conflict = on_conflict or (lambda: None)
         self._on_write = on_write or (lambda result, seconds: None)
@@ -266,45 +260,15 @@ class Batcher:
         self._start(request.queue)
         return done
 
-    def attach(self, source: WaitingSource, interval: float = 1.0) -> None:
+    def attach(self, source: WaitingSource) -> None:
         """Write `source`'s waiting-list changes with the reservations (one writer per quota),
-        and on their own at most once per namespace per `interval` seconds."""
+        and in a pass of their own when it asks (`kick`)."""
         self._waiting = source
-        self._interval = interval
-
-    def detach(self) -> None:
-        """Write no more waiting-list changes (their timers are cancelled)."""
-        self._waiting = None
-        for timer in self._timers.values():
-            timer.cancel()
-        self._timers.clear()
-
-    def noted(self, namespace: str) -> None:
-        """The source noted changes for `namespace`: a pass of its own writes them, unless a
-        batch carries them first (no polling: one timer per namespace)."""
-        if self._waiting is None or namespace in self._timers or namespace in self._carrying:
-            return  # on its way; a write in progress looks again when it settles
-        loop = asyncio.get_running_loop()
-        # a pass asked for and not yet run (the worker is busy with a batch) is not asked
-        # again before `interval`: that pass takes what arrives meanwhile
-        last = max(self._last_pass.get(namespace, -1e300), self._asked.get(namespace, -1e300))
-        delay = max(0.0, last + self._interval - loop.time())
-        self._timers[namespace] = loop.call_later(delay, self._due, namespace)
-
-    def _due(self, namespace: str) -> None:
-        del self._timers[namespace]
-        if self._waiting is None or not self._waiting.has_changes(namespace):
-            return
-        loop = asyncio.get_running_loop()
-        due = self._last_pass.get(namespace, -1e300) + self._interval
-        if loop.time() < due:  # a pass ran since this was scheduled
-            self._timers[namespace] = loop.call_later(due - loop.time(), self._due, namespace)
-            return
-        self._asked[namespace] = loop.time()
-        self.kick(namespace)
 
     def kick(self, namespace: str) -> None:
         """Write the namespace's pending waiting-list changes in its next pass (now if idle)."""
+        if self._closed:
+            return
         self._kicked.add(namespace)
         self._queues.setdefault(namespace, deque())
         self._start(namespace)
@@ -319,9 +283,6 @@ class Batcher:
         """Stop every worker; what still waits is answered (a review: refused, try again; a
         take-back: given up, the orphan audit disproves it), so no caller hangs."""
         self._closed = True
-        for timer in self._timers.values():
-            timer.cancel()
-        self._timers.clear()
         for task in list(self._workers.values()):
             task.cancel()
         await asyncio.gather(*self._workers.values(), return_exceptions=True)
@@ -482,12 +443,7 @@ class Batcher:
         # extra write), every quota's when the recorder's coalescing interval is up (kicked)
         source, taken = self._waiting, None
         if source is not None:
-            if kicked:
-                self._asked.pop(namespace, None)
-                self._last_pass[namespace] = asyncio.get_running_loop().time()
             taken = source.take(namespace, None if kicked else charged)
-            if taken is not None:
-                self._carrying.add(namespace)
         names = sorted(set(charged) | set(taken.quotas if taken is not None else ()))
         carried: dict[str, bool] = {}  # quota -> carries the waiting changes (False: gone)
         try:
@@ -506,7 +462,6 @@ class Batcher:
                     [n for n, ok in carried.items() if ok],
                     [n for n, ok in carried.items() if not ok],
                 )
-                self._settled(source, namespace)
         abandoned = 0
         for a in admitted:
             if a.request.future.cancelled() and id(a.request) not in denied:
@@ -529,18 +484,6 @@ class Batcher:
         for a in admitted:
             if id(a.request) in denied:
                 a.request.resolve(denied[id(a.request)])
-
-    def _settled(self, source: WaitingSource, namespace: str) -> None:
-        """A pass's waiting-list write is over: what is left (given back, or noted meanwhile)
-        gets a pass of its own."""
-        self._carrying.discard(namespace)
-        if source.has_changes(namespace):
-            self.noted(namespace)
-            return
-        now = asyncio.get_running_loop().time()
-        since = now - self._interval
-        self._last_pass = {ns: t for ns, t in self._last_pass.items() if t > since}
-        self._asked = {ns: t for ns, t in self._asked.items() if t > since}
 
     async def _write_quota(
         self,

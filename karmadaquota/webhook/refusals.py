@@ -2,17 +2,18 @@
 
 Every QuotaExceeded denial (CREATE, or an UPDATE that scales up) becomes an entry in the refusing
 quota's `status.waiting[]`; every admission of a listed template removes it. Nothing is written
-per denial, and nothing is written or timed here: the recorder is a ledger of a namespace's
-changes, and the batcher — the one writer of a quota's status in the process — decides when to
-write them, in its own compare-and-swap writes (`Batcher.attach`): with the reservations of any
-batch that charges the quota, and on its own at most once per `interval` per namespace
-(`Batcher.noted`). Another replica or the controller writing in between is re-read and the
-changes are merged again. The list lives in the quota's status, so it survives a webhook
-restart and is shared by every replica.
+per denial, and nothing is written here: the recorder is a ledger of a namespace's changes,
+written by the batcher — the one writer of a quota's status in the process — in its own
+compare-and-swap writes (`Batcher.attach`): with the reservations of any batch that charges
+the quota, and in a pass of their own that the recorder asks for (`Batcher.kick`) at most once
+per `interval` per namespace (its timers, one per namespace, no polling). Another replica or
+the controller writing in between is re-read and the changes are merged again. The list lives
+in the quota's status, so it survives a webhook restart and is shared by every replica.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
@@ -35,25 +36,38 @@ class _Changes:
     admitted: set[str] = field(default_factory=set)
 
 
+def record_refusals(store: QuotaBackend, writer: Batcher, interval: float = 1.0) -> RefusalRecorder:
+    """A recorder whose changes `writer` (the Batcher of the namespaces' quotas: each quota
+    has one writer) writes: with its batches, and in the passes the recorder asks for."""
+    recorder = RefusalRecorder(store, writer.kick, interval)
+    writer.attach(recorder)
+    return recorder
+
+
 class RefusalRecorder:
-    """A ledger of each namespace's unwritten waiting-list changes, for `writer` (the Batcher
-    that writes the namespace's reservations, so that each quota has one writer) to write when
-    it decides: it is told of new changes (`noted`), and writes them on its own at most once
-    per `interval` seconds per namespace.
+    """A ledger of each namespace's unwritten waiting-list changes, taken by the writer for its
+    writes; `pass_due(ns)` asks the writer for a pass of their own, at most once per `interval`
+    seconds per namespace (`record_refusals` wires the two).
     """
 
     def __init__(
         self,
         store: QuotaBackend,
-        writer: Batcher,
+        pass_due: Callable[[str], None],
         interval: float = 1.0,
         per_namespace: int = waiting.DEFAULT_LIMIT,
         unwritten_limit: int = 10_000,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self._store = store
-        self._writer = writer  # the namespace's one status writer: it carries our changes
-        self._writer.attach(self, interval)
+        self._pass_due = pass_due
+        self._interval = interval
+        # the passes of their own: one timer per namespace; when one was last asked for and
+        # not yet run, and when the last ran (loop times)
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._asked: dict[str, float] = {}
+        self._last_pass: dict[str, float] = {}
+        self._closed = False
         self.per_namespace = per_namespace
         self.unwritten_limit = unwritten_limit
         self._clock = clock
@@ -112,7 +126,7 @@ class RefusalRecorder:
             if changes.refused.pop(k, None) is not None:
                 self._unwritten -= 1
             changes.admitted.add(k)
-            self._writer.noted(namespace)
+            self._noted(namespace)
 
     def _listed(self, namespace: str, k: str) -> bool:
         changes = self._changes.get(namespace)
@@ -136,7 +150,30 @@ class RefusalRecorder:
             self._unwritten += 1
         changes.admitted.discard(k)
         changes.refused[k] = refusal if earlier is None else earlier.again(refusal)
-        self._writer.noted(namespace)
+        self._noted(namespace)
+
+    def _noted(self, namespace: str) -> None:
+        """New changes: a pass of their own writes them, unless a batch carries them first."""
+        if self._closed or namespace in self._timers or namespace in self._flying:
+            return  # on its way; a write in progress looks again when it settles
+        loop = asyncio.get_running_loop()
+        # a pass asked for and not yet run (the writer is busy with a batch) is not asked
+        # again before `interval`: that pass takes what arrives meanwhile
+        last = max(self._last_pass.get(namespace, -1e300), self._asked.get(namespace, -1e300))
+        delay = max(0.0, last + self._interval - loop.time())
+        self._timers[namespace] = loop.call_later(delay, self._due, namespace)
+
+    def _due(self, namespace: str) -> None:
+        del self._timers[namespace]
+        if self._closed or not self.has_changes(namespace):
+            return
+        loop = asyncio.get_running_loop()
+        due = self._last_pass.get(namespace, -1e300) + self._interval
+        if loop.time() < due:  # a pass ran since this was scheduled
+            self._timers[namespace] = loop.call_later(due - loop.time(), self._due, namespace)
+            return
+        self._asked[namespace] = loop.time()
+        self._pass_due(namespace)
 
     # ---- the writer's side ------------------------------------------------------------------
 
@@ -173,6 +210,9 @@ class RefusalRecorder:
         Admitted keys are applied to every quota written; they stay here only while a quota
         not written now still lists them.
         """
+        if quotas is None:  # the pass of their own runs now
+            self._asked.pop(namespace, None)
+            self._last_pass[namespace] = asyncio.get_running_loop().time()
         changes = self._changes.get(namespace)
         if changes is None or namespace in self._flying:
             return None
@@ -215,6 +255,12 @@ class RefusalRecorder:
                 extra={"namespace": namespace, "quotas": failed},
             )
             self._give_back(taken, failed)
+        if self.has_changes(namespace):  # given back, or noted meanwhile: a pass of their own
+            self._noted(namespace)
+            return
+        since = asyncio.get_running_loop().time() - self._interval
+        self._last_pass = {ns: t for ns, t in self._last_pass.items() if t > since}
+        self._asked = {ns: t for ns, t in self._asked.items() if t > since}
 
     def _give_back(self, taken: _Taken, failed: list[str]) -> None:
         """Changes not written go back under the ones noted since (the last word wins)."""
@@ -236,8 +282,11 @@ class RefusalRecorder:
             del self._changes[taken.namespace]
 
     async def close(self) -> None:
-        """Nothing more is written for this ledger (the writer's timers go)."""
-        self._writer.detach()
+        """No more passes are asked for (the timers go)."""
+        self._closed = True
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
 
 
 @dataclass(eq=False)

@@ -95,3 +95,52 @@ def test_docs_architecture_draws_the_controllers_queues_as_the_code_has_them() -
     )
     assert c.enforcement is not None and c.views is not None
     assert drawn == {q.name for q in c.queues}
+
+
+WHERE = re.compile(r"<!-- where to look -->\n(\|.*?)\n\n", re.S)
+
+
+def test_where_to_look_answers_the_newcomers_questions_with_files_that_exist() -> None:
+    """docs/architecture.md's first table answers, in two hops, what a newcomer asks first;
+    every file it names exists (a moved module fails here until the table says where)."""
+    text = (REPO / "docs" / "architecture.md").read_text()
+    found = WHERE.search(text)
+    assert found, "docs/architecture.md has no 'where to look' table"
+    rows = {
+        line.split("|")[1].strip(): line.split("|")[2]
+        for line in found.group(1).splitlines()[2:]
+    }
+    for question in (
+        "what does a binding cost?",
+        "who writes quota status?",
+        "how is a refused workload woken?",
+    ):
+        assert question in rows, f"the table does not answer {question!r}"
+    for question, answer in rows.items():
+        files = re.findall(r"`((?:[a-z_]+/)*[a-z_]+\.py)`", answer)
+        assert files, f"{question!r} names no file"
+        missing = [f for f in files if not (REPO / "karmadaquota" / f).exists()]
+        assert not missing, f"{question!r} names files that do not exist: {missing}"
+
+
+# the one writer of quota status in each program (docs/architecture.md, "who writes quota status?")
+STATUS_WRITERS = {"controller/status_writer.py", "webhook/backend.py"}
+# a status path of a KarmadaQuota or ClusterKarmadaQuota: `paths.quota_status(...)`,
+# `paths.cluster_quota_status(...)`, or a path built by hand ending in /status
+STATUS_PATH = re.compile(r"quota_status\(|/status[\"']")
+
+
+def test_every_write_of_quota_status_goes_through_the_one_writer() -> None:
+    """No module but the writers names a quota's status path: a second writer (a job writing
+    status itself, a second compare-and-swap style) fails here."""
+    package = REPO / "karmadaquota"
+    found = sorted(
+        f"{m.relative_to(package)}:{i}"
+        for m in package.rglob("*.py")
+        if str(m.relative_to(package)) not in STATUS_WRITERS | {"kube/paths.py"}
+        for i, line in enumerate(m.read_text().splitlines(), 1)
+        if STATUS_PATH.search(line)
+    )
+    assert not found, f"quota status written outside the one writer: {found}"
+    for writer in STATUS_WRITERS:
+        assert STATUS_PATH.search((package / writer).read_text()), f"{writer} writes no status"

@@ -107,8 +107,7 @@ def test_where_to_look_answers_the_newcomers_questions_with_files_that_exist() -
     found = WHERE.search(text)
     assert found, "docs/architecture.md has no 'where to look' table"
     rows = {
-        line.split("|")[1].strip(): line.split("|")[2]
-        for line in found.group(1).splitlines()[2:]
+        line.split("|")[1].strip(): line.split("|")[2] for line in found.group(1).splitlines()[2:]
     }
     for question in (
         "what does a binding cost?",

@@ -193,6 +193,20 @@ build_helm() {
   log "helm ${v}: done"
 }
 
+# libfaketime from Debian's packages, for the e2e clock-skew fault: a webhook replica's wall
+# clock is moved from outside the process (LD_PRELOAD, e2e/testbed/faketime.py), as a skewed
+# node's would be, instead of by a test hook in the product.
+install_faketime() {
+  if compgen -G "/usr/lib/*/faketime/libfaketimeMT.so.1" >/dev/null; then
+    log "libfaketime: installed"; return
+  fi
+  log "libfaketime: installing from Debian's packages"
+  export DEBIAN_FRONTEND=noninteractive
+  run apt-get update -qq
+  run apt-get install -y -qq libfaketime
+  log "libfaketime: done"
+}
+
 # The Karmada component a bed started with $KARMADAQUOTA_KARMADA_VERSION runs (as
 # e2e/testbed/layout.py reads it: unset or current, previous, or either version spelled out).
 bed_karmada() {
@@ -217,6 +231,7 @@ build() {
     kubectl) install_kubectl ;;
     promql-check) build_promql_check ;;
     helm) build_helm ;;
+    faketime) install_faketime ;;
     # Only what one test bed runs (`make up`): not the other Karmada, helm or promql-check.
     bed)
       local karmada
@@ -227,6 +242,6 @@ build() {
 }
 
 # With no arguments (`make binaries`, CI): everything, both Karmada versions included.
-want="${*:-kubectl etcd kubernetes karmada karmada-previous kwok promql-check helm}"
+want="${*:-kubectl etcd kubernetes karmada karmada-previous kwok promql-check helm faketime}"
 for what in ${want}; do build "${what}"; done
 log "all built into ${BIN}"

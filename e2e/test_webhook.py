@@ -20,7 +20,7 @@ from e2e.testbed.aio import eventually
 from e2e.testbed.storm import binding, retryable, storm
 from e2e.testbed.workloads import deployment, divided_policy
 from karmadaquota.api import KarmadaQuota, Reservation
-from karmadaquota.kube.client import KubeClient, KubeError
+from karmadaquota.kube.client import JSON, KubeClient, KubeError
 from karmadaquota.quantity import Quantity
 
 pytestmark = pytest.mark.e2e
@@ -506,12 +506,14 @@ async def test_negative_requests_are_refused_and_never_lower_usage(
     assert "exceeded quota: q" in str(full.value)
 
 
-async def test_updates_that_charge_nothing_never_reach_the_webhook(
+async def test_status_and_no_op_updates_never_reach_the_webhook(
     testbed: TestBed, webhook: product.WebhookProc, api: KubeClient, namespace: str
 ) -> None:
-    """The registration's matchConditions, evaluated by karmada-apiserver itself: a label, an
-    annotation or a finalizer change is not sent to us (Karmada adds finalizers to every
-    binding); a replica change is, and is refused over the quota.
+    """The registration's matchConditions, evaluated by karmada-apiserver itself: a status
+    write (Karmada's most frequent) and an update that changes nothing are not sent to us;
+    every other change is — a label, an annotation, a finalizer added or removed (an untrusted
+    writer may change none of them: karmadaquota.trust), each admitted for a trusted writer —
+    and a replica change is refused over the quota.
 
     Counted precisely: the reviews of this one binding, from the webhook's decision log (the
     review histogram is no measure here: it counts every review the replica answers, of
@@ -522,14 +524,25 @@ async def test_updates_that_charge_nothing_never_reach_the_webhook(
     await api.post(path, binding(ns, "b", cpu="500m"))
     item = f"{path}/b"
     assert product.decisions(webhook, ns, "b") == 1  # its CREATE
+    await api.merge_patch(item, {"metadata": {"labels": {"team": "a"}}})
+    assert product.decisions(webhook, ns, "b") == 2  # a label is sent
     for i in range(10):
-        await api.merge_patch(item, {"metadata": {"labels": {"step": str(i)}}})
-        await api.merge_patch(item, {"metadata": {"finalizers": ["example.com/keep"]}})
-        await api.merge_patch(item, {"metadata": {"finalizers": None}})
-    assert product.decisions(webhook, ns, "b") == 1, "UPDATEs charging nothing were sent"
+        await api.merge_patch(f"{item}/status", {"status": {"schedulerObservedGeneration": i}})
+        await api.merge_patch(item, {"metadata": {"labels": {"team": "a"}}})  # as it is
+        await api.put(item, await api.get(item))  # written back unchanged
+    assert product.decisions(webhook, ns, "b") == 2, "status or no-op UPDATEs were sent"
+    changes: list[JSON] = [
+        {"metadata": {"annotations": {"note": "x"}}},
+        {"metadata": {"finalizers": ["example.com/keep"]}},
+        {"metadata": {"finalizers": None}},
+        {"metadata": {"labels": {"team": None}}},
+    ]
+    for n, change in enumerate(changes, start=3):
+        await api.merge_patch(item, change)  # a trusted writer's: admitted
+        assert product.decisions(webhook, ns, "b") == n, change
     with pytest.raises(KubeError, match=r"exceeded quota: team, requested: requests\.cpu=1"):
         await api.merge_patch(item, {"spec": {"replicas": 3}})
-    assert product.decisions(webhook, ns, "b") == 2  # a spec change is sent: the count counts
+    assert product.decisions(webhook, ns, "b") == 3 + len(changes)
 
 
 async def test_only_namespaces_with_a_quota_call_the_webhook_and_enforcement_starts_with_it(

@@ -93,10 +93,11 @@ def _per_replica(requests: Mapping[str, Quantity], replicas: int) -> ResourceLis
     out: ResourceList = {}
     if replicas <= 0:
         return out
-    # a "pods" request is no chargeable request (to_quota_names drops it): pods counts replicas
+    # a "pods" request is no chargeable request (to_quota_names drops it): pods counts replicas,
+    # and so does count/pods (Kubernetes' pod evaluator charges both, one per pod)
     for name, q in resources.to_quota_names(requests, None).items():
         out[name] = q * replicas
-    out[resources.PODS] = Quantity.from_int(replicas)
+    out[resources.PODS] = out[resources.COUNT_PODS] = Quantity.from_int(replicas)
     return out
 
 
@@ -157,6 +158,8 @@ def full_charge(binding: ResourceBinding, pod: PodCharge | None = None) -> Charg
         binding = unrevised(binding, pod.replicas)
     spec = binding.spec
     objects: ResourceList = {count_name(spec.resource.apiVersion, spec.resource.kind): _ONE}
+    # a propagated Pod is counted where it runs, per replica, as pods are (`_per_replica`)
+    objects.pop(resources.COUNT_PODS, None)
     legacy = _LEGACY_COUNTS.get(spec.resource.kind)
     if legacy and spec.resource.apiVersion == "v1":
         objects[legacy] = _ONE

@@ -188,9 +188,12 @@ def evaluate(
 
 
 def runs(name: str) -> bool:
-    """A quota resource that what runs consumes (pods, compute, extended resources), unlike
-    an object count (`count/*`, `services`, ...): what `Charge.uncounted` may escape."""
+    """A quota resource that what runs consumes (pods, count/pods, compute, extended
+    resources), unlike an object count (`count/<resource>.<group>`, `services`, ...): what
+    `Charge.uncounted` may escape."""
     canonical = resources.canonical_name(name)
+    if canonical == resources.COUNT_PODS:
+        return True
     return not canonical.startswith(resources.COUNT_PREFIX) and canonical not in NOT_PODS
 
 

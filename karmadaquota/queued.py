@@ -38,8 +38,14 @@ def queued_by(binding: ResourceBinding) -> str:
     return "" if spec.clusters or spec.gracefulEvictionTasks or spec.requiredBy else quota
 
 
-def marked(obj: Mapping[str, Any]) -> bool:
-    """Whether a raw object carries our annotation (a metadata change moves no generation)."""
+def mark(obj: Mapping[str, Any]) -> str | None:
+    """Our annotation's value on a raw object (None without it): a metadata change moves no
+    generation."""
     meta = obj.get("metadata") or {}
-    annotations = meta.get("annotations") or {}
-    return isinstance(annotations, Mapping) and ANNOTATION in annotations
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    return annotations.get(ANNOTATION) if isinstance(annotations, Mapping) else None
+
+
+def marked(obj: Mapping[str, Any]) -> bool:
+    """Whether a raw object carries our annotation."""
+    return mark(obj) is not None

@@ -14,6 +14,7 @@ from typing import TypeAlias
 from karmadaquota.quantity import Format, Quantity, QuantityError
 
 __all__ = [
+    "COUNT_PODS",
     "COUNT_PREFIX",
     "HUGEPAGES_PREFIX",
     "PODS",
@@ -43,6 +44,8 @@ ResourceList: TypeAlias = dict[str, Quantity]
 PODS = "pods"
 REQUESTS_PREFIX = "requests."
 COUNT_PREFIX = "count/"
+# Kubernetes' pod evaluator counts it as it counts `pods` (one per pod)
+COUNT_PODS = "count/pods"
 # Bare standard names a quota may also track under their requests.* name (same usage).
 REQUEST_ALIASES: dict[str, str] = {
     "cpu": "requests.cpu",

@@ -6,7 +6,8 @@ import pytest
 
 from karmadaquota.api import ResourceBinding
 from karmadaquota.charge import charge
-from karmadaquota.quantity import QuantityError
+from karmadaquota.pod_template import PodCharge
+from karmadaquota.quantity import Quantity, QuantityError
 from karmadaquota.resources import count_name
 from tests.conftest import as_strings, binding, charge_of, component
 
@@ -22,6 +23,7 @@ def test_requests_and_bare_names_are_replicas_times_request() -> None:
     assert as_strings(c.total) == {
         "count/deployments.apps": "1",
         "pods": "3",
+        "count/pods": "3",
         "cpu": "1500m",
         "requests.cpu": "1500m",
         "memory": "3Gi",
@@ -53,6 +55,40 @@ def test_pods_is_the_replica_count_not_a_request() -> None:
     c = charge_of(7, {"cpu": "1", "memory": "1Gi", "pods": "5"})
     assert str(c.total["pods"]) == "7"
     assert "requests.pods" not in c.total
+
+
+# count/pods: Kubernetes' pod evaluator counts it as it counts pods (one per pod). Issue 34: a
+# quota of count/pods=2 was charged nothing, and 5 pods ran.
+
+
+def test_count_pods_is_charged_as_pods_in_total_and_in_every_member() -> None:
+    # 2 replicas duplicated into two members: 4 pods run, 2 in each
+    c = charge_of(2, CPU_MEM, clusters={"member1": 2, "member2": 2})
+    assert str(c.total["count/pods"]) == "4"
+    assert {m: str(u["count/pods"]) for m, u in c.per_cluster.items()} == {
+        "member1": "2",
+        "member2": "2",
+    }
+
+
+def test_count_pods_counts_a_rollout_s_surge_pods_as_pods() -> None:
+    # 4 replicas in one member, maxSurge 25 %: 1 more pod during a rollout, 5 in all
+    pod = PodCharge({"cpu": Quantity.parse("100m")}, {}, frozenset(), frozenset({"25%"}))
+    c = charge(binding(4, CPU_MEM, clusters={"member1": 4}), pod)
+    assert str(c.total["count/pods"]) == "5"
+    assert str(c.per_cluster["member1"]["count/pods"]) == "5"
+
+
+def test_a_propagated_pod_is_one_count_pods_per_member_not_one_more() -> None:
+    # a Pod propagated into two members runs two pods; its object is no third
+    c = charge_of(1, CPU_MEM, kind="Pod", api_version="v1", clusters={"m1": 1, "m2": 1})
+    assert str(c.total["count/pods"]) == "2"
+    assert {m: str(u["count/pods"]) for m, u in c.per_cluster.items()} == {"m1": "1", "m2": "1"}
+
+
+def test_no_replicas_no_count_pods() -> None:
+    assert "count/pods" not in charge_of(0, CPU_MEM).total
+    assert "count/pods" not in charge_of(kind="Service", api_version="v1").total
 
 
 def test_zero_replicas_charge_no_pods_and_no_requests() -> None:
@@ -161,6 +197,7 @@ def test_per_cluster_breakdown_follows_placement() -> None:
     assert as_strings(c.per_cluster["member1"]) == {
         "count/deployments.apps": "1",
         "pods": "2",
+        "count/pods": "2",
         "cpu": "2",
         "requests.cpu": "2",
         "memory": "2Gi",
@@ -272,6 +309,7 @@ def test_multi_component_before_scheduling_charges_one_copy() -> None:
     assert as_strings(c.total) == {
         "count/flinkdeployments.f.io": "1",
         "pods": "5",
+        "count/pods": "5",
         "cpu": "9",
         "requests.cpu": "9",
         "memory": "9Gi",

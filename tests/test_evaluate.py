@@ -310,6 +310,7 @@ def test_delta_of_a_create_is_the_whole_charge_without_zeros() -> None:
     assert as_strings(got) == {
         "count/deployments.apps": "1",
         "pods": "2",
+        "count/pods": "2",
         "memory": "2Gi",
         "requests.memory": "2Gi",
     }
@@ -657,6 +658,20 @@ def test_a_daemonset_is_refused_by_a_quota_tracking_pods_with_the_way_out() -> N
         "its replicas (it tracks pods); set memberEnforcement: ResourceQuota on the quota so "
         "that every member cluster counts the pods it runs"
     )
+
+
+def test_a_quota_on_count_pods_refuses_past_its_pods_and_what_it_cannot_count() -> None:
+    """Issue 34: count/pods=2 was accepted and charged nothing (5 pods ran)."""
+    quota = view("team", {"count/pods": "2"}, {"count/pods": "0"})
+    assert evaluate([quota], charge_of(2, CPU1, clusters={"m1": 2})).allowed
+    d = evaluate([quota], charge_of(5, CPU1, clusters={"m1": 3, "m2": 2}))
+    assert not d.allowed
+    assert d.message == (
+        "exceeded quota: team, requested: count/pods=5, used: count/pods=0, limited: count/pods=2"
+    )
+    ds = charge_of(0, None, api_version="apps/v1", kind="DaemonSet")
+    d = evaluate([quota], ds)
+    assert not d.allowed and "(it tracks count/pods)" in d.message
 
 
 def test_a_daemonset_is_admitted_where_members_enforce_or_only_objects_are_counted() -> None:

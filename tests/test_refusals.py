@@ -79,6 +79,7 @@ async def test_refusals_are_written_at_most_once_per_interval_per_namespace() ->
         "cpu": "2",
         "requests.cpu": "2",
         "pods": "2",
+        "count/pods": "2",
         "count/deployments.apps": "1",
     }
     assert entries[0].binding == "x" and entries[0].template.uid == "uid-x"

@@ -19,6 +19,7 @@ from karmadaquota.evaluate import Decision
 from karmadaquota.kube import paths
 from karmadaquota.kube.client import KubeError
 from karmadaquota.kube.quotas import QuotaStore
+from karmadaquota.kube.templates import TemplateStore
 from karmadaquota.trust import Writers
 from karmadaquota.webhook import review as review_mod
 from karmadaquota.webhook.app import (
@@ -591,18 +592,141 @@ async def test_a_tenant_may_not_change_what_is_charged_even_downwards(
     assert body["response"]["allowed"] is True, body
 
 
-async def test_a_tenant_may_write_what_charges_nothing_and_dry_runs_are_refused_alike(
-    setup: Any,
+def _meta(change: Any) -> Any:
+    return lambda b: change(b["metadata"])
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        # issue 34: Karmada finds a binding's Works by this label only; relabelled, the old
+        # Works are orphaned and keep running (4 pods under pods=2)
+        (
+            _meta(
+                lambda m: m.setdefault("labels", {}).update(
+                    {"resourcebinding.karmada.io/permanent-id": "another"}
+                )
+            ),
+            "metadata.labels[resourcebinding.karmada.io/permanent-id]",
+        ),
+        (_meta(lambda m: m.setdefault("labels", {}).update(team="a")), "metadata.labels[team]"),
+        (
+            _meta(lambda m: m.setdefault("annotations", {}).update(note="x")),
+            "metadata.annotations[note]",
+        ),
+        (_meta(lambda m: m.pop("finalizers")), "metadata.finalizers"),
+        (_meta(lambda m: m.pop("ownerReferences")), "metadata.ownerReferences"),
+        (_meta(lambda m: m.update(generateName="web-")), "metadata.generateName"),
+        # a field nobody listed is refused as well: an allow-list
+        (lambda b: b.update(extra={"a": 1}), "extra"),
+    ],
+)
+async def test_a_tenant_may_change_nothing_of_a_binding_but_its_status(
+    setup: Any, change: Any, named: str
 ) -> None:
-    client, _, _ = setup
-    old = binding_doc("web")
+    client, store, _ = setup
+    old = binding_doc("web", clusters=[("member1", 1)])
+    old["metadata"]["labels"] = {"resourcebinding.karmada.io/permanent-id": "p-1"}
+    old["metadata"]["finalizers"] = ["karmada.io/binding-controller"]
+    old["metadata"]["ownerReferences"] = [
+        {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": "uid-web"}
+    ]
     new = copy.deepcopy(old)
-    new["metadata"]["labels"] = {"team": "a"}
+    change(new)
     _, body = await post(
         client, "/validate-resourcebinding", review(new, "UPDATE", old, user=TENANT)
     )
-    assert body["response"]["allowed"] is True
+    assert body["response"]["allowed"] is False
+    assert body["response"]["status"]["code"] == 403
+    assert body["response"]["status"]["message"] == (
+        f'resourcebindings.work.karmada.io "web" is forbidden: user "alice" may not change '
+        f"{named} of a ResourceBinding in a namespace with a KarmadaQuota (only Karmada's "
+        "controllers and scheduler, karmadaquota and cluster admins may: docs/security.md)"
+    )
+    # the same change by Karmada's controllers (the GC, a finalizer removed) passes, uncharged
+    _, body = await post(client, "/validate-resourcebinding", review(new, "UPDATE", old))
+    assert body["response"]["allowed"] is True, body
+    assert store.puts == 0
+
+
+async def test_what_the_api_server_writes_on_every_update_is_no_tenant_s_change(
+    setup: Any,
+) -> None:
+    """No false refusal: a tenant's update that changes nothing (kubectl apply of the same
+    object) differs only in what the API server writes itself, and in a status it keeps."""
+    client, store, _ = setup
+    old = binding_doc("web")
+    old["metadata"].update(resourceVersion="7", managedFields=[{"manager": "karmada"}])
+    new = copy.deepcopy(old)
+    new["metadata"].update(resourceVersion="", generation=2, managedFields=[{"manager": "kubectl"}])
+    new["status"] = {"aggregatedStatus": [{"clusterName": "member1"}]}
+    new["metadata"]["labels"] = {}  # as absent: the API server omits an empty map
+    _, body = await post(
+        client, "/validate-resourcebinding", review(new, "UPDATE", old, user=TENANT)
+    )
+    assert body["response"]["allowed"] is True, body
+    assert store.puts == 0
+
+
+async def test_many_changed_labels_are_named_up_to_ten(setup: Any) -> None:
+    client, _, _ = setup
+    old = binding_doc("web")
+    new = copy.deepcopy(old)
+    new["metadata"]["labels"] = {f"l{i:02d}": "x" for i in range(25)}
+    _, body = await post(
+        client, "/validate-resourcebinding", review(new, "UPDATE", old, user=TENANT)
+    )
+    message = body["response"]["status"]["message"]
+    assert "metadata.labels[l09] and 15 more of a ResourceBinding" in message
+    assert "l10" not in message
+
+
+async def test_karmada_removes_its_finalizer_without_the_template_being_read() -> None:
+    """A deleting binding whose template is gone and unreadable: Karmada's controller removing
+    its finalizer is sent (metadata changed) and must not be refused for what it cannot read,
+    or the binding (and the namespace holding it) is never deleted."""
+
+    class Unreachable:
+        reads = 0
+
+        async def get(self, path: str) -> Any:
+            self.reads += 1
+            raise KubeError(503, "ServiceUnavailable", "no template reads today")
+
+    store = Replica(quota_doc(hard={"requests.cpu": "10", "pods": "100"}))
+    api = Unreachable()
+    templates = TemplateStore(api)  # type: ignore[arg-type]
+    webhook = Webhook(store.quota_store(), Batcher(store), WebhookMetrics(), templates=templates)
+    client = TestClient(TestServer(build_app(webhook)))
+    await client.start_server()
+    try:
+        old = binding_doc("web", replicas=0)
+        old["spec"]["resource"]["resourceVersion"] = "5"  # built from a template version
+        old["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+        old["metadata"]["finalizers"] = ["karmada.io/binding-controller"]
+        new = copy.deepcopy(old)
+        new["metadata"]["finalizers"] = []
+        _, body = await post(client, "/validate-resourcebinding", review(new, "UPDATE", old))
+        assert body["response"]["allowed"] is True, body
+        assert api.reads == 0
+        # a spec change is charged: it reads the template, and is refused when it cannot
+        new["spec"]["resource"]["resourceVersion"] = "6"
+        _, body = await post(client, "/validate-resourcebinding", review(new, "UPDATE", old))
+        assert body["response"]["allowed"] is False
+        assert "no template reads today" in body["response"]["status"]["message"]
+    finally:
+        await client.close()
+
+
+async def test_a_tenant_s_dry_run_is_refused_alike(setup: Any) -> None:
+    client, _, _ = setup
     dry = review(binding_doc("web"), user=TENANT, dry_run=True)
+    _, body = await post(client, "/validate-resourcebinding", dry)
+    assert body["response"]["allowed"] is False
+    old = binding_doc("web")
+    new = copy.deepcopy(old)
+    new["metadata"]["labels"] = {"team": "a"}
+    dry = review(new, "UPDATE", old, user=TENANT, dry_run=True)
     _, body = await post(client, "/validate-resourcebinding", dry)
     assert body["response"]["allowed"] is False
 

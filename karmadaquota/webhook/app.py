@@ -33,6 +33,7 @@ from karmadaquota import (
     durations,
     metrics_auth,
     overrides,
+    queued,
     queueing,
     trust,
     validation,
@@ -193,16 +194,22 @@ class Webhook:
         # status and other subresources carry no new charge; admission never releases quota
         # (a DELETE is the controller's)
         deadline = _deadline(budget)
-        if _written(req) is None:
+        obj = _written(req)
+        if obj is None:
             return Decision(True)
         if req.operation == "UPDATE" and req.oldObject is None:
             raise review.MalformedReview("request.oldObject is required for UPDATE")
+        trusted = self.writers.trusts(req.userInfo)
+        if trusted and req.oldObject is not None and not _charged_change(req.oldObject, obj):
+            # Karmada's finalizers, the garbage collector: charged nothing, whatever the quota
+            # cache knows, so a deletion never waits for it
+            return Decision(True)
         if not self._synced():
             return NOT_SYNCED
         selecting = await self._selecting(req.namespace)
         if isinstance(selecting, Decision):
             return selecting
-        refused = self._untrusted_write(req)
+        refused = None if trusted else self._untrusted_write(req)
         if refused is not None:
             return refused
         try:
@@ -365,19 +372,18 @@ class Webhook:
             self._grown[again] = now + GROWTH_RETRY_WINDOW
         return decision
 
-    def _untrusted_write(self, req: review.Request) -> Decision | None:
-        """A refusal when an untrusted writer creates a binding or changes what only trusted
-        writers may (karmadaquota.trust); None when the writer may."""
-        if self.writers.trusts(req.userInfo):
-            return None
+    @staticmethod
+    def _untrusted_write(req: review.Request) -> Decision | None:
+        """The refusal of an untrusted writer's review that creates a binding or changes
+        anything of it but its status (karmadaquota.trust); None when it changes nothing."""
         assert req.object is not None
-        if req.operation == "CREATE":
+        if req.operation == "CREATE" or req.oldObject is None:
             what, verb = "a ResourceBinding", "create"
         else:
             fields = trust.changed_fields(req.oldObject, req.object)
             if not fields:
                 return None
-            what, verb = f"{', '.join(fields)} of a ResourceBinding", "change"
+            what, verb = f"{trust.listed(fields)} of a ResourceBinding", "change"
         name = ((req.object.get("metadata") or {}).get("name")) or req.name
         return Decision(
             False,
@@ -590,6 +596,13 @@ def _written(req: review.Request) -> dict[str, Any] | None:
     if req.object is None:
         raise review.MalformedReview(f"request.object is required for {req.operation}")
     return req.object
+
+
+def _charged_change(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether an UPDATE changes what a binding's charge reads: its spec, or our queue
+    annotation (karmadaquota.queued). A trusted writer's other changes charge nothing: the
+    registration sends them only so that an untrusted writer's are refused."""
+    return old.get("spec") != new.get("spec") or queued.mark(old) != queued.mark(new)
 
 
 def _charge_key(c: charge.Charge) -> tuple[tuple[str, str], ...]:

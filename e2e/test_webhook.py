@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from e2e.testbed import TestBed, product
+from e2e.testbed import TestBed, product, tenant
 from e2e.testbed.aio import eventually
 from e2e.testbed.storm import binding, retryable, storm
 from e2e.testbed.workloads import deployment, divided_policy
@@ -510,39 +510,50 @@ async def test_status_and_no_op_updates_never_reach_the_webhook(
     testbed: TestBed, webhook: product.WebhookProc, api: KubeClient, namespace: str
 ) -> None:
     """The registration's matchConditions, evaluated by karmada-apiserver itself: a status
-    write (Karmada's most frequent) and an update that changes nothing are not sent to us;
-    every other change is — a label, an annotation, a finalizer added or removed (an untrusted
-    writer may change none of them: karmadaquota.trust), each admitted for a trusted writer —
-    and a replica change is refused over the quota.
+    write (Karmada's most frequent) and an update that changes nothing are not sent to us, nor
+    is a cluster admin's update of metadata alone (Karmada's finalizer, added after each create
+    and removed on deletion: a webhook outage must not hold deletions up). The tenant's change
+    of a label, an annotation or a finalizer is sent — and refused (karmadaquota.trust) — and
+    so is a cluster admin's replica change, refused over the quota.
 
     Counted precisely: the reviews of this one binding, from the webhook's decision log (the
     review histogram is no measure here: it counts every review the replica answers, of
     quotas and OverridePolicies too, in every namespace)."""
     ns = namespace
+    await tenant.grant(testbed, ns)
+    alice = tenant.impersonating(api)
     await create_quota(testbed, ns, "team", {"requests.cpu": "1"})
     path = RB_PATH.format(ns=ns)
     await api.post(path, binding(ns, "b", cpu="500m"))
     item = f"{path}/b"
     assert product.decisions(webhook, ns, "b") == 1  # its CREATE
-    await api.merge_patch(item, {"metadata": {"labels": {"team": "a"}}})
-    assert product.decisions(webhook, ns, "b") == 2  # a label is sent
-    for i in range(10):
-        await api.merge_patch(f"{item}/status", {"status": {"schedulerObservedGeneration": i}})
-        await api.merge_patch(item, {"metadata": {"labels": {"team": "a"}}})  # as it is
-        await api.put(item, await api.get(item))  # written back unchanged
-    assert product.decisions(webhook, ns, "b") == 2, "status or no-op UPDATEs were sent"
-    changes: list[JSON] = [
+    admin_metadata: list[JSON] = [
+        {"metadata": {"labels": {"team": "a"}}},
         {"metadata": {"annotations": {"note": "x"}}},
         {"metadata": {"finalizers": ["example.com/keep"]}},
         {"metadata": {"finalizers": None}},
         {"metadata": {"labels": {"team": None}}},
     ]
-    for n, change in enumerate(changes, start=3):
-        await api.merge_patch(item, change)  # a trusted writer's: admitted
+    for change in admin_metadata:
+        await api.merge_patch(item, change)  # a cluster admin's: stored, not sent
+    for i in range(10):
+        await api.merge_patch(f"{item}/status", {"status": {"schedulerObservedGeneration": i}})
+        await api.merge_patch(item, {"metadata": {"labels": {"team": "a"}}})  # as it is
+        await api.put(item, await api.get(item))  # written back unchanged
+    assert product.decisions(webhook, ns, "b") == 1, "status, no-op or admin metadata was sent"
+    tenants: list[JSON] = [
+        {"metadata": {"labels": {"team": "b"}}},
+        {"metadata": {"annotations": {"note": "y"}}},
+        {"metadata": {"finalizers": ["example.com/keep"]}},
+    ]
+    for n, change in enumerate(tenants, start=2):
+        with pytest.raises(KubeError, match=r'user "alice" may not change metadata\.'):
+            await alice.merge_patch(item, change)
         assert product.decisions(webhook, ns, "b") == n, change
     with pytest.raises(KubeError, match=r"exceeded quota: team, requested: requests\.cpu=1"):
         await api.merge_patch(item, {"spec": {"replicas": 3}})
-    assert product.decisions(webhook, ns, "b") == 3 + len(changes)
+    assert product.decisions(webhook, ns, "b") == 2 + len(tenants)
+    await alice.close()
 
 
 async def test_only_namespaces_with_a_quota_call_the_webhook_and_enforcement_starts_with_it(

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from karmadaquota import trust
+from karmadaquota import queued, trust
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -30,8 +30,13 @@ def binding_webhook() -> dict[str, object]:
     return hook
 
 
-def expression() -> str:
-    (condition,) = binding_webhook()["matchConditions"]  # type: ignore[misc]
+def expression(name: str = "changed-beyond-status") -> str:
+    conditions = binding_webhook()["matchConditions"]
+    assert [c["name"] for c in conditions] == [  # type: ignore[attr-defined]
+        "changed-beyond-status",
+        "not-a-cluster-admins-metadata-update",
+    ]
+    (condition,) = [c for c in conditions if c["name"] == name]  # type: ignore[attr-defined]
     return str(condition["expression"])
 
 
@@ -70,3 +75,27 @@ def test_creates_are_always_sent() -> None:
     (rule,) = hook["rules"]  # type: ignore[misc]
     assert rule["operations"] == ["CREATE", "UPDATE"]
     assert rule["resources"] == ["resourcebindings"]  # not the status subresource
+
+
+def test_only_a_cluster_admins_update_of_metadata_alone_is_not_sent() -> None:
+    """Karmada's controllers (system:masters) add a finalizer after each create and remove it
+    on deletion: the webhook allows a trusted writer's metadata-only update at once, so it is
+    not sent (a webhook outage must not hold deletions up). Anything else of theirs is: a
+    change beyond the metadata (their spec is charged), or of the queue annotation (a queued
+    binding is charged nothing). Everyone else's metadata change is sent (the first
+    condition), however trusted the webhook's flags make them."""
+    top = f"k != 'metadata' && k != '{trust.STATUS}'"
+
+    def queued_by(obj: str) -> str:
+        a = f"{obj}.metadata.annotations"
+        return f"(has({a}) && '{queued.ANNOTATION}' in {a} ? {a}['{queued.ANNOTATION}'] : '')"
+
+    assert expression("not-a-cluster-admins-metadata-update") == " || ".join(
+        [
+            "request.operation != 'UPDATE'",
+            "!('system:masters' in request.userInfo.groups)",
+            f"object.exists(k, {top} && (!(k in oldObject) || object[k] != oldObject[k]))",
+            f"oldObject.exists(k, {top} && !(k in object))",
+            f"{queued_by('object')} != {queued_by('oldObject')}",
+        ]
+    )

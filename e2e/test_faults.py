@@ -41,6 +41,7 @@ from e2e.testbed import (
     backend_from_env,
     build_binaries,
     campaign,
+    faketime,
     kubeconfig,
     product,
     running,
@@ -52,7 +53,6 @@ from e2e.testbed.workloads import deployment, divided_policy
 from karmadaquota.api import wire_reservations
 from karmadaquota.kube.client import JSON, MERGE_PATCH, KubeClient, KubeError
 from karmadaquota.quantity import NANO, Quantity
-from karmadaquota.webhook.app import CLOCK_OFFSET_ENV
 
 pytestmark = pytest.mark.e2e
 
@@ -333,12 +333,12 @@ async def webhooks_with(
     stack: campaign.Stack, ttl: float, offsets: tuple[float, float] = (0.0, 0.0)
 ) -> AsyncIterator[None]:
     """Both webhook replicas restarted with `ttl` and their wall clocks offset by `offsets`
-    seconds (the test-only KARMADAQUOTA_TEST_CLOCK_OFFSET_SECONDS); as they were afterwards."""
+    seconds (libfaketime preloaded: e2e/testbed/faketime.py); as they were afterwards."""
     old = stack.ttl
     stack.ttl = f"{ttl:g}s"
     try:
         for i, offset in enumerate(offsets):
-            await stack.restart_webhook(i, env={CLOCK_OFFSET_ENV: str(offset)})
+            await stack.restart_webhook(i, env=faketime.skewed(offset))
         yield
     finally:
         stack.ttl = old

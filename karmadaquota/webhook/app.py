@@ -88,24 +88,6 @@ DEADLINE_SHARE = 0.9
 GROWTH_RETRY_WINDOW = 2.0
 
 
-# Tests only (e2e/test_faults.py): seconds added to this process' wall clock wherever it stamps
-# or reads a pending charge's expiry, to show that replicas whose clocks disagree by more than
-# the TTL still count each other's charges. Unset in every shipped manifest.
-CLOCK_OFFSET_ENV = "KARMADAQUOTA_TEST_CLOCK_OFFSET_SECONDS"
-
-
-def skewed_clock(offset: str) -> Callable[[], datetime]:
-    """The wall clock, `offset` seconds ahead (negative: behind); a bad offset is an error."""
-    try:
-        delta = timedelta(seconds=float(offset or 0))
-    except ValueError as e:
-        raise ValueError(f"{CLOCK_OFFSET_ENV}={offset!r} is not a number of seconds") from e
-    if not delta:
-        return lambda: datetime.now(UTC)
-    log.warning("test clock offset in effect", extra={"offset_seconds": delta.total_seconds()})
-    return lambda: datetime.now(UTC) + delta
-
-
 def _deadline(budget: float | None) -> float | None:
     """The `time.monotonic()` by which a review with `budget` seconds must be answered."""
     return None if budget is None else time.monotonic() + budget
@@ -848,8 +830,7 @@ async def running(config: WebhookConfig) -> AsyncIterator[tuple[Webhook, int]]:
 
     quotas = QuotaStore(client, on_put=count, on_delete=count, on_relisted=count)
     store = KubeQuotaBackend(client, quotas)
-    clock = skewed_clock(os.environ.get(CLOCK_OFFSET_ENV, ""))
-    metrics.watch_pending(lambda: quotas.overdue(clock()))
+    metrics.watch_pending(lambda: quotas.overdue(datetime.now(UTC)))
     batcher = Batcher(
         store,
         BatcherConfig(
@@ -860,7 +841,6 @@ async def running(config: WebhookConfig) -> AsyncIterator[tuple[Webhook, int]]:
         on_batch=metrics.batch_size.observe,
         on_conflict=metrics.conflicts.inc,
         on_write=metrics.observe_write,
-        clock=clock,
     )
     refusals = record_refusals(store, batcher) if config.record_waiting else None
     cluster_quotas = cluster_store(client)

@@ -14,13 +14,14 @@ from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from karmadaquota import cli
 from karmadaquota.api import KarmadaQuota
 from karmadaquota.evaluate import Decision
 from karmadaquota.kube import paths
 from karmadaquota.kube.client import KubeError
 from karmadaquota.kube.quotas import QuotaStore
 from karmadaquota.kube.templates import TemplateStore
-from karmadaquota.overrides import AllowList
+from karmadaquota.overrides import AllowList, refusals
 from karmadaquota.trust import Writers
 from karmadaquota.webhook import review as review_mod
 from karmadaquota.webhook.app import (
@@ -905,6 +906,26 @@ async def test_the_platform_team_extends_the_override_allow_list() -> None:
         )
         req = review_mod.parse(json.dumps(review(doc, resource=OVERRIDES, user=TENANT)).encode())
         assert (await webhook.admit_override(req)).allowed is admitted
+
+
+def test_the_override_allowed_path_flag_reaches_the_allow_list(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    parse = cli._parser().parse_args
+    base = ["webhook", "--tls-cert-file=c", "--tls-private-key-file=k"]
+    path = "/spec/template/spec/priorityClassName"
+    doc = override_policy(path)
+    assert refusals(doc, cli.webhook_config(parse(base)).allowed_overrides)
+    for flags in (
+        [f"--override-allowed-path={path}"],
+        [f"--override-allowed-path=/spec/x,{path}"],
+        ["--override-allowed-path=/spec/x", f"--override-allowed-path={path}"],
+    ):
+        config = cli.webhook_config(parse([*base, *flags]))
+        assert refusals(doc, config.allowed_overrides) == [], flags
+    with pytest.raises(SystemExit):
+        parse([*base, "--override-allowed-path=spec/replicas"])
+    assert "must be a JSON pointer below the root" in capsys.readouterr().err
 
 
 CLUSTER_OVERRIDES = {**OVERRIDES, "resource": "clusteroverridepolicies"}

@@ -275,6 +275,18 @@ async def test_a_tenant_cannot_rewrite_its_bindings(stack: Stack, ns: str) -> No
     print(f"members ran at most {w.most} pods over {w.polls} polls")
 
 
+def override_policy(ns: str, name: str, overriders: JSON) -> JSON:
+    return {
+        "apiVersion": "policy.karmada.io/v1alpha1",
+        "kind": "OverridePolicy",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}],
+            "overrideRules": [{"overriders": overriders}],
+        },
+    }
+
+
 async def test_a_tenant_cannot_override_its_replicas(stack: Stack, ns: str) -> None:
     """An OverridePolicy replacing /spec/replicas with 5 ran 5 pods against pods=2: refused;
     an override of what is not charged is the tenant's to write."""
@@ -285,23 +297,8 @@ async def test_a_tenant_cannot_override_its_replicas(stack: Stack, ns: str) -> N
     await placed(s, ns, "web", 1)
 
     def override(name: str, path: str, value: Any) -> JSON:
-        return {
-            "apiVersion": "policy.karmada.io/v1alpha1",
-            "kind": "OverridePolicy",
-            "metadata": {"name": name, "namespace": ns},
-            "spec": {
-                "resourceSelectors": [
-                    {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}
-                ],
-                "overrideRules": [
-                    {
-                        "overriders": {
-                            "plaintext": [{"path": path, "operator": "replace", "value": value}]
-                        }
-                    }
-                ],
-            },
-        }
+        op = {"path": path, "operator": "replace", "value": value}
+        return override_policy(ns, name, {"plaintext": [op]})
 
     async with members_within(s, ns, 2):
         got = await as_tenant(
@@ -316,18 +313,6 @@ async def test_a_tenant_cannot_override_its_replicas(stack: Stack, ns: str) -> N
         labels = override("labels", "/metadata/labels", {"team": "a"})
         await tenant_apply(s, labels)
     assert sum((await running(s, ns)).values()) == 1
-
-
-def override_policy(ns: str, name: str, overriders: JSON) -> JSON:
-    return {
-        "apiVersion": "policy.karmada.io/v1alpha1",
-        "kind": "OverridePolicy",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {
-            "resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}],
-            "overrideRules": [{"overriders": overriders}],
-        },
-    }
 
 
 async def member_deployments(s: Stack, ns: str) -> dict[str, list[JSON]]:

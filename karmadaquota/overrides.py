@@ -310,12 +310,13 @@ def only_as_before(
     refused: Sequence[Refusal],
     allowed: AllowList | None = None,
 ) -> bool:
-    """No refusal, or an update whose refused overrides all were in the old policy, rendered
-    for the same clusters and the same resources (a policy written before its namespace had a
-    quota): it adds nothing the old one did not already render."""
+    """No refusal, or an update whose refused overrides are exactly the old policy's, in the
+    same order, for the same clusters and the same resources (a policy written before its
+    namespace had a quota): it renders nothing the old one did not. Order and count matter:
+    a second `add` of a container adds one more, and dropping the later of two replacements
+    of one field leaves the earlier one in force."""
     if not refused:
         return True
     if old is None or _selectors(new) != _selectors(old):
         return False
-    before = {r.key for r in refusals(old, allowed)}
-    return all(r.key in before for r in refused)
+    return [r.key for r in refusals(old, allowed)] == [r.key for r in refused]

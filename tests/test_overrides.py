@@ -297,3 +297,20 @@ def test_an_update_may_keep_what_the_old_policy_rendered_and_add_nothing() -> No
     assert not changed(lambda s: rule(s).pop("targetCluster"))
     assert not changed(lambda s: s["resourceSelectors"][0].pop("name"))
     assert not changed(lambda s: s.update(overriders=rule(s)["overriders"], overrideRules=[]))
+    # the same override once more, or one of two dropped: what renders changes
+    twice = lambda s: rule(s)["overriders"]["plaintext"].append(  # noqa: E731
+        {"path": "/spec/template/spec/containers/-", "operator": "add", "value": {"name": "x"}}
+    )
+    older = copy.deepcopy(old)
+    twice(older["spec"])
+    newer = copy.deepcopy(older)
+    twice(newer["spec"])
+    assert only_as_before(older, older, refusals(older))
+    assert not only_as_before(newer, older, refusals(newer))
+    fewer = copy.deepcopy(older)
+    fewer["spec"]["overrideRules"][0]["overriders"]["plaintext"].pop(0)
+    assert not only_as_before(fewer, older, refusals(fewer))
+    # dropping every refused override is always allowed
+    clean = copy.deepcopy(older)
+    clean["spec"]["overrideRules"][0]["overriders"].pop("plaintext")
+    assert only_as_before(clean, older, refusals(clean))

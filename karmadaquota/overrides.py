@@ -24,11 +24,10 @@ Everything else — an unknown overrider kind or field, any other path — is re
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-
-import orjson
 
 # Where a pod spec is in the kinds the charge understands: Deployment, StatefulSet, ReplicaSet,
 # DaemonSet, Job (`/spec/template`) and CronJob (`/spec/jobTemplate/spec/template`).
@@ -133,7 +132,9 @@ class Refusal:
 
 
 def _json(value: Any) -> bytes:
-    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    """Canonical JSON of a decoded review's value (any integer size: a review may carry one
+    orjson cannot write)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
 
 
 @dataclass(frozen=True, slots=True)

@@ -314,3 +314,10 @@ def test_an_update_may_keep_what_the_old_policy_rendered_and_add_nothing() -> No
     clean = copy.deepcopy(older)
     clean["spec"]["overrideRules"][0]["overriders"].pop("plaintext")
     assert only_as_before(clean, older, refusals(clean))
+
+
+def test_a_huge_number_in_a_refused_override_is_still_named() -> None:
+    """A JSON integer beyond 64 bits is valid in a review: the refusal names it, no 500."""
+    doc = plaintext("/spec/replicas", 2**70)
+    assert not only_as_before(doc, plaintext("/spec/replicas", 1), refusals(doc))
+    assert only_as_before(doc, doc, refusals(doc))

@@ -420,6 +420,66 @@ async def test_issue_34s_overrides_are_refused_and_everyday_ones_rendered(
     print(f"members ran at most {w.most} pods over {w.polls} polls")
 
 
+async def test_an_untrusted_writers_cluster_override_policy_is_held_to_the_list(
+    stack: Stack, ns: str
+) -> None:
+    """karmada-edit grants no ClusterOverridePolicy; an installation may grant one to an
+    identity it does not trust (here `bob`, bound to exactly that). The cluster-scoped rule
+    reaches the webhook (the namespaceSelector does not filter cluster-scoped objects): bob's
+    rename of the Deployments of a namespace with a quota is refused; the same policy for a
+    namespace without one, and an admin's, are admitted (server-side dry runs: nothing stored)."""
+    s = stack
+    await quota(s, ns, pods="2")
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": "e2e-cluster-overrides"},
+        "rules": [
+            {
+                "apiGroups": ["policy.karmada.io"],
+                "resources": ["clusteroverridepolicies"],
+                "verbs": ["create", "update", "patch", "get"],
+            }
+        ],
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": "e2e-cluster-overrides-bob"},
+        "roleRef": {
+            "apiGroup": role["apiVersion"].split("/")[0],
+            "kind": "ClusterRole",
+            "name": "e2e-cluster-overrides",
+        },
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "bob"}],
+    }
+    await s.bed.aapply([role, binding])
+
+    def rename(namespace: str) -> str:
+        doc = override_policy(
+            namespace,
+            "rename",
+            {"plaintext": [{"path": "/metadata/name", "operator": "replace", "value": "x"}]},
+        )
+        doc["kind"] = "ClusterOverridePolicy"
+        doc["metadata"] = {"name": f"rename-{namespace}"}
+        doc["spec"]["resourceSelectors"][0]["namespace"] = namespace
+        return json.dumps(doc)
+
+    create = ("create", "--dry-run=server", "-f", "-")
+    got = await s.bed.akubectl("--as", "bob", *create, input=rename(ns), check=False)
+    assert got.returncode != 0, got.stdout
+    assert (
+        f'clusteroverridepolicies.policy.karmada.io "rename-{ns}" is forbidden: user "bob" may '
+        "not write an override off the allow-list" in got.stderr
+    ), got.stderr
+    assert "replace /metadata/name: not on the allow-list" in got.stderr
+    got = await s.bed.akubectl("--as", "bob", *create, input=rename(f"{ns}-free"), check=False)
+    assert got.returncode == 0, got.stderr
+    got = await s.bed.akubectl(*create, input=rename(ns), check=False)
+    assert got.returncode == 0, got.stderr
+
+
 async def test_what_karmada_cannot_count_is_refused_with_the_way_out(stack: Stack, ns: str) -> None:
     """A DaemonSet (no replicas in its binding) and a PropagationPolicy that preserves what it
     ran after deletion: both propagated uncharged before. Refused by the quota that tracks pods,

@@ -275,6 +275,18 @@ async def test_a_tenant_cannot_rewrite_its_bindings(stack: Stack, ns: str) -> No
     print(f"members ran at most {w.most} pods over {w.polls} polls")
 
 
+def override_policy(ns: str, name: str, overriders: JSON) -> JSON:
+    return {
+        "apiVersion": "policy.karmada.io/v1alpha1",
+        "kind": "OverridePolicy",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}],
+            "overrideRules": [{"overriders": overriders}],
+        },
+    }
+
+
 async def test_a_tenant_cannot_override_its_replicas(stack: Stack, ns: str) -> None:
     """An OverridePolicy replacing /spec/replicas with 5 ran 5 pods against pods=2: refused;
     an override of what is not charged is the tenant's to write."""
@@ -285,30 +297,15 @@ async def test_a_tenant_cannot_override_its_replicas(stack: Stack, ns: str) -> N
     await placed(s, ns, "web", 1)
 
     def override(name: str, path: str, value: Any) -> JSON:
-        return {
-            "apiVersion": "policy.karmada.io/v1alpha1",
-            "kind": "OverridePolicy",
-            "metadata": {"name": name, "namespace": ns},
-            "spec": {
-                "resourceSelectors": [
-                    {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}
-                ],
-                "overrideRules": [
-                    {
-                        "overriders": {
-                            "plaintext": [{"path": path, "operator": "replace", "value": value}]
-                        }
-                    }
-                ],
-            },
-        }
+        op = {"path": path, "operator": "replace", "value": value}
+        return override_policy(ns, name, {"plaintext": [op]})
 
     async with members_within(s, ns, 2):
         got = await as_tenant(
             s, "create", "-f", "-", input=json.dumps(override("more", "/spec/replicas", 5))
         )
         assert got.returncode != 0
-        assert "may not write an override of what is charged" in got.stderr, got.stderr
+        assert "may not write an override off the allow-list" in got.stderr, got.stderr
         assert "replace /spec/replicas" in got.stderr
         sized = override("sized", "/spec/template/spec/containers/0/resources/requests/cpu", "4")
         got = await as_tenant(s, "create", "-f", "-", input=json.dumps(sized))
@@ -316,6 +313,171 @@ async def test_a_tenant_cannot_override_its_replicas(stack: Stack, ns: str) -> N
         labels = override("labels", "/metadata/labels", {"team": "a"})
         await tenant_apply(s, labels)
     assert sum((await running(s, ns)).values()) == 1
+
+
+async def member_deployments(s: Stack, ns: str) -> dict[str, list[JSON]]:
+    """The Deployments each member holds in the namespace."""
+    out: dict[str, list[JSON]] = {}
+    for m, client in s.members.items():
+        try:
+            out[m] = (await client.get(f"/apis/apps/v1/namespaces/{ns}/deployments"))["items"]
+        except NotFound:
+            out[m] = []
+    return out
+
+
+async def test_issue_34s_overrides_are_refused_and_everyday_ones_rendered(
+    stack: Stack, ns: str
+) -> None:
+    """Issue 34, as the tenant: an OverridePolicy renaming the workload (3 Deployments of one
+    1-replica binding ran under pods=1) or moving it to another namespace of the member, an
+    imageOverrider whose predicate rewrote requests.cpu (2 x 2 cpu under requests.cpu=1), and
+    one on /spec/strategy and /spec/minReadySeconds (4 pods under pods=2) are each refused by
+    name; an image and a label override are still the tenant's, and Karmada renders them in the
+    member. The members never run more than hard, nor a Deployment under another name."""
+    s = stack
+    members = list(s.members)
+    await quota(s, ns, pods="2", **{"requests.cpu": "1"})
+    await tenant_apply(s, deployment(ns, "web", 1, CPU), divided_policy(ns, "web", members[:1]))
+    await placed(s, ns, "web", 1)
+    plain = lambda path, value: {  # noqa: E731
+        "plaintext": [{"path": path, "operator": "replace", "value": value}]
+    }
+    cpu = "/spec/template/spec/containers/0/resources/requests/cpu"
+    attacks = {
+        "renamed": (plain("/metadata/name", "web-2"), "replace /metadata/name"),
+        "moved": (plain("/metadata/namespace", "default"), "replace /metadata/namespace"),
+        "predicate": (
+            {
+                "imageOverrider": [
+                    {
+                        "predicate": {"path": cpu},
+                        "component": "Tag",
+                        "operator": "replace",
+                        "value": "2",
+                    }
+                ]
+            },
+            f"predicate.path {cpu}",
+        ),
+        "surge": (
+            {
+                "plaintext": [
+                    {
+                        "path": "/spec/strategy",
+                        "operator": "replace",
+                        "value": {"rollingUpdate": {"maxSurge": "100%", "maxUnavailable": 0}},
+                    },
+                    {"path": "/spec/minReadySeconds", "operator": "add", "value": 3600},
+                ]
+            },
+            "replace /spec/strategy",
+        ),
+    }
+    async with members_within(s, ns, 2) as w:
+        for name, (overriders, rule) in attacks.items():
+            doc = json.dumps(override_policy(ns, name, overriders))
+            got = await as_tenant(s, "create", "-f", "-", input=doc)
+            assert got.returncode != 0, f"{name}: {got.stdout}"
+            assert f'user "{TENANT}" may not write an override off the allow-list' in got.stderr
+            assert f"{rule}" in got.stderr and "not on the allow-list" in got.stderr, got.stderr
+        # the surge attack names both of its paths
+        assert "add /spec/minReadySeconds: not on the allow-list" in got.stderr, got.stderr
+        # what tenants override every day is admitted and rendered in the member
+        everyday = override_policy(
+            ns,
+            "everyday",
+            {
+                "imageOverrider": [{"component": "Tag", "operator": "replace", "value": "1.27"}],
+                "labelsOverrider": [{"operator": "add", "value": {"team": "a"}}],
+            },
+        )
+        await tenant_apply(s, everyday)
+
+        async def rendered() -> dict[str, list[JSON]] | None:
+            found = await member_deployments(s, ns)
+            web = next((d for d in found[members[0]] if d["metadata"]["name"] == "web"), None)
+            if web is None:
+                return None
+            image = web["spec"]["template"]["spec"]["containers"][0]["image"]
+            label = (web["metadata"].get("labels") or {}).get("team")
+            return found if (image, label) == ("nginx:1.27", "a") else None
+
+        found = await eventually(rendered, 60, "the image and label overrides rendered", 0.2)
+        # one Deployment under its own name, in the one member it was placed in
+        assert {m: [d["metadata"]["name"] for d in ds] for m, ds in found.items()} == {
+            members[0]: ["web"],
+            **{m: [] for m in members[1:]},
+        }
+        assert [
+            p["metadata"]["name"]
+            for p in (
+                await s.api.get(
+                    f"/apis/policy.karmada.io/v1alpha1/namespaces/{ns}/overridepolicies"
+                )
+            )["items"]
+        ] == ["everyday"]
+    print(f"members ran at most {w.most} pods over {w.polls} polls")
+
+
+async def test_an_untrusted_writers_cluster_override_policy_is_held_to_the_list(
+    stack: Stack, ns: str
+) -> None:
+    """karmada-edit grants no ClusterOverridePolicy; an installation may grant one to an
+    identity it does not trust (here `bob`, bound to exactly that). The cluster-scoped rule
+    reaches the webhook (the namespaceSelector does not filter cluster-scoped objects): bob's
+    rename of the Deployments of a namespace with a quota is refused; the same policy for a
+    namespace without one, and an admin's, are admitted (server-side dry runs: nothing stored)."""
+    s = stack
+    await quota(s, ns, pods="2")
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": "e2e-cluster-overrides"},
+        "rules": [
+            {
+                "apiGroups": ["policy.karmada.io"],
+                "resources": ["clusteroverridepolicies"],
+                "verbs": ["create", "update", "patch", "get"],
+            }
+        ],
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": "e2e-cluster-overrides-bob"},
+        "roleRef": {
+            "apiGroup": role["apiVersion"].split("/")[0],
+            "kind": "ClusterRole",
+            "name": "e2e-cluster-overrides",
+        },
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "bob"}],
+    }
+    await s.bed.aapply([role, binding])
+
+    def rename(namespace: str) -> str:
+        doc = override_policy(
+            namespace,
+            "rename",
+            {"plaintext": [{"path": "/metadata/name", "operator": "replace", "value": "x"}]},
+        )
+        doc["kind"] = "ClusterOverridePolicy"
+        doc["metadata"] = {"name": f"rename-{namespace}"}
+        doc["spec"]["resourceSelectors"][0]["namespace"] = namespace
+        return json.dumps(doc)
+
+    create = ("create", "--dry-run=server", "-f", "-")
+    got = await s.bed.akubectl("--as", "bob", *create, input=rename(ns), check=False)
+    assert got.returncode != 0, got.stdout
+    assert (
+        f'clusteroverridepolicies.policy.karmada.io "rename-{ns}" is forbidden: user "bob" may '
+        "not write an override off the allow-list" in got.stderr
+    ), got.stderr
+    assert "replace /metadata/name: not on the allow-list" in got.stderr
+    got = await s.bed.akubectl("--as", "bob", *create, input=rename(f"{ns}-free"), check=False)
+    assert got.returncode == 0, got.stderr
+    got = await s.bed.akubectl(*create, input=rename(ns), check=False)
+    assert got.returncode == 0, got.stderr
 
 
 async def test_what_karmada_cannot_count_is_refused_with_the_way_out(stack: Stack, ns: str) -> None:

@@ -43,6 +43,7 @@ CLUSTER_SHORT_NAMES = ["ckq"]
 BINDING_GROUP = "work.karmada.io"
 OVERRIDE_GROUP = "policy.karmada.io"
 OVERRIDE_PLURAL = "overridepolicies"
+CLUSTER_OVERRIDE_PLURAL = "clusteroverridepolicies"
 BINDING_VERSION = "v1alpha2"
 BINDING_API_VERSION = f"{BINDING_GROUP}/{BINDING_VERSION}"
 BINDING_KIND = "ResourceBinding"

@@ -42,6 +42,17 @@ def wake_kind(text: str) -> str:
     return text
 
 
+def override_path(text: str) -> str:
+    """An `--override-allowed-path` value, checked when the flags are parsed."""
+    from karmadaquota.overrides import AllowList, InvalidPattern
+
+    try:
+        AllowList.extended([text])
+    except InvalidPattern as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
 class _DeprecatedAlias(argparse.Action):
     """A hidden old spelling of a flag: stores into the new flag's dest as the new flag would
     (appends for a repeatable one, else stores `const`), and is noted in `deprecated_flags`
@@ -190,6 +201,17 @@ def _parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="a group whose members may do so (default: system:masters; giving any replaces it)",
     )
+    w.add_argument(
+        "--override-allowed-path",
+        action="append",
+        default=[],
+        type=override_path,
+        metavar="JSON_POINTER",
+        help="a plaintext override path an untrusted writer may write in a namespace with a "
+        "quota, besides the default allow-list (it and everything beneath it; `*` stands for "
+        "any one token, e.g. /spec/template/spec/containers/*/workingDir; repeat or "
+        "comma-separate); docs/security.md",
+    )
     w.add_argument("--max-connections", type=int, default=1000)
     w.add_argument(
         "--read-timeout",
@@ -260,6 +282,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def webhook_config(args: argparse.Namespace) -> WebhookConfig:
+    from karmadaquota.overrides import AllowList
     from karmadaquota.trust import Writers
     from karmadaquota.webhook.app import WebhookConfig
     from karmadaquota.webhook.config import load_limited
@@ -281,6 +304,7 @@ def webhook_config(args: argparse.Namespace) -> WebhookConfig:
         metrics_bind_address=args.metrics_bind_address,
         metrics_port=args.metrics_port,
         writers=Writers.of(args.trusted_user, args.trusted_group),
+        allowed_overrides=AllowList.extended(args.override_allowed_path),
         client_ca_file=args.client_ca_file,
         metrics_auth=args.metrics_auth,
         metrics_auth_kubeconfig=args.metrics_auth_kubeconfig,

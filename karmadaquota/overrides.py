@@ -1,117 +1,323 @@
-"""Which overrides of an OverridePolicy change what a binding is charged — pure.
+"""Which overrides of an (Cluster)OverridePolicy an untrusted writer may make Karmada render — pure.
 
 Karmada renders each member's Work from the resource template and applies the OverridePolicies
-that select it *last* (`ensureWork`): a plaintext overrider (a JSON patch on the template) that
-replaces `/spec/replicas` or a container's `resources` runs more in the member than the binding,
-which was sized from the template before overrides, was charged for. Namespace editors may write
-OverridePolicies (Karmada's `karmada-edit`), so in a namespace with a quota an untrusted writer may
-not write an override that reaches what a charge reads (the webhook refuses it: docs/security.md).
+that select it *last* (`ensureWork`, after the binding was charged from the template). Namespace
+editors may write OverridePolicies (Karmada's `karmada-edit`), and Karmada's overriders reach any
+field: `/spec/replicas`, resources, `/metadata/name` (each rendered name one more full copy in the
+member), `/metadata/namespace`, a rollout's `strategy`, an `imageOverrider` predicate aimed at a
+quantity. A deny-list of dangerous paths leaks wherever Karmada has one more, so this is an
+**allow-list** (docs/security.md has the table and the reason for each entry): in a namespace
+with a quota an untrusted writer's policy holds only
 
-What a charge reads of a rendered workload, and so what an override must not touch:
-- the replica count and job sizing: any path through `replicas`, `parallelism`, `completions`;
-- the pod's resources: any path through `resources` (container or pod level) or `overhead`, and
-  whether an init container is a sidecar (`initContainers/<i>/restartPolicy`);
-- anything that holds those: the document root, a `spec`, a `template`, a `jobTemplate`, a whole
-  container list or a whole container (adding one adds its requests);
-- the `resourcetemplate.karmada.io/retain-replicas` label (a plaintext path to it, a value for
-  the whole labels or metadata holding it, or a `labelsOverrider` setting it): with it Karmada
-  keeps each member's own replicas, which no charge counts.
-Everything else — other labels, annotations, images, commands, arguments, env, node selectors,
-tolerations, a field inside a JSON/YAML string (`fieldOverrider`) — changes nothing charged.
+- `imageOverrider` without a `predicate` (Karmada rewrites the containers' `image`), or with one
+  whose `predicate.path` is a path where a plaintext `replace` is allowed;
+- `commandOverrider`, `argsOverrider` (a named container's command and args);
+- `labelsOverrider`, `annotationsOverrider` whose keys are outside Karmada's prefixes
+  (`karmada.io/`, `*.karmada.io/`, ours `quota.karmada.io/` among them);
+- `plaintext` under a path of `DEFAULT_PATHS` (or the platform team's additions), a label or
+  annotation of the workload or its pod template under the same key rule, and `/data`,
+  `/binaryData`, `/stringData` in a policy that selects only ConfigMaps and Secrets;
+- `fieldOverrider` on `/data/<key>` (or `binaryData`, `stringData`) in such a policy.
+
+Everything else — an unknown overrider kind or field, any other path — is refused by name.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import json
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from karmadaquota.pod_template import RETAIN_REPLICAS
+# Where a pod spec is in the kinds the charge understands: Deployment, StatefulSet, ReplicaSet,
+# DaemonSet, Job (`/spec/template`) and CronJob (`/spec/jobTemplate/spec/template`).
+POD_TEMPLATES = ("/spec/template", "/spec/jobTemplate/spec/template")
+# container fields that choose the program, never how many or how big (`*`: any one token)
+CONTAINER_FIELDS = ("image", "imagePullPolicy", "command", "args", "env", "envFrom")
+# pod fields that choose nodes inside a member, never the pod's size, count, priority or runtime
+POD_FIELDS = ("nodeSelector", "tolerations", "affinity", "topologySpreadConstraints")
+POD_REFERENCES = ("imagePullSecrets",)
+DEFAULT_PATHS: tuple[str, ...] = tuple(
+    [
+        f"{t}/spec/{lst}/*/{f}"
+        for t in POD_TEMPLATES
+        for lst in ("containers", "initContainers")
+        for f in CONTAINER_FIELDS
+    ]
+    + [f"{t}/spec/{f}" for t in POD_TEMPLATES for f in (*POD_FIELDS, *POD_REFERENCES)]
+)
+# the workload's and its pod template's labels and annotations: allowed key by key
+METADATA_MAPS: tuple[tuple[str, ...], ...] = tuple(
+    (*prefix, "metadata", m)
+    for prefix in ((), *(tuple(t.split("/")[1:]) for t in POD_TEMPLATES))
+    for m in ("labels", "annotations")
+)
+# a ConfigMap's or Secret's content: no pods, no name
+DATA_FIELDS = frozenset({"data", "binaryData", "stringData"})
+DATA_KINDS = frozenset({"ConfigMap", "Secret"})
 
-# a path through one of these reads (or rewrites) what is charged
-CHARGED_SEGMENTS = frozenset({"replicas", "parallelism", "completions", "resources", "overhead"})
-# replacing or removing one of these whole replaces what is charged inside it
-HOLDERS = frozenset({"", "spec", "template", "jobTemplate"})
-CONTAINER_LISTS = frozenset({"containers", "initContainers", "ephemeralContainers"})
+SPEC_FIELDS = frozenset({"resourceSelectors", "overrideRules", "targetCluster", "overriders"})
+RULE_FIELDS = frozenset({"targetCluster", "overriders"})
+OPERATORS = frozenset({"add", "remove", "replace"})
+# each overrider kind Karmada has (v1.17 to v1.19) and the fields of one entry
+ENTRY_FIELDS: Mapping[str, frozenset[str]] = {
+    "plaintext": frozenset({"path", "operator", "value"}),
+    "imageOverrider": frozenset({"predicate", "component", "operator", "value"}),
+    "commandOverrider": frozenset({"containerName", "operator", "value"}),
+    "argsOverrider": frozenset({"containerName", "operator", "value"}),
+    "labelsOverrider": frozenset({"operator", "value"}),
+    "annotationsOverrider": frozenset({"operator", "value"}),
+    "fieldOverrider": frozenset({"fieldPath", "json", "yaml"}),
+}
+PATCH_FIELDS = frozenset({"subPath", "operator", "value"})
 
 
-def _segments(path: str) -> list[str]:
-    """A JSON pointer's reference tokens, unescaped (RFC 6901)."""
-    if path in ("", "/"):
-        return [""]
+class InvalidPattern(ValueError):
+    """A path given to extend the allow-list is not a JSON pointer."""
+
+
+def tokens(path: str) -> list[str]:
+    """A JSON pointer's reference tokens, unescaped (RFC 6901), as Karmada's JSON patch reads
+    them."""
     return [t.replace("~1", "/").replace("~0", "~") for t in path.split("/")[1:]]
 
 
-def touches_charge(path: str) -> bool:
-    """Whether a JSON patch operation on `path` of a workload may change what is charged."""
-    tokens = _segments(path)
-    if any(t in CHARGED_SEGMENTS for t in tokens):
-        return True
-    if tokens == ["metadata", "labels", RETAIN_REPLICAS]:
-        return True  # the label with which Karmada keeps the members' own replicas
-    last = tokens[-1]
-    if last in HOLDERS or last in CONTAINER_LISTS:
-        return True
-    if len(tokens) >= 2 and tokens[-2] in CONTAINER_LISTS:
-        return True  # a whole container, or one added ("-")
-    for i, t in enumerate(tokens[:-2]):
-        if t == "initContainers" and tokens[i + 2] == "restartPolicy":
-            return True  # a sidecar's requests add up, an init container's do not
-    return False
+def karmada_key(key: str) -> bool:
+    """A label or annotation key under Karmada's prefixes (`karmada.io/`, `<x>.karmada.io/`,
+    ours `quota.karmada.io/` included): Karmada reads them on the rendered workload
+    (retain-replicas, conflict-resolution, its binding ids)."""
+    prefix, slash, _ = key.partition("/")
+    return bool(slash) and (prefix == "karmada.io" or prefix.endswith(".karmada.io"))
 
 
-def _plaintext(overriders: Any, where: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
-    if not isinstance(overriders, Mapping):
-        return
-    ops = overriders.get("plaintext") or []
+@dataclass(frozen=True, slots=True)
+class AllowList:
+    """The plaintext paths an untrusted writer may override: a path is allowed at a pattern or
+    beneath it; `*` in a pattern stands for any one token."""
+
+    patterns: tuple[tuple[str, ...], ...] = field(
+        default_factory=lambda: tuple(tuple(tokens(p)) for p in DEFAULT_PATHS)
+    )
+
+    @classmethod
+    def extended(cls, extra: Iterable[str]) -> AllowList:
+        """The default list plus the platform team's paths (flags: repeat or comma-separate)."""
+        added = []
+        for value in extra:
+            for p in (x.strip() for x in value.split(",")):
+                if not p:
+                    continue
+                if not p.startswith("/") or p == "/":
+                    raise InvalidPattern(
+                        f"override path {p!r} must be a JSON pointer below the root, "
+                        "e.g. /spec/template/spec/priorityClassName"
+                    )
+                added.append(tuple(tokens(p)))
+        return cls(cls().patterns + tuple(added))
+
+    def allows(self, path: list[str]) -> bool:
+        return any(
+            len(path) >= len(p) and all(a in ("*", b) for a, b in zip(p, path, strict=False))
+            for p in self.patterns
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """One override outside the allow-list: `what` says where and why; `key` identifies what
+    it renders (its context, kind and content) to tell an old one from a new one."""
+
+    what: str
+    key: bytes
+
+
+def _json(value: Any) -> bytes:
+    """Canonical JSON of a decoded review's value (any integer size: a review may carry one
+    orjson cannot write)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+
+
+@dataclass(frozen=True, slots=True)
+class _Rules:
+    allowed: AllowList
+    data_only: bool  # the policy selects only ConfigMaps and Secrets
+    context: bytes  # where the overriders apply: rule or legacy, and the target clusters
+
+    def refuse(self, what: str, *content: Any) -> Refusal:
+        return Refusal(what, self.context + b"|" + _json(list(content)))
+
+    def plaintext_path(self, path: str, operator: Any, value: Any) -> str | None:
+        """Why a plaintext operation is refused; None when it is allowed."""
+        if not path.startswith("/"):
+            return "not a JSON pointer"
+        if operator not in OPERATORS:
+            return f"operator {operator!r} unknown"
+        at = tokens(path)
+        for m in METADATA_MAPS:
+            if tuple(at[: len(m)]) != m:
+                continue
+            if len(at) > len(m):
+                key = at[len(m)]
+                return f"{key} is a Karmada key" if karmada_key(key) else None
+            keys = list(value) if isinstance(value, Mapping) else []
+            if operator != "remove" and not isinstance(value, Mapping):
+                return "not a map of keys"
+            named = [k for k in keys if karmada_key(str(k))]
+            return f"{', '.join(map(str, named))}: Karmada keys" if named else None
+        if self.allowed.allows(at):
+            return None
+        if self.data_only and at and at[0] in DATA_FIELDS:
+            return None
+        return "not on the allow-list"
+
+
+def _selects_data_only(spec: Mapping[str, Any]) -> bool:
+    """Every resource selector names a core ConfigMap or Secret (none: every kind)."""
+    selectors = spec.get("resourceSelectors")
+    return (
+        isinstance(selectors, list)
+        and bool(selectors)
+        and all(
+            isinstance(s, Mapping) and s.get("apiVersion") == "v1" and s.get("kind") in DATA_KINDS
+            for s in selectors
+        )
+    )
+
+
+def _entries(rules: _Rules, where: str, kind: str, ops: Any) -> Iterator[Refusal]:
     if not isinstance(ops, list):
+        yield rules.refuse(f"{where}.{kind}: not a list", kind, ops)
         return
     for j, op in enumerate(ops):
-        if isinstance(op, Mapping):
-            yield f"{where}.plaintext[{j}]", op
-
-
-def _retaining(overriders: Any, where: str) -> Iterator[str]:
-    """`labelsOverrider` entries that set the retain-replicas label."""
-    if not isinstance(overriders, Mapping):
-        return
-    ops = overriders.get("labelsOverrider") or []
-    for j, op in enumerate(ops if isinstance(ops, list) else []):
-        if not isinstance(op, Mapping) or op.get("operator") == "remove":
+        at = f"{where}.{kind}[{j}]"
+        if not isinstance(op, Mapping):
+            yield rules.refuse(f"{at}: not an object", kind, op)
             continue
-        value = op.get("value")
-        if isinstance(value, Mapping) and RETAIN_REPLICAS in value:
-            yield f"{where}.labelsOverrider[{j}]: {op.get('operator', '')} {RETAIN_REPLICAS}"
+        unknown = sorted(set(op) - ENTRY_FIELDS[kind])
+        if unknown:
+            yield rules.refuse(f"{at}.{unknown[0]}: an unknown field", kind, op)
+            continue
+        why = _entry(rules, kind, op)
+        if why is not None:
+            yield rules.refuse(f"{at}: {why}", kind, op)
 
 
-def charged_overrides(policy: Mapping[str, Any]) -> list[str]:
-    """Each overrider of an OverridePolicy that may change what is charged, as
-    `<field path>: <operator> <path>`; empty when the policy changes nothing charged."""
-    spec = policy.get("spec")
-    if not isinstance(spec, Mapping):
-        return []
-    found: list[tuple[str, Mapping[str, Any]]] = list(
-        _plaintext(spec.get("overriders"), "spec.overriders")
-    )
-    out = list(_retaining(spec.get("overriders"), "spec.overriders"))
-    rules = spec.get("overrideRules") or []
-    if isinstance(rules, list):
-        for i, rule in enumerate(rules):
-            if isinstance(rule, Mapping):
-                where = f"spec.overrideRules[{i}].overriders"
-                found.extend(_plaintext(rule.get("overriders"), where))
-                out.extend(_retaining(rule.get("overriders"), where))
-    for where, op in found:
+def _entry(rules: _Rules, kind: str, op: Mapping[str, Any]) -> str | None:
+    """Why one overrider entry is refused; None when it is allowed."""
+    operator = op.get("operator")
+    if kind == "plaintext":
         path = str(op.get("path") or "")
-        if touches_charge(path) or _sets_retain(path, op.get("value")):
-            out.append(f"{where}: {op.get('operator', '')} {path or '/'}")
+        why = rules.plaintext_path(path, operator, op.get("value"))
+        return None if why is None else f"{operator} {path or '/'}: {why}"
+    if kind == "imageOverrider":
+        predicate = op.get("predicate")
+        if predicate is None:
+            return None
+        at = predicate.get("path") if isinstance(predicate, Mapping) else None
+        if not isinstance(at, str) or set(predicate) != {"path"}:
+            return "predicate: not {path: <JSON pointer>}"
+        # Karmada reads the image at the path split on '/', then patches it as a JSON pointer:
+        # an escape would make the two differ
+        why = "an escape (~)" if "~" in at else rules.plaintext_path(at, "replace", "")
+        return None if why is None else f"predicate.path {at}: {why}"
+    if kind in ("commandOverrider", "argsOverrider"):
+        return None  # the named container's command or args: the program, never its size
+    if kind in ("labelsOverrider", "annotationsOverrider"):
+        value = op.get("value")
+        if not isinstance(value, Mapping):
+            return "value: not a map of keys"
+        # Karmada writes each key as a JSON pointer token escaping only '/': '~1' in a key
+        # is a '/' of the rendered key
+        named = [k for k in value if karmada_key(tokens("/" + str(k).replace("/", "~1"))[0])]
+        return f"{operator} {', '.join(map(str, named))}: Karmada keys" if named else None
+    return _field_overrider(rules, op)
+
+
+def _field_overrider(rules: _Rules, op: Mapping[str, Any]) -> str | None:
+    """A JSON or YAML document inside a string field: only a ConfigMap's or Secret's data."""
+    path = str(op.get("fieldPath") or "")
+    at = tokens(path) if path.startswith("/") else []
+    if not (rules.data_only and len(at) == 2 and at[0] in DATA_FIELDS):
+        return (
+            f"fieldPath {path or '/'}: only /data/<key> of a policy selecting only ConfigMaps "
+            "and Secrets"
+        )
+    for part in ("json", "yaml"):
+        patches = op.get(part) or []
+        if not isinstance(patches, list) or not all(
+            isinstance(p, Mapping) and set(p) <= PATCH_FIELDS for p in patches
+        ):
+            return f"{part}: an unknown field"
+    return None
+
+
+def _overriders(rules: _Rules, where: str, overriders: Any) -> Iterator[Refusal]:
+    if overriders is None:
+        return
+    if not isinstance(overriders, Mapping):
+        yield rules.refuse(f"{where}: not an object", "overriders", overriders)
+        return
+    for kind in sorted(overriders):
+        ops = overriders[kind]
+        if kind not in ENTRY_FIELDS:
+            yield rules.refuse(f"{where}.{kind}: not an overrider on the allow-list", kind, ops)
+        elif ops is not None:
+            yield from _entries(rules, where, kind, ops)
+
+
+def refusals(policy: Mapping[str, Any], allowed: AllowList | None = None) -> list[Refusal]:
+    """Each override of an (Cluster)OverridePolicy outside the allow-list; empty when an
+    untrusted writer may write it."""
+    spec = policy.get("spec")
+    if spec is None:
+        return []
+    top = _Rules(allowed or AllowList(), False, b"spec")
+    if not isinstance(spec, Mapping):
+        return [top.refuse("spec: not an object", spec)]
+    out = [
+        top.refuse(f"spec.{k}: an unknown field", k, spec[k])
+        for k in sorted(set(spec) - SPEC_FIELDS)
+    ]
+    data_only = _selects_data_only(spec)
+    rules = spec.get("overrideRules") or []
+    if not isinstance(rules, list):
+        return [*out, top.refuse("spec.overrideRules: not a list", rules)]
+    # the deprecated spec.overriders apply only when there are no overrideRules
+    legacy = b"legacy-active|" if not rules else b"legacy-inactive|"
+    context = _Rules(top.allowed, data_only, legacy + _json(spec.get("targetCluster")))
+    out.extend(_overriders(context, "spec.overriders", spec.get("overriders")))
+    for i, rule in enumerate(rules):
+        where = f"spec.overrideRules[{i}]"
+        if not isinstance(rule, Mapping):
+            out.append(top.refuse(f"{where}: not an object", rule))
+            continue
+        out.extend(
+            top.refuse(f"{where}.{k}: an unknown field", k, rule[k])
+            for k in sorted(set(rule) - RULE_FIELDS)
+        )
+        context = _Rules(top.allowed, data_only, b"rule|" + _json(rule.get("targetCluster")))
+        out.extend(_overriders(context, f"{where}.overriders", rule.get("overriders")))
     return out
 
 
-def _sets_retain(path: str, value: Any) -> bool:
-    """A plaintext value for the whole labels or metadata that holds the retain label."""
-    tokens = _segments(path)
-    if tokens == ["metadata"] and isinstance(value, Mapping):
-        value = value.get("labels")
-    elif tokens != ["metadata", "labels"]:
+def _selectors(policy: Mapping[str, Any]) -> bytes:
+    spec = policy.get("spec")
+    return _json(spec.get("resourceSelectors") if isinstance(spec, Mapping) else None)
+
+
+def only_as_before(
+    new: Mapping[str, Any],
+    old: Mapping[str, Any] | None,
+    refused: Sequence[Refusal],
+    allowed: AllowList | None = None,
+) -> bool:
+    """No refusal, or an update whose refused overrides are exactly the old policy's, in the
+    same order, for the same clusters and the same resources (a policy written before its
+    namespace had a quota): it renders nothing the old one did not. Order and count matter:
+    a second `add` of a container adds one more, and dropping the later of two replacements
+    of one field leaves the earlier one in force."""
+    if not refused:
+        return True
+    if old is None or _selectors(new) != _selectors(old):
         return False
-    return isinstance(value, Mapping) and RETAIN_REPLICAS in value
+    return [r.key for r in refusals(old, allowed)] == [r.key for r in refused]

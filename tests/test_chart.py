@@ -1065,3 +1065,32 @@ def test_the_webhook_trusts_the_controllers_identity_and_the_admins() -> None:
     )
     assert "--trusted-user=system:karmada:*" in more
     assert "--trusted-group=karmada" in more and "--trusted-group=system:masters" not in more
+
+
+def test_the_platform_team_extends_the_override_allow_list() -> None:
+    """docs/security.md: webhook.overrideAllowedPaths become --override-allowed-path flags;
+    the schema refuses what is not a JSON pointer below the root."""
+    assert not [a for a in _args(render(), "karmadaquota-webhook") if "override-allowed" in a]
+    paths = "{/spec/template/spec/priorityClassName,/spec/template/spec/containers/*/workingDir}"
+    args = _args(render(f"webhook.overrideAllowedPaths={paths}"), "karmadaquota-webhook")
+    assert "--override-allowed-path=/spec/template/spec/priorityClassName" in args
+    assert "--override-allowed-path=/spec/template/spec/containers/*/workingDir" in args
+    for bad in ('["spec/replicas"]', '["/"]'):
+        proc = helm(
+            *("template", "kq", str(CHART)),
+            *("--set-json", f"webhook.overrideAllowedPaths={bad}"),
+            check=False,
+        )
+        assert proc.returncode != 0 and "overrideAllowedPaths" in proc.stderr + proc.stdout, bad
+
+
+def test_cluster_override_policies_reach_the_override_webhook() -> None:
+    """A ClusterOverridePolicy is cluster scoped: its rule has scope Cluster, and the webhook
+    decides where it may apply (karmadaquota.webhook.app: admit_override)."""
+    (hook,) = [
+        w
+        for w in _registration(render())["webhooks"]
+        if w["name"] == "overridepolicy.quota.karmada.io"
+    ]
+    scopes = {r["resources"][0]: r["scope"] for r in hook["rules"]}
+    assert scopes == {"overridepolicies": "Namespaced", "clusteroverridepolicies": "Cluster"}

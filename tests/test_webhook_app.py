@@ -14,12 +14,14 @@ from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from karmadaquota import cli
 from karmadaquota.api import KarmadaQuota
 from karmadaquota.evaluate import Decision
 from karmadaquota.kube import paths
 from karmadaquota.kube.client import KubeError
 from karmadaquota.kube.quotas import QuotaStore
 from karmadaquota.kube.templates import TemplateStore
+from karmadaquota.overrides import AllowList, refusals
 from karmadaquota.trust import Writers
 from karmadaquota.webhook import review as review_mod
 from karmadaquota.webhook.app import (
@@ -783,11 +785,12 @@ async def test_a_tenant_may_not_override_what_is_charged(setup: Any) -> None:
     assert body["response"]["allowed"] is False
     assert body["response"]["status"]["message"] == (
         'overridepolicies.policy.karmada.io "op" is forbidden: user "alice" may not write an '
-        "override of what is charged (spec.overrideRules[0].overriders.plaintext[1]: replace "
-        "/spec/replicas) in a namespace with a KarmadaQuota (only Karmada's controllers and "
-        "scheduler, karmadaquota and cluster admins may: docs/security.md)"
+        "override off the allow-list (spec.overrideRules[0].overriders.plaintext[1]: replace "
+        "/spec/replicas: not on the allow-list; the platform team extends the list with "
+        "--override-allowed-path) in a namespace with a KarmadaQuota (only Karmada's "
+        "controllers and scheduler, karmadaquota and cluster admins may: docs/security.md)"
     )
-    # a platform admin may; a tenant may override what is not charged
+    # a platform admin may; a tenant may override what is on the list
     _, body = await post(client, "/validate-overridepolicy", review(doc, resource=OVERRIDES))
     assert body["response"]["allowed"] is True
     harmless = override_policy("/spec/template/spec/nodeSelector")
@@ -796,7 +799,7 @@ async def test_a_tenant_may_not_override_what_is_charged(setup: Any) -> None:
     )
     assert body["response"]["allowed"] is True
     # an update that keeps an override that was there before (a quota added later) passes;
-    # one that adds a charged override does not
+    # one that adds an override off the list does not
     _, body = await post(
         client,
         "/validate-overridepolicy",
@@ -809,6 +812,182 @@ async def test_a_tenant_may_not_override_what_is_charged(setup: Any) -> None:
         review(doc, "UPDATE", old=harmless, resource=OVERRIDES, user=TENANT),
     )
     assert body["response"]["allowed"] is False
+
+
+def with_overriders(overriders: dict[str, Any]) -> dict[str, Any]:
+    doc = override_policy()
+    doc["spec"]["overrideRules"][0]["overriders"] = overriders
+    return doc
+
+
+# issue 34: each passed before, and each ran more in the members than the quota's hard
+ATTACKS = {
+    "renamed": with_overriders(
+        {"plaintext": [{"path": "/metadata/name", "operator": "replace", "value": "web-2"}]}
+    ),
+    "moved": with_overriders(
+        {"plaintext": [{"path": "/metadata/namespace", "operator": "replace", "value": "b"}]}
+    ),
+    "image predicate on cpu": with_overriders(
+        {
+            "imageOverrider": [
+                {
+                    "predicate": {
+                        "path": "/spec/template/spec/containers/0/resources/requests/cpu"
+                    },
+                    "component": "Tag",
+                    "operator": "replace",
+                    "value": "2",
+                }
+            ]
+        }
+    ),
+    "surge": with_overriders(
+        {
+            "plaintext": [
+                {
+                    "path": "/spec/strategy",
+                    "operator": "replace",
+                    "value": {"rollingUpdate": {"maxSurge": "100%"}},
+                },
+                {"path": "/spec/minReadySeconds", "operator": "add", "value": 3600},
+            ]
+        }
+    ),
+    "unknown overrider": with_overriders({"replicasOverrider": [{"value": 5}]}),
+}
+EVERYDAY = {
+    "image": with_overriders(
+        {"imageOverrider": [{"component": "Registry", "operator": "replace", "value": "r.io"}]}
+    ),
+    "label": with_overriders({"labelsOverrider": [{"operator": "add", "value": {"team": "a"}}]}),
+    "command and args": with_overriders(
+        {
+            "commandOverrider": [{"containerName": "app", "operator": "add", "value": ["-v"]}],
+            "argsOverrider": [{"containerName": "app", "operator": "add", "value": ["-x"]}],
+        }
+    ),
+    "env": override_policy("/spec/template/spec/containers/0/env"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ATTACKS))
+async def test_issue_34s_overrides_are_refused_naming_the_rule(setup: Any, name: str) -> None:
+    client, _, _ = setup
+    _, body = await post(
+        client, "/validate-overridepolicy", review(ATTACKS[name], resource=OVERRIDES, user=TENANT)
+    )
+    assert body["response"]["allowed"] is False
+    assert body["response"]["status"]["reason"] == "Forbidden"
+    message = body["response"]["status"]["message"]
+    assert 'user "alice" may not write an override off the allow-list' in message
+    assert "spec.overrideRules[0].overriders." in message
+
+
+@pytest.mark.parametrize("name", sorted(EVERYDAY))
+async def test_everyday_overrides_are_the_tenants_to_write(setup: Any, name: str) -> None:
+    client, _, _ = setup
+    _, body = await post(
+        client, "/validate-overridepolicy", review(EVERYDAY[name], resource=OVERRIDES, user=TENANT)
+    )
+    assert body["response"]["allowed"] is True, body
+
+
+async def test_the_platform_team_extends_the_override_allow_list() -> None:
+    """--override-allowed-path (WebhookConfig.allowed_overrides): one more plaintext path."""
+    store = Replica(quota_doc(hard={"pods": "100"}))
+    doc = override_policy("/spec/template/spec/priorityClassName")
+    for allowed, admitted in [
+        (None, False),
+        (AllowList.extended(["/spec/template/spec/priorityClassName"]), True),
+    ]:
+        webhook = Webhook(
+            store.quota_store(), Batcher(store), WebhookMetrics(), allowed_overrides=allowed
+        )
+        req = review_mod.parse(json.dumps(review(doc, resource=OVERRIDES, user=TENANT)).encode())
+        assert (await webhook.admit_override(req)).allowed is admitted
+
+
+def test_the_override_allowed_path_flag_reaches_the_allow_list(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    parse = cli._parser().parse_args
+    base = ["webhook", "--tls-cert-file=c", "--tls-private-key-file=k"]
+    path = "/spec/template/spec/priorityClassName"
+    doc = override_policy(path)
+    assert refusals(doc, cli.webhook_config(parse(base)).allowed_overrides)
+    for flags in (
+        [f"--override-allowed-path={path}"],
+        [f"--override-allowed-path=/spec/x,{path}"],
+        ["--override-allowed-path=/spec/x", f"--override-allowed-path={path}"],
+    ):
+        config = cli.webhook_config(parse([*base, *flags]))
+        assert refusals(doc, config.allowed_overrides) == [], flags
+    with pytest.raises(SystemExit):
+        parse([*base, "--override-allowed-path=spec/replicas"])
+    assert "must be a JSON pointer below the root" in capsys.readouterr().err
+
+
+CLUSTER_OVERRIDES = {**OVERRIDES, "resource": "clusteroverridepolicies"}
+
+
+def cluster_policy(*namespaces: str) -> dict[str, Any]:
+    doc = ATTACKS["renamed"]
+    return {
+        **doc,
+        "kind": "ClusterOverridePolicy",
+        "metadata": {"name": "cop"},
+        "spec": {
+            **doc["spec"],
+            "resourceSelectors": [
+                {"apiVersion": "apps/v1", "kind": "Deployment", "namespace": n} for n in namespaces
+            ],
+        },
+    }
+
+
+async def test_a_cluster_override_policy_is_held_to_the_list_where_it_may_apply(
+    setup: Any,
+) -> None:
+    """A ClusterOverridePolicy applies in every namespace its selectors name (all of them
+    without one): an untrusted writer (karmada-edit does not grant it; a platform's GitOps
+    identity might) is held to the allow-list where it may reach a quota; trusted ones never."""
+    client, _, _ = setup
+
+    async def admitted(doc: dict[str, Any], user: dict[str, Any] = TENANT) -> bool:
+        body = review(doc, resource=CLUSTER_OVERRIDES, user=user)
+        body["request"]["namespace"] = ""
+        _, got = await post(client, "/validate-overridepolicy", body)
+        return bool(got["response"]["allowed"])
+
+    assert not await admitted(cluster_policy())  # every namespace, "ns" has a quota
+    assert not await admitted(cluster_policy("ns"))
+    assert not await admitted(cluster_policy("free", "ns"))
+    assert await admitted(cluster_policy("free"))  # no quota there: not ours
+    assert await admitted(cluster_policy("free", "../x"))  # no namespace has that name
+    assert await admitted(cluster_policy("ns"), CONTROLLER_MANAGER)
+    everyday = {**cluster_policy(), "spec": {**EVERYDAY["label"]["spec"]}}
+    assert await admitted(everyday)
+    body = review(cluster_policy(), resource=CLUSTER_OVERRIDES, user=TENANT)
+    _, got = await post(client, "/validate-overridepolicy", body)
+    assert got["response"]["status"]["message"].startswith(
+        'clusteroverridepolicies.policy.karmada.io "cop" is forbidden: user "alice" may not '
+        "write an override off the allow-list (spec.overrideRules[0].overriders.plaintext[0]: "
+        "replace /metadata/name: not on the allow-list"
+    )
+
+
+async def test_no_quota_anywhere_leaves_cluster_override_policies_alone() -> None:
+    body = review(cluster_policy(), resource=CLUSTER_OVERRIDES, user=TENANT)
+    body["request"]["namespace"] = ""
+    req = review_mod.parse(json.dumps(body).encode())
+    elsewhere = Replica(quota_doc(namespace="other", hard={"pods": "1"}))
+    webhook = Webhook(elsewhere.quota_store(), Batcher(elsewhere), WebhookMetrics())
+    assert not (await webhook.admit_override(req)).allowed
+    none = QuotaStore(FakeApiServer())
+    none.synced.set()
+    webhook = Webhook(none, Batcher(elsewhere), WebhookMetrics())
+    assert (await webhook.admit_override(req)).allowed
 
 
 async def test_overrides_in_a_namespace_without_quota_are_not_ours(setup: Any) -> None:

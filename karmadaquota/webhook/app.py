@@ -4,7 +4,8 @@
 batcher; `/mutate-resourcebinding` queues a new binding that a quota with `onExceed: Queue`
 cannot take (karmadaquota.queueing; it charges nothing, the validating route does);
 `/validate-karmadaquota` rejects quotas that CEL cannot fully check; `/validate-overridepolicy`
-refuses an untrusted writer's override of what is charged (karmadaquota.overrides); `/healthz`,
+refuses an untrusted writer's (Cluster)OverridePolicy off the allow-list of what it may make
+Karmada render where a quota is (karmadaquota.overrides); `/healthz`,
 `/readyz` (ready once the quota cache has synced) and `/metrics` serve operations.
 """
 
@@ -76,6 +77,8 @@ from karmadaquota.webhook.server import (
 
 log = logging.getLogger("karmadaquota.webhook")
 
+# what /validate-overridepolicy admits: namespaced and cluster-wide OverridePolicies
+OVERRIDE_PLURALS = (api.OVERRIDE_PLURAL, api.CLUSTER_OVERRIDE_PLURAL)
 REASON_INVALID = "Invalid"
 REASON_NOT_READY = "ServiceUnavailable"
 REASON_TIMEOUT = "Timeout"
@@ -122,6 +125,8 @@ class WebhookConfig:
     metrics_port: int | None = None
     # who may create bindings and change their spec in a namespace with a quota
     writers: trust.Writers = field(default_factory=trust.Writers)
+    # what an untrusted writer may override where a quota is (+ --override-allowed-path)
+    allowed_overrides: overrides.AllowList = field(default_factory=overrides.AllowList)
     # a client certificate signed by this CA is required on the HTTPS port (None: not asked)
     client_ca_file: str | None = None
     # who may read /metrics, on either port (metrics_auth.authorizer)
@@ -143,8 +148,11 @@ class Webhook:
         writers: trust.Writers | None = None,
         cluster: ClusterQuotas | None = None,
         templates: TemplateStore | None = None,
+        allowed_overrides: overrides.AllowList | None = None,
     ) -> None:
         self.quotas = quotas
+        # the plaintext paths an untrusted writer may override where a quota is
+        self.allowed_overrides = allowed_overrides or overrides.AllowList()
         # the resource templates' pods a binding is charged with (None: the binding's fields)
         self.templates = templates
         # ClusterKarmadaQuotas (None: not served, e.g. a unit test of namespaced quotas)
@@ -376,12 +384,14 @@ class Webhook:
         )
 
     async def admit_override(self, req: review.Request) -> Decision:
-        """An OverridePolicy in a namespace with a quota: an untrusted writer may not add an
-        override that changes what is charged (karmadaquota.overrides)."""
-        if req.resource.group != api.OVERRIDE_GROUP or req.resource.resource != api.OVERRIDE_PLURAL:
+        """An OverridePolicy in a namespace with a quota, or a ClusterOverridePolicy that may
+        apply in one: an untrusted writer may write only overrides on the allow-list
+        (karmadaquota.overrides; docs/security.md)."""
+        plural = req.resource.resource
+        if req.resource.group != api.OVERRIDE_GROUP or plural not in OVERRIDE_PLURALS:
             raise review.MalformedReview(
-                f"this endpoint admits {api.OVERRIDE_PLURAL}.{api.OVERRIDE_GROUP}, got "
-                f"{req.resource.resource}.{req.resource.group}"
+                f"this endpoint admits {' and '.join(OVERRIDE_PLURALS)}.{api.OVERRIDE_GROUP}, "
+                f"got {plural}.{req.resource.group}"
             )
         obj = _written(req)
         if obj is None:
@@ -390,24 +400,48 @@ class Webhook:
             return NOT_SYNCED
         if self.writers.trusts(req.userInfo):
             return Decision(True)
-        selecting = await self._selecting(req.namespace)
-        if isinstance(selecting, Decision):
-            return selecting
-        charged = overrides.charged_overrides(obj)
-        if not charged or charged == overrides.charged_overrides(req.oldObject or {}):
-            return Decision(True)  # nothing charged, or only what was there before
+        refused = overrides.refusals(obj, self.allowed_overrides)
+        if overrides.only_as_before(obj, req.oldObject, refused, self.allowed_overrides):
+            return Decision(True)  # all on the list, or only what was there before
+        if plural == api.OVERRIDE_PLURAL:
+            limited = await self._selecting(req.namespace)
+        else:
+            limited = await self._cluster_policy_limited(obj)
+        if isinstance(limited, Decision):
+            return limited
         name = (obj.get("metadata") or {}).get("name") or req.name
         return Decision(
             False,
             trust.forbidden_message(
-                f"{api.OVERRIDE_PLURAL}.{api.OVERRIDE_GROUP}",
+                f"{plural}.{api.OVERRIDE_GROUP}",
                 str(name),
                 req.userInfo,
                 "write",
-                f"an override of what is charged ({'; '.join(charged)})",
+                f"an override off the allow-list ({'; '.join(r.what for r in refused)}; the "
+                "platform team extends the list with --override-allowed-path)"
+                + ("" if plural == api.OVERRIDE_PLURAL else " that applies"),
             ),
             REASON_FORBIDDEN,
         )
+
+    async def _cluster_policy_limited(self, obj: Mapping[str, Any]) -> list[str] | Decision:
+        """Whether a ClusterOverridePolicy may apply in a namespace with a quota (a list: it
+        may; Decision: allowed, or unknown). It applies in the namespaces its resource
+        selectors name; a selector without a namespace (or no selector) names them all."""
+        spec = obj.get("spec")
+        selectors = spec.get("resourceSelectors") if isinstance(spec, Mapping) else None
+        named = [s.get("namespace") if isinstance(s, Mapping) else None for s in selectors or [0]]
+        namespaces = sorted({n for n in named if isinstance(n, str) and n})
+        if len(namespaces) == 0 or not all(isinstance(n, str) and n for n in named):
+            anywhere = len(self.quotas) > 0 or (self.cluster is not None and self.cluster.any())
+            return ["*"] if anywhere else Decision(True)
+        for namespace in namespaces:
+            if paths.label_errors(namespace):
+                continue  # no namespace has that name: the selector selects nothing
+            limited = await self._selecting(namespace)
+            if not isinstance(limited, Decision) or not limited.allowed:
+                return limited
+        return Decision(True)
 
     def _synced(self) -> bool:
         """Quotas (and cluster quotas) listed: before that, a namespace cannot be known to hold
@@ -858,7 +892,15 @@ async def running(config: WebhookConfig) -> AsyncIterator[tuple[Webhook, int]]:
     )
     templates = TemplateStore(client)
     webhook = Webhook(
-        quotas, batcher, metrics, store.api_seconds, refusals, config.writers, cluster, templates
+        quotas,
+        batcher,
+        metrics,
+        store.api_seconds,
+        refusals,
+        config.writers,
+        cluster,
+        templates,
+        config.allowed_overrides,
     )
     certs = CertReloader(
         config.cert_file,

@@ -194,6 +194,19 @@ async def placed(s: Stack, ns: str, name: str, pods: int) -> JSON:
     return await eventually(check, 60, f"{name} placed and {pods} pods running", interval=0.1)
 
 
+def everywhere(ns: str, api_version: str, kind: str, name: str, members: list[str]) -> JSON:
+    """A PropagationPolicy of one object to every member (the whole object in each)."""
+    return {
+        "apiVersion": "policy.karmada.io/v1alpha1",
+        "kind": "PropagationPolicy",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "resourceSelectors": [{"apiVersion": api_version, "kind": kind, "name": name}],
+            "placement": {"clusterAffinity": {"clusterNames": members}},
+        },
+    }
+
+
 def events_about(events: JSON, name: str) -> str:
     return "\n".join(
         e.get("message", "")
@@ -339,15 +352,7 @@ async def test_what_karmada_cannot_count_is_refused_with_the_way_out(stack: Stac
             },
         },
     }
-    ds_policy = {
-        "apiVersion": "policy.karmada.io/v1alpha1",
-        "kind": "PropagationPolicy",
-        "metadata": {"name": "agent", "namespace": ns},
-        "spec": {
-            "resourceSelectors": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent"}],
-            "placement": {"clusterAffinity": {"clusterNames": members}},
-        },
-    }
+    ds_policy = everywhere(ns, "apps/v1", "DaemonSet", "agent", members)
     keep_policy = divided_policy(ns, "keep", members, "keep")
     keep_policy["spec"]["preserveResourcesOnDeletion"] = True
     async with members_within(s, ns, 2):
@@ -395,17 +400,7 @@ async def test_a_kind_whose_pods_nothing_counts_is_refused_and_runs_nowhere(
             },
         },
     }
-    policy = {
-        "apiVersion": "policy.karmada.io/v1alpha1",
-        "kind": "PropagationPolicy",
-        "metadata": {"name": "rc", "namespace": ns},
-        "spec": {
-            "resourceSelectors": [
-                {"apiVersion": "v1", "kind": "ReplicationController", "name": "rc"}
-            ],
-            "placement": {"clusterAffinity": {"clusterNames": members}},
-        },
-    }
+    policy = everywhere(ns, "v1", "ReplicationController", "rc", members)
     async with members_within(s, ns, 0):
         await tenant_apply(s, rc, policy)
 

@@ -1110,3 +1110,14 @@ def test_declared_workload_kinds_reach_both_programs_with_the_rights_to_read_the
             role["rules"]
         ), component
     assert not [a for a in _args(render(), "karmadaquota-webhook") if "workload-kind" in a]
+    # their templates reach /validate-template as the built-in kinds' do (a pod that grows)
+    (vwc,) = manifests["validatingwebhookconfiguration.yaml"]
+    hooks = {w["name"]: w for w in vwc["webhooks"]}
+    declared = hooks["declared-template.quota.karmada.io"]
+    assert declared["clientConfig"]["url"].endswith("/validate-template")
+    assert [(r["apiGroups"], r["apiVersions"], r["resources"]) for r in declared["rules"]] == [
+        (["apps.kruise.io"], ["v1alpha1"], ["clonesets"]),
+        ([""], ["v1"], ["replicationcontrollers"]),
+    ]
+    (default,) = karmada_objects(render())["validatingwebhookconfiguration.yaml"]
+    assert "declared-template.quota.karmada.io" not in {w["name"] for w in default["webhooks"]}

@@ -7,6 +7,7 @@ costs R × one replica of the pod at its declared template path, as Kubernetes c
 
 from __future__ import annotations
 
+import copy
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -199,6 +200,31 @@ async def test_a_declared_kind_is_charged_from_its_declared_paths_by_both_progra
     counted = dict(zip(entry.usage.names, entry.usage.total, strict=True))
     assert counted["requests.cpu"] == 1500 * 1_000_000  # nano-units
     assert counted["pods"] == 3 * 1_000_000_000
+
+
+async def test_a_declared_kind_s_template_whose_pod_grows_past_the_quota_is_refused(
+    kinds: Kinds,
+) -> None:
+    """docs/charging.md: Karmada renders the template as it is on its next sync of the binding,
+    so a pod that grows is charged when the template is written, declared kind or not."""
+    api = FakeApiServer()
+    template = api.create(CLONESETS, cloneset("300m", replicas=2))
+    doc = cloneset_binding(template, 2, {"member1": 2})
+    async for client in started(api, kinds, quota_doc(hard={"pods": "4", "requests.cpu": "2"})):
+        assert (await answer(client, doc))["allowed"]  # 2 × (300m + 200m)
+        api.create("/apis/work.karmada.io/v1alpha2/namespaces/ns/resourcebindings", doc)
+        grown = copy.deepcopy(template)
+        grown["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "900m"
+        resource = {"group": "apps.kruise.io", "version": "v1alpha1", "resource": "clonesets"}
+        _, body = await post(
+            client, "/validate-template", review(grown, "UPDATE", template, resource=resource)
+        )
+        assert not body["response"]["allowed"]
+        # 2 × (900m + 200m) = 2200m, of which 1000m is charged already
+        assert body["response"]["status"]["message"] == (
+            "exceeded quota: team-a, requested: requests.cpu=1200m, used: requests.cpu=1, "
+            "limited: requests.cpu=2"
+        )
 
 
 def test_a_declared_kind_s_replicas_path_is_what_karmada_renders_while_its_binding_has_none(

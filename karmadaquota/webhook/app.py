@@ -270,20 +270,23 @@ class Webhook:
             raise review.MalformedReview(f"request.object is required for {req.operation}")
         if req.operation == "UPDATE" and req.oldObject is None:
             raise review.MalformedReview("request.oldObject is required for UPDATE")
-        try:  # a Scale has no pod: the template's is the one held (kube.templates)
-            new_pod = None if scale else of_template(obj)
-            old_pod = of_template(req.oldObject) if req.oldObject and not scale else None
-        except QuantityError as e:
-            return Decision(False, f"invalid {obj.get('kind')}: {e}", REASON_INVALID)
         meta = obj.get("metadata") or {}
         name = str(meta.get("name") or req.name)
         kind = str(obj.get("kind") or "")
         group = str(obj.get("apiVersion") or "").rpartition("/")[0]
+        # a declared kind's pod and replicas are at its declared paths (karmadaquota.kinds)
+        declared = None if scale else self.kinds.pod_paths(group, kind)
+        try:  # a Scale has no pod: the template's is the one held (kube.templates)
+            new_pod = None if scale else of_template(obj, declared)
+            old_pod = of_template(req.oldObject, declared) if req.oldObject and not scale else None
+        except QuantityError as e:
+            return Decision(False, f"invalid {obj.get('kind')}: {e}", REASON_INVALID)
         if scale:
             group = req.resource.group
             kind = SCALED.get((group, req.resource.resource), "")
-        replicas = replicas_of(obj) or 0
-        old_replicas = replicas_of(req.oldObject or {}) or 0
+        replicas_path = declared[1] if declared else None
+        replicas = replicas_of(obj, replicas_path) or 0
+        old_replicas = replicas_of(req.oldObject or {}, replicas_path) or 0
         scaled_up = req.operation == "UPDATE" and replicas > old_replicas
         if self.templates is None or (new_pod is None and not (scale and scaled_up and kind)):
             return Decision(True)

@@ -194,6 +194,19 @@ async def placed(s: Stack, ns: str, name: str, pods: int) -> JSON:
     return await eventually(check, 60, f"{name} placed and {pods} pods running", interval=0.1)
 
 
+def everywhere(ns: str, api_version: str, kind: str, name: str, members: list[str]) -> JSON:
+    """A PropagationPolicy of one object to every member (the whole object in each)."""
+    return {
+        "apiVersion": "policy.karmada.io/v1alpha1",
+        "kind": "PropagationPolicy",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "resourceSelectors": [{"apiVersion": api_version, "kind": kind, "name": name}],
+            "placement": {"clusterAffinity": {"clusterNames": members}},
+        },
+    }
+
+
 def events_about(events: JSON, name: str) -> str:
     return "\n".join(
         e.get("message", "")
@@ -501,15 +514,7 @@ async def test_what_karmada_cannot_count_is_refused_with_the_way_out(stack: Stac
             },
         },
     }
-    ds_policy = {
-        "apiVersion": "policy.karmada.io/v1alpha1",
-        "kind": "PropagationPolicy",
-        "metadata": {"name": "agent", "namespace": ns},
-        "spec": {
-            "resourceSelectors": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent"}],
-            "placement": {"clusterAffinity": {"clusterNames": members}},
-        },
-    }
+    ds_policy = everywhere(ns, "apps/v1", "DaemonSet", "agent", members)
     keep_policy = divided_policy(ns, "keep", members, "keep")
     keep_policy["spec"]["preserveResourcesOnDeletion"] = True
     async with members_within(s, ns, 2):
@@ -528,6 +533,113 @@ async def test_what_karmada_cannot_count_is_refused_with_the_way_out(stack: Stac
             with pytest.raises(NotFound):
                 await s.api.get(BINDINGS.format(ns=ns) + f"/{binding}")
     assert await running(s, ns) == {m: 0 for m in members}
+
+
+async def test_a_kind_whose_pods_nothing_counts_is_refused_and_runs_nowhere(
+    stack: Stack, ns: str
+) -> None:
+    """The issue's ReplicationController: its binding carries no replicas, so it ran 5 × 500m
+    in the members under pods=1, requests.cpu=1 while `status.used` said pods=0. A kind off the
+    allow-list is refused by a quota tracking pods or compute, naming both ways out (declare
+    the kind, or memberEnforcement); no member runs a pod of it at any poll."""
+    s = stack
+    members = list(s.members)
+    await quota(s, ns, pods="1", **{"requests.cpu": "1"})
+    rc = {
+        "apiVersion": "v1",
+        "kind": "ReplicationController",
+        "metadata": {"name": "rc", "namespace": ns},
+        "spec": {
+            "replicas": 5,
+            "selector": {"app": "rc"},
+            "template": {
+                "metadata": {"labels": {"app": "rc"}},
+                "spec": {
+                    "containers": [
+                        {"name": "a", "image": "nginx", "resources": {"requests": {"cpu": "500m"}}}
+                    ]
+                },
+            },
+        },
+    }
+    policy = everywhere(ns, "v1", "ReplicationController", "rc", members)
+    async with members_within(s, ns, 0):
+        await tenant_apply(s, rc, policy)
+
+        async def refused() -> bool:
+            events = await s.api.get(f"/api/v1/namespaces/{ns}/events")
+            return "ReplicationController: not a kind whose pods" in events_about(events, "rc")
+
+        await eventually(refused, 60, "the binding refused, in the template's events", interval=0.2)
+        message = events_about(await s.api.get(f"/api/v1/namespaces/{ns}/events"), "rc")
+        assert "--workload-kind" in message, message  # declare the kind
+        assert "set memberEnforcement: ResourceQuota" in message, message  # or guard the members
+        with pytest.raises(NotFound):
+            await s.api.get(BINDINGS.format(ns=ns) + "/rc-replicationcontroller")
+        for client in s.members.values():
+            with pytest.raises(NotFound):
+                await client.get(f"/api/v1/namespaces/{ns}/replicationcontrollers/rc")
+    assert await running(s, ns) == {m: 0 for m in members}
+
+
+async def test_propagate_deps_carries_a_deployment_s_configmap_and_secret_into_a_quota(
+    stack: Stack, ns: str
+) -> None:
+    """A false refusal of the issue: with `propagateDeps: true` the ConfigMap a Deployment
+    reads gets a binding whose `requiredBy` carries the Deployment's replicas; it was charged
+    them again and refused ('must specify requests.cpu'), so it never reached the member. In
+    a quota with room, the Deployment's pods run and its ConfigMap and Secret reach every
+    member running them, each charged as one object."""
+    s = stack
+    members = list(s.members)
+    hard = {"pods": "4", "requests.cpu": "1", "configmaps": "2", "count/secrets": "2"}
+    await quota(s, ns, **hard)
+    web = deployment(ns, "web", 2, CPU)
+    web["spec"]["template"]["spec"]["containers"][0]["envFrom"] = [
+        {"configMapRef": {"name": "app-config"}},
+        {"secretRef": {"name": "app-secret"}},
+    ]
+    config = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "app-config", "namespace": ns},
+        "data": {"MODE": "prod"},
+    }
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "app-secret", "namespace": ns},
+        "stringData": {"TOKEN": "t"},
+    }
+    policy = divided_policy(ns, "web", members, "web")
+    policy["spec"]["propagateDeps"] = True
+    async with members_within(s, ns, 2):
+        await tenant_apply(s, config, secret, web, policy)
+
+        async def arrived() -> bool:
+            pods = await running(s, ns)
+            if sum(pods.values()) != 2:
+                return False
+            for m, n in pods.items():
+                if n == 0:
+                    continue
+                for path in ("configmaps/app-config", "secrets/app-secret"):
+                    try:
+                        await s.members[m].get(f"/api/v1/namespaces/{ns}/{path}")
+                    except NotFound:
+                        return False
+            return True
+
+        await eventually(arrived, 90, "2 pods, and their ConfigMap and Secret beside them")
+        await settled(s, ns)
+        used = (await s.api.get(QUOTAS.format(ns=ns) + "/team"))["status"]["used"]
+        # docs/charging.md: 2 replicas × 100m, and one object for each dependency
+        assert used == {
+            "pods": "2",
+            "requests.cpu": "200m",
+            "configmaps": "1",
+            "count/secrets": "1",
+        }
 
 
 async def test_a_removed_enforcement_label_comes_back_within_a_second(

@@ -19,10 +19,13 @@ A template never lowers a charge: a binding whose template is unknown or unreada
 from its own fields, and a quota that limits a resource then refuses it
 (`Charge.missing_limits`), as it refuses a pod without that limit.
 
-What Karmada may run beyond any count is named in `Charge.uncounted` (evaluate refuses it
-against a quota tracking pods or compute that the members do not enforce): a workload whose
-replicas Karmada cannot count (a DaemonSet, a CronJob), and a binding whose rendered resources
-stay in the members after it is deleted (`preserveResourcesOnDeletion`).
+Which kinds are charged pods is an allow-list (`karmadaquota.kinds`): a kind known to run no
+pods is charged its own object and never replicas, wherever Karmada renders it (a dependency
+binding's `requiredBy` carries its owner's replicas); a kind whose pods no charge counts (a
+DaemonSet, a ReplicationController, an undeclared custom resource) is named in
+`Charge.uncounted` (evaluate refuses it against a quota tracking pods or compute that the
+members do not enforce), and so is a pod-running binding whose rendered resources stay in the
+members after it is deleted (`preserveResourcesOnDeletion`).
 
 A binding with no replicas of its own (`spec.replicas` 0) is one whose replicas Karmada's
 binding controller does not revise: Karmada v1.16 revises a member's replicas only when the
@@ -41,9 +44,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from karmadaquota import pod_template, queued, resources
 from karmadaquota.api import ResourceBinding, ResourceBindingSpec
+from karmadaquota.kinds import BUILTIN, Kinds, Runs
 from karmadaquota.pod_template import PodCharge
 from karmadaquota.quantity import Quantity
 from karmadaquota.resources import ResourceList, count_name
@@ -59,10 +64,6 @@ _LEGACY_COUNTS = {
     "ConfigMap": "configmaps",
     "PersistentVolumeClaim": "persistentvolumeclaims",
 }
-
-# Kinds that create pods but whose replicas Karmada's default interpreter cannot count: their
-# bindings carry no replicas (group, kind).
-UNCOUNTABLE_KINDS = frozenset({("apps", "DaemonSet"), ("batch", "CronJob")})
 
 _ONE = Quantity.from_int(1)
 _ZERO = Quantity.zero()
@@ -134,16 +135,18 @@ def _is_best_effort(requests: Mapping[str, Quantity]) -> bool:
     return all(q.is_zero for name, q in requests.items() if name != "pods")
 
 
-def charge(binding: ResourceBinding, pod: PodCharge | None = None) -> Charge:
+def charge(
+    binding: ResourceBinding, pod: PodCharge | None = None, kinds: Kinds = BUILTIN
+) -> Charge:
     """The binding's charge; `pod`: one replica of its resource template as Kubernetes charges
-    it (karmadaquota.pod_template), None when unknown. Raises QuantityError naming the field on
-    a bad quantity.
+    it (karmadaquota.pod_template), None when unknown; `kinds`: the declared kinds besides the
+    built-in ones (karmadaquota.kinds). Raises QuantityError naming the field on a bad quantity.
 
     A binding queued by a quota (`queued.queued_by`) is charged nothing: it keeps its traits
     (scopes), its missing requests and its invalid values (refused all the same), so that the
     update that admits it is charged in full by `evaluate`.
     """
-    full = full_charge(binding, pod)
+    full = full_charge(binding, pod, kinds)
     return queued_charge(full) if queued.queued_by(binding) else full
 
 
@@ -152,9 +155,14 @@ def queued_charge(full: Charge) -> Charge:
     return replace(full, total={}, per_cluster={})
 
 
-def full_charge(binding: ResourceBinding, pod: PodCharge | None = None) -> Charge:
+def full_charge(
+    binding: ResourceBinding, pod: PodCharge | None = None, kinds: Kinds = BUILTIN
+) -> Charge:
     """What the binding costs once admitted, queued or not (the queue's fit checks)."""
-    if pod is not None and pod.replicas:
+    runs = kinds.runs(binding.spec.resource.apiVersion, binding.spec.resource.kind)
+    if runs is Runs.NOTHING:
+        binding, pod = without_replicas(binding), None
+    elif pod is not None and pod.replicas:
         binding = unrevised(binding, pod.replicas)
     spec = binding.spec
     objects: ResourceList = {count_name(spec.resource.apiVersion, spec.resource.kind): _ONE}
@@ -166,7 +174,7 @@ def full_charge(binding: ResourceBinding, pod: PodCharge | None = None) -> Charg
     found = (
         _multi_component(spec, objects) if len(spec.components) > 1 else _single(spec, objects, pod)
     )
-    uncounted = _uncounted(spec)
+    uncounted = _uncounted(spec, kinds, runs)
     if pod is not None and pod.retained:
         uncounted += (
             f"metadata.labels: {pod_template.RETAIN_REPLICAS}: Karmada keeps the members' own "
@@ -175,14 +183,13 @@ def full_charge(binding: ResourceBinding, pod: PodCharge | None = None) -> Charg
     return replace(found, uncounted=uncounted) if uncounted else found
 
 
-def _uncounted(spec: ResourceBindingSpec) -> tuple[str, ...]:
+def _uncounted(spec: ResourceBindingSpec, kinds: Kinds, runs: Runs) -> tuple[str, ...]:
     out: list[str] = []
-    group = spec.resource.apiVersion.rpartition("/")[0]
-    if (group, spec.resource.kind) in UNCOUNTABLE_KINDS:
-        out.append(
-            f"spec.resource: {spec.resource.kind}.{group}: Karmada cannot count its replicas"
-        )
-    if spec.preserveResourcesOnDeletion:
+    kind = kinds.uncounted(spec.resource.apiVersion, spec.resource.kind)
+    if kind is not None:
+        out.append(kind)
+    # what a kind that runs no pods leaves behind runs nothing either
+    if spec.preserveResourcesOnDeletion and runs is not Runs.NOTHING:
         out.append(
             "spec.preserveResourcesOnDeletion: true: what it runs stays in the members after "
             "the binding is deleted"
@@ -328,14 +335,39 @@ def unrevised(binding: ResourceBinding, replicas: int) -> ResourceBinding:
     never does, so this is the most either renders)."""
     if binding.spec.replicas != 0 or replicas <= 0:
         return binding
-    clusters = [c.model_copy(update={"replicas": replicas}) for c in binding.spec.clusters]
-    required = [
-        s.model_copy(
-            update={"clusters": [c.model_copy(update={"replicas": replicas}) for c in s.clusters]}
-        )
-        for s in binding.spec.requiredBy
-    ]
     spec = binding.spec.model_copy(
-        update={"replicas": replicas, "clusters": clusters, "requiredBy": required}
+        update={"replicas": replicas, **_in_every_cluster(binding.spec, replicas)}
     )
     return binding.model_copy(update={"spec": spec})
+
+
+def _in_every_cluster(spec: ResourceBindingSpec, replicas: int) -> dict[str, Any]:
+    """`spec.clusters` and `spec.requiredBy` with `replicas` in each of their clusters."""
+    return {
+        "clusters": [c.model_copy(update={"replicas": replicas}) for c in spec.clusters],
+        "requiredBy": [
+            s.model_copy(
+                update={
+                    "clusters": [c.model_copy(update={"replicas": replicas}) for c in s.clusters]
+                }
+            )
+            for s in spec.requiredBy
+        ],
+    }
+
+
+def without_replicas(binding: ResourceBinding) -> ResourceBinding:
+    """The binding of a kind that runs no pods as what it runs: its object in every cluster
+    Karmada renders it into, no replicas there whatever its fields (or its `requiredBy`,
+    which carries its owner's) say."""
+    spec = binding.spec
+    update = {
+        "replicas": 0,
+        "replicaRequirements": None,
+        "components": [],
+        **_in_every_cluster(spec, 0),
+        "gracefulEvictionTasks": [
+            t.model_copy(update={"replicas": 0}) for t in spec.gracefulEvictionTasks
+        ],
+    }
+    return binding.model_copy(update={"spec": spec.model_copy(update=update)})

@@ -31,6 +31,33 @@ def positive_int(text: str) -> int:
     return value
 
 
+def workload_kind(text: str) -> str:
+    """A `--workload-kind` value, checked when the flags are parsed."""
+    from karmadaquota.kinds import Kinds
+
+    try:
+        Kinds.of([text])
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
+def _workload_kind_flag(p: argparse.ArgumentParser) -> None:
+    """Both programs charge with the same kinds: each takes the flag."""
+    p.add_argument(
+        "--workload-kind",
+        action="append",
+        default=[],
+        type=workload_kind,
+        metavar="APIVERSION/KIND=RESOURCE:REPLICAS_PATH:POD_TEMPLATE_PATH",
+        help="charge this kind's pods from its replicas and pod template paths (as Karmada's "
+        "resource interpreter customization reads them), e.g. "
+        "apps.kruise.io/v1alpha1/CloneSet=clonesets:spec.replicas:spec.template; a kind "
+        "neither declared nor known (docs/charging.md) is refused by quotas tracking pods or "
+        "compute unless the members enforce them; grant get, list and watch on it",
+    )
+
+
 def wake_kind(text: str) -> str:
     """A `--wake-kind` value, checked when the flags are parsed."""
     from karmadaquota.controller.wake import Kind
@@ -212,6 +239,7 @@ def _parser() -> argparse.ArgumentParser:
         "any one token, e.g. /spec/template/spec/containers/*/workingDir; repeat or "
         "comma-separate); docs/security.md",
     )
+    _workload_kind_flag(w)
     w.add_argument("--max-connections", type=int, default=1000)
     w.add_argument(
         "--read-timeout",
@@ -241,6 +269,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--metrics-port", type=int, default=8080)
     _aux_flags(c)
     c.add_argument("--namespace", default="karmada-system", help="namespace of the leader Lease")
+    _workload_kind_flag(c)
     c.add_argument("--no-member-watch", action="store_true", help="skip member-cluster pods")
     c.add_argument(
         "--no-tenant-views",
@@ -282,6 +311,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def webhook_config(args: argparse.Namespace) -> WebhookConfig:
+    from karmadaquota.kinds import Kinds
     from karmadaquota.overrides import AllowList
     from karmadaquota.trust import Writers
     from karmadaquota.webhook.app import WebhookConfig
@@ -309,6 +339,7 @@ def webhook_config(args: argparse.Namespace) -> WebhookConfig:
         metrics_auth=args.metrics_auth,
         metrics_auth_kubeconfig=args.metrics_auth_kubeconfig,
         aux_limits=aux_limits(args),
+        kinds=Kinds.of(args.workload_kind),
     )
 
 

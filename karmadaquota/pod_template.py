@@ -30,7 +30,8 @@ from karmadaquota.quantity import Quantity
 from karmadaquota.resources import ResourceList
 
 # (group, kind) -> the path of the pod spec in the template. DaemonSets and CronJobs are not
-# here: Karmada cannot count their replicas (charge.UNCOUNTABLE_KINDS).
+# here: Karmada cannot count their replicas (kinds.UNCOUNTABLE). A kind the platform team
+# declared (kinds.Declared) gives its own paths.
 POD_SPEC_PATHS: dict[tuple[str, str], tuple[str, ...]] = {
     ("apps", "Deployment"): ("spec", "template", "spec"),
     ("apps", "StatefulSet"): ("spec", "template", "spec"),
@@ -75,16 +76,19 @@ SCALED: dict[tuple[str, str], str] = {
 }
 
 
-def replicas_of(obj: Mapping[str, Any]) -> int | None:
+def replicas_of(obj: Mapping[str, Any], path: tuple[str, ...] | None = None) -> int | None:
     """The replicas a template asks for, as Karmada's interpreter reads them: `spec.replicas`
     of a Deployment, StatefulSet or ReplicaSet (1 when absent: the API server's default) or of
     their `autoscaling/v1` Scale (0 when absent: omitted when zero), a Job's
-    `spec.parallelism` (default 1); None for a kind without replicas or a value that is not a
-    count."""
+    `spec.parallelism` (default 1), a declared kind's at its `path` (0 when absent); None for a
+    kind without replicas or a value that is not a count."""
     kind = str(obj.get("kind") or "")
     spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
     assert isinstance(spec, Mapping)
-    if kind in SCALED.values():
+    if path is not None:
+        value = _at(obj, path)
+        value = 0 if value is None else value
+    elif kind in SCALED.values():
         value = spec.get("replicas", 1)
     elif kind == "Scale":
         value = spec.get("replicas", 0)
@@ -95,16 +99,24 @@ def replicas_of(obj: Mapping[str, Any]) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def pod_spec(template: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The pod spec of a template whose kind has one; None otherwise."""
+def pod_spec(
+    template: Mapping[str, Any], path: tuple[str, ...] | None = None
+) -> Mapping[str, Any] | None:
+    """The pod spec of a template whose kind has one (at `path` for a declared kind); None
+    otherwise."""
     group = str(template.get("apiVersion") or "").rpartition("/")[0]
-    path = POD_SPEC_PATHS.get((group, str(template.get("kind") or "")))
+    path = path or POD_SPEC_PATHS.get((group, str(template.get("kind") or "")))
     if path is None:
         return None
-    node: Any = template
+    node = _at(template, path)
+    return node if isinstance(node, Mapping) else None
+
+
+def _at(obj: Mapping[str, Any], path: tuple[str, ...]) -> Any:
+    node: Any = obj
     for key in path:
         node = node.get(key) if isinstance(node, Mapping) else None
-    return node if isinstance(node, Mapping) else None
+    return node
 
 
 def _own(container: Mapping[str, Any], part: str, where: str) -> ResourceList:
@@ -165,16 +177,20 @@ def of_spec(spec: Mapping[str, Any]) -> PodCharge:
     return PodCharge(pod_requests(spec), pod_limits(spec), _unlimited(spec))
 
 
-def of_template(template: Mapping[str, Any]) -> PodCharge | None:
-    """One replica of a template; None when its kind has no pod template this module knows.
-    Raises QuantityError naming the field on a bad quantity."""
-    spec = pod_spec(template)
+def of_template(
+    template: Mapping[str, Any],
+    paths: tuple[tuple[str, ...], tuple[str, ...]] | None = None,
+) -> PodCharge | None:
+    """One replica of a template; None when its kind has no pod template this module knows;
+    `paths`: a declared kind's (pod spec, replicas) paths (kinds.Kinds.pod_paths). Raises
+    QuantityError naming the field on a bad quantity."""
+    spec = pod_spec(template, paths[0] if paths else None)
     if spec is None:
         return None
     return replace(
         of_spec(spec),
         surges=_surges(template),
-        replicas=replicas_of(template) or 0,
+        replicas=replicas_of(template, paths[1] if paths else None) or 0,
         retained=retains_replicas(template),
     )
 

@@ -1094,3 +1094,59 @@ def test_cluster_override_policies_reach_the_override_webhook() -> None:
     ]
     scopes = {r["resources"][0]: r["scope"] for r in hook["rules"]}
     assert scopes == {"overridepolicies": "Namespaced", "clusteroverridepolicies": "Cluster"}
+
+
+def test_declared_workload_kinds_reach_both_programs_with_the_rights_to_read_them() -> None:
+    """docs/charging.md, "Which kinds are charged": both programs charge with the same kinds,
+    so `workloadKinds` gives each the same `--workload-kind` and the rights to watch it."""
+    cloneset = (
+        "workloadKinds[0].apiVersion=apps.kruise.io/v1alpha1",
+        "workloadKinds[0].kind=CloneSet",
+        "workloadKinds[0].resource=clonesets",
+        "workloadKinds[0].replicas=spec.replicas",
+        "workloadKinds[0].podTemplate=spec.template",
+    )
+    rc = tuple(
+        s.replace("[0]", "[1]")
+        for s in (
+            "workloadKinds[0].apiVersion=v1",
+            "workloadKinds[0].kind=ReplicationController",
+            "workloadKinds[0].resource=replicationcontrollers",
+            "workloadKinds[0].replicas=spec.replicas",
+            "workloadKinds[0].podTemplate=spec.template",
+        )
+    )
+    docs = render(*cloneset, *rc)
+    want = [
+        "--workload-kind=apps.kruise.io/v1alpha1/CloneSet=clonesets:spec.replicas:spec.template",
+        "--workload-kind=v1/ReplicationController=replicationcontrollers:spec.replicas:"
+        "spec.template",
+    ]
+    manifests = karmada_objects(docs)
+    for component, verbs in (
+        ("webhook", ["get", "list", "watch"]),
+        ("controller", ["list", "watch"]),
+    ):
+        args = _args(docs, f"karmadaquota-{component}")
+        assert [a for a in args if a.startswith("--workload-kind")] == want, component
+        role = by_kind(manifests[f"{component}-rbac.yaml"])[
+            ("ClusterRole", f"karmadaquota-{component}")
+        ]
+        assert {"apiGroups": ["apps.kruise.io"], "resources": ["clonesets"], "verbs": verbs} in (
+            role["rules"]
+        ), component
+        assert {"apiGroups": [""], "resources": ["replicationcontrollers"], "verbs": verbs} in (
+            role["rules"]
+        ), component
+    assert not [a for a in _args(render(), "karmadaquota-webhook") if "workload-kind" in a]
+    # their templates reach /validate-template as the built-in kinds' do (a pod that grows)
+    (vwc,) = manifests["validatingwebhookconfiguration.yaml"]
+    hooks = {w["name"]: w for w in vwc["webhooks"]}
+    declared = hooks["declared-template.quota.karmada.io"]
+    assert declared["clientConfig"]["url"].endswith("/validate-template")
+    assert [(r["apiGroups"], r["apiVersions"], r["resources"]) for r in declared["rules"]] == [
+        (["apps.kruise.io"], ["v1alpha1"], ["clonesets"]),
+        ([""], ["v1"], ["replicationcontrollers"]),
+    ]
+    (default,) = karmada_objects(render())["validatingwebhookconfiguration.yaml"]
+    assert "declared-template.quota.karmada.io" not in {w["name"] for w in default["webhooks"]}

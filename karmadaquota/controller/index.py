@@ -28,6 +28,7 @@ from pydantic import ValidationError
 from karmadaquota import queued, queueing, scopes
 from karmadaquota.api import BindingResource, ResourceBinding, describe
 from karmadaquota.charge import Charge, full_charge, queued_charge
+from karmadaquota.kinds import BUILTIN, Kinds
 from karmadaquota.kube.versions import parse_rv
 from karmadaquota.pod_template import PodCharge, TemplateKey
 from karmadaquota.quantity import QuantityError
@@ -107,6 +108,9 @@ def compact(c: Charge, intern: Interner) -> CompactUsage:
 class TemplatePods(Protocol):
     """Where a binding's template's pod is found (kube.templates.TemplateStore)."""
 
+    # the kinds a binding is charged pods for (the built-in and declared ones)
+    kinds: Kinds
+
     def resolve(self, ref: BindingResource, namespace: str) -> PodCharge | TemplateKey | None:
         """The pod; the template's key while its version has not arrived; None: unknown."""
         ...
@@ -150,7 +154,7 @@ def observe(
         waiting = isinstance(found, tuple)
         pod = found if isinstance(found, PodCharge) else None
         template = templates.key_of(binding.spec.resource, ns) if templates is not None else None
-        full = full_charge(binding, pod)
+        full = full_charge(binding, pod, templates.kinds if templates is not None else BUILTIN)
     except (ValidationError, QuantityError) as e:
         # Indexed with zero usage rather than skipped, so that the quota can say so and a
         # reservation for it is not held until expiry.

@@ -49,6 +49,7 @@ from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.controller.reconciler import DEFAULT_ADMISSION_WINDOW, ReconcilerConfig
 from karmadaquota.controller.wake import DEFAULT_KINDS, WakeConfig, Waker, kinds
 from karmadaquota.heap import freeze_startup_heap
+from karmadaquota.kinds import BUILTIN, Kinds
 from karmadaquota.kube.client import JSON, CredentialsError, KubeClient, user_agent
 from karmadaquota.kube.templates import TemplateStore
 from karmadaquota.webhook import server
@@ -75,6 +76,8 @@ class ControllerConfig:
     metrics_auth: str = "none"
     metrics_auth_kubeconfig: str | None = None
     aux_limits: ServerConfig = AUX_LIMITS
+    # the kinds the platform team declared besides the built-in ones (karmadaquota.kinds)
+    workload_kinds: Kinds = BUILTIN
 
 
 def _bool(text: str) -> bool:
@@ -107,6 +110,7 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> ControllerC
         metrics_auth=args.metrics_auth,
         metrics_auth_kubeconfig=args.metrics_auth_kubeconfig,
         aux_limits=aux_limits(args),
+        workload_kinds=Kinds.of(args.workload_kind),
     )
 
 
@@ -160,7 +164,7 @@ async def serve(config: ControllerConfig) -> int:
         namespace_api=client,
         dequeuer=Dequeuer(client, metrics),
         guards=keeper,
-        templates=TemplateStore(client),
+        templates=TemplateStore(client, kinds=config.workload_kinds),
     )
     # what the controller hears of: members and leadership (both built before it, and
     # started after)
@@ -190,6 +194,7 @@ async def serve(config: ControllerConfig) -> int:
             "holder": elector.holder if elector else "",
             "member_watch": config.reconciler.member_watch,
             "wake": [f"{k.group}/{k.kind}" for k in config.wake.kinds] if config.wake else "off",
+            "workload_kinds": [str(d) for d in config.workload_kinds.declared.values()],
         },
     )
     tasks: list[asyncio.Task[Any]] = [asyncio.create_task(controller.run(), name="controller")]

@@ -7,6 +7,9 @@ template only its `PodCharge` at its last few resourceVersions and its newest re
 the template itself): a binding with no replicas of its own runs the template's in every
 member (`charge.unrevised`).
 
+A kind the platform team declared (`karmadaquota.kinds`) is watched and read like the built-in
+ones, its pod and replicas at its declared paths.
+
 A binding names the template version it was built from (`spec.resource.resourceVersion`). The
 store answers with the most one replica costs over that version and every newer one it holds:
 Karmada renders the template as it is now on its next sync of the binding, so a binding is
@@ -29,6 +32,7 @@ from typing import Any, Final
 
 from karmadaquota import pod_template
 from karmadaquota.api import BindingResource
+from karmadaquota.kinds import BUILTIN, Kinds
 from karmadaquota.kube import paths
 from karmadaquota.kube.client import NotFound
 from karmadaquota.kube.informer import Informer, Lister
@@ -71,19 +75,26 @@ class _Version:
     last: int = 0
 
 
-def key_of(ref: BindingResource, namespace: str) -> Key | None:
-    """The store's key for a binding's template; None for a kind without a known pod."""
-    group = ref.apiVersion.rpartition("/")[0]
-    if (group, ref.kind) not in _COLLECTIONS:
-        return None
-    return (group, ref.kind, ref.namespace or namespace, ref.name)
+def collections(kinds: Kinds) -> dict[tuple[str, str], tuple[str, str]]:
+    """(group, kind) -> the API path of its collection: the built-in kinds with a known pod and
+    the declared ones (kinds.Declared)."""
+    declared = {
+        key: (f"/apis/{d.api_version}" if d.group else f"/api/{d.api_version}", d.resource)
+        for key, d in kinds.declared.items()
+    }
+    return {**_COLLECTIONS, **declared}
 
 
 class TemplateStore:
     """PodCharges of the templates of every kind with a known pod (module docstring)."""
 
-    def __init__(self, client: Lister | None = None, *, page_size: int = 500) -> None:
+    def __init__(
+        self, client: Lister | None = None, *, page_size: int = 500, kinds: Kinds = BUILTIN
+    ) -> None:
         self.client = client
+        # the kinds a binding is charged pods for: the store watches the declared ones too
+        self.kinds = kinds
+        self._collections = collections(kinds)
         self._by_key: dict[Key, list[_Version]] = {}
         # seen deleted, when (its versions are kept a while: its binding lingers until Karmada's
         # garbage collector deletes it, and the name may be re-created meanwhile)
@@ -101,7 +112,7 @@ class TemplateStore:
                 page_size=page_size,
                 name=f"{plural}.{group}" if group else plural,
             )
-            for (group, kind), (base, plural) in _COLLECTIONS.items()
+            for (group, kind), (base, plural) in self._collections.items()
         ]
         self.reads = 0  # GETs `fetch` made
 
@@ -117,7 +128,7 @@ class TemplateStore:
         meta = obj.get("metadata") or {}
         rv = parse_rv(meta.get("resourceVersion"))
         try:
-            pod = pod_template.of_template(obj)
+            pod = pod_template.of_template(obj, self.kinds.pod_paths(key[0], key[1]))
         except QuantityError as e:
             log.warning("template quantities unreadable", extra={"template": key, "error": str(e)})
             pod = None
@@ -126,7 +137,8 @@ class TemplateStore:
         newest = self._replicas.get(key)
         scaled = False
         if newest is None or rv >= newest[0]:
-            replicas = pod_template.replicas_of(obj) or 0
+            paths = self.kinds.pod_paths(key[0], key[1])
+            replicas = pod_template.replicas_of(obj, paths[1] if paths else None) or 0
             scaled = newest is not None and newest[1] != replicas
             self._replicas[key] = (rv, replicas)
         held = self._by_key.get(key, [])
@@ -163,7 +175,10 @@ class TemplateStore:
 
     def key_of(self, ref: BindingResource, namespace: str) -> Key | None:
         """The template a binding is charged with: one of a known kind whose version it names."""
-        return key_of(ref, namespace) if ref.resourceVersion else None
+        group = ref.apiVersion.rpartition("/")[0]
+        if not ref.resourceVersion or (group, ref.kind) not in self._collections:
+            return None
+        return (group, ref.kind, ref.namespace or namespace, ref.name)
 
     def resolve(self, ref: BindingResource, namespace: str) -> PodCharge | Key | None:
         """`lookup` for a binding's template, its key while the store does not hold the
@@ -204,7 +219,7 @@ class TemplateStore:
             return found
         key = self.key_of(ref, namespace)
         assert key is not None and self.client is not None
-        base, plural = _COLLECTIONS[key[:2]]
+        base, plural = self._collections[key[:2]]
         path = f"{base}/namespaces/{paths.namespace_name(key[2])}/{plural}/"
         self.reads += 1
         try:

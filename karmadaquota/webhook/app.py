@@ -42,6 +42,7 @@ from karmadaquota import (
 from karmadaquota.api import BindingResource, ClusterKarmadaQuota, KarmadaQuota, ResourceBinding
 from karmadaquota.aux_port import serve_aux
 from karmadaquota.evaluate import REASON_FORBIDDEN, Decision, LimitedResource, QuotaView
+from karmadaquota.kinds import BUILTIN, Kinds
 from karmadaquota.kube import paths
 from karmadaquota.kube.client import KubeClient, KubeError, NotFound, user_agent
 from karmadaquota.kube.namespace_labels import NamespaceLabels
@@ -133,6 +134,9 @@ class WebhookConfig:
     metrics_auth: str = "none"
     metrics_auth_kubeconfig: str | None = None
     aux_limits: ServerConfig = AUX_LIMITS
+    # the kinds the platform team declared (their replicas and pod template paths) besides the
+    # built-in ones (karmadaquota.kinds)
+    kinds: Kinds = BUILTIN
 
 
 class Webhook:
@@ -155,6 +159,8 @@ class Webhook:
         self.allowed_overrides = allowed_overrides or overrides.AllowList()
         # the resource templates' pods a binding is charged with (None: the binding's fields)
         self.templates = templates
+        # the kinds a binding is charged pods for: the store's, which watches the declared ones
+        self.kinds = templates.kinds if templates is not None else BUILTIN
         # ClusterKarmadaQuotas (None: not served, e.g. a unit test of namespaced quotas)
         self.cluster = cluster
         self.writers = writers or trust.Writers()
@@ -209,8 +215,8 @@ class Webhook:
             # as many as the template asks for now, read live (the watch may lag a scale)
             new_pod = await self._pod(new, req.namespace, fresh=new.spec.replicas == 0)
             old_pod = await self._pod(old, req.namespace) if old is not None else None
-            new_charge = charge.charge(new, new_pod)
-            old_charge = charge.charge(old, old_pod) if old is not None else None
+            new_charge = charge.charge(new, new_pod, self.kinds)
+            old_charge = charge.charge(old, old_pod, self.kinds) if old is not None else None
         except ValidationError as e:
             return Decision(False, f"invalid ResourceBinding: {api.describe(e)}", REASON_INVALID)
         except QuantityError as e:
@@ -272,20 +278,23 @@ class Webhook:
             raise review.MalformedReview(f"request.object is required for {req.operation}")
         if req.operation == "UPDATE" and req.oldObject is None:
             raise review.MalformedReview("request.oldObject is required for UPDATE")
-        try:  # a Scale has no pod: the template's is the one held (kube.templates)
-            new_pod = None if scale else of_template(obj)
-            old_pod = of_template(req.oldObject) if req.oldObject and not scale else None
-        except QuantityError as e:
-            return Decision(False, f"invalid {obj.get('kind')}: {e}", REASON_INVALID)
         meta = obj.get("metadata") or {}
         name = str(meta.get("name") or req.name)
         kind = str(obj.get("kind") or "")
         group = str(obj.get("apiVersion") or "").rpartition("/")[0]
+        # a declared kind's pod and replicas are at its declared paths (karmadaquota.kinds)
+        declared = None if scale else self.kinds.pod_paths(group, kind)
+        try:  # a Scale has no pod: the template's is the one held (kube.templates)
+            new_pod = None if scale else of_template(obj, declared)
+            old_pod = of_template(req.oldObject, declared) if req.oldObject and not scale else None
+        except QuantityError as e:
+            return Decision(False, f"invalid {obj.get('kind')}: {e}", REASON_INVALID)
         if scale:
             group = req.resource.group
             kind = SCALED.get((group, req.resource.resource), "")
-        replicas = replicas_of(obj) or 0
-        old_replicas = replicas_of(req.oldObject or {}) or 0
+        replicas_path = declared[1] if declared else None
+        replicas = replicas_of(obj, replicas_path) or 0
+        old_replicas = replicas_of(req.oldObject or {}, replicas_path) or 0
         scaled_up = req.operation == "UPDATE" and replicas > old_replicas
         if self.templates is None or (new_pod is None and not (scale and scaled_up and kind)):
             return Decision(True)
@@ -314,12 +323,12 @@ class Webhook:
             rendered = charge.unrevised(binding, replicas)
             if not grown and rendered is binding and req.operation == "UPDATE":
                 return Decision(True)  # scaled: the binding's update carries it (revised)
-            new_charge = charge.charge(rendered, most([charged, new_pod]))
+            new_charge = charge.charge(rendered, most([charged, new_pod]), self.kinds)
             # what it may run now: at least the replicas the template asks for before this write
             # (a scale the watch has not delivered yet)
             if charged is not None and old_replicas > charged.replicas:
                 charged = replace(charged, replicas=old_replicas)
-            old_charge = charge.charge(binding, charged)
+            old_charge = charge.charge(binding, charged, self.kinds)
         except NotFound:
             return Decision(True)  # not propagated: its binding is charged with this template
         except (ValidationError, QuantityError):
@@ -507,7 +516,7 @@ class Webhook:
         try:
             binding = ResourceBinding.model_validate(req.object)
             # with its template's pod, as the validating webhook will charge it
-            full = charge.full_charge(binding, await self._pod(binding, req.namespace))
+            full = charge.full_charge(binding, await self._pod(binding, req.namespace), self.kinds)
             views = [QuotaView.of(q) for q in quotas]
         except (ValidationError, QuantityError):
             return None
@@ -890,7 +899,7 @@ async def running(config: WebhookConfig) -> AsyncIterator[tuple[Webhook, int]]:
             model=ClusterKarmadaQuota,
         ),
     )
-    templates = TemplateStore(client)
+    templates = TemplateStore(client, kinds=config.kinds)
     webhook = Webhook(
         quotas,
         batcher,

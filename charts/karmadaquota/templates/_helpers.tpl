@@ -254,3 +254,20 @@ topologySpreadConstraints:
     fieldRef:
       fieldPath: metadata.name
 {{- end -}}
+
+{{/* --workload-kind for each of .Values.workloadKinds: both programs charge with the same kinds. */}}
+{{- define "karmadaquota.workloadKindArgs" -}}
+{{- range .Values.workloadKinds }}
+- --workload-kind={{ .apiVersion }}/{{ .kind }}={{ .resource }}:{{ .replicas }}:{{ .podTemplate }}
+{{- end }}
+{{- end -}}
+
+{{/* Read the declared kinds' templates (kube/templates.py watches them); `verbs` as given. */}}
+{{- define "karmadaquota.workloadKindRules" -}}
+{{- $verbs := .verbs }}
+{{- range .kinds }}
+- apiGroups: [{{ (splitList "/" .apiVersion) | initial | join "/" | quote }}]
+  resources: [{{ .resource }}]
+  verbs: {{ $verbs }}
+{{- end }}
+{{- end -}}

@@ -781,7 +781,8 @@ async def test_a_rollout_s_surge_pods_are_charged(stack: Stack, ns: str) -> None
     its replica while it rolls: it is charged 2 pods up front, a rollout stays within the quota,
     and a strategy that would surge more is refused at the template when it does not fit.
     Without the surge charge, web and db would leave room for a third 1-pod Deployment, and
-    web's rollout would then run 4 pods in the members against pods=3."""
+    web's rollout would then run 4 pods in the members against pods=3 (for 2 s at least: a new
+    pod counts as available only after minReadySeconds, so the old one stays that long)."""
     s = stack
     members = list(s.members)
     await quota(s, ns, pods="3")
@@ -790,6 +791,7 @@ async def test_a_rollout_s_surge_pods_are_charged(stack: Stack, ns: str) -> None
         "type": "RollingUpdate",
         "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"},
     }
+    web["spec"]["minReadySeconds"] = 2
     async with members_within(s, ns, 3) as seen:  # terminating pods counted
         await tenant_apply(s, web, divided_policy(ns, "web", members, "web"))
         await placed(s, ns, "web", 1)
@@ -845,3 +847,4 @@ async def test_a_rollout_s_surge_pods_are_charged(stack: Stack, ns: str) -> None
         )
     print(f"members ran at most {seen.most} pods of pods=3 while web rolled")
     assert seen.most <= 3
+    assert seen.most == 3, "the surge pod was never seen beside the old one: nothing was tested"

@@ -29,6 +29,7 @@ from karmadaquota.quantity import Quantity
 pytestmark = pytest.mark.e2e
 
 RB_PATH = "/apis/work.karmada.io/v1alpha2/namespaces/{ns}/resourcebindings"
+ALL_RB_PATH = "/apis/work.karmada.io/v1alpha2/resourcebindings"
 CKQ_PATH = "/apis/quota.karmada.io/v1alpha1/clusterkarmadaquotas"
 TTL = "120s"
 
@@ -117,14 +118,16 @@ async def ckq(api: KubeClient, name: str) -> ClusterKarmadaQuota:
 
 
 async def stored_cpu(api: KubeClient, namespaces: list[str]) -> int:
-    """Σ requested millicores of the bindings stored in `namespaces` (what admission let in)."""
+    """Σ requested millicores of the bindings stored in `namespaces` (what admission let in),
+    from one list over all namespaces: one snapshot at one resourceVersion (a list per
+    namespace could miss a binding moving between two of them, or count it twice)."""
     total = 0
-    lists = await asyncio.gather(*(api.get(RB_PATH.format(ns=ns)) for ns in namespaces))
-    for listed in lists:
-        for rb in listed["items"]:
-            spec = rb["spec"]
-            cpu = spec["replicaRequirements"]["resourceRequest"]["cpu"]
-            total += int(spec["replicas"]) * int(cpu.removesuffix("m"))
+    for rb in (await api.get(ALL_RB_PATH))["items"]:
+        if rb["metadata"]["namespace"] not in namespaces:
+            continue
+        spec = rb["spec"]
+        cpu = spec["replicaRequirements"]["resourceRequest"]["cpu"]
+        total += int(spec["replicas"]) * int(cpu.removesuffix("m"))
     return total
 
 
@@ -236,31 +239,49 @@ async def test_the_delete_here_recreate_there_juggle_never_spends_twice(
     testbed: TestBed, replicas: None, api: KubeClient, team: tuple[str, list[str]]
 ) -> None:
     """Capsule #1662: 3 workloads moved between namespaces, concurrently, 4 times over, under a
-    cluster quota with room for exactly 3: every move lands (once the old binding is seen
-    gone), Σ never passes hard, and at the end used is exactly what exists."""
+    cluster quota with room for exactly 3. Each move tries its create in the new namespace
+    while the old binding is still stored and charged, and deletes the old one only after
+    that: a webhook that spent the room twice would store a workload in both namespaces,
+    which one list right after every admission (and every 100 ms) sees as Σ > hard. Every
+    move lands (once the old binding is seen gone), and at the end used is exactly what
+    exists."""
     value, names = team
     name = f"ckq-juggle-{value}"
+    refusals: list[str] = []
     async with deleting(api, name):
         await create_cluster_quota(api, name, value, {"requests.cpu": "300m"}, selected=5)
         for i in range(3):
             await api.request("POST", RB_PATH.format(ns=names[0]), binding(names[0], f"w{i}"))
 
         async def move(i: int, src: str, dst: str) -> None:
-            await api.request("DELETE", f"{RB_PATH.format(ns=src)}/w{i}")
+            old = f"{RB_PATH.format(ns=src)}/w{i}"
+            deleted = False
             deadline = time.monotonic() + 60
-            while True:  # refused until the deletion is observed: retried, as Karmada does
+            while True:  # refused until a deletion is observed: retried, as Karmada does
                 try:
                     await api.request("POST", RB_PATH.format(ns=dst), binding(dst, f"w{i}"))
-                    return
                 except KubeError as e:
                     assert "exceeded quota" in e.message or retryable(e.message), e.message
                     assert time.monotonic() < deadline, f"w{i} never landed in {dst}: {e}"
+                    refusals.append(e.message)
+                    if not deleted:  # tried while still charged in src: now it may go
+                        await api.request("DELETE", old)
+                        deleted = True
                     await asyncio.sleep(0.1)
+                    continue
+                # admitted (maybe into the room another move left while w{i} is still in src)
+                total = await stored_cpu(api, names)
+                assert total <= 300, f"w{i} admitted in {dst}: Σ stored {total}m > 300m"
+                if not deleted:
+                    await api.request("DELETE", old)
+                return
 
         async with watching(api, names, 300):
             for r in range(4):
                 src, dst = names[r], names[r + 1]
                 await asyncio.gather(*(move(i, src, dst) for i in range(3)))
+        # each round's first create found the quota full (nothing was deleted before it)
+        assert sum("exceeded quota" in m for m in refusals) >= 4, refusals
         assert await stored_cpu(api, names) == 300
 
         async def settled() -> bool:

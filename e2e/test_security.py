@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import ssl
 import time
 from collections.abc import AsyncIterator
@@ -174,6 +175,20 @@ async def start_mtls_webhook(
     return hook, metrics_port
 
 
+def tls_exchange(port: int, ctx: ssl.SSLContext) -> bytes:
+    """A TLS 1.2 handshake with 127.0.0.1:`port`, then a GET: the answer's first bytes. TLS
+    1.2, so that a refused client certificate fails the client's handshake (with 1.3 the
+    client's side completes first and only an EOF follows); a closed port raises
+    ConnectionRefusedError instead, which is no ssl.SSLError."""
+    ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
+        ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+    ):
+        tls.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        return tls.recv(64)
+
+
 async def test_with_client_ca_a_forged_review_is_refused_at_tls_and_karmada_apiserver_gets_through(
     testbed: TestBed, crd: None, namespace: str
 ) -> None:
@@ -191,18 +206,22 @@ async def test_with_client_ca_a_forged_review_is_refused_at_tls_and_karmada_apis
     )
     try:
         await asyncio.to_thread(product.register, testbed, hook.base, hook.ca_bundle)
-        url = f"{hook.base}/validate-resourcebinding"
-        body = forged(binding(ns, "forged", cpu="1", replicas=1), BINDINGS, "forged-1")
-        # no certificate: the handshake fails, the review is never read
-        with pytest.raises((aiohttp.ClientError, ssl.SSLError, OSError)):
-            await post(url, body, hook.ssl_context())
+        # the port is open and serving: a certificate of the client CA gets an HTTP answer
+        good = hook.ssl_context()
+        kas = client_ca.client("karmada-apiserver").write(directory, "kas-client")
+        good.load_cert_chain(kas.cert, kas.key)
+        answer = await asyncio.to_thread(tls_exchange, port, good)
+        assert answer.startswith(b"HTTP/1.1 "), answer
+        # no certificate: the handshake itself fails (not the connection), nothing is read
+        with pytest.raises(ssl.SSLError):
+            await asyncio.to_thread(tls_exchange, port, hook.ssl_context())
         # a certificate from another CA: refused the same way
         other = CertificateAuthority.create("not-the-client-ca").client("attacker")
         other_files = other.write(directory, "attacker")
         ctx = hook.ssl_context()
         ctx.load_cert_chain(other_files.cert, other_files.key)
-        with pytest.raises((aiohttp.ClientError, ssl.SSLError, OSError)):
-            await post(url, body, ctx)
+        with pytest.raises(ssl.SSLError):
+            await asyncio.to_thread(tls_exchange, port, ctx)
         # karmada-apiserver's own calls get through: the quota webhook (fail-closed) admits a
         # quota, the binding webhook refuses a binding over it
         await testbed.aapply(product.quota(ns, "team", {"pods": "1"}))

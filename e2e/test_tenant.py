@@ -87,21 +87,24 @@ async def tenant_apply(s: Stack, *objects: JSON) -> None:
     assert got.returncode == 0, got.stderr
 
 
-async def running(s: Stack, ns: str, terminating: bool = False) -> dict[str, int]:
-    """Pods in each member: what Karmada runs there for the namespace (`terminating`: with
-    those being deleted, which run until their grace period ends)."""
-    out: dict[str, int] = {}
+async def member_pods(s: Stack, ns: str) -> dict[str, list[JSON]]:
+    """Every pod of the namespace in each member, those in their grace period included."""
+    out: dict[str, list[JSON]] = {}
     for m, client in s.members.items():
         try:
-            pods = await client.get(f"/api/v1/namespaces/{ns}/pods")
+            out[m] = (await client.get(f"/api/v1/namespaces/{ns}/pods")).get("items", [])
         except NotFound:
-            pods = {"items": []}
-        out[m] = sum(
-            1
-            for p in pods.get("items", [])
-            if terminating or not p["metadata"].get("deletionTimestamp")
-        )
+            out[m] = []
     return out
+
+
+async def running(s: Stack, ns: str, terminating: bool = False) -> dict[str, int]:
+    """Pods in each member: what Karmada runs there for the namespace; not those being
+    deleted, unless `terminating` (Kubernetes' quota counts a pod until it is gone)."""
+    return {
+        m: sum(1 for p in pods if terminating or not p["metadata"].get("deletionTimestamp"))
+        for m, pods in (await member_pods(s, ns)).items()
+    }
 
 
 @dataclass
@@ -142,14 +145,12 @@ async def within(
     assert w.most <= hard, w.seen
 
 
-def members_within(
-    s: Stack, ns: str, hard: int, terminating: bool = False
-) -> contextlib.AbstractAsyncContextManager[Within]:
-    """Σ pods the members run (`terminating`: with those being deleted) stays within `hard`
+def members_within(s: Stack, ns: str, hard: int) -> contextlib.AbstractAsyncContextManager[Within]:
+    """Σ pods the members run (those in their grace period included) stays within `hard`
     throughout the block."""
 
     async def pods() -> tuple[int, dict[str, int]]:
-        now = await running(s, ns, terminating)
+        now = await running(s, ns, terminating=True)
         return sum(now.values()), now
 
     return within(pods, hard, "pods")
@@ -262,7 +263,7 @@ async def test_a_tenant_cannot_rewrite_its_bindings(stack: Stack, ns: str) -> No
             "spec": {"suspension": {"scheduling": True}},
         },
     }
-    async with members_within(s, ns, 2) as w:
+    async with members_within(s, ns, 1) as w:
         for field_name, patch in patches.items():
             got = await as_tenant(
                 s, "patch", "rb", name, "-n", ns, "--type", "merge", "-p", json.dumps(patch)
@@ -313,7 +314,7 @@ async def test_a_tenant_cannot_override_its_replicas(stack: Stack, ns: str) -> N
         op = {"path": path, "operator": "replace", "value": value}
         return override_policy(ns, name, {"plaintext": [op]})
 
-    async with members_within(s, ns, 2):
+    async with members_within(s, ns, 1):
         got = await as_tenant(
             s, "create", "-f", "-", input=json.dumps(override("more", "/spec/replicas", 5))
         )
@@ -517,7 +518,7 @@ async def test_what_karmada_cannot_count_is_refused_with_the_way_out(stack: Stac
     ds_policy = everywhere(ns, "apps/v1", "DaemonSet", "agent", members)
     keep_policy = divided_policy(ns, "keep", members, "keep")
     keep_policy["spec"]["preserveResourcesOnDeletion"] = True
-    async with members_within(s, ns, 2):
+    async with members_within(s, ns, 0):
         await tenant_apply(s, daemonset, ds_policy, deployment(ns, "keep", 1, CPU), keep_policy)
 
         async def refused() -> bool:
@@ -703,6 +704,46 @@ def cpu_within(
     return within(cpu, hard_millis, "cpu millicores")
 
 
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
+
+
+def _bytes(value: str) -> int:
+    """A memory quantity in bytes (the oracle's own parser: Ki, Mi, Gi or plain bytes)."""
+    factor = _BINARY.get(value[-2:])
+    return int(value[:-2]) * factor if factor else int(value)
+
+
+async def footprint(s: Stack, ns: str) -> dict[str, int]:
+    """What the members' pods (those in their grace period included) hold, as Kubernetes'
+    quota charges them: pods, and Σ container requests and limits of cpu (millicores) and
+    memory (bytes); the tests using it run pods without init containers."""
+    total = dict.fromkeys(
+        ("pods", "requests.cpu", "requests.memory", "limits.cpu", "limits.memory"), 0
+    )
+    for pods in (await member_pods(s, ns)).values():
+        for p in pods:
+            total["pods"] += 1
+            for c in p["spec"]["containers"]:
+                for kind, values in (c.get("resources") or {}).items():
+                    for name, value in values.items():
+                        parse = _cpu_millis if name == "cpu" else _bytes
+                        total[f"{kind}.{name}"] += parse(value)
+    return total
+
+
+def footprint_within(
+    s: Stack, ns: str, hard: dict[str, int]
+) -> contextlib.AbstractAsyncContextManager[Within]:
+    """The members' `footprint` stays within `hard` (same units) throughout the block: the
+    measure is the fullest resource, in thousandths of its hard."""
+
+    async def fill() -> tuple[int, dict[str, int]]:
+        now = await footprint(s, ns)
+        return max(-(-1000 * now[k] // v) for k, v in hard.items()), now
+
+    return within(fill, 1000, f"thousandths of {hard}")
+
+
 def with_sidecar(ns: str, name: str, cpu: str, sidecar_cpu: str) -> JSON:
     d = deployment(ns, name, 1, {"cpu": cpu})
     d["spec"]["template"]["spec"]["initContainers"] = [
@@ -740,6 +781,25 @@ def label_override(ns: str) -> JSON:
     }
 
 
+async def rendered_again(s: Stack, ns: str, name: str, members: list[str]) -> dict[str, JSON]:
+    """The Deployment `name` in each of `members`, once Karmada rendered `label_override`
+    into all of them: what they run after Karmada's sync, whatever the template says."""
+
+    async def check() -> dict[str, JSON] | None:
+        out = {}
+        for m in members:
+            try:
+                d = await s.members[m].get(f"/apis/apps/v1/namespaces/{ns}/deployments/{name}")
+            except NotFound:
+                return None
+            if (d["metadata"].get("labels") or {}).get("x") != "y":
+                return None
+            out[m] = d
+        return out
+
+    return await eventually(check, 60, "the override rendered", interval=0.1)
+
+
 async def test_a_sidecar_is_charged_as_kubernetes_charges_the_pod(stack: Stack, ns: str) -> None:
     """A 400m container beside a 400m sidecar: Karmada's replicaRequirements say 400m (their
     maximum), Kubernetes charges the pod 800m; a 300m Deployment after it does not fit 1 cpu."""
@@ -772,7 +832,7 @@ async def test_a_template_cannot_grow_past_the_quota(stack: Stack, ns: str) -> N
     web = deployment(ns, "web", 1, {"cpu": "400m"})  # maxSurge 0: charged its replica alone
     async with cpu_within(s, ns, 1000):
         await tenant_apply(s, web, divided_policy(ns, "web", members, "web"))
-        await placed(s, ns, "web", 1)
+        rb = await placed(s, ns, "web", 1)
         await settled(s, ns)
         patch = json.dumps(
             {
@@ -788,11 +848,14 @@ async def test_a_template_cannot_grow_past_the_quota(stack: Stack, ns: str) -> N
         got = await as_tenant(s, "-n", ns, "patch", "deployment", "web", "-p", patch)
         assert got.returncode != 0
         assert "exceeded quota: team, requested: requests.cpu=1600m" in got.stderr
-        # a harmless override makes Karmada render the binding again: still 400m
+        # a harmless override makes Karmada render the binding again: the members still run
+        # 400m (the refused growth reached no member)
         await tenant_apply(s, label_override(ns))
-        template = await s.api.get(f"/apis/apps/v1/namespaces/{ns}/deployments/web")
-        container = template["spec"]["template"]["spec"]["containers"][0]
-        assert container["resources"]["requests"]["cpu"] == "400m"
+        clusters = [c["name"] for c in rb["spec"]["clusters"]]
+        for d in (await rendered_again(s, ns, "web", clusters)).values():
+            container = d["spec"]["template"]["spec"]["containers"][0]
+            assert container["resources"]["requests"]["cpu"] == "400m", d["spec"]["template"]
+        assert await running_cpu(s, ns) == 400
         fits = patch.replace('"2"', '"900m"')
         got = await as_tenant(s, "-n", ns, "patch", "deployment", "web", "-p", fits)
         assert got.returncode == 0, got.stderr
@@ -824,21 +887,8 @@ async def test_a_scale_up_from_zero_is_charged_in_every_member(stack: Stack, ns:
         assert got.returncode != 0, got.stdout
         assert f"exceeded quota: team, requested: pods={5 * len(members)}," in got.stderr
         await tenant_apply(s, label_override(ns))
-
-        async def rendered_again() -> list[int] | None:
-            replicas = []
-            for client in s.members.values():
-                try:
-                    d = await client.get(f"/apis/apps/v1/namespaces/{ns}/deployments/web")
-                except NotFound:
-                    return None
-                if (d["metadata"].get("labels") or {}).get("x") != "y":
-                    return None
-                replicas.append(int(d["spec"].get("replicas", 1)))
-            return replicas
-
-        again = await eventually(rendered_again, 60, "the override rendered", interval=0.1)
-        assert again == [0] * len(members)
+        again = await rendered_again(s, ns, "web", members)
+        assert [int(d["spec"].get("replicas", 1)) for d in again.values()] == [0] * len(members)
         got = await as_tenant(s, "-n", ns, "scale", "deployment", "web", "--replicas=2")
         assert got.returncode == 0, got.stderr
 
@@ -896,20 +946,27 @@ async def test_a_quota_on_limits_charges_the_template_s_limits(stack: Stack, ns:
     s = stack
     members = list(s.members)
     await quota(s, ns, **{"limits.cpu": "1"})
-    await tenant_apply(
-        s, deployment(ns, "bare", 1, {"cpu": "100m"}), divided_policy(ns, "bare", members, "bare")
-    )
-    await refused_event(s, ns, "bare", "failed quota: team: must specify limits.cpu")
-    limited = deployment(ns, "web", 1, {"cpu": "100m"})
-    limited["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] = {"cpu": "600m"}
-    await tenant_apply(s, limited, divided_policy(ns, "web", members, "web"))
-    await placed(s, ns, "web", 1)
-    await settled(s, ns)
-    second = json.loads(json.dumps(limited).replace('"web"', '"api"'))
-    await tenant_apply(s, second, divided_policy(ns, "api", members, "api"))
-    message = await refused_event(s, ns, "api", "exceeded quota")
-    assert "requested: limits.cpu=600m, used: limits.cpu=600m, limited: limits.cpu=1" in message
-    assert sum((await running(s, ns)).values()) == 1
+    # Σ limits within the hard, and no pod without a limit: only web's one pod ever runs
+    async with footprint_within(s, ns, {"limits.cpu": 1000, "pods": 1}):
+        await tenant_apply(
+            s,
+            deployment(ns, "bare", 1, {"cpu": "100m"}),
+            divided_policy(ns, "bare", members, "bare"),
+        )
+        await refused_event(s, ns, "bare", "failed quota: team: must specify limits.cpu")
+        limited = deployment(ns, "web", 1, {"cpu": "100m"})
+        limits = {"cpu": "600m"}
+        limited["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] = limits
+        await tenant_apply(s, limited, divided_policy(ns, "web", members, "web"))
+        await placed(s, ns, "web", 1)
+        await settled(s, ns)
+        second = json.loads(json.dumps(limited).replace('"web"', '"api"'))
+        await tenant_apply(s, second, divided_policy(ns, "api", members, "api"))
+        message = await refused_event(s, ns, "api", "exceeded quota")
+        assert "requested: limits.cpu=600m, used: limits.cpu=600m, limited: limits.cpu=1" in message
+    pods = [p for ps in (await member_pods(s, ns)).values() for p in ps]
+    assert [p["metadata"]["name"].split("-")[0] for p in pods] == ["web"], pods
+    assert (await footprint(s, ns))["limits.cpu"] == 600
 
 
 async def test_kubernetes_quota_e2e_values_with_limits(stack: Stack, ns: str) -> None:
@@ -945,42 +1002,58 @@ async def test_kubernetes_quota_e2e_values_with_limits(stack: Stack, ns: str) ->
 
         await eventually(check, 60, f"used {want}", interval=0.1)
 
-    for name in ("one", "two"):
-        await tenant_apply(s, pod_of(name), divided_policy(ns, name, members, name))
-    await used_is(
-        pods="2", requests_cpu="1", requests_memory="400Mi", limits_cpu="2", limits_memory="800Mi"
-    )
-    await settled(s, ns)
-    await tenant_apply(s, pod_of("three"), divided_policy(ns, "three", members, "three"))
-    message = await refused_event(s, ns, "three", "exceeded quota")
-    assert (
-        "requested: limits.cpu=1,limits.memory=400Mi,requests.cpu=500m,requests.memory=200Mi, "
-        "used: limits.cpu=2,limits.memory=800Mi,requests.cpu=1,requests.memory=400Mi, "
-        "limited: limits.cpu=2,limits.memory=1Gi,requests.cpu=1,requests.memory=500Mi"
-    ) in message
-    got = await as_tenant(s, "-n", ns, "delete", "deployment", "one")
-    assert got.returncode == 0, got.stderr
+    hard = {
+        "pods": 5,
+        "requests.cpu": 1000,
+        "requests.memory": 500 * 2**20,
+        "limits.cpu": 2000,
+        "limits.memory": 2**30,
+    }
+    async with footprint_within(s, ns, hard):  # what the members run, terminating pods too
+        for name in ("one", "two"):
+            await tenant_apply(s, pod_of(name), divided_policy(ns, name, members, name))
+        await used_is(
+            pods="2",
+            requests_cpu="1",
+            requests_memory="400Mi",
+            limits_cpu="2",
+            limits_memory="800Mi",
+        )
+        await settled(s, ns)
+        await tenant_apply(s, pod_of("three"), divided_policy(ns, "three", members, "three"))
+        message = await refused_event(s, ns, "three", "exceeded quota")
+        assert (
+            "requested: limits.cpu=1,limits.memory=400Mi,requests.cpu=500m,requests.memory=200Mi, "
+            "used: limits.cpu=2,limits.memory=800Mi,requests.cpu=1,requests.memory=400Mi, "
+            "limited: limits.cpu=2,limits.memory=1Gi,requests.cpu=1,requests.memory=500Mi"
+        ) in message
+        got = await as_tenant(s, "-n", ns, "delete", "deployment", "one")
+        assert got.returncode == 0, got.stderr
 
-    # the deletion released its room, and the refused `three` was woken into it (the wake, a
-    # few milliseconds after the release): two pods again, `one`'s no longer among them
-    async def three_admitted() -> bool:
-        try:
-            await s.api.get(BINDINGS.format(ns=ns) + "/three-deployment")
-        except NotFound:
-            return False
-        return True
+        # the deletion released its room, and the refused `three` was woken into it (the wake,
+        # a few milliseconds after the release): two pods again, `one`'s no longer among them
+        async def two_and_three() -> bool:
+            pods = [p for ps in (await member_pods(s, ns)).values() for p in ps]
+            return sorted(p["metadata"]["name"].split("-")[0] for p in pods) == ["three", "two"]
 
-    await eventually(three_admitted, 60, "three admitted into the room one left", interval=0.1)
-    await used_is(
-        pods="2", requests_cpu="1", requests_memory="400Mi", limits_cpu="2", limits_memory="800Mi"
-    )
-    await settled(s, ns)
+        await eventually(two_and_three, 60, "three running in the room one left", interval=0.1)
+        await used_is(
+            pods="2",
+            requests_cpu="1",
+            requests_memory="400Mi",
+            limits_cpu="2",
+            limits_memory="800Mi",
+        )
+        await settled(s, ns)
 
 
 async def test_a_rollout_s_surge_pods_are_charged(stack: Stack, ns: str) -> None:
     """A Deployment with Kubernetes' default strategy (maxSurge 25%) runs a surge pod beside
     its replica while it rolls: it is charged 2 pods up front, a rollout stays within the quota,
-    and a strategy that would surge more is refused at the template when it does not fit."""
+    and a strategy that would surge more is refused at the template when it does not fit.
+    Without the surge charge, web and db would leave room for a third 1-pod Deployment, and
+    web's rollout would then run 4 pods in the members against pods=3 (for 2 s at least: a new
+    pod counts as available only after minReadySeconds, so the old one stays that long)."""
     s = stack
     members = list(s.members)
     await quota(s, ns, pods="3")
@@ -989,26 +1062,31 @@ async def test_a_rollout_s_surge_pods_are_charged(stack: Stack, ns: str) -> None
         "type": "RollingUpdate",
         "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"},
     }
-    async with members_within(s, ns, 3) as seen:
+    web["spec"]["minReadySeconds"] = 2
+    async with members_within(s, ns, 3) as seen:  # terminating pods counted
         await tenant_apply(s, web, divided_policy(ns, "web", members, "web"))
         await placed(s, ns, "web", 1)
         await tenant_apply(
             s, deployment(ns, "db", 1, CPU), divided_policy(ns, "db", members, "db")
         )  # maxSurge 0: 1 pod
-
-        async def full() -> bool:
-            q = await s.api.get(QUOTAS.format(ns=ns) + "/team")
-            return ((q.get("status") or {}).get("used") or {}).get("pods") == "3"
-
-        await eventually(full, 60, "web charged 2 pods (1 + its surge), db 1", interval=0.1)
+        await placed(s, ns, "db", 2)
         await settled(s, ns)
-        # db may not surge now: nothing is left for its surge pod
-        more = json.dumps({"spec": {"strategy": {"rollingUpdate": {"maxSurge": 1}}}})
-        got = await as_tenant(s, "-n", ns, "patch", "deployment", "db", "-p", more)
-        assert got.returncode != 0
-        assert "exceeded quota: team, requested: pods=1, used: pods=3, limited: pods=3" in (
-            got.stderr
+        # a third 1-pod Deployment (maxSurge 0): room for it only if web's surge is not charged
+        await tenant_apply(
+            s, deployment(ns, "api", 1, CPU), divided_policy(ns, "api", members, "api")
         )
+
+        async def api_decided() -> str | None:
+            events = events_about(await s.api.get(f"/api/v1/namespaces/{ns}/events"), "api")
+            if "exceeded quota" in events:
+                return events
+            try:  # admitted: it runs, and web's rollout below shows what that costs
+                await s.api.get(BINDINGS.format(ns=ns) + "/api-deployment")
+            except NotFound:
+                return None
+            return "admitted" if sum((await running(s, ns)).values()) == 3 else None
+
+        api = await eventually(api_decided, 60, "api refused or running", interval=0.1)
         # web rolls: its surge pod runs beside the old one, within what was charged
         image = json.dumps(
             {"spec": {"template": {"spec": {"containers": [{"name": "app", "image": "httpd"}]}}}}
@@ -1028,7 +1106,19 @@ async def test_a_rollout_s_surge_pods_are_charged(stack: Stack, ns: str) -> None
             return False
 
         await eventually(rolled, 60, "web rolled to httpd", interval=0.1)
+        assert "requested: pods=1, used: pods=3, limited: pods=3" in api, api
+        q = await s.api.get(QUOTAS.format(ns=ns) + "/team")
+        assert q["status"]["used"]["pods"] == "3"  # web 1 + its surge, db 1
+        # db may not surge now: nothing is left for its surge pod
+        more = json.dumps({"spec": {"strategy": {"rollingUpdate": {"maxSurge": 1}}}})
+        got = await as_tenant(s, "-n", ns, "patch", "deployment", "db", "-p", more)
+        assert got.returncode != 0
+        assert "exceeded quota: team, requested: pods=1, used: pods=3, limited: pods=3" in (
+            got.stderr
+        )
     print(f"members ran at most {seen.most} pods of pods=3 while web rolled")
+    assert seen.most <= 3
+    assert seen.most == 3, "the surge pod was never seen beside the old one: nothing was tested"
 
 
 PERMANENT_ID = "resourcebinding.karmada.io/permanent-id"
@@ -1050,7 +1140,7 @@ async def test_a_tenant_cannot_relabel_its_binding_to_orphan_its_works(
     members = list(s.members)
     await quota(s, ns, pods="2")
     web = deployment(ns, "web", 2, CPU)
-    async with members_within(s, ns, 2, terminating=True) as w:
+    async with members_within(s, ns, 2) as w:
         await tenant_apply(s, web, divided_policy(ns, "web", members, "web"))
         rb = await placed(s, ns, "web", 2)
         name, meta = rb["metadata"]["name"], rb["metadata"]
@@ -1125,7 +1215,7 @@ async def test_a_quota_on_count_pods_counts_the_pods(stack: Stack, ns: str) -> N
     s = stack
     members = list(s.members)
     await quota(s, ns, **{"count/pods": "2"})
-    async with members_within(s, ns, 2, terminating=True) as w:
+    async with members_within(s, ns, 2) as w:
         await tenant_apply(s, deployment(ns, "web", 5, CPU), divided_policy(ns, "web", members))
 
         async def refused() -> bool:

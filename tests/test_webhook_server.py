@@ -128,16 +128,29 @@ async def closed_by_server(reader: asyncio.StreamReader, within: float) -> bool:
         return True
 
 
-async def test_a_tls_1_1_client_is_refused_and_1_2_is_served(served: Served) -> None:
-    assert served.listener.server.sockets
+def _pinned(version: ssl.TLSVersion) -> ssl.SSLContext:
+    """A client speaking only `version`, verifying nothing: only the server can refuse it."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # TLSVersion.TLSv1_1 is deprecated
-        old = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        old.check_hostname, old.verify_mode = False, ssl.CERT_NONE
-        old.minimum_version = old.maximum_version = ssl.TLSVersion.TLSv1_1
-        old.set_ciphers("DEFAULT:@SECLEVEL=0")  # so that only the server can refuse
-    with pytest.raises((ssl.SSLError, ConnectionResetError)):  # alert, or reset mid-handshake
-        await asyncio.open_connection("127.0.0.1", served.listener.port, ssl=old)
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+        ctx.minimum_version = ctx.maximum_version = version
+        ctx.set_ciphers("DEFAULT:@SECLEVEL=0")
+    return ctx
+
+
+async def test_a_tls_1_1_client_is_refused_and_1_2_is_served(served: Served) -> None:
+    # the port is open and serving: the same client speaking TLS 1.2 completes its handshake
+    _, writer = await asyncio.open_connection(
+        "127.0.0.1", served.listener.port, ssl=_pinned(ssl.TLSVersion.TLSv1_2)
+    )
+    writer.close()
+    # at 1.1 the handshake is refused: an alert, or a reset mid-handshake (a closed port
+    # would raise ConnectionRefusedError, neither of these)
+    with pytest.raises((ssl.SSLError, ConnectionResetError)):
+        await asyncio.open_connection(
+            "127.0.0.1", served.listener.port, ssl=_pinned(ssl.TLSVersion.TLSv1_1)
+        )
     assert await served.admit() == 200
 
 

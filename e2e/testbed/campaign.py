@@ -8,7 +8,8 @@ graceful eviction tasks. Any outcome of a single request is acceptable (admitted
 conflict, API unavailable during a fault); what must hold afterwards is the invariant:
 
 * for every quota and resource it tracks, Σ charges of the live bindings it matches ≤ hard
-  (charges computed with `karmadaquota.charge`, negative values as zero);
+  (charges computed by the test bed's reference charge, `e2e/testbed/reference.py`, written
+  from docs/charging.md: never by the product's own `karmadaquota.charge`);
 * `status.used` equals that sum once the controller converged;
 * no reservation is left once the reservation TTL passed;
 * for the guarded quota (`memberEnforcement: ResourceQuota`), Σ over members of what its guard
@@ -42,20 +43,17 @@ import secrets
 import string
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 
-from e2e.testbed import TestBed, product
+from e2e.testbed import TestBed, product, reference
 from e2e.testbed import guards as gi
 from e2e.testbed.aio import InvariantViolation
-from karmadaquota import scopes
-from karmadaquota.api import ClusterKarmadaQuota, KarmadaQuota, ResourceBinding
-from karmadaquota.charge import Charge, charge
+from karmadaquota.api import ClusterKarmadaQuota, KarmadaQuota
 from karmadaquota.kube.client import JSON, MERGE_PATCH, Conflict, KubeClient, KubeError, NotFound
-from karmadaquota.quantity import Quantity, QuantityError
 
 RB_PATH = "/apis/work.karmada.io/v1alpha2/namespaces/{ns}/resourcebindings"
 QUOTA_PATH = "/apis/quota.karmada.io/v1alpha1/namespaces/{ns}/karmadaquotas"
@@ -405,35 +403,25 @@ class Verdict:
         )
 
 
-def _charges(bindings: Iterable[JSON]) -> list[Charge]:
-    """The charge of each binding (the oracle: `karmadaquota.charge`, not the admission)."""
-    out = []
-    for b in bindings:
-        try:
-            out.append(charge(ResourceBinding.model_validate(b)))
-        except QuantityError:
-            continue  # unreadable: charged as zero, as the controller does
-    return out
-
-
-def _judge(v: Verdict, q: KarmadaQuota, charges: Sequence[Charge]) -> None:
-    """Add to `v` what quota `q` (namespaced or cluster) shows against the charges of the live
-    bindings it may count: Σ of those its scopes match > hard, `used` != Σ, pending left."""
+def _judge(v: Verdict, q: KarmadaQuota, charges: Sequence[reference.Charged]) -> None:
+    """Add to `v` what quota `q` (namespaced or cluster) shows against the reference charges
+    of the live bindings it may count: Σ of those its scopes match > hard, `used` != Σ,
+    pending left."""
     name = q.metadata.name
-    exprs = scopes.expressions(q.spec)
-    matching = [c for c in charges if scopes.matches(exprs, c.traits)]
+    spec = q.spec.model_dump(mode="json")
     for resource, hard_raw in q.spec.hard.items():
-        total = Quantity.zero()
-        for c in matching:
-            total = total + c.total.get(resource, Quantity.zero())
-        hard = Quantity.parse(str(hard_raw))
-        used = Quantity.parse(str(q.status.used.get(resource, "0")))
-        if hard.nanos > 0:
-            v.fill[f"{name}/{resource}"] = total.nanos / hard.nanos
+        total = reference.total(spec, charges, resource)
+        hard = reference.quantity(hard_raw)
+        used = reference.quantity(q.status.used.get(resource, "0"))
+        if hard > 0:
+            v.fill[f"{name}/{resource}"] = float(total / hard)
         if total > hard:
-            v.over.append(f"{name}/{resource}: Σ charges {total} > hard {hard}")
+            v.over.append(f"{name}/{resource}: Σ charges {float(total):g} > hard {hard_raw}")
         if used != total:
-            v.drift.append(f"{name}/{resource}: used {used} != Σ charges {total}")
+            v.drift.append(
+                f"{name}/{resource}: used {q.status.used.get(resource, 0)} != Σ charges "
+                f"{float(total):g}"
+            )
     if q.status.reservations:
         v.reservations.append(f"{name}: {len(q.status.reservations)} reservations")
 
@@ -443,7 +431,7 @@ async def verdict(
 ) -> Verdict:
     """Compare every quota of the namespace with the charges of the live bindings; with
     `guards`, poll the member guards too (Σ over members ≤ hard)."""
-    charges = _charges((await client.get(RB_PATH.format(ns=namespace)))["items"])
+    charges = reference.charges((await client.get(RB_PATH.format(ns=namespace)))["items"])
     v = Verdict()
     for raw in (await client.get(QUOTA_PATH.format(ns=namespace)))["items"]:
         _judge(v, KarmadaQuota.model_validate(raw), charges)
@@ -460,7 +448,7 @@ async def cluster_verdict(client: KubeClient, name: str, namespaces: Sequence[st
     The quota must select exactly those namespaces."""
     listed = (await client.get(ALL_RB_PATH))["items"]
     mine = set(namespaces)
-    charges = _charges(b for b in listed if b["metadata"].get("namespace") in mine)
+    charges = reference.charges(b for b in listed if b["metadata"].get("namespace") in mine)
     q = ClusterKarmadaQuota.model_validate(await client.get(f"{CKQ_PATH}/{name}"))
     v = Verdict()
     _judge(v, q, charges)

@@ -15,6 +15,13 @@ down, but a write may have landed between that read and the outage, so a Σ over
 depends on such a value is held back until the member is read again and confirmed only if its
 guard's resourceVersion is still the one read before (else it is dropped as unjudged).
 
+What a guard may hold is read from the member alone, by the test bed's own rules (never the
+product's): per name, max(spec.hard, status.hard) where both name it; a name either lacks, and a
+guard that is not there, hold **without limit** (the member's admission enforces status.hard
+only, and a missing ResourceQuota limits nothing). Until every member's guard has once held
+every guarded name (the quota being set up) a poll is unsettled, not judged; after that, a
+guard or a name gone is a Σ without bound over the hard.
+
 Used by e2e/test_guards.py, and by the campaign and fault suites (e2e/testbed/campaign.py).
 """
 
@@ -24,46 +31,59 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 import aiohttp
 
 from e2e.testbed.aio import eventually
 from e2e.testbed.bed import TestBed
+from e2e.testbed.reference import quantity
 from karmadaquota.controller import guard_keeper as gk
-from karmadaquota.controller import guards as gd
 from karmadaquota.kube.client import KubeClient, KubeError, NotFound
-from karmadaquota.quantity import NANO, Quantity
 
 READ_TIMEOUT_S = 5.0
 
 
+# What a member's ResourceQuota can hold of a pod's charge; counts of other kinds
+# (count/deployments.apps, services, ...) are held by admission alone.
+_POD_NAMES = ("pods", "count/pods", "cpu", "memory", "ephemeral-storage")
+_POD_PREFIXES = ("requests.", "limits.", "hugepages-")
+
+
+def _guarded_name(name: str) -> bool:
+    return name in _POD_NAMES or name.startswith(_POD_PREFIXES)
+
+
 @dataclass(frozen=True)
 class Guarded:
-    """One guarded KarmadaQuota: its global hard (guarded names only) and clusterHard caps,
-    in nano-units."""
+    """One guarded KarmadaQuota: its global hard (guarded names only) and clusterHard caps."""
 
     quota: str
-    hard: Mapping[str, int]
-    caps: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    hard: Mapping[str, Fraction]
+    caps: Mapping[str, Mapping[str, Fraction]] = field(default_factory=dict)
 
 
 def guarded(
     quota: str, hard: Mapping[str, Any], caps: Mapping[str, Mapping[str, Any]] | None = None
 ) -> Guarded:
     """`hard` and `caps` as written in the KarmadaQuota's spec."""
-    names = set(gd.guarded_names(hard))
     return Guarded(
         quota,
-        {n: Quantity.parse(str(v)).nanos for n, v in hard.items() if n in names},
-        {
-            m: {n: Quantity.parse(str(v)).nanos for n, v in c.items()}
-            for m, c in (caps or {}).items()
-        },
+        {n: quantity(v) for n, v in hard.items() if _guarded_name(n)},
+        {m: {n: quantity(v) for n, v in c.items()} for m, c in (caps or {}).items()},
     )
 
 
-_Read = tuple[str, dict[str, int]]  # (resourceVersion, may_hold); ("", {}) when absent
+def may_hold(obj: Mapping[str, Any]) -> dict[str, Fraction]:
+    """Per name, the most a ResourceQuota lets pods use now: max(spec.hard, status.hard);
+    a name missing from either is not in the result (held without limit)."""
+    spec = (obj.get("spec") or {}).get("hard") or {}
+    status = (obj.get("status") or {}).get("hard") or {}
+    return {n: max(quantity(spec[n]), quantity(status[n])) for n in spec.keys() & status.keys()}
+
+
+_Read = tuple[str, dict[str, Fraction]]  # (resourceVersion, may_hold); ("", {}) when absent
 
 
 @dataclass
@@ -82,10 +102,11 @@ class GuardInvariant:
     polls: int = 0  # polls judged (every guard read exactly, or confirmed later)
     unsettled: int = 0  # polls that straddled a write, not judged
     held_polls: int = 0  # judged polls during which some member could not be read
-    worst: dict[str, dict[str, int]] = field(default_factory=dict)  # quota -> name -> Σ
+    worst: dict[str, dict[str, Fraction]] = field(default_factory=dict)  # quota -> name -> Σ
     violations: list[str] = field(default_factory=list)
     _last: dict[tuple[str, str], _Read] = field(default_factory=dict)
     _suspects: list[_Suspect] = field(default_factory=list)
+    _complete: set[tuple[str, str]] = field(default_factory=set)  # held every name once
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     async def _read(self, member: str, quota: str) -> _Read | None:
@@ -99,7 +120,7 @@ class GuardInvariant:
             return ("", {})
         except (KubeError, aiohttp.ClientError, OSError, TimeoutError):
             return None
-        return (str(obj["metadata"].get("resourceVersion", "")), gk.may_hold(obj))
+        return (str(obj["metadata"].get("resourceVersion", "")), may_hold(obj))
 
     async def _pass(self) -> dict[tuple[str, str], _Read | None]:
         keys = [(q.quota, m) for q in self.quotas for m in self.members]
@@ -141,7 +162,12 @@ class GuardInvariant:
                 held[key] = self._last[key][0]  # its API server is away: the last value read
             else:
                 settled = False  # never read: unknown
-        if not settled:
+        for q in self.quotas:  # set up: every member's guard has held every name once
+            for m in self.members:
+                last = self._last.get((q.quota, m))
+                if last is not None and q.hard.keys() <= last[1].keys():
+                    self._complete.add((q.quota, m))
+        if not settled or len(self._complete) < len(self.quotas) * len(self.members):
             self.unsettled += 1
             self.violations.extend(found)
             return found
@@ -154,16 +180,24 @@ class GuardInvariant:
             worst = self.worst.setdefault(q.quota, {})
             problems = []
             for name, limit in q.hard.items():
-                total = sum(v.get(name, 0) for v in values.values())
-                worst[name] = max(worst.get(name, 0), total)
+                unbounded = sorted(m for m, v in values.items() if name not in v)
+                if unbounded:
+                    problems.append(
+                        f"{self.namespace}/{q.quota}: Σ {name} without bound: no guard holds it"
+                        f" in {unbounded} ({values})"
+                    )
+                    continue
+                total = sum((v[name] for v in values.values()), Fraction(0))
+                worst[name] = max(worst.get(name, Fraction(0)), total)
                 if total > limit:
                     problems.append(
-                        f"{self.namespace}/{q.quota}: Σ {name} = {total / NANO} > {limit / NANO}"
-                        f" ({values})"
+                        f"{self.namespace}/{q.quota}: Σ {name} = {float(total):g} > "
+                        f"{float(limit):g} ({values})"
                     )
             for member, caps in q.caps.items():
                 for name, cap in caps.items():
-                    if values.get(member, {}).get(name, 0) > cap:
+                    holds = values.get(member, {}).get(name)
+                    if holds is None or holds > cap:
                         problems.append(f"{q.quota}: {member} holds {values[member]} past {cap}")
             for p in problems:
                 if depends:
@@ -180,7 +214,7 @@ class GuardInvariant:
             await asyncio.sleep(period)  # the poll period of the invariant check
 
     def summary(self) -> str:
-        worst = {q: {n: v / NANO for n, v in names.items()} for q, names in self.worst.items()}
+        worst = {q: {n: float(v) for n, v in names.items()} for q, names in self.worst.items()}
         return (
             f"guard invariant in {self.namespace}: {self.polls} polls judged "
             f"({self.held_polls} with a member unreadable), {self.unsettled} unsettled, "

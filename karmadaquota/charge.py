@@ -341,6 +341,36 @@ def unrevised(binding: ResourceBinding, replicas: int) -> ResourceBinding:
     return binding.model_copy(update={"spec": spec})
 
 
+@dataclass(frozen=True)
+class TemplateChange:
+    """What a resource template's write costs against its binding (the template gate)."""
+
+    # while the binding has no replicas, Karmada renders the template's own in every member
+    revised: bool
+    new: Charge  # the binding as Karmada renders it once this template version is among its
+    old: Charge  # the binding as it is charged now
+
+
+def template_change(
+    binding: ResourceBinding,
+    charged: PodCharge | None,
+    written: PodCharge | None,
+    replicas: int,
+    old_replicas: int,
+    kinds: Kinds = BUILTIN,
+) -> TemplateChange:
+    """The charge of `binding` before and after a template write: `charged` is one replica as
+    it is charged now (the most of the template versions from the one it names on), `written`
+    the written version's (None: a scale, no pod), `replicas` what the template asks for now
+    and `old_replicas` before the write (at least what it may run now: a scale the watch has
+    not delivered yet)."""
+    rendered = unrevised(binding, replicas)
+    new = charge(rendered, pod_template.most([charged, written]), kinds)
+    if charged is not None and old_replicas > charged.replicas:
+        charged = replace(charged, replicas=old_replicas)
+    return TemplateChange(rendered is not binding, new, charge(binding, charged, kinds))
+
+
 def _in_every_cluster(spec: ResourceBindingSpec, replicas: int) -> dict[str, Any]:
     """`spec.clusters` and `spec.requiredBy` with `replicas` in each of their clusters."""
     return {

@@ -15,8 +15,7 @@ from karmadaquota import logs
 from karmadaquota.durations import duration
 
 if TYPE_CHECKING:
-    from karmadaquota.webhook.app import WebhookConfig
-    from karmadaquota.webhook.server import ServerConfig
+    from karmadaquota.webhook.config import WebhookConfig
 
 log = logging.getLogger("karmadaquota.webhook")
 
@@ -150,16 +149,6 @@ def _aux_flags(p: argparse.ArgumentParser) -> None:
         type=positive_int,
         default=64,
         help="health/metrics port: connections served at once; more are closed at once",
-    )
-
-
-def aux_limits(args: argparse.Namespace) -> ServerConfig:
-    from karmadaquota.webhook.server import AUX_LIMITS, ServerConfig
-
-    return ServerConfig(
-        read_timeout=args.metrics_read_timeout.total_seconds() or AUX_LIMITS.read_timeout,
-        max_connections=args.metrics_max_connections,
-        backlog=AUX_LIMITS.backlog,
     )
 
 
@@ -313,10 +302,10 @@ def _parser() -> argparse.ArgumentParser:
 def webhook_config(args: argparse.Namespace) -> WebhookConfig:
     from karmadaquota.kinds import Kinds
     from karmadaquota.overrides import AllowList
+    from karmadaquota.serving import aux_port
+    from karmadaquota.serving.server import ServerConfig
     from karmadaquota.trust import Writers
-    from karmadaquota.webhook.app import WebhookConfig
-    from karmadaquota.webhook.config import load_limited
-    from karmadaquota.webhook.server import ServerConfig
+    from karmadaquota.webhook.config import WebhookConfig, load_limited
 
     return WebhookConfig(
         kubeconfig=args.kubeconfig,
@@ -338,7 +327,7 @@ def webhook_config(args: argparse.Namespace) -> WebhookConfig:
         client_ca_file=args.client_ca_file,
         metrics_auth=args.metrics_auth,
         metrics_auth_kubeconfig=args.metrics_auth_kubeconfig,
-        aux_limits=aux_limits(args),
+        aux_limits=aux_port.limits(args),
         kinds=Kinds.of(args.workload_kind),
     )
 

@@ -1086,7 +1086,7 @@ def test_the_platform_team_extends_the_override_allow_list() -> None:
 
 def test_cluster_override_policies_reach_the_override_webhook() -> None:
     """A ClusterOverridePolicy is cluster scoped: its rule has scope Cluster, and the webhook
-    decides where it may apply (karmadaquota.webhook.app: admit_override)."""
+    decides where it may apply (karmadaquota.webhook.override: admit_override)."""
     (hook,) = [
         w
         for w in _registration(render())["webhooks"]

@@ -64,8 +64,8 @@ from karmadaquota.kube.retry import Backoff
 from karmadaquota.quantity import Quantity, QuantityError
 from karmadaquota.resources import ResourceList
 from karmadaquota.webhook import review
-from karmadaquota.webhook.app import Webhook
 from karmadaquota.webhook.batcher import Batcher, BatcherConfig, ChargeRequest
+from karmadaquota.webhook.handlers import Webhook
 from karmadaquota.webhook.metrics import WebhookMetrics
 from tests import fake_api
 from tests.fake_api import FakeApiServer, Ref, quota_doc

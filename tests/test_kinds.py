@@ -20,9 +20,10 @@ from karmadaquota.controller.index import Interner, observe
 from karmadaquota.evaluate import evaluate
 from karmadaquota.kinds import Kinds
 from karmadaquota.kube.templates import TemplateStore
-from karmadaquota.webhook.app import Webhook, build_app
 from karmadaquota.webhook.batcher import Batcher
+from karmadaquota.webhook.handlers import Webhook
 from karmadaquota.webhook.metrics import WebhookMetrics
+from karmadaquota.webhook.routes import build_app
 from tests.conftest import as_strings, binding, binding_doc, view
 from tests.fake_api import FakeApiServer, Replica, quota_doc
 from tests.test_pod_template import container

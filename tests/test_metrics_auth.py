@@ -11,16 +11,17 @@ import aiohttp
 import pytest
 from prometheus_client import CollectorRegistry, Gauge
 
-from karmadaquota import cli, metrics_auth
-from karmadaquota.aux_port import serve_aux
+from karmadaquota import cli
 from karmadaquota.kube.client import JSON, KubeError
-from karmadaquota.metrics_auth import (
+from karmadaquota.serving import metrics_auth
+from karmadaquota.serving.aux_port import serve_aux
+from karmadaquota.serving.metrics_auth import (
     LoopbackOnly,
     TokenReviewAuthorizer,
     bearer,
     is_loopback,
 )
-from karmadaquota.webhook.server import Listener, ServerConfig
+from karmadaquota.serving.server import Listener, ServerConfig
 from tests.fake_api import FakeApiServer, Ref
 
 GOOD, READER, BAD = "tok-prometheus", "tok-reader", "tok-nobody"

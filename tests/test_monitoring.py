@@ -25,11 +25,10 @@ from prometheus_client import CollectorRegistry
 
 from karmadaquota import cli
 from karmadaquota.api import KarmadaQuotaStatus
-from karmadaquota.aux_port import serve_aux
 from karmadaquota.controller.metrics import ControllerMetrics
-from karmadaquota.metrics_auth import LoopbackOnly
-from karmadaquota.webhook.app import CertReloader
-from karmadaquota.webhook.certs import CertificateError, not_after
+from karmadaquota.serving.aux_port import serve_aux
+from karmadaquota.serving.certs import CertificateError, CertReloader, not_after
+from karmadaquota.serving.metrics_auth import LoopbackOnly
 from karmadaquota.webhook.metrics import WebhookMetrics
 from tests.conftest import rl
 

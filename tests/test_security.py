@@ -13,9 +13,10 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from karmadaquota import logs
-from karmadaquota.webhook.app import Webhook, build_app
 from karmadaquota.webhook.batcher import Batcher
+from karmadaquota.webhook.handlers import Webhook
 from karmadaquota.webhook.metrics import WebhookMetrics
+from karmadaquota.webhook.routes import build_app
 from tests.fake_api import Replica, quota_doc
 from tests.test_webhook_app import review
 from tests.webhook_fakes import binding_doc

@@ -12,9 +12,10 @@ from aiohttp.test_utils import TestClient, TestServer
 from karmadaquota.api import BindingResource
 from karmadaquota.kube.templates import MISSING, TemplateStore
 from karmadaquota.pod_template import PodCharge
-from karmadaquota.webhook.app import Webhook, build_app
 from karmadaquota.webhook.batcher import Batcher
+from karmadaquota.webhook.handlers import Webhook
 from karmadaquota.webhook.metrics import WebhookMetrics
+from karmadaquota.webhook.routes import build_app
 from tests.conftest import binding_doc
 from tests.fake_api import FakeApiServer, Replica, quota_doc
 from tests.test_pod_template import container, deployment

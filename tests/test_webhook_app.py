@@ -24,15 +24,12 @@ from karmadaquota.kube.templates import TemplateStore
 from karmadaquota.overrides import AllowList, refusals
 from karmadaquota.trust import Writers
 from karmadaquota.webhook import review as review_mod
-from karmadaquota.webhook.app import (
-    DecisionLog,
-    Webhook,
-    build_app,
-    review_budget,
-)
+from karmadaquota.webhook.admission import review_budget
 from karmadaquota.webhook.backend import KubeQuotaBackend
 from karmadaquota.webhook.batcher import Batcher
+from karmadaquota.webhook.handlers import Webhook
 from karmadaquota.webhook.metrics import WebhookMetrics
+from karmadaquota.webhook.routes import DecisionLog, build_app
 from tests.fake_api import FakeApiServer, Replica, quota_doc
 from tests.polling import until
 from tests.webhook_fakes import binding_doc

@@ -19,10 +19,10 @@ from karmadaquota.kube import paths
 from karmadaquota.kube.client import JSON, KubeError
 from karmadaquota.kube.namespace_labels import NamespaceLabels
 from karmadaquota.webhook import review as review_mod
-from karmadaquota.webhook.app import Webhook
 from karmadaquota.webhook.backend import KubeQuotaBackend
 from karmadaquota.webhook.batcher import Batcher
 from karmadaquota.webhook.cluster import ClusterQuotas, cluster_store
+from karmadaquota.webhook.handlers import Webhook
 from karmadaquota.webhook.metrics import WebhookMetrics
 from tests.fake_api import FakeApiServer, Replica, quota_doc
 from tests.polling import until

@@ -11,7 +11,7 @@ import trustme
 
 from karmadaquota.cli import main as cli_main
 from karmadaquota.scopes import Expression
-from karmadaquota.webhook.app import CertReloader
+from karmadaquota.serving.certs import CertReloader
 from karmadaquota.webhook.config import ConfigError, load_limited
 
 GOOD = """

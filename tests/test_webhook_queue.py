@@ -14,10 +14,11 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from karmadaquota import queued
-from karmadaquota.webhook.app import Webhook, build_app
 from karmadaquota.webhook.batcher import Batcher
+from karmadaquota.webhook.handlers import Webhook
 from karmadaquota.webhook.metrics import WebhookMetrics
 from karmadaquota.webhook.refusals import record_refusals
+from karmadaquota.webhook.routes import build_app
 from tests.fake_api import Replica, quota_doc
 from tests.polling import until
 from tests.test_webhook_app import post, review

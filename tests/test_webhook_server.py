@@ -24,10 +24,11 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from karmadaquota.webhook.app import Webhook, build_app
+from karmadaquota.serving.server import MAX_BODY_BYTES, Listener, ServerConfig, serve, tls_context
 from karmadaquota.webhook.batcher import Batcher
+from karmadaquota.webhook.handlers import Webhook
 from karmadaquota.webhook.metrics import WebhookMetrics
-from karmadaquota.webhook.server import MAX_BODY_BYTES, Listener, ServerConfig, serve, tls_context
+from karmadaquota.webhook.routes import build_app
 from tests.fake_api import Replica, quota_doc
 from tests.test_webhook_app import review
 from tests.webhook_fakes import binding_doc

@@ -31,9 +31,6 @@ from typing import Any
 import kopf
 from aiohttp import web
 
-from karmadaquota import metrics_auth
-from karmadaquota.aux_port import aux_app
-from karmadaquota.cli import aux_limits
 from karmadaquota.controller import operator
 from karmadaquota.controller.dequeue import Dequeuer
 from karmadaquota.controller.guard_keeper import GuardKeeper
@@ -52,8 +49,9 @@ from karmadaquota.heap import freeze_startup_heap
 from karmadaquota.kinds import BUILTIN, Kinds
 from karmadaquota.kube.client import JSON, CredentialsError, KubeClient, user_agent
 from karmadaquota.kube.templates import TemplateStore
-from karmadaquota.webhook import server
-from karmadaquota.webhook.server import AUX_LIMITS, ServerConfig
+from karmadaquota.serving import aux_port, metrics_auth, server
+from karmadaquota.serving.aux_port import aux_app
+from karmadaquota.serving.server import AUX_LIMITS, ServerConfig
 
 log = logging.getLogger("karmadaquota.controller")
 
@@ -109,7 +107,7 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> ControllerC
         wake=None if args.no_wake else WakeConfig(kinds=kinds([*DEFAULT_KINDS, *args.wake_kind])),
         metrics_auth=args.metrics_auth,
         metrics_auth_kubeconfig=args.metrics_auth_kubeconfig,
-        aux_limits=aux_limits(args),
+        aux_limits=aux_port.limits(args),
         workload_kinds=Kinds.of(args.workload_kind),
     )
 

@@ -14,7 +14,7 @@ A binding names the template version it was built from (`spec.resource.resourceV
 store answers with the most one replica costs over that version and every newer one it holds:
 Karmada renders the template as it is now on its next sync of the binding, so a binding is
 charged for what its members may run before and after that sync. A template whose pod grows is
-admitted at the template (`webhook.app.Webhook.admit_template`), which reserves the growth
+admitted at the template (`webhook.template`), which reserves the growth
 until the binding's update carries it. When the store holds no version as new as the one a
 binding names, it says "not yet": the webhook then reads the
 template (`fetch`, a GET whose answer is kept), the controller waits for the watch (`lookup`

@@ -1,4 +1,5 @@
-"""The optional limitedResources file, as Kubernetes' ResourceQuotaConfiguration has it.
+"""The webhook's configuration (`WebhookConfig`, from its flags: karmadaquota.cli), and the
+optional limitedResources file, as Kubernetes' ResourceQuotaConfiguration has it.
 
     apiVersion: apiserver.config.k8s.io/v1
     kind: ResourceQuotaConfiguration
@@ -14,14 +15,52 @@ expression, is admitted only where a quota covering it exists.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from karmadaquota import overrides, trust
 from karmadaquota.api import BINDING_PLURAL, ScopedResourceSelectorRequirement, describe
 from karmadaquota.evaluate import LimitedResource
+from karmadaquota.kinds import BUILTIN, Kinds
 from karmadaquota.scopes import expression, validate_expression
+from karmadaquota.serving.server import AUX_LIMITS, ServerConfig
+from karmadaquota.webhook.batcher import DEFAULT_RESERVATION_BYTES
+
+
+@dataclass
+class WebhookConfig:
+    kubeconfig: str | None = None
+    cert_file: str = ""
+    key_file: str = ""
+    bind_address: str = "127.0.0.1"
+    port: int = 8443
+    reservation_ttl: timedelta = timedelta(seconds=60)
+    limited: list[LimitedResource] = field(default_factory=list)
+    cert_check_interval: float = 10.0
+    max_reservation_bytes: int = DEFAULT_RESERVATION_BYTES
+    limits: ServerConfig = field(default_factory=ServerConfig)
+    # remember refusals for quota in status.waiting[] (the controller wakes them)
+    record_waiting: bool = True
+    # /metrics over plain HTTP as well (None: only on the HTTPS port)
+    metrics_bind_address: str = "127.0.0.1"
+    metrics_port: int | None = None
+    # who may create bindings and change their spec in a namespace with a quota
+    writers: trust.Writers = field(default_factory=trust.Writers)
+    # what an untrusted writer may override where a quota is (+ --override-allowed-path)
+    allowed_overrides: overrides.AllowList = field(default_factory=overrides.AllowList)
+    # a client certificate signed by this CA is required on the HTTPS port (None: not asked)
+    client_ca_file: str | None = None
+    # who may read /metrics, on either port (metrics_auth.authorizer)
+    metrics_auth: str = "none"
+    metrics_auth_kubeconfig: str | None = None
+    aux_limits: ServerConfig = AUX_LIMITS
+    # the kinds the platform team declared (their replicas and pod template paths) besides the
+    # built-in ones (karmadaquota.kinds)
+    kinds: Kinds = BUILTIN
 
 
 class ConfigError(ValueError):

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from karmadaquota.runtime_metrics import LATENCY_TOP, program_registry
-from karmadaquota.webhook.certs import CertificateError, not_after
+from karmadaquota.serving.certs import CertificateError, not_after
 
 log = logging.getLogger("karmadaquota.webhook")
 

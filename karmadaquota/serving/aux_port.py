@@ -8,13 +8,14 @@ serves `/metrics` only to whom `metrics_auth` allows; it holds nothing either: t
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from karmadaquota.metrics_auth import Authorizer, metrics_handler
-from karmadaquota.webhook.server import AUX_LIMITS, Listener, ServerConfig, serve
+from karmadaquota.serving.metrics_auth import Authorizer, metrics_handler
+from karmadaquota.serving.server import AUX_LIMITS, Listener, ServerConfig, serve
 
 
 def aux_app(
@@ -47,3 +48,13 @@ async def serve_aux(
     """Serve the port on host:port (0 picks a free one) in plain HTTP within `limits`."""
     app = aux_app(registry, authorizer, ready)
     return await serve(app, host, port, None, limits, on_connection)
+
+
+def limits(args: argparse.Namespace) -> ServerConfig:
+    """The port's bounds from either program's flags (`--metrics-read-timeout`,
+    `--metrics-max-connections`: karmadaquota.cli)."""
+    return ServerConfig(
+        read_timeout=args.metrics_read_timeout.total_seconds() or AUX_LIMITS.read_timeout,
+        max_connections=args.metrics_max_connections,
+        backlog=AUX_LIMITS.backlog,
+    )

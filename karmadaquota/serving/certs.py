@@ -1,4 +1,5 @@
-"""When the serving certificate expires, read from its PEM file with the standard library.
+"""The serving certificate: reloaded when its files change (`CertReloader`), and when it
+expires, read from its PEM file with the standard library (`not_after`).
 
 The stdlib has no public parser for a certificate that is not a CA (`SSLContext.get_ca_certs`
 lists only CA certificates, `getpeercert()` decodes only a verified peer's), and `cryptography`
@@ -9,11 +10,20 @@ signature algorithm and issuer.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import calendar
+import logging
+import os
 import re
+import ssl
+from collections.abc import Callable
 from datetime import datetime
+
+from karmadaquota.serving.server import tls_context
+
+log = logging.getLogger("karmadaquota.webhook")
 
 _PEM = re.compile(rb"-----BEGIN CERTIFICATE-----(.+?)-----END CERTIFICATE-----", re.DOTALL)
 _SEQUENCE, _INTEGER, _UTC_TIME, _GENERALIZED_TIME, _VERSION = 0x30, 0x02, 0x17, 0x18, 0xA0
@@ -90,3 +100,47 @@ def not_after(cert_file: str) -> float:
     except binascii.Error as e:
         raise CertificateError(f"{cert_file}: bad base64: {e}") from None
     return min(der_not_after(der) for der in ders)
+
+
+class CertReloader:
+    """Serves with a TLS context whose certificate is reloaded when its files change."""
+
+    def __init__(
+        self,
+        cert_file: str,
+        key_file: str,
+        on_load: Callable[[str], None] | None = None,
+        client_ca_file: str | None = None,
+    ) -> None:
+        self.cert_file = cert_file
+        self.key_file = key_file
+        self.client_ca_file = client_ca_file
+        self._on_load = on_load or (lambda _cert_file: None)  # after each successful load
+        self._stamp = self._mtimes()
+        self.context = tls_context(cert_file, key_file, client_ca_file)
+        self._on_load(cert_file)
+
+    def _mtimes(self) -> tuple[float, ...]:
+        files = [self.cert_file, self.key_file, *filter(None, [self.client_ca_file])]
+        return tuple(os.stat(f).st_mtime for f in files)
+
+    def reload_if_changed(self) -> bool:
+        try:
+            stamp = self._mtimes()
+            if stamp == self._stamp:
+                return False
+            self.context.load_cert_chain(self.cert_file, self.key_file)
+            if self.client_ca_file:  # adds a rotated CA (a removed one stays until a restart)
+                self.context.load_verify_locations(self.client_ca_file)
+        except (OSError, ssl.SSLError) as e:
+            log.warning("serving certificate not reloaded", extra={"error": str(e)})
+            return False
+        self._stamp = stamp
+        log.info("serving certificate reloaded", extra={"cert_file": self.cert_file})
+        self._on_load(self.cert_file)
+        return True
+
+    async def watch(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)  # a polling period, not synchronisation
+            self.reload_if_changed()

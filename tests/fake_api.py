@@ -689,8 +689,8 @@ def merge_patch(target: Any, patch: Any) -> Any:
 
 
 class Replica(KubeQuotaBackend):
-    """One webhook replica as `webhook.handlers.assemble` wires it: the product's QuotaBackend over a
-    (possibly shared) FakeApiServer, reading the replica's own QuotaStore (whose informer
+    """One webhook replica as `webhook.handlers.assemble` wires it: the product's QuotaBackend
+    over a (possibly shared) FakeApiServer, reading the replica's own QuotaStore (whose informer
     orders versions: a cache never goes back). Only this replica's reads and writes refresh
     that store, until `refresh` (its watch delivered everything); another replica is another
     Replica over the same server.

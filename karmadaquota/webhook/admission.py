@@ -20,7 +20,7 @@ from typing import Any
 
 import aiohttp
 
-from karmadaquota import durations, overrides, trust
+from karmadaquota import api, durations, overrides, trust
 from karmadaquota.api import BindingResource, ResourceBinding
 from karmadaquota.evaluate import Decision
 from karmadaquota.kinds import BUILTIN
@@ -44,6 +44,8 @@ REASON_TIMEOUT = "Timeout"
 # wait in its namespace's queue; past it the API server has given up, so reserving for the
 # review would hold quota for a binding that will not be created.
 DEADLINE_SHARE = 0.9
+# what the binding routes decide
+BINDINGS = f"{api.BINDING_PLURAL}.{api.BINDING_GROUP}"
 
 
 def deadline_of(budget: float | None) -> float | None:

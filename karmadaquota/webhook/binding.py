@@ -23,6 +23,7 @@ from karmadaquota.kube.client import KubeError
 from karmadaquota.quantity import QuantityError
 from karmadaquota.webhook import review
 from karmadaquota.webhook.admission import (
+    BINDINGS,
     NOT_SYNCED,
     REASON_INVALID,
     REASON_NOT_READY,
@@ -39,11 +40,7 @@ class BindingAdmission(Admission):
     async def admit_binding(self, req: review.Request, budget: float | None = None) -> Decision:
         """Decide a binding review; `budget`: seconds before its caller gives up (a review
         still queued then is answered with a timeout and reserves nothing)."""
-        if req.resource.group != api.BINDING_GROUP or req.resource.resource != api.BINDING_PLURAL:
-            raise review.MalformedReview(
-                f"this endpoint admits {api.BINDING_PLURAL}.{api.BINDING_GROUP}, got "
-                f"{req.resource.resource}.{req.resource.group}"
-            )
+        review.expect(req, api.BINDING_GROUP, [api.BINDING_PLURAL], BINDINGS)
         # status and other subresources carry no new charge; admission never releases quota
         # (a DELETE is the controller's)
         deadline = deadline_of(budget)

@@ -27,11 +27,8 @@ class OverrideAdmission(Admission):
         apply in one: an untrusted writer may write only overrides on the allow-list
         (karmadaquota.overrides; docs/security.md)."""
         plural = req.resource.resource
-        if req.resource.group != api.OVERRIDE_GROUP or plural not in OVERRIDE_PLURALS:
-            raise review.MalformedReview(
-                f"this endpoint admits {' and '.join(OVERRIDE_PLURALS)}.{api.OVERRIDE_GROUP}, "
-                f"got {plural}.{req.resource.group}"
-            )
+        what = f"{' and '.join(OVERRIDE_PLURALS)}.{api.OVERRIDE_GROUP}"
+        review.expect(req, api.OVERRIDE_GROUP, OVERRIDE_PLURALS, what)
         obj = written(req)
         if obj is None:
             return Decision(True)

@@ -15,7 +15,7 @@ from karmadaquota.kube import paths
 from karmadaquota.kube.client import KubeError
 from karmadaquota.quantity import QuantityError
 from karmadaquota.webhook import review
-from karmadaquota.webhook.admission import Admission
+from karmadaquota.webhook.admission import BINDINGS, Admission
 
 
 class QueueAdmission(Admission):
@@ -23,11 +23,7 @@ class QueueAdmission(Admission):
         """Whether a new binding is created queued (suspended, naming the quota); None leaves
         it as it is. Never refuses: whatever is wrong with the binding, the validating route
         says, and a binding left unqueued is charged there in full (the safe side)."""
-        if req.resource.group != api.BINDING_GROUP or req.resource.resource != api.BINDING_PLURAL:
-            raise review.MalformedReview(
-                f"this endpoint mutates {api.BINDING_PLURAL}.{api.BINDING_GROUP}, got "
-                f"{req.resource.resource}.{req.resource.group}"
-            )
+        review.expect(req, api.BINDING_GROUP, [api.BINDING_PLURAL], BINDINGS, "mutates")
         if req.operation != "CREATE" or req.subResource or req.object is None:
             return None
         if not self.quotas.synced.is_set() or not self.quotas.has(req.namespace):

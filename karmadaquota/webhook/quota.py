@@ -20,15 +20,12 @@ class QuotaAdmission(Admission):
 
     def validate_quota(self, req: review.Request) -> Decision:
         """A KarmadaQuota's or ClusterKarmadaQuota's spec, in Kubernetes' words."""
+        what = f"{api.PLURAL}.{api.GROUP} and {api.CLUSTER_PLURAL}.{api.GROUP}"
+        review.expect(req, api.GROUP, [api.PLURAL, api.CLUSTER_PLURAL], what)
         model: type[KarmadaQuota] = KarmadaQuota
         kind = api.KIND
-        if req.resource.group == api.GROUP and req.resource.resource == api.CLUSTER_PLURAL:
+        if req.resource.resource == api.CLUSTER_PLURAL:
             model, kind = api.ClusterKarmadaQuota, api.CLUSTER_KIND
-        elif req.resource.group != api.GROUP or req.resource.resource != api.PLURAL:
-            raise review.MalformedReview(
-                f"this endpoint admits {api.PLURAL}.{api.GROUP} and {api.CLUSTER_PLURAL}."
-                f"{api.GROUP}, got {req.resource.resource}.{req.resource.group}"
-            )
         obj = written(req)
         if obj is None:
             return Decision(True)

@@ -7,6 +7,7 @@ gets HTTP 400 with a precise message (`MalformedReview`); a well-formed review a
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 import orjson
@@ -21,6 +22,17 @@ ADMISSION_API_VERSION = "admission.k8s.io/v1"
 
 class MalformedReview(ValueError):
     """The body is not an AdmissionReview we can answer: answered with HTTP 400."""
+
+
+def expect(
+    req: Request, group: str, plurals: Collection[str], what: str, verb: str = "admits"
+) -> None:
+    """Refuse (400) a review of a resource this endpoint does not decide: `what` names the
+    resources it does."""
+    if req.resource.group != group or req.resource.resource not in plurals:
+        raise MalformedReview(
+            f"this endpoint {verb} {what}, got {req.resource.resource}.{req.resource.group}"
+        )
 
 
 class _Model(BaseModel):

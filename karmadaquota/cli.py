@@ -8,6 +8,7 @@ import contextlib
 import logging
 import signal
 import sys
+from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -30,15 +31,20 @@ def positive_int(text: str) -> int:
     return value
 
 
+def _checked(text: str, parse: Callable[[], object]) -> str:
+    """`text` when `parse()` reads it; else argparse's error with the parser's message."""
+    try:
+        parse()
+    except ValueError as e:  # InvalidPattern among them
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
 def workload_kind(text: str) -> str:
     """A `--workload-kind` value, checked when the flags are parsed."""
     from karmadaquota.kinds import Kinds
 
-    try:
-        Kinds.of([text])
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-    return text
+    return _checked(text, lambda: Kinds.of([text]))
 
 
 def _workload_kind_flag(p: argparse.ArgumentParser) -> None:
@@ -61,22 +67,14 @@ def wake_kind(text: str) -> str:
     """A `--wake-kind` value, checked when the flags are parsed."""
     from karmadaquota.controller.wake import Kind
 
-    try:
-        Kind.parse(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-    return text
+    return _checked(text, lambda: Kind.parse(text))
 
 
 def override_path(text: str) -> str:
     """An `--override-allowed-path` value, checked when the flags are parsed."""
-    from karmadaquota.overrides import AllowList, InvalidPattern
+    from karmadaquota.overrides import AllowList
 
-    try:
-        AllowList.extended([text])
-    except InvalidPattern as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-    return text
+    return _checked(text, lambda: AllowList.extended([text]))
 
 
 class _DeprecatedAlias(argparse.Action):

@@ -124,21 +124,16 @@ class Reconciler:
         self.synced = synced
         self._may_write = may_write
         self._outcomes: dict[tuple[str, str], rc.Outcome] = {}
-        self.dirty = DirtyQueue(
-            self.flush,
+        # debounced (a storm is a few recomputes), retried soon after every lost CAS
+        recompute = functools.partial(
+            DirtyQueue,
             quiet=config.quiet,
             max_delay=config.max_delay,
             retry_delay=RECOMPUTE_RETRY,
             retry_cap=RECOMPUTE_RETRY_CAP,
         )
-        self.cluster_dirty = DirtyQueue(
-            self.flush_cluster,
-            quiet=config.quiet,
-            max_delay=config.max_delay,
-            retry_delay=RECOMPUTE_RETRY,
-            retry_cap=RECOMPUTE_RETRY_CAP,
-            name="cluster-recompute",
-        )
+        self.dirty = recompute(self.flush)
+        self.cluster_dirty = recompute(self.flush_cluster, name="cluster-recompute")
 
     def guard_inputs(self, namespace: str, quota: str) -> gd.GuardInputs | None:
         """The guard job's inputs of a quota: its last recompute's (None: an invalid spec)."""

@@ -5,7 +5,8 @@
   is queued: `queue_patch` suspends its scheduling and names the quota (`queued.ANNOTATION`).
   A binding refused for anything but room (missing requests, invalid values), or over a quota
   that refuses, is left alone: the validating webhook refuses it as before.
-- Later (`select`, the one wait-for-room engine `karmadaquota.room`, which waking uses too):
+- Later (`select`, the one wait-for-room engine `karmadaquota.room_selection`, which waking
+  uses too):
   queued bindings are tried higher priority first, then oldest, then by name; BestEffortFIFO
   tries every one that fits, StrictFIFO none past the first that does not. Each pick is
   assumed admitted for the ones after it. The controller clears the suspension with
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from karmadaquota import api, queued, resources, room, scopes
+from karmadaquota import api, queued, resources, room_selection, scopes
 from karmadaquota.api import KarmadaQuota, ResourceBinding
 from karmadaquota.charge import Charge
 from karmadaquota.evaluate import REASON_EXCEEDED, QuotaView, evaluate
@@ -220,7 +221,7 @@ def select(
     policies: Mapping[str, Policy],
     class_values: Mapping[str, int],
 ) -> list[Pick]:
-    """The queued bindings to admit now, in the order to try them (`room.select`).
+    """The queued bindings to admit now, in the order to try them (`room_selection.select`).
 
     Queues are per quota that queued the binding: one whose quota is StrictFIFO (and still
     says Queue or Refuse: a quota switched to Refuse drains its queue in the same order) stops
@@ -229,13 +230,14 @@ def select(
     """
     # one order across queues, so a higher-priority entry of any queue goes first
     candidates = [
-        room.Candidate(
+        room_selection.Candidate(
             e, e.charge, queue=e.quota, strict=(p := policies.get(e.quota)) is not None and p.strict
         )
         for e in order(entries, class_values)
     ]
     return [
-        Pick(e, _admitted_reason(policies.get(e.quota))) for e in room.select(candidates, views)
+        Pick(e, _admitted_reason(policies.get(e.quota)))
+        for e in room_selection.select(candidates, views)
     ]
 
 

@@ -12,8 +12,9 @@ Rules:
 - Bounded: a namespace keeps at most `limit` entries; the oldest refusals keep their places and
   the newest are not recorded (they still wait on Karmada's own backoff).
 - Selection is best-effort FIFO by first refusal, by the one wait-for-room engine
-  (`karmadaquota.room`, which the queue uses too): each entry is evaluated with the admission
-  engine against used + reserved plus what was already picked before it; an entry that does
+  (`karmadaquota.room_selection`, which the queue uses too): each entry is evaluated with the
+  admission engine against used + reserved plus what was already picked before it; an entry
+  that does
   not fit is skipped, not a barrier. What was woken but not yet admitted or refused again is
   charged first, so a wake never counts the same room twice.
 """
@@ -24,7 +25,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
-from karmadaquota import resources, room
+from karmadaquota import resources, room_selection
 from karmadaquota.api import (
     BindingResource,
     KarmadaQuota,
@@ -168,7 +169,7 @@ def select(
     flying: Collection[str] = (),
 ) -> list[WaitingWorkload]:
     """The waiting workloads to wake now: FIFO, each only if it fits after those before it
-    (`room.select`, BestEffortFIFO by first refusal).
+    (`room_selection.select`, BestEffortFIFO by first refusal).
 
     `flying` entries (woken, not yet admitted nor refused again) are charged first where they
     still fit; where they do not, their admission is already in used + reserved.
@@ -176,11 +177,11 @@ def select(
     ordered = fifo(entries)
     woken = [w for w in ordered if key(w.template) in flying]
     waiting = [w for w in ordered if key(w.template) not in flying]
-    candidates: list[room.Candidate[WaitingWorkload]] = []
+    candidates: list[room_selection.Candidate[WaitingWorkload]] = []
     for w in woken + waiting:
         try:
             charge = charge_of(w)
         except QuantityError:
             continue  # unreadable entry: never woken; it leaves when its workload is admitted
-        candidates.append(room.Candidate(w, charge, held=key(w.template) in flying))
-    return room.select(candidates, quotas)
+        candidates.append(room_selection.Candidate(w, charge, held=key(w.template) in flying))
+    return room_selection.select(candidates, quotas)

@@ -1,11 +1,11 @@
-"""Wait for room: the one selection (`karmadaquota.room`) and the controller's one loop
+"""Wait for room: the one selection (`karmadaquota.room_selection`) and the controller's one loop
 (`controller.room`) that waking refused workloads and admitting queued bindings share."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from karmadaquota import room
+from karmadaquota import room_selection
 from karmadaquota.api import KarmadaQuota
 from karmadaquota.charge import Charge
 from karmadaquota.controller import room as loop
@@ -26,14 +26,14 @@ def room_for(free: int, hard: int = 4) -> list[QuotaView]:
 
 def cand(
     name: str, n: int, queue: str = "", strict: bool = False, held: bool = False
-) -> room.Candidate[str]:
-    return room.Candidate(name, pods(n), queue=queue, strict=strict, held=held)
+) -> room_selection.Candidate[str]:
+    return room_selection.Candidate(name, pods(n), queue=queue, strict=strict, held=held)
 
 
 def test_each_pick_is_reserved_for_the_ones_after_it_and_a_misfit_is_skipped() -> None:
     cs = [cand("a", 2), cand("big", 3), cand("b", 1), cand("c", 1)]
-    assert room.select(cs, room_for(3)) == ["a", "b"]  # big skipped, c finds no room left
-    assert room.select(cs, room_for(0)) == []
+    assert room_selection.select(cs, room_for(3)) == ["a", "b"]  # big skipped, c finds no room left
+    assert room_selection.select(cs, room_for(0)) == []
 
 
 def test_a_strict_queue_stops_at_its_first_misfit_and_only_that_queue() -> None:
@@ -42,16 +42,18 @@ def test_a_strict_queue_stops_at_its_first_misfit_and_only_that_queue() -> None:
         cand("small", 1, queue="s", strict=True),
         cand("other", 1, queue="b"),
     ]
-    assert room.select(cs, room_for(2)) == ["other"]
-    assert room.select(cs, room_for(3)) == ["big"]
+    assert room_selection.select(cs, room_for(2)) == ["other"]
+    assert room_selection.select(cs, room_for(3)) == ["big"]
 
 
 def test_held_entries_take_their_room_first_and_are_not_picked_again() -> None:
     cs = [cand("woken", 2, held=True), cand("next", 2)]
-    assert room.select(cs, room_for(2)) == []  # the woken one's room is not counted twice
-    assert room.select(cs, room_for(4)) == ["next"]
+    assert room_selection.select(cs, room_for(2)) == []  # the woken one's room is not counted twice
+    assert room_selection.select(cs, room_for(4)) == ["next"]
     # a held entry that no longer fits is already in used + reserved: it holds nothing more
-    assert room.select([cand("woken", 5, held=True), cand("next", 2)], room_for(2)) == ["next"]
+    assert room_selection.select([cand("woken", 5, held=True), cand("next", 2)], room_for(2)) == [
+        "next"
+    ]
 
 
 class Look:

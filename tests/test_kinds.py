@@ -7,6 +7,7 @@ costs R × one replica of the pod at its declared template path, as Kubernetes c
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from collections.abc import AsyncIterator
 from typing import Any
@@ -20,12 +21,12 @@ from karmadaquota.controller.index import Interner, observe
 from karmadaquota.evaluate import evaluate
 from karmadaquota.kinds import Kinds
 from karmadaquota.kube.templates import TemplateStore
-from karmadaquota.webhook.batcher import Batcher
-from karmadaquota.webhook.handlers import Webhook
-from karmadaquota.webhook.metrics import WebhookMetrics
+from karmadaquota.webhook.config import WebhookConfig
+from karmadaquota.webhook.handlers import assemble
 from karmadaquota.webhook.routes import build_app
 from tests.conftest import as_strings, binding, binding_doc, view
-from tests.fake_api import FakeApiServer, Replica, quota_doc
+from tests.fake_api import FakeApiServer, quota_doc
+from tests.polling import until
 from tests.test_pod_template import container
 from tests.test_webhook_app import post, review
 
@@ -43,18 +44,21 @@ def kinds() -> Kinds:
 async def started(
     api: FakeApiServer, kinds: Kinds, *quotas: dict[str, Any]
 ) -> AsyncIterator[TestClient[Any, Any]]:
-    """A webhook over `api` charging with `kinds`, as `webhook.app.running` wires it."""
-    store = Replica(*quotas, api=api)
-    webhook = Webhook(
-        store.quota_store(),
-        Batcher(store),
-        WebhookMetrics(),
-        templates=TemplateStore(api, kinds=kinds),
-    )
+    """A webhook over `api` charging with `kinds`, assembled as the program assembles it
+    (`handlers.assemble`), its stores fed by their informers."""
+    for q in quotas:
+        api.add_quota(q)
+    webhook = assemble(api, WebhookConfig(kinds=kinds))
+    fed = asyncio.create_task(webhook.run())
+    await until(webhook.synced, what="the webhook's caches synced")
     client = TestClient(TestServer(build_app(webhook)))
     await client.start_server()
-    yield client
-    await client.close()
+    try:
+        yield client
+    finally:
+        await client.close()
+        fed.cancel()
+        await webhook.close()
 
 
 async def answer(client: TestClient[Any, Any], doc: dict[str, Any]) -> dict[str, Any]:

@@ -112,7 +112,7 @@ class Admission:
             return None
         return await self.templates.fetch(binding.spec.resource, namespace, fresh)
 
-    def _synced(self) -> bool:
+    def synced(self) -> bool:
         """Quotas (and cluster quotas) listed: before that, a namespace cannot be known to hold
         none (fail closed)."""
         return self.quotas.synced.is_set() and (self.cluster is None or self.cluster.synced())

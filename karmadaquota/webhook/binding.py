@@ -54,7 +54,7 @@ class BindingAdmission(Admission):
             # Karmada's finalizers, the garbage collector: charged nothing, whatever the quota
             # cache knows, so a deletion never waits for it
             return Decision(True)
-        if not self._synced():
+        if not self.synced():
             return NOT_SYNCED
         selecting = await self._selecting(req.namespace)
         if isinstance(selecting, Decision):

@@ -32,7 +32,7 @@ class OverrideAdmission(Admission):
         obj = written(req)
         if obj is None:
             return Decision(True)
-        if not self._synced():
+        if not self.synced():
             return NOT_SYNCED
         if self.writers.trusts(req.userInfo):
             return Decision(True)

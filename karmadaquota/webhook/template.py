@@ -88,7 +88,7 @@ class TemplateAdmission(Admission):
             (group, kind, req.namespace, name), str(meta.get("uid") or "")
         ):
             return Decision(True)  # a new name: its binding is charged with this template
-        if not self._synced():
+        if not self.synced():
             return NOT_SYNCED
         selecting = await self._selecting(req.namespace)
         if isinstance(selecting, Decision):

@@ -145,8 +145,9 @@ def _spread_binding(ns: str, i: int) -> dict[str, Any]:
     return binding(ns, f"x-{i:04d}")
 
 
-async def prepare(bed: TestBed, ns: str, kind: str, count: int) -> None:
-    """The storm's namespace and quota; `count`: how many creates the quota has room for."""
+async def prepare(bed: TestBed, ns: str, kind: str, count: int, guarded: bool = False) -> None:
+    """The storm's namespace and quota; `count`: how many creates the quota has room for;
+    `guarded`: the quota keeps member guards (`memberEnforcement: ResourceQuota`)."""
     if kind == "cluster":
         await prepare_cluster(bed, ns, count)
         return
@@ -156,7 +157,8 @@ async def prepare(bed: TestBed, ns: str, kind: str, count: int) -> None:
     )
     if kind in ("quota", FULL):
         hard = {"requests.cpu": f"{count * 100}m", "pods": str(count)}
-        await bed.aapply(product.quota(ns, "storm", hard))
+        spec = {"memberEnforcement": "ResourceQuota"} if guarded else {}
+        await bed.aapply(product.quota(ns, "storm", hard, **spec))
     elif kind == "floor":
         scope = {
             "matchExpressions": [
@@ -229,7 +231,7 @@ async def one_storm(
     it: harness.Installed, pids: dict[str, int], kind: str, ns: str, args: argparse.Namespace
 ) -> dict[str, Any]:
     bed, api, hook = it.bed, it.api, it.hook
-    await prepare(bed, ns, kind, room(args, kind))
+    await prepare(bed, ns, kind, room(args, kind), args.guarded)
     versions = await templates(api, ns, args.count) if args.templated and kind != "cluster" else {}
     cpu_before = cpu_by_process(pids)
     hook_text = await hook.metrics()
@@ -521,6 +523,11 @@ def main() -> None:
         type=float,
         default=0.0,
         help="and a storm into a quota with room for this fraction of the creates",
+    )
+    p.add_argument(
+        "--guarded",
+        action="store_true",
+        help="the quota storms' quotas keep member guards (memberEnforcement: ResourceQuota)",
     )
     p.add_argument(
         "--templated",

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import ipaddress
 import json
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import pytest
 
@@ -43,6 +44,7 @@ stack = test_tenant.stack
 ns = test_tenant.ns
 
 CPU = {"cpu": "100m"}
+T = TypeVar("T")
 
 
 async def member_object(s: Stack, member: str, path: str) -> JSON | None:
@@ -72,6 +74,29 @@ def ready(pod: JSON) -> bool:
     """Running and Ready, as the member's kubelet (kwok) reports it."""
     conditions = {c["type"]: c["status"] for c in pod.get("status", {}).get("conditions", [])}
     return pod.get("status", {}).get("phase") == "Running" and conditions.get("Ready") == "True"
+
+
+async def warnings(s: Stack, ns: str) -> list[str]:
+    """The namespace's Warning events on karmada-apiserver: where a refusal (ours, as an event
+    on the template or the FederatedHPA) shows itself."""
+    events = await s.api.get(f"/api/v1/namespaces/{ns}/events")
+    return [
+        f"{e['involvedObject'].get('kind')}/{e['involvedObject'].get('name')}: "
+        f"{e.get('reason')}: {e.get('message')}"
+        for e in events.get("items", [])
+        if e.get("type") == "Warning"
+    ]
+
+
+async def works(
+    s: Stack, ns: str, check: Callable[[], Awaitable[T | None]], timeout: float, what: str
+) -> T:
+    """`eventually(check)`, and on timeout the namespace's warnings beside it, so that a false
+    refusal names itself (what was refused, and the message)."""
+    try:
+        return await eventually(check, timeout, what)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\nWarning events in {ns}: {await warnings(s, ns)}") from None
 
 
 async def used(s: Stack, ns: str) -> dict[str, str]:
@@ -132,21 +157,21 @@ async def test_propagate_deps_brings_configmap_secret_and_serviceaccount_to_the_
     async with members_within(s, ns, 4, terminating=True):
         await tenant_apply(s, *deps.values(), web, policy)
 
-        async def arrived() -> dict[str, list[JSON]] | None:
+        async def arrived() -> dict[str, list[JSON]]:
             pods = {m: live(p) for m, p in (await member_pods(s, ns)).items()}
-            if sum(len(p) for p in pods.values()) != 2 or not all(
-                ready(p) for ps in pods.values() for p in ps
-            ):
-                return None
+            states = {m: [ready(p) for p in ps] for m, ps in pods.items()}
+            assert sum(len(r) for r in states.values()) == 2 and all(
+                all(r) for r in states.values()
+            ), f"pods Ready in each member: {states}"
             for m, ps in pods.items():
-                for p in ps if ps else ():
+                for p in ps:
                     assert p["spec"]["serviceAccountName"] == "app-sa"
                 for path in deps if ps else ():
-                    if await member_object(s, m, f"/api/v1/namespaces/{ns}/{path}") is None:
-                        return None
+                    held = await member_object(s, m, f"/api/v1/namespaces/{ns}/{path}")
+                    assert held is not None, f"{m} runs a pod of web but lacks {path}"
             return pods
 
-        pods = await eventually(arrived, 90, "2 pods running, their 3 dependencies beside them")
+        pods = await works(s, ns, arrived, 90, "2 pods running, their 3 dependencies beside them")
         # divided over both members: each runs one pod, so each holds all three dependencies
         assert sorted(len(p) for p in pods.values()) == [1] * len(members)
         await settled(s, ns)
@@ -199,7 +224,7 @@ async def test_image_and_label_overrides_are_rendered_in_the_members(stack: Stac
                     return False
             return True
 
-        await eventually(rendered, 90, f"every member's Deployment labelled, its pod {image}")
+        await works(s, ns, rendered, 90, f"every member's Deployment labelled, its pod {image}")
     # the template itself is untouched: the override is Karmada's rendering, per member
     template = await s.api.get(f"/apis/apps/v1/namespaces/{ns}/deployments/web")
     assert template["spec"]["template"]["spec"]["containers"][0]["image"] == "nginx"
@@ -239,7 +264,7 @@ async def test_a_job_runs_to_completion_in_a_member(stack: Stack, ns: str) -> No
             }
             return j if conditions.get("Complete") == "True" else None
 
-        member_job = await eventually(completed, 90, "the member's Job Complete")
+        member_job = await works(s, ns, completed, 90, "the member's Job Complete")
         assert member_job["status"].get("succeeded") == 1, member_job["status"]
         pods = await member_pods(s, ns)
         assert [p["status"]["phase"] for p in pods[members[0]]] == ["Succeeded"]
@@ -249,7 +274,7 @@ async def test_a_job_runs_to_completion_in_a_member(stack: Stack, ns: str) -> No
             t = await s.api.get(f"/apis/batch/v1/namespaces/{ns}/jobs/batch")
             return (t.get("status") or {}).get("succeeded") == 1
 
-        await eventually(reported, 60, "the template's status: 1 succeeded")
+        await works(s, ns, reported, 60, "the template's status: 1 succeeded")
     await settled(s, ns)
     assert (await used(s, ns)).get("count/jobs.batch") == "1"
 
@@ -291,7 +316,7 @@ async def test_a_statefulset_s_pods_run_in_the_members(stack: Stack, ns: str) ->
                     return False
             return True
 
-        await eventually(running_everywhere, 90, "db-0 Ready in every member")
+        await works(s, ns, running_everywhere, 90, "db-0 Ready in every member")
         await settled(s, ns)
         assert await used(s, ns) == {"pods": "2", "requests.cpu": "200m"}
 
@@ -324,7 +349,7 @@ async def test_a_service_reaches_the_members(stack: Stack, ns: str) -> None:
                 found[m] = svc
             return found
 
-        found = await eventually(reached, 60, "the Service in every member")
+        found = await works(s, ns, reached, 60, "the Service in every member")
         for m, svc in found.items():
             assert [(p["port"], p["targetPort"]) for p in svc["spec"]["ports"]] == [(80, 8080)], m
             assert svc["spec"]["selector"] == {"app": "web"}, m
@@ -369,7 +394,7 @@ async def test_a_rollout_completes_within_the_quota(stack: Stack, ns: str) -> No
                     return False
             return True
 
-        await eventually(rolled, 90, "the new image rolled out, 1 pod in each member")
+        await works(s, ns, rolled, 90, "the new image rolled out, 1 pod in each member")
         await settled(s, ns)
         assert await used(s, ns) == {"pods": "4", "requests.cpu": "400m"}
     print(f"members ran at most {w.most} pods (terminating counted) of pods=4 over {w.polls} polls")
@@ -452,7 +477,7 @@ async def test_federated_hpa_scales_within_the_quota(stack: Stack, ns: str) -> N
         async def up() -> bool:
             return await scaled_to(3)
 
-        await eventually(up, 120, "the FederatedHPA scaled web up to 3")
+        await works(s, ns, up, 120, "the FederatedHPA scaled web up to 3")
         await settled(s, ns)
         assert await used(s, ns) == {"pods": "3", "requests.cpu": "300m"}
         got = await as_tenant(
@@ -464,12 +489,12 @@ async def test_federated_hpa_scales_within_the_quota(stack: Stack, ns: str) -> N
         async def down() -> bool:
             return await scaled_to(2)
 
-        await eventually(down, 120, "the FederatedHPA scaled web down to 2")
+        await works(s, ns, down, 120, "the FederatedHPA scaled web down to 2")
 
         async def released() -> bool:
             return await used(s, ns) == {"pods": "2", "requests.cpu": "200m"}
 
-        await eventually(released, 60, "the quota's usage down to 2 pods")
+        await works(s, ns, released, 60, "the quota's usage down to 2 pods")
 
         async def reported() -> bool:
             hpa = await s.api.get(
@@ -478,5 +503,5 @@ async def test_federated_hpa_scales_within_the_quota(stack: Stack, ns: str) -> N
             status = hpa.get("status") or {}
             return (status.get("currentReplicas"), status.get("desiredReplicas")) == (2, 2)
 
-        await eventually(reported, 60, "the FederatedHPA's status: 2 current, 2 desired")
+        await works(s, ns, reported, 60, "the FederatedHPA's status: 2 current, 2 desired")
     print(f"members ran at most {w.most} pods (terminating counted) of pods=3 over {w.polls} polls")

@@ -1,0 +1,507 @@
+"""Deny by default must not break Karmada (issue 34): a tour of Karmada's everyday features,
+run as the tenant, in a namespace whose quota has room.
+
+Each feature is one test, written as a tenant uses it (`kubectl --as alice`, bound to exactly
+Kubernetes' `edit` plus Karmada's `karmada-edit`; e2e/testbed/tenant.py), and each asserts what
+it does without a quota: what the member clusters hold and run, read from their own API
+servers, and `status.used` where docs/charging.md says what it must be. A refusal here is a
+false refusal, as serious as an over-admission; the members' pods, terminating ones counted,
+are polled every 100 ms throughout each test and never exceed the quota's `pods`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import pytest
+
+from e2e import test_tenant
+from e2e.test_tenant import (
+    QUOTAS,
+    TENANT,
+    Stack,
+    as_tenant,
+    everywhere,
+    members_within,
+    override_policy,
+    placed,
+    quota,
+    settled,
+    tenant_apply,
+)
+from e2e.testbed.aio import eventually
+from e2e.testbed.workloads import deployment, divided_policy
+from karmadaquota.kube.client import JSON, NotFound
+
+pytestmark = pytest.mark.e2e
+
+# test_tenant's fixtures, by name: its product stack (module-scoped: one per module) and the
+# namespace the tenant is bound in
+stack = test_tenant.stack
+ns = test_tenant.ns
+
+CPU = {"cpu": "100m"}
+T = TypeVar("T")
+
+
+async def member_object(s: Stack, member: str, path: str) -> JSON | None:
+    """The object at `path` in `member`'s API server, or None."""
+    try:
+        return await s.members[member].get(path)
+    except NotFound:
+        return None
+
+
+async def member_pods(s: Stack, ns: str) -> dict[str, list[JSON]]:
+    """Every pod each member holds in the namespace, terminating ones included."""
+    out: dict[str, list[JSON]] = {}
+    for m, client in s.members.items():
+        try:
+            out[m] = (await client.get(f"/api/v1/namespaces/{ns}/pods"))["items"]
+        except NotFound:
+            out[m] = []
+    return out
+
+
+def live(pods: list[JSON]) -> list[JSON]:
+    return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+
+
+def ready(pod: JSON) -> bool:
+    """Running and Ready, as the member's kubelet (kwok) reports it."""
+    conditions = {c["type"]: c["status"] for c in pod.get("status", {}).get("conditions", [])}
+    return pod.get("status", {}).get("phase") == "Running" and conditions.get("Ready") == "True"
+
+
+async def warnings(s: Stack, ns: str) -> list[str]:
+    """The namespace's Warning events on karmada-apiserver: where a refusal (ours, as an event
+    on the template or the FederatedHPA) shows itself."""
+    events = await s.api.get(f"/api/v1/namespaces/{ns}/events")
+    return [
+        f"{e['involvedObject'].get('kind')}/{e['involvedObject'].get('name')}: "
+        f"{e.get('reason')}: {e.get('message')}"
+        for e in events.get("items", [])
+        if e.get("type") == "Warning"
+    ]
+
+
+async def works(
+    s: Stack, ns: str, check: Callable[[], Awaitable[T | None]], timeout: float, what: str
+) -> T:
+    """`eventually(check)`, and on timeout the namespace's warnings beside it, so that a false
+    refusal names itself (what was refused, and the message)."""
+    try:
+        return await eventually(check, timeout, what)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\nWarning events in {ns}: {await warnings(s, ns)}") from None
+
+
+async def used(s: Stack, ns: str) -> dict[str, str]:
+    q = await s.api.get(QUOTAS.format(ns=ns) + "/team")
+    return dict((q.get("status") or {}).get("used") or {})
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+async def test_propagate_deps_brings_configmap_secret_and_serviceaccount_to_the_pods(
+    stack: Stack, ns: str
+) -> None:
+    """`propagateDeps: true`: the ConfigMap (a volume), the Secret (an env var) and the
+    ServiceAccount a Deployment's pods use each get a dependency binding whose `requiredBy`
+    carries the Deployment's replicas. They must reach every member that runs its pods (the
+    members' ServiceAccount admission refuses a pod whose account is missing), and the pods
+    run there. Each dependency is charged its own object, never its owner's replicas again."""
+    s = stack
+    members = list(s.members)
+    hard = {
+        "pods": "4",
+        "requests.cpu": "1",
+        "configmaps": "2",
+        "count/secrets": "2",
+        "count/serviceaccounts": "2",
+    }
+    await quota(s, ns, **hard)
+    web = deployment(ns, "web", 2, CPU, serviceAccountName="app-sa")
+    pod = web["spec"]["template"]["spec"]
+    pod["volumes"] = [{"name": "config", "configMap": {"name": "app-config"}}]
+    container = pod["containers"][0]
+    container["volumeMounts"] = [{"name": "config", "mountPath": "/etc/app"}]
+    container["env"] = [
+        {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "app-secret", "key": "TOKEN"}}}
+    ]
+    deps = {
+        "configmaps/app-config": {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "app-config", "namespace": ns},
+            "data": {"MODE": "prod"},
+        },
+        "secrets/app-secret": {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "app-secret", "namespace": ns},
+            "stringData": {"TOKEN": "t"},
+        },
+        "serviceaccounts/app-sa": {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": "app-sa", "namespace": ns},
+        },
+    }
+    policy = divided_policy(ns, "web", members, "web")
+    policy["spec"]["propagateDeps"] = True
+    async with members_within(s, ns, 4, terminating=True):
+        await tenant_apply(s, *deps.values(), web, policy)
+
+        async def arrived() -> dict[str, list[JSON]]:
+            pods = {m: live(p) for m, p in (await member_pods(s, ns)).items()}
+            states = {m: [ready(p) for p in ps] for m, ps in pods.items()}
+            assert sum(len(r) for r in states.values()) == 2 and all(
+                all(r) for r in states.values()
+            ), f"pods Ready in each member: {states}"
+            for m, ps in pods.items():
+                for p in ps:
+                    assert p["spec"]["serviceAccountName"] == "app-sa"
+                for path in deps if ps else ():
+                    held = await member_object(s, m, f"/api/v1/namespaces/{ns}/{path}")
+                    assert held is not None, f"{m} runs a pod of web but lacks {path}"
+            return pods
+
+        pods = await works(s, ns, arrived, 90, "2 pods running, their 3 dependencies beside them")
+        # divided over both members: each runs one pod, so each holds all three dependencies
+        assert sorted(len(p) for p in pods.values()) == [1] * len(members)
+        await settled(s, ns)
+        # docs/charging.md: 2 replicas x 100m (maxSurge 0), one object for each dependency
+        assert await used(s, ns) == {
+            "pods": "2",
+            "requests.cpu": "200m",
+            "configmaps": "1",
+            "count/secrets": "1",
+            "count/serviceaccounts": "1",
+        }
+
+
+async def test_image_and_label_overrides_are_rendered_in_the_members(stack: Stack, ns: str) -> None:
+    """An OverridePolicy of the image (registry and tag) and of the workload's labels, written
+    by the tenant, is admitted, and Karmada renders it into every member: the member's
+    Deployment carries the label and its pods run the overridden image."""
+    s = stack
+    members = list(s.members)
+    await quota(s, ns, pods="4", **{"requests.cpu": "1"})
+    policy = override_policy(
+        ns,
+        "everyday",
+        {
+            "imageOverrider": [
+                {"component": "Registry", "operator": "replace", "value": "registry.example.com"},
+                {"component": "Tag", "operator": "replace", "value": "1.27"},
+            ],
+            "labelsOverrider": [{"operator": "add", "value": {"team": "a"}}],
+        },
+    )
+    image = "registry.example.com/nginx:1.27"
+    async with members_within(s, ns, 4, terminating=True):
+        await tenant_apply(s, deployment(ns, "web", 2, CPU), divided_policy(ns, "web", members))
+        await placed(s, ns, "web", 2)
+        got = await as_tenant(s, "create", "-f", "-", input=json.dumps(policy))
+        assert got.returncode == 0, f"the override was refused: {got.stderr}"
+
+        async def rendered() -> bool:
+            pods = await member_pods(s, ns)
+            for m in members:
+                d = await member_object(s, m, f"/apis/apps/v1/namespaces/{ns}/deployments/web")
+                if d is None or (d["metadata"].get("labels") or {}).get("team") != "a":
+                    return False
+                if d["spec"]["template"]["spec"]["containers"][0]["image"] != image:
+                    return False
+                if [p["spec"]["containers"][0]["image"] for p in pods[m]] != [image]:
+                    return False  # one pod per member, of the new image, the old one gone
+                if not all(ready(p) for p in pods[m]):
+                    return False
+            return True
+
+        await works(s, ns, rendered, 90, f"every member's Deployment labelled, its pod {image}")
+    # the template itself is untouched: the override is Karmada's rendering, per member
+    template = await s.api.get(f"/apis/apps/v1/namespaces/{ns}/deployments/web")
+    assert template["spec"]["template"]["spec"]["containers"][0]["image"] == "nginx"
+
+
+async def test_a_job_runs_to_completion_in_a_member(stack: Stack, ns: str) -> None:
+    """A Job propagated to one member runs its pod there to completion (kwok completes a Job's
+    pods); the member's Job is Complete and Karmada reports it on the template's status."""
+    s = stack
+    members = list(s.members)
+    await quota(s, ns, pods="2", **{"requests.cpu": "1", "count/jobs.batch": "1"})
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "batch", "namespace": ns},
+        "spec": {
+            "completions": 1,
+            "parallelism": 1,
+            "backoffLimit": 0,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {"name": "work", "image": "busybox", "resources": {"requests": CPU}}
+                    ],
+                }
+            },
+        },
+    }
+    async with members_within(s, ns, 2, terminating=True):
+        await tenant_apply(s, job, everywhere(ns, "batch/v1", "Job", "batch", members[:1]))
+
+        async def completed() -> JSON | None:
+            j = await member_object(s, members[0], f"/apis/batch/v1/namespaces/{ns}/jobs/batch")
+            conditions = {
+                c["type"]: c["status"] for c in (j or {}).get("status", {}).get("conditions", [])
+            }
+            return j if conditions.get("Complete") == "True" else None
+
+        member_job = await works(s, ns, completed, 90, "the member's Job Complete")
+        assert member_job["status"].get("succeeded") == 1, member_job["status"]
+        pods = await member_pods(s, ns)
+        assert [p["status"]["phase"] for p in pods[members[0]]] == ["Succeeded"]
+        assert all(pods[m] == [] for m in members[1:]), pods
+
+        async def reported() -> bool:
+            t = await s.api.get(f"/apis/batch/v1/namespaces/{ns}/jobs/batch")
+            return (t.get("status") or {}).get("succeeded") == 1
+
+        await works(s, ns, reported, 60, "the template's status: 1 succeeded")
+    await settled(s, ns)
+    assert (await used(s, ns)).get("count/jobs.batch") == "1"
+
+
+async def test_a_statefulset_s_pods_run_in_the_members(stack: Stack, ns: str) -> None:
+    """A StatefulSet divided over the members: each member's StatefulSet runs its share of
+    ordinal pods, Ready; the quota counts its replicas × the pod's request."""
+    s = stack
+    members = list(s.members)
+    await quota(s, ns, pods="4", **{"requests.cpu": "1"})
+    sts = {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": "db", "namespace": ns},
+        "spec": {
+            "replicas": 2,
+            "serviceName": "db",
+            "selector": {"matchLabels": {"app": "db"}},
+            "template": {
+                "metadata": {"labels": {"app": "db"}},
+                "spec": {
+                    "containers": [{"name": "db", "image": "redis", "resources": {"requests": CPU}}]
+                },
+            },
+        },
+    }
+    policy = divided_policy(ns, "db", members)
+    policy["spec"]["resourceSelectors"] = [{"apiVersion": "apps/v1", "kind": "StatefulSet"}]
+    async with members_within(s, ns, 4, terminating=True):
+        await tenant_apply(s, sts, policy)
+
+        async def running_everywhere() -> bool:
+            pods = await member_pods(s, ns)
+            for m in members:
+                st = await member_object(s, m, f"/apis/apps/v1/namespaces/{ns}/statefulsets/db")
+                if st is None or (st.get("status") or {}).get("readyReplicas") != 1:
+                    return False
+                if [p["metadata"]["name"] for p in pods[m]] != ["db-0"] or not ready(pods[m][0]):
+                    return False
+            return True
+
+        await works(s, ns, running_everywhere, 90, "db-0 Ready in every member")
+        await settled(s, ns)
+        assert await used(s, ns) == {"pods": "2", "requests.cpu": "200m"}
+
+
+async def test_a_service_reaches_the_members(stack: Stack, ns: str) -> None:
+    """A ClusterIP Service propagated to every member, under a quota that tracks pods too (a
+    Service runs none, so the kind's allow-list must let it through): each member holds it with
+    its port and a cluster IP of its own."""
+    s = stack
+    members = list(s.members)
+    await quota(s, ns, pods="2", **{"requests.cpu": "1", "services": "2"})
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "front", "namespace": ns},
+        "spec": {
+            "selector": {"app": "web"},
+            "ports": [{"name": "http", "port": 80, "targetPort": 8080}],
+        },
+    }
+    async with members_within(s, ns, 2, terminating=True):
+        await tenant_apply(s, service, everywhere(ns, "v1", "Service", "front", members))
+
+        async def reached() -> dict[str, JSON] | None:
+            found: dict[str, JSON] = {}
+            for m in members:
+                svc = await member_object(s, m, f"/api/v1/namespaces/{ns}/services/front")
+                if svc is None:
+                    return None
+                found[m] = svc
+            return found
+
+        found = await works(s, ns, reached, 60, "the Service in every member")
+        for m, svc in found.items():
+            assert [(p["port"], p["targetPort"]) for p in svc["spec"]["ports"]] == [(80, 8080)], m
+            assert svc["spec"]["selector"] == {"app": "web"}, m
+            ipaddress.ip_address(svc["spec"]["clusterIP"])  # allocated by the member
+        await settled(s, ns)
+        # docs/charging.md, first table: `services` is 1 per binding of a Service
+        assert await used(s, ns) == {"pods": "0", "requests.cpu": "0", "services": "1"}
+
+
+async def test_a_rollout_completes_within_the_quota(stack: Stack, ns: str) -> None:
+    """A Deployment with Kubernetes' default strategy (maxSurge 25 %, maxUnavailable 25 %) in a
+    quota exactly the size of its charge (2 replicas over 2 members: 1 replica + 1 surge pod in
+    each, docs/charging.md): the tenant changes its image, and the rollout completes in every
+    member — new image, 1 pod each — without the members ever running more than `pods`,
+    terminating pods counted, at any poll."""
+    s = stack
+    members = list(s.members)
+    await quota(s, ns, pods="4", **{"requests.cpu": "400m"})
+    web = deployment(ns, "web", 2, CPU)
+    del web["spec"]["strategy"]  # Kubernetes' default
+    async with members_within(s, ns, 4, terminating=True) as w:
+        await tenant_apply(s, web, divided_policy(ns, "web", members, "web"))
+        await placed(s, ns, "web", 2)
+        await settled(s, ns)
+        assert await used(s, ns) == {"pods": "4", "requests.cpu": "400m"}
+        got = await as_tenant(
+            s, "-n", ns, "set", "image", "deployment/web", "app=registry.example.com/web:2"
+        )
+        assert got.returncode == 0, f"the rollout was refused: {got.stderr}"
+
+        async def rolled() -> bool:
+            pods = await member_pods(s, ns)
+            for m in members:
+                d = await member_object(s, m, f"/apis/apps/v1/namespaces/{ns}/deployments/web")
+                st = (d or {}).get("status") or {}
+                if d is None or st.get("observedGeneration") != d["metadata"]["generation"]:
+                    return False
+                if (st.get("updatedReplicas"), st.get("availableReplicas")) != (1, 1):
+                    return False
+                images = [p["spec"]["containers"][0]["image"] for p in pods[m]]
+                if images != ["registry.example.com/web:2"] or not ready(pods[m][0]):
+                    return False
+            return True
+
+        await works(s, ns, rolled, 90, "the new image rolled out, 1 pod in each member")
+        await settled(s, ns)
+        assert await used(s, ns) == {"pods": "4", "requests.cpu": "400m"}
+    print(f"members ran at most {w.most} pods (terminating counted) of pods=4 over {w.polls} polls")
+
+
+async def test_federated_hpa_scales_within_the_quota(stack: Stack, ns: str) -> None:
+    """A FederatedHPA, written by the tenant, scales its Deployment through the template's
+    `scale` subresource (karmada-controller-manager's FHPA controller), and the members run
+    what it asks, within the quota: up to its minReplicas, then down to a lowered maxReplicas.
+
+    What the bed cannot run: the metric-driven recommendation. The bed has no
+    karmada-metrics-adapter and no metrics-server in its kwok members, so the FHPA controller
+    finds no `metrics.k8s.io` on karmada-apiserver; its bounds (Karmada's
+    `reconcileAutoscaler`: replicas below minReplicas or above maxReplicas) are applied before
+    any metric is read, by the same scale write a metric-driven scaling makes, and that is
+    what this test drives."""
+    s = stack
+    members = list(s.members)
+    await quota(s, ns, pods="3", **{"requests.cpu": "300m"})
+    # karmada-view's read rule for autoscaling.karmada.io (aggregated into Kubernetes' view,
+    # and so into edit), which e2e/testbed/tenant.py's rules leave out: kubectl apply reads
+    reader = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": "karmada-view-autoscaling", "namespace": ns},
+        "rules": [
+            {
+                "apiGroups": ["autoscaling.karmada.io"],
+                "resources": ["federatedhpas", "federatedhpas/status"],
+                "verbs": ["get", "list", "watch"],
+            }
+        ],
+    }
+    bound = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "alice-karmada-view-autoscaling", "namespace": ns},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": "karmada-view-autoscaling",
+        },
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": TENANT}],
+    }
+    await s.bed.aapply([reader, bound])
+    fhpa: dict[str, Any] = {
+        "apiVersion": "autoscaling.karmada.io/v1alpha1",
+        "kind": "FederatedHPA",
+        "metadata": {"name": "web", "namespace": ns},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+            "minReplicas": 3,
+            "maxReplicas": 5,
+            "metrics": [
+                {
+                    "type": "Resource",
+                    "resource": {
+                        "name": "cpu",
+                        "target": {"type": "Utilization", "averageUtilization": 50},
+                    },
+                }
+            ],
+        },
+    }
+
+    async def scaled_to(replicas: int) -> bool:
+        template = await s.api.get(f"/apis/apps/v1/namespaces/{ns}/deployments/web")
+        pods = await member_pods(s, ns)
+        return (
+            template["spec"]["replicas"] == replicas
+            and sum(len(p) for p in pods.values()) == replicas
+            and all(ready(p) for ps in pods.values() for p in ps)
+        )
+
+    async with members_within(s, ns, 3, terminating=True) as w:
+        await tenant_apply(s, deployment(ns, "web", 1, CPU), divided_policy(ns, "web", members))
+        await placed(s, ns, "web", 1)
+        await tenant_apply(s, fhpa)
+
+        async def up() -> bool:
+            return await scaled_to(3)
+
+        await works(s, ns, up, 120, "the FederatedHPA scaled web up to 3")
+        await settled(s, ns)
+        assert await used(s, ns) == {"pods": "3", "requests.cpu": "300m"}
+        got = await as_tenant(
+            s, "-n", ns, "patch", "federatedhpa", "web", "--type", "merge",
+            "-p", json.dumps({"spec": {"minReplicas": 1, "maxReplicas": 2}}),
+        )  # fmt: skip
+        assert got.returncode == 0, got.stderr
+
+        async def down() -> bool:
+            return await scaled_to(2)
+
+        await works(s, ns, down, 120, "the FederatedHPA scaled web down to 2")
+
+        async def released() -> bool:
+            return await used(s, ns) == {"pods": "2", "requests.cpu": "200m"}
+
+        await works(s, ns, released, 60, "the quota's usage down to 2 pods")
+
+        async def reported() -> bool:
+            hpa = await s.api.get(
+                f"/apis/autoscaling.karmada.io/v1alpha1/namespaces/{ns}/federatedhpas/web"
+            )
+            status = hpa.get("status") or {}
+            return (status.get("currentReplicas"), status.get("desiredReplicas")) == (2, 2)
+
+        await works(s, ns, reported, 60, "the FederatedHPA's status: 2 current, 2 desired")
+    print(f"members ran at most {w.most} pods (terminating counted) of pods=3 over {w.polls} polls")

@@ -154,7 +154,7 @@ async def test_propagate_deps_brings_configmap_secret_and_serviceaccount_to_the_
     }
     policy = divided_policy(ns, "web", members, "web")
     policy["spec"]["propagateDeps"] = True
-    async with members_within(s, ns, 4, terminating=True):
+    async with members_within(s, ns, 4):
         await tenant_apply(s, *deps.values(), web, policy)
 
         async def arrived() -> dict[str, list[JSON]]:
@@ -204,7 +204,7 @@ async def test_image_and_label_overrides_are_rendered_in_the_members(stack: Stac
         },
     )
     image = "registry.example.com/nginx:1.27"
-    async with members_within(s, ns, 4, terminating=True):
+    async with members_within(s, ns, 4):
         await tenant_apply(s, deployment(ns, "web", 2, CPU), divided_policy(ns, "web", members))
         await placed(s, ns, "web", 2)
         got = await as_tenant(s, "create", "-f", "-", input=json.dumps(policy))
@@ -254,7 +254,7 @@ async def test_a_job_runs_to_completion_in_a_member(stack: Stack, ns: str) -> No
             },
         },
     }
-    async with members_within(s, ns, 2, terminating=True):
+    async with members_within(s, ns, 2):
         await tenant_apply(s, job, everywhere(ns, "batch/v1", "Job", "batch", members[:1]))
 
         async def completed() -> JSON | None:
@@ -303,7 +303,7 @@ async def test_a_statefulset_s_pods_run_in_the_members(stack: Stack, ns: str) ->
     }
     policy = divided_policy(ns, "db", members)
     policy["spec"]["resourceSelectors"] = [{"apiVersion": "apps/v1", "kind": "StatefulSet"}]
-    async with members_within(s, ns, 4, terminating=True):
+    async with members_within(s, ns, 4):
         await tenant_apply(s, sts, policy)
 
         async def running_everywhere() -> bool:
@@ -337,7 +337,7 @@ async def test_a_service_reaches_the_members(stack: Stack, ns: str) -> None:
             "ports": [{"name": "http", "port": 80, "targetPort": 8080}],
         },
     }
-    async with members_within(s, ns, 2, terminating=True):
+    async with members_within(s, ns, 2):
         await tenant_apply(s, service, everywhere(ns, "v1", "Service", "front", members))
 
         async def reached() -> dict[str, JSON] | None:
@@ -370,7 +370,7 @@ async def test_a_rollout_completes_within_the_quota(stack: Stack, ns: str) -> No
     await quota(s, ns, pods="4", **{"requests.cpu": "400m"})
     web = deployment(ns, "web", 2, CPU)
     del web["spec"]["strategy"]  # Kubernetes' default
-    async with members_within(s, ns, 4, terminating=True) as w:
+    async with members_within(s, ns, 4) as w:
         await tenant_apply(s, web, divided_policy(ns, "web", members, "web"))
         await placed(s, ns, "web", 2)
         await settled(s, ns)
@@ -469,7 +469,7 @@ async def test_federated_hpa_scales_within_the_quota(stack: Stack, ns: str) -> N
             and all(ready(p) for ps in pods.values() for p in ps)
         )
 
-    async with members_within(s, ns, 3, terminating=True) as w:
+    async with members_within(s, ns, 3) as w:
         await tenant_apply(s, deployment(ns, "web", 1, CPU), divided_policy(ns, "web", members))
         await placed(s, ns, "web", 1)
         await tenant_apply(s, fhpa)

@@ -16,8 +16,8 @@ from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.controller.reconciler import ReconcilerConfig
 from karmadaquota.kube import paths
 from karmadaquota.kube.client import JSON, KubeError
-from tests.controller import test_controller_reconciler as rt
 from tests.conftest import raw_binding
+from tests.controller import test_controller_reconciler as rt
 from tests.controller.test_controller_reconciler import NS, Lead, controlling, listed, used
 from tests.fake_api import FakeApiServer, Ref
 from tests.polling import until

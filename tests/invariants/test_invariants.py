@@ -6,7 +6,7 @@ cache over the fake API server with real resourceVersion compare-and-swap) admit
 creates, updates (scale up/down, placement changes, components) and dry-runs through the real
 admission path, bindings are deleted, another writer may win the next status writes, an old
 leader's late write may get in before the controller's. The real controller
-(`reconciler.Controller`) runs all along on the fake's lists and watches: every create, update
+(`manager.Controller`) runs all along on the fake's lists and watches: every create, update
 and delete reaches it by watch, a step may make it recompute every quota at once, or relist
 (the watch history is compacted: 410 Gone); its writes are its own JSON patches and PUTs, with
 their re-read after a lost compare-and-swap. Bindings that existed before the webhook was

@@ -87,15 +87,20 @@ async def tenant_apply(s: Stack, *objects: JSON) -> None:
     assert got.returncode == 0, got.stderr
 
 
-async def member_pods(s: Stack, ns: str) -> dict[str, list[JSON]]:
-    """Every pod of the namespace in each member, those in their grace period included."""
+async def member_items(s: Stack, path: str) -> dict[str, list[JSON]]:
+    """The objects each member holds at the collection `path` (none where it is not found)."""
     out: dict[str, list[JSON]] = {}
     for m, client in s.members.items():
         try:
-            out[m] = (await client.get(f"/api/v1/namespaces/{ns}/pods")).get("items", [])
+            out[m] = (await client.get(path)).get("items", [])
         except NotFound:
             out[m] = []
     return out
+
+
+async def member_pods(s: Stack, ns: str) -> dict[str, list[JSON]]:
+    """Every pod of the namespace in each member, those in their grace period included."""
+    return await member_items(s, f"/api/v1/namespaces/{ns}/pods")
 
 
 async def running(s: Stack, ns: str, terminating: bool = False) -> dict[str, int]:
@@ -331,13 +336,7 @@ async def test_a_tenant_cannot_override_its_replicas(stack: Stack, ns: str) -> N
 
 async def member_deployments(s: Stack, ns: str) -> dict[str, list[JSON]]:
     """The Deployments each member holds in the namespace."""
-    out: dict[str, list[JSON]] = {}
-    for m, client in s.members.items():
-        try:
-            out[m] = (await client.get(f"/apis/apps/v1/namespaces/{ns}/deployments"))["items"]
-        except NotFound:
-            out[m] = []
-    return out
+    return await member_items(s, f"/apis/apps/v1/namespaces/{ns}/deployments")
 
 
 async def test_issue_34s_overrides_are_refused_and_everyday_ones_rendered(

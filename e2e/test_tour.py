@@ -21,10 +21,10 @@ import pytest
 from e2e import test_tenant
 from e2e.test_tenant import (
     QUOTAS,
-    TENANT,
     Stack,
     as_tenant,
     everywhere,
+    member_pods,
     members_within,
     override_policy,
     placed,
@@ -53,17 +53,6 @@ async def member_object(s: Stack, member: str, path: str) -> JSON | None:
         return await s.members[member].get(path)
     except NotFound:
         return None
-
-
-async def member_pods(s: Stack, ns: str) -> dict[str, list[JSON]]:
-    """Every pod each member holds in the namespace, terminating ones included."""
-    out: dict[str, list[JSON]] = {}
-    for m, client in s.members.items():
-        try:
-            out[m] = (await client.get(f"/api/v1/namespaces/{ns}/pods"))["items"]
-        except NotFound:
-            out[m] = []
-    return out
 
 
 def live(pods: list[JSON]) -> list[JSON]:
@@ -414,32 +403,6 @@ async def test_federated_hpa_scales_within_the_quota(stack: Stack, ns: str) -> N
     s = stack
     members = list(s.members)
     await quota(s, ns, pods="3", **{"requests.cpu": "300m"})
-    # karmada-view's read rule for autoscaling.karmada.io (aggregated into Kubernetes' view,
-    # and so into edit), which e2e/testbed/tenant.py's rules leave out: kubectl apply reads
-    reader = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "Role",
-        "metadata": {"name": "karmada-view-autoscaling", "namespace": ns},
-        "rules": [
-            {
-                "apiGroups": ["autoscaling.karmada.io"],
-                "resources": ["federatedhpas", "federatedhpas/status"],
-                "verbs": ["get", "list", "watch"],
-            }
-        ],
-    }
-    bound = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "RoleBinding",
-        "metadata": {"name": "alice-karmada-view-autoscaling", "namespace": ns},
-        "roleRef": {
-            "apiGroup": "rbac.authorization.k8s.io",
-            "kind": "Role",
-            "name": "karmada-view-autoscaling",
-        },
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": TENANT}],
-    }
-    await s.bed.aapply([reader, bound])
     fhpa: dict[str, Any] = {
         "apiVersion": "autoscaling.karmada.io/v1alpha1",
         "kind": "FederatedHPA",

@@ -185,9 +185,8 @@ def full_charge(
 
 def _uncounted(spec: ResourceBindingSpec, kinds: Kinds, runs: Runs) -> tuple[str, ...]:
     out: list[str] = []
-    kind = kinds.uncounted(spec.resource.apiVersion, spec.resource.kind)
-    if kind is not None:
-        out.append(kind)
+    if runs is Runs.UNKNOWN:  # off the allow-list (looked up once, by full_charge)
+        out.append(kinds.uncounted(spec.resource.apiVersion, spec.resource.kind))
     # what a kind that runs no pods leaves behind runs nothing either
     if spec.preserveResourcesOnDeletion and runs is not Runs.NOTHING:
         out.append(

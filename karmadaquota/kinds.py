@@ -143,11 +143,10 @@ class Kinds:
             return Runs.PODS
         return Runs.UNKNOWN
 
-    def uncounted(self, api_version: str, kind: str) -> str | None:
-        """A field error naming why a kind's pods are not counted, and the way to declare it;
-        None for a kind on the allow-list."""
-        if self.runs(api_version, kind) is not Runs.UNKNOWN:
-            return None
+    @staticmethod
+    def uncounted(api_version: str, kind: str) -> str:
+        """A field error naming why the pods of a kind off the allow-list (`runs` says
+        UNKNOWN) are not counted, and the way to declare it."""
         group = api_version.rpartition("/")[0]
         if (group, kind) in UNCOUNTABLE:
             return f"spec.resource: {kind}.{group}: Karmada cannot count its replicas"

@@ -46,6 +46,16 @@ KARMADA_EDIT_RULES: list[dict[str, Any]] = [
         "resources": ["overridepolicies", "propagationpolicies", "resourcebindings", "works"],
         "verbs": ["get", "list", "watch"],
     },
+    {
+        "apiGroups": ["autoscaling.karmada.io"],
+        "resources": [
+            "cronfederatedhpas",
+            "cronfederatedhpas/status",
+            "federatedhpas",
+            "federatedhpas/status",
+        ],
+        "verbs": ["get", "list", "watch"],
+    },
 ]
 
 

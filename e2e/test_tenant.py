@@ -24,6 +24,7 @@ import pytest
 
 from e2e.testbed import TestBed, product, tenant
 from e2e.testbed.aio import eventually
+from e2e.testbed.cluster import LINGER_ANNOTATION
 from e2e.testbed.workloads import deployment, divided_policy
 from karmadaquota.kube.client import JSON, KubeClient, NotFound
 
@@ -1247,3 +1248,48 @@ async def test_a_quota_on_count_pods_counts_the_pods(stack: Stack, ns: str) -> N
 
         await eventually(counted, 90, "2 pods admitted, counted and running", interval=0.2)
     print(f"members ran at most {w.most} pods (terminating counted) over {w.polls} polls")
+
+
+def lingering(ns: str, name: str, replicas: int, seconds: int) -> JSON:
+    """A Deployment whose pods stay `seconds` in their termination grace period once deleted
+    (the bed's kwok stage: e2e/testbed/cluster.py LINGER_ANNOTATION)."""
+    d = deployment(ns, name, replicas, CPU)
+    d["spec"]["template"]["metadata"]["annotations"] = {LINGER_ANNOTATION: f"{seconds}s"}
+    return d
+
+
+async def test_pods_in_their_grace_period_hold_the_quota_until_they_are_gone(
+    stack: Stack, ns: str
+) -> None:
+    """Issue 34: the charge of a deleted workload was released with its binding while its pods
+    still ran out their termination grace period in the members, so a new workload started
+    beside them (Kubernetes counts a pod until its grace ends). As the tenant: 2 pods that
+    take 8 s to stop are deleted and 2 new ones asked for at once; the members never run more
+    than 2 pods (terminating ones counted) at any poll, and the new ones start once the old are
+    gone."""
+    s = stack
+    members = list(s.members)
+    await quota(s, ns, pods="2")
+    async with members_within(s, ns, 2) as w:
+        await tenant_apply(s, lingering(ns, "old", 2, 8), divided_policy(ns, "old", members))
+        await placed(s, ns, "old", 2)
+        got = await as_tenant(s, "-n", ns, "delete", "deployment", "old", "--wait=false")
+        assert got.returncode == 0, got.stderr
+
+        async def terminating() -> bool:
+            pods = [p for ps in (await member_pods(s, ns)).values() for p in ps]
+            return len(pods) == 2 and all(p["metadata"].get("deletionTimestamp") for p in pods)
+
+        await eventually(terminating, 30, "the old pods in their grace period", interval=0.05)
+        deleted_at = time.monotonic()
+        await tenant_apply(s, deployment(ns, "new", 2, CPU), divided_policy(ns, "new", members))
+
+        async def replaced() -> bool:
+            pods = [p for ps in (await member_pods(s, ns)).values() for p in ps]
+            names = {p["metadata"]["name"].rsplit("-", 2)[0] for p in pods}
+            return len(pods) == 2 and names == {"new"}
+
+        await eventually(replaced, 90, "the new pods running once the old are gone", 0.1)
+        took = time.monotonic() - deleted_at
+    assert took >= 5, f"the new pods ran {took:.1f} s after the old began to stop (grace 8 s)"
+    print(f"members ran at most {w.most} pods (terminating counted); new ones after {took:.1f} s")

@@ -203,10 +203,11 @@ class KarmadaQuotaSpec(_Lenient):
     )
     memberEnforcement: str = Field(
         default=ENFORCEMENT_NONE,
-        description="None: only what Karmada places is charged. ResourceQuota: usage per member "
-        "is the larger of what Karmada placed there and what the member's pods request, and the "
-        "controller keeps a guard ResourceQuota in every member so that pods created around "
-        "Karmada cannot pass the global hard.",
+        description="None: usage is what Karmada's bindings charge plus, where the controller "
+        "observes the members, what their pods use past that (terminating pods, pods created "
+        "around Karmada); nothing in the members stops such pods. ResourceQuota: the same usage, "
+        "and the controller keeps a guard ResourceQuota in every member so that pods created "
+        "around Karmada cannot pass the global hard.",
         json_schema_extra={"enum": ENFORCEMENT_ENUM},
     )
     clusterHard: dict[str, RawResourceList] = Field(

@@ -80,7 +80,39 @@ def kwok_stages(kwok_module: Path) -> list[dict[str, Any]]:
             ) from e
         for res in kust.get("resources", []):
             stages.extend(doc for doc in yaml.safe_load_all((d / res).read_text()) if doc)
-    return stages
+    return [*map(_not_lingering, stages), LINGER_STAGE]
+
+
+# A pod whose template carries this annotation (a duration, e.g. "8s") stays in its
+# termination grace period that long once deleted, as a kubelet stopping a slow container
+# would keep it; every other pod is removed at once (kwok's fast stage).
+LINGER_ANNOTATION = "e2e.karmadaquota.io/terminating-for"
+_LINGERS = f'.metadata.annotations["{LINGER_ANNOTATION}"]'
+LINGER_STAGE: dict[str, Any] = {
+    "apiVersion": "kwok.x-k8s.io/v1alpha1",
+    "kind": "Stage",
+    "metadata": {"name": "pod-delete-after-grace"},
+    "spec": {
+        "resourceRef": {"apiGroup": "v1", "kind": "Pod"},
+        "selector": {
+            "matchExpressions": [
+                {"key": ".metadata.deletionTimestamp", "operator": "Exists"},
+                {"key": _LINGERS, "operator": "Exists"},
+            ]
+        },
+        "delay": {"durationMilliseconds": 0, "durationFrom": {"expressionFrom": _LINGERS}},
+        "next": {"delete": True},
+    },
+}
+
+
+def _not_lingering(stage: dict[str, Any]) -> dict[str, Any]:
+    """kwok's pod-delete stage, for pods without the linger annotation."""
+    if stage.get("metadata", {}).get("name") != "pod-delete":
+        return stage
+    spec = stage["spec"]
+    exprs = [*spec["selector"]["matchExpressions"], {"key": _LINGERS, "operator": "DoesNotExist"}]
+    return {**stage, "spec": {**spec, "selector": {**spec["selector"], "matchExpressions": exprs}}}
 
 
 class MemberCluster:

@@ -64,7 +64,6 @@ class BindingFeed:
             and isinstance(generation, int)
             and generation > 0
             and have.generation == generation
-            and not meta.get("deletionTimestamp")
             and have.marked == queued.marked(obj)
             and have.queue is None
         ):

@@ -32,6 +32,7 @@ from karmadaquota.api import (
     NamespaceUsage,
 )
 from karmadaquota.controller.index import IndexedBinding, aggregate
+from karmadaquota.controller.pods import Observed
 from karmadaquota.controller.recompute import (
     MemberView,
     NamespaceSnapshot,
@@ -39,7 +40,6 @@ from karmadaquota.controller.recompute import (
     _quantities,
     recompute,
 )
-from karmadaquota.resources import ResourceList
 from karmadaquota.scopes import Expression
 
 
@@ -105,9 +105,10 @@ class _Across:
         return self.member.error
 
     def observed(
-        self, namespace: str, names: Collection[str], exprs: tuple[Expression, ...]
-    ) -> ResourceList:
-        return resources.total(self.member.observed(ns, names, exprs) for ns in self.namespaces)
+        self, namespace: str, names: Collection[str], exprs: tuple[Expression, ...], now: float
+    ) -> Observed:
+        parts = [self.member.observed(ns, names, exprs, now) for ns in self.namespaces]
+        return Observed.total(parts)
 
 
 def recompute_cluster(

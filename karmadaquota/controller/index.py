@@ -11,9 +11,11 @@ index stores what it is given. A deletion leaves a tombstone, so that a pending 
 binding was seen deleted is released at once (`deleted`); tombstones older than a relist are
 forgotten (so memory is bounded by the deletions seen between two relists).
 
-A binding with a deletionTimestamp is treated as deleted: Karmada is removing its workloads,
-and waiting for its finalizer (which lasts as long as an unreachable member stays unreachable)
-would hold quota for workloads that are going away.
+A binding with a deletionTimestamp keeps its charge until it is gone: its workloads still run
+while Karmada removes them (an unreachable member keeps them, and the binding's finalizer, as
+long as it stays away). Once the binding is gone, the member pods still terminating are counted
+from the members (`pods`, `recompute._beyond`). A deleting binding is never admitted from a
+queue.
 """
 
 from __future__ import annotations
@@ -146,8 +148,6 @@ def observe(
         str(meta.get("uid", "")),
         parse_rv(meta.get("resourceVersion")),
     )
-    if meta.get("deletionTimestamp"):
-        return BindingState(ns, uid, rv, None)
     try:
         binding = ResourceBinding.model_validate(obj)
         found = templates.resolve(binding.spec.resource, ns) if templates is not None else None
@@ -167,7 +167,8 @@ def observe(
     generation = 0 if waiting else binding.metadata.generation
     if c.invalid:
         _log_invalid(ns, name, uid, c.invalid)
-    entry = queueing.QueueEntry.of(binding, quota, full) if quota else None
+    deleting = bool(meta.get("deletionTimestamp"))
+    entry = queueing.QueueEntry.of(binding, quota, full) if quota and not deleting else None
     return BindingState(
         ns,
         uid,

@@ -22,11 +22,10 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from karmadaquota.controller.metrics import ControllerMetrics
-from karmadaquota.controller.pods import NON_TERMINAL_FIELD_SELECTOR, PodTable
+from karmadaquota.controller.pods import NON_TERMINAL_FIELD_SELECTOR, Observed, PodTable
 from karmadaquota.kube.client import JSON, KubeClient
 from karmadaquota.kube.informer import Informer, Lister
 from karmadaquota.kube.retry import Backoff
-from karmadaquota.resources import ResourceList
 from karmadaquota.scopes import Expression
 
 log = logging.getLogger("karmadaquota.controller.members")
@@ -141,9 +140,9 @@ class MemberWatch:
         return self._error
 
     def observed(
-        self, namespace: str, names: Collection[str], exprs: tuple[Expression, ...]
-    ) -> ResourceList:
-        return self.table.observed(namespace, names, exprs)
+        self, namespace: str, names: Collection[str], exprs: tuple[Expression, ...], now: float
+    ) -> Observed:
+        return self.table.observed(namespace, names, exprs, now)
 
     def _set_error(self, error: str) -> None:
         if self._metrics is not None:

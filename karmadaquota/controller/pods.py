@@ -1,10 +1,16 @@
 """Observed usage: what the pods of a member cluster actually request (pure).
 
-A pod counts while it is *non-terminal*: its phase is neither Succeeded nor Failed AND it has no
-deletionTimestamp. A pod being deleted is not counted (its workload is going away, exactly as a
-binding being deleted is not charged), which keeps `observed` comparable with `used` and lets a
-scale-down show at once. The member watch also asks the API server to filter out terminal pods
-(`status.phase!=Succeeded,status.phase!=Failed`); this check is the client-side guard.
+A pod counts as Kubernetes' quota counts it (QuotaV1Pod): while its phase is neither Succeeded
+nor Failed, and, once it is being deleted, until its deletion grace has passed
+(deletionTimestamp + deletionGracePeriodSeconds) — a terminating pod still runs, so it holds quota
+until it is gone, while a pod stuck terminating on a lost node stops counting once its grace is
+over. Such a pod is *terminating*: the recompute adds it to `used` on top of every binding's
+charge (a binding's charge bounds only the pods that are not terminating: a scale-down, a
+rollout's old pods and a deleted workload's pods all run past it). The member watch also asks
+the API server to filter out terminal pods (`status.phase!=Succeeded,status.phase!=Failed`);
+this check is the client-side guard. The grace is read against this process's clock when a
+recompute reads the table: a pod whose grace ends later stops counting at the namespace's next
+recompute (any event, or the periodic resync) — stricter meanwhile, never looser.
 
 A pod's requests and limits follow Kubernetes' resource helpers (PodRequests, PodLimits:
 `karmadaquota.pod_template`, which admission charges too): containers add up, sidecars (init
@@ -22,8 +28,10 @@ the BestEffort QoS class (no cpu/memory request or limit in any container).
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping
+import time
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from karmadaquota import resources, scopes
@@ -53,17 +61,39 @@ def is_pod_observable(name: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class PodUsage:
-    """One counted pod: its scope traits and its usage under every quota name."""
+    """One counted pod: its scope traits, its usage under every quota name, and, when it is
+    being deleted, the time (seconds since the epoch) its deletion grace ends."""
 
     traits: BindingTraits
     usage: ResourceList
+    grace_ends: float | None = None  # terminating: counted until then
+
+    @property
+    def terminating(self) -> bool:
+        return self.grace_ends is not None
 
 
-def is_counted(pod: Mapping[str, Any]) -> bool:
-    """Non-terminal: not Succeeded/Failed and not being deleted."""
-    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+def grace_ends(meta: Mapping[str, Any]) -> float | None:
+    """When a pod being deleted stops counting (Kubernetes' QuotaV1Pod): deletionTimestamp +
+    deletionGracePeriodSeconds; None when it is not being deleted. A timestamp that cannot be
+    read counts without end (stricter)."""
+    stamp = meta.get("deletionTimestamp")
+    if not stamp:
+        return None
+    try:
+        at = datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return float("inf")
+    grace = meta.get("deletionGracePeriodSeconds")
+    return at + grace if isinstance(grace, int) and not isinstance(grace, bool) else float("inf")
+
+
+def is_counted(pod: Mapping[str, Any], now: float | None = None) -> bool:
+    """Not Succeeded/Failed, and not past its deletion grace."""
+    if (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
         return False
-    return (pod.get("status") or {}).get("phase") not in TERMINAL_PHASES
+    ends = grace_ends(pod.get("metadata") or {})
+    return ends is None or ends > (time.time() if now is None else now)
 
 
 def _best_effort(spec: Mapping[str, Any]) -> bool:
@@ -77,8 +107,9 @@ def _best_effort(spec: Mapping[str, Any]) -> bool:
 
 
 def pod_usage(pod: Mapping[str, Any]) -> PodUsage | None:
-    """The usage of one pod, or None when it does not count (terminal or being deleted)."""
-    if not is_counted(pod):
+    """The usage of one pod, or None when it is terminal (a terminating pod's grace is read
+    when the table is: `PodTable.observed`)."""
+    if (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
         return None
     spec = pod.get("spec") or {}
     try:
@@ -99,7 +130,7 @@ def pod_usage(pod: Mapping[str, Any]) -> PodUsage | None:
         best_effort=_best_effort(spec),
         priority_class=str(spec.get("priorityClassName") or ""),
     )
-    return PodUsage(traits, usage)
+    return PodUsage(traits, usage, grace_ends(pod.get("metadata") or {}))
 
 
 class PodTable:
@@ -138,18 +169,44 @@ class PodTable:
         return ns if self.put(ns, uid, usage) else None
 
     def observed(
-        self, namespace: str, names: Collection[str], exprs: tuple[Expression, ...]
-    ) -> ResourceList:
-        """Σ usage of the namespace's counted pods matching `exprs`, masked to `names`.
+        self,
+        namespace: str,
+        names: Collection[str],
+        exprs: tuple[Expression, ...],
+        now: float,
+    ) -> Observed:
+        """Σ usage of the namespace's counted pods matching `exprs`, masked to `names`: all
+        of them, and the terminating ones alone.
 
         Zero for every pod-observable name, so a quiet namespace reads 0 rather than nothing.
         """
-        out: ResourceList = {n: Quantity.zero() for n in names if is_pod_observable(n)}
+        running: ResourceList = {n: Quantity.zero() for n in names if is_pod_observable(n)}
+        terminating = dict(running)
         for p in self._by_ns.get(namespace, {}).values():
+            if p.grace_ends is not None and p.grace_ends <= now:
+                continue  # its grace is over: Kubernetes stops counting it too
             if not scopes.matches(exprs, p.traits):
                 continue
-            for name, q in p.usage.items():
-                have = out.get(name)
-                if have is not None:
-                    out[name] = have + q
-        return out
+            for out in (running, terminating) if p.terminating else (running,):
+                for name, q in p.usage.items():
+                    have = out.get(name)
+                    if have is not None:
+                        out[name] = have + q
+        return Observed(running, terminating)
+
+
+@dataclass(frozen=True, slots=True)
+class Observed:
+    """What a member's pods use in one namespace: `running` counts every counted pod,
+    `terminating` the part of it whose pods are being deleted (in no binding's charge)."""
+
+    running: ResourceList
+    terminating: ResourceList
+
+    @staticmethod
+    def total(parts: Sequence[Observed]) -> Observed:
+        """Σ over namespaces (a cluster quota's)."""
+        return Observed(
+            resources.total(p.running for p in parts),
+            resources.total(p.terminating for p in parts),
+        )

@@ -46,6 +46,7 @@ from karmadaquota.api import (
 from karmadaquota.controller import guards as gd
 from karmadaquota.controller import status as st
 from karmadaquota.controller.index import IndexedBinding, aggregate
+from karmadaquota.controller.pods import Observed
 from karmadaquota.quantity import MAX_BASE_UNITS, NANO, Format, Quantity, QuantityError
 from karmadaquota.resources import ResourceList
 from karmadaquota.scopes import Expression
@@ -93,8 +94,10 @@ class MemberView(Protocol):
         ...
 
     def observed(
-        self, namespace: str, names: Collection[str], exprs: tuple[Expression, ...]
-    ) -> ResourceList: ...
+        self, namespace: str, names: Collection[str], exprs: tuple[Expression, ...], now: float
+    ) -> Observed:
+        """What the member's pods in `namespace` use at `now` (seconds since the epoch)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -308,7 +311,7 @@ def recompute(quota: KarmadaQuota, inputs: NamespaceSnapshot, now: datetime) -> 
     aggregated: list[ClusterUsage] = []
     guarded = quota.spec.guarded
     held: dict[str, dict[str, int]] = {}  # guarded: per member, max(placed, observed)
-    beyond: dict[str, dict[str, int]] = {}  # guarded: per member, max(0, observed - placed)
+    beyond: dict[str, dict[str, int]] = {}  # per observed member: what runs past placement
     for name in clusters:
         placed = totals.per_cluster.get(name, zero_cluster)
         cluster_used = _quantities(placed, hard)
@@ -316,13 +319,13 @@ def recompute(quota: KarmadaQuota, inputs: NamespaceSnapshot, now: datetime) -> 
         member = members.get(name)
         seen: ResourceList = {}
         if inputs.member_watch and member is not None and member.synced:
-            seen = member.observed(quota.metadata.namespace, hard.keys(), exprs)
+            pods = member.observed(quota.metadata.namespace, hard.keys(), exprs, now.timestamp())
+            seen = pods.running
             observed = resources.format_resource_list(_in_format(seen, hard))
+            beyond[name] = _beyond(placed, pods.running, pods.terminating, hard)
         if guarded:
             held[name] = {n: max(placed.get(n, 0), seen[n].nanos if n in seen else 0) for n in hard}
-            beyond[name] = {
-                n: max(0, (seen[n].nanos if n in seen else 0) - placed.get(n, 0)) for n in hard
-            }
+            beyond.setdefault(name, dict.fromkeys(hard, 0))
         guard = inputs.guards(quota.metadata.name, name) if guarded else None
         aggregated.append(
             ClusterUsage(
@@ -333,9 +336,14 @@ def recompute(quota: KarmadaQuota, inputs: NamespaceSnapshot, now: datetime) -> 
             )
         )
     guard_inputs: gd.GuardInputs | None = None
+    if beyond:
+        used = _quantities(
+            {n: totals.used.get(n, 0) + sum(b.get(n, 0) for b in beyond.values()) for n in hard},
+            hard,
+        )
     if guarded:
         placed_sum = {n: sum(p.get(n, 0) for p in totals.per_cluster.values()) for n in totals.used}
-        used, guard_inputs = _member_usage(quota, totals.used, placed_sum, held, beyond, kept, hard)
+        guard_inputs = _guard_inputs(quota, totals.used, placed_sum, held, beyond, kept, hard)
     wanted = [
         _condition(st.COND_READY, True, REASON_CALCULATED, _CALCULATED),
         _condition(st.COND_VALID, True, REASON_VALID, ""),
@@ -349,12 +357,14 @@ def recompute(quota: KarmadaQuota, inputs: NamespaceSnapshot, now: datetime) -> 
         wanted.append(invalid)
     else:
         conditions = [c for c in conditions if c.type != st.COND_BINDINGS_CHARGED]
-    if guarded:
+    if beyond:
         wanted.append(_out_of_band_condition(beyond, hard))
-        if inputs.guard_problems is not None:
-            wanted.append(_guarded_condition(inputs.guard_problems(quota.metadata.name)))
     else:
-        conditions = [c for c in conditions if c.type not in (st.COND_OUT_OF_BAND, st.COND_GUARDED)]
+        conditions = [c for c in conditions if c.type != st.COND_OUT_OF_BAND]
+    if guarded and inputs.guard_problems is not None:
+        wanted.append(_guarded_condition(inputs.guard_problems(quota.metadata.name)))
+    elif not guarded:
+        conditions = [c for c in conditions if c.type != st.COND_GUARDED]
     new_status = KarmadaQuotaStatus(
         hard=resources.format_resource_list(hard),
         used=resources.format_resource_list(used),
@@ -369,7 +379,25 @@ def recompute(quota: KarmadaQuota, inputs: NamespaceSnapshot, now: datetime) -> 
     return Outcome(new_status, used, hard, released, next_expiry, guard_inputs)
 
 
-def _member_usage(
+def _beyond(
+    placed: Mapping[str, int],
+    running: ResourceList,
+    terminating: ResourceList,
+    hard: Mapping[str, Quantity],
+) -> dict[str, int]:
+    """Per name, what one member's pods use past what Karmada placed there, counted in `used`
+    on top of the bindings' charges: every terminating pod (no binding's charge covers it: a
+    scale-down, a rollout's old pods, a deleted workload's), and the pods that are not
+    terminating beyond the placement (created around Karmada, or kept by the member)."""
+    out: dict[str, int] = {}
+    for n in hard:
+        going = terminating[n].nanos if n in terminating else 0
+        live = (running[n].nanos if n in running else 0) - going
+        out[n] = going + max(0, live - placed.get(n, 0))
+    return out
+
+
+def _guard_inputs(
     quota: KarmadaQuota,
     charged: Mapping[str, int],
     placed: Mapping[str, int],
@@ -377,18 +405,10 @@ def _member_usage(
     beyond: Mapping[str, Mapping[str, int]],
     kept: Sequence[Reservation],
     hard: ResourceList,
-) -> tuple[ResourceList, gd.GuardInputs]:
-    """memberEnforcement ResourceQuota: `used` per name = what the bindings charge + Σ over
-    members of what their pods request beyond what Karmada placed there — the same as Σ over
-    members of max(placed, observed) + what no member holds yet (replicas not yet scheduled),
-    without counting an object (count/*) once per cluster it is placed in — and what the share
-    policy reads (pending charges count as reserved: admitted, in no member)."""
-    nanos: dict[str, int] = {}
-    unplaced: dict[str, int] = {}
-    for n in hard:
-        unplaced[n] = max(0, charged.get(n, 0) - placed.get(n, 0))
-        nanos[n] = charged.get(n, 0) + sum(b.get(n, 0) for b in beyond.values())
-    used = _quantities(nanos, hard)
+) -> gd.GuardInputs:
+    """memberEnforcement ResourceQuota: what the share policy reads (pending charges and
+    replicas not yet scheduled count as reserved: admitted, in no member)."""
+    unplaced = {n: max(0, charged.get(n, 0) - placed.get(n, 0)) for n in hard}
     names = gd.guarded_names(hard)
     reserved = {n: unplaced[n] for n in names}
     for r in kept:
@@ -419,13 +439,14 @@ def _member_usage(
         reserved=reserved,
         caps=caps,
     )
-    return used, inputs
+    return inputs
 
 
 def _out_of_band_condition(
     beyond: Mapping[str, Mapping[str, int]], hard: ResourceList
 ) -> Condition:
-    """OutOfBandUsage: True naming the members whose pods request more than Karmada placed."""
+    """OutOfBandUsage: True naming the members whose pods use more than Karmada placed
+    (terminating pods included)."""
     found = []
     for cluster in sorted(beyond):
         over = {n: v for n, v in sorted(beyond[cluster].items()) if v > 0}
@@ -440,7 +461,7 @@ def _out_of_band_condition(
             st.COND_OUT_OF_BAND,
             True,
             REASON_OBSERVED_EXCEEDS_PLACED,
-            "pods created around Karmada request more than it placed in "
+            "member pods use more than Karmada placed (terminating, or created around it) in "
             + "; ".join(found)
             + " (counted in used)",
         )
@@ -448,7 +469,7 @@ def _out_of_band_condition(
         st.COND_OUT_OF_BAND,
         False,
         REASON_WITHIN_PLACEMENT,
-        "no member's pods request more than Karmada placed there",
+        "no member's pods use more than Karmada placed there",
     )
 
 

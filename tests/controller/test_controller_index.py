@@ -95,15 +95,18 @@ def test_a_deletion_is_remembered_until_a_later_relist() -> None:
     assert index.deleted("uid-later")
 
 
-def test_deletion_timestamp_counts_as_deleted() -> None:
+def test_a_deleting_binding_keeps_its_charge_until_it_is_gone() -> None:
     index = BindingIndex()
     ns, uid, e = entry(index, rv=5)
     index.upsert(ns, uid, e)
     seen = observe(raw_binding(rv=6, deleting=True), index.intern)
-    assert seen.entry is None
-    assert index.apply(seen)
-    assert index.get(ns, uid) is None
-    assert index.deleted(uid)
+    assert seen.entry is not None  # its workloads run until Karmada has removed them
+    index.apply(seen)
+    kept = index.get(ns, uid)
+    assert kept is not None and kept.usage == e.usage
+    assert not index.deleted(uid)
+    index.remove(ns, uid, 7)
+    assert index.get(ns, uid) is None and index.deleted(uid)
 
 
 def test_malformed_binding_is_indexed_as_zero_and_says_why() -> None:

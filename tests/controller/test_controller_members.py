@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import time
 from collections.abc import AsyncIterator, Collection, Mapping
 from typing import Any
 
@@ -99,7 +100,7 @@ async def watch() -> AsyncIterator[tuple[MemberWatch, Member, Changes]]:
 
 
 def pods_in(w: MemberWatch, ns: str = "team-a") -> str:
-    return str(w.observed(ns, {"pods"}, ()).get("pods"))
+    return str(w.observed(ns, {"pods"}, (), time.time()).running.get("pods"))
 
 
 async def test_lists_then_follows_the_watch(watch: Any) -> None:

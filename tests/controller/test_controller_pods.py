@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -64,13 +65,46 @@ def pod(
         ("Unknown", False, True),
         ("Succeeded", False, False),
         ("Failed", False, False),
-        ("Running", True, False),
+        ("Running", True, True),  # no grace period given: counted until it is gone
+        ("Succeeded", True, False),
     ],
 )
 def test_which_pods_count(phase: str, deleting: bool, counted: bool) -> None:
     p = pod(phase=phase, deleting=deleting)
     assert is_counted(p) is counted
-    assert (pod_usage(p) is not None) is counted
+    usage = pod_usage(p)
+    assert (usage is not None and (usage.grace_ends or 1e18) > 0) is counted
+
+
+def _terminating(name: str, at: str, grace: int | None) -> dict[str, Any]:
+    p = pod(name)
+    p["metadata"]["deletionTimestamp"] = at
+    if grace is not None:
+        p["metadata"]["deletionGracePeriodSeconds"] = grace
+    return p
+
+
+def test_a_terminating_pod_counts_until_its_deletion_grace_is_over() -> None:
+    # Kubernetes' QuotaV1Pod: counted until deletionTimestamp + deletionGracePeriodSeconds
+    at = datetime(2026, 1, 1, tzinfo=UTC).timestamp()
+    p = _terminating("a", "2026-01-01T00:00:00Z", 30)
+    assert is_counted(p, now=at + 29.9)
+    assert not is_counted(p, now=at + 30)
+    assert is_counted(_terminating("b", "not a time", 30), now=at + 10**9)  # unreadable: kept
+
+
+def test_terminating_pods_are_summed_apart_and_dropped_once_their_grace_is_over() -> None:
+    t = PodTable()
+    at = datetime(2026, 1, 1, tzinfo=UTC).timestamp()
+    t.apply("ADDED", pod("a"))
+    t.apply("MODIFIED", _terminating("b", "2026-01-01T00:00:00Z", 30))
+    names = {"requests.cpu", "pods"}
+    seen = t.observed("team-a", names, (), now=at + 1)
+    assert as_strings(seen.running) == {"requests.cpu": "2", "pods": "2"}
+    assert as_strings(seen.terminating) == {"requests.cpu": "1", "pods": "1"}
+    later = t.observed("team-a", names, (), now=at + 31)
+    assert as_strings(later.running) == {"requests.cpu": "1", "pods": "1"}
+    assert as_strings(later.terminating) == {"requests.cpu": "0", "pods": "0"}
 
 
 def test_containers_add_up() -> None:
@@ -162,12 +196,21 @@ def test_table_events_and_observed_sums() -> None:
     assert t.apply("MODIFIED", pod("b", priority_class="high")) is None  # no change
     assert t.apply("ADDED", pod("c", namespace="other")) == "other"
     names = {"requests.cpu", "pods", "count/deployments.apps"}
-    assert as_strings(t.observed("team-a", names, ())) == {"requests.cpu": "2", "pods": "2"}
+    assert as_strings(t.observed("team-a", names, (), 0).running) == {
+        "requests.cpu": "2",
+        "pods": "2",
+    }
     high = (Expression("PriorityClass", "In", frozenset({"high"})),)
-    assert as_strings(t.observed("team-a", names, high)) == {"requests.cpu": "1", "pods": "1"}
+    assert as_strings(t.observed("team-a", names, high, 0).running) == {
+        "requests.cpu": "1",
+        "pods": "1",
+    }
     # a pod that finishes stops counting; a deleted one too
     assert t.apply("MODIFIED", pod("a", phase="Succeeded")) == "team-a"
     assert t.apply("DELETED", pod("b")) == "team-a"
-    assert as_strings(t.observed("team-a", names, ())) == {"requests.cpu": "0", "pods": "0"}
+    assert as_strings(t.observed("team-a", names, (), 0).running) == {
+        "requests.cpu": "0",
+        "pods": "0",
+    }
     assert t.apply("DELETED", pod("b")) is None
     assert len(t) == 1

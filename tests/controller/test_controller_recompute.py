@@ -166,7 +166,7 @@ async def test_clusters_listed_are_members_and_placements_sorted() -> None:
     assert out.status.aggregatedStatus[2].observed is None  # not a known member
 
 
-async def test_observed_comes_from_member_pods_and_differs_from_used() -> None:
+async def test_observed_comes_from_member_pods_and_what_runs_past_placement_is_used() -> None:
     m2 = await member(
         "member2",
         pod("direct", containers=[container({"cpu": "1", "memory": "1Gi"})]),
@@ -178,7 +178,44 @@ async def test_observed_comes_from_member_pods_and_differs_from_used() -> None:
     assert by["member2"].observed == {"pods": "1", "requests.cpu": "1", "requests.memory": "1Gi"}
     assert by["member2"].used["pods"] == "0"
     assert by["member1"].observed == {"pods": "0", "requests.cpu": "0", "requests.memory": "0"}
-    assert out.status.used["pods"] == "1"  # pods made around Karmada are not in used
+    # the pod made around Karmada runs in the quota's namespace: counted on top of the charge
+    assert out.status.used["pods"] == "2"
+    oob = next(c for c in out.status.conditions if c.type == "OutOfBandUsage")
+    assert (oob.status, oob.reason) == ("True", "ObservedExceedsPlaced")
+    assert "member2: pods=1, requests.cpu=1, requests.memory=1Gi" in oob.message
+
+
+async def test_terminating_pods_count_on_top_of_every_charge_never_netted() -> None:
+    # member1: binding a's 2 pods run, binding b's 1 is placed but not started, and a deleted
+    # workload's pod is still in its grace period. Netting what runs against what is placed
+    # (3 vs 3) would hide the terminating pod: once b's pod starts, 4 run.
+    going = pod("old", containers=[container({"cpu": "1", "memory": "1Gi"})])
+    going["metadata"]["deletionTimestamp"] = format_time(NOW + timedelta(seconds=30))
+    going["metadata"]["deletionGracePeriodSeconds"] = 30
+    m1 = await member(
+        "member1",
+        pod("a-1", containers=[container({"cpu": "1", "memory": "1Gi"})]),
+        pod("a-2", containers=[container({"cpu": "1", "memory": "1Gi"})]),
+    )
+    m1.table.apply("MODIFIED", going)  # as the watch reports a pod being deleted
+    index = index_of(
+        raw_binding("a", uid="ua", replicas=2, clusters={"member1": 2}),
+        raw_binding("b", uid="ub", replicas=1, clusters={"member1": 1}),
+    )
+    out = recompute(quota(hard=HARD), inputs(index, m1), NOW)
+    assert out.status.used["pods"] == "4"
+    assert out.status.used["requests.cpu"] == "4"
+    assert {c.clusterName: c.observed for c in out.status.aggregatedStatus}["member1"] == {
+        "pods": "3",
+        "requests.cpu": "3",
+        "requests.memory": "3Gi",
+    }
+
+
+async def test_a_deleting_binding_and_then_its_terminating_pods_hold_the_charge() -> None:
+    index = index_of(raw_binding("a", uid="ua", replicas=2, clusters={"member1": 2}, deleting=True))
+    out = recompute(quota(hard=HARD), inputs(index, await member("member1")), NOW)
+    assert out.status.used["pods"] == "2"  # Karmada is still removing its workloads
 
 
 async def test_member_never_synced_has_no_observed_and_condition_unknown() -> None:

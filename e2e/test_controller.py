@@ -223,13 +223,9 @@ async def setup_workloads(
 
 
 def pods_usage(pods: list[JSON]) -> dict[str, str]:
-    """Expected `observed` for the quota's names: non-terminal pods, their requests."""
-    live = [
-        p
-        for p in pods
-        if p.get("status", {}).get("phase") not in ("Succeeded", "Failed")
-        and not p["metadata"].get("deletionTimestamp")
-    ]
+    """Expected `observed` for the quota's names: non-terminal pods (those in their grace
+    period too: Kubernetes counts them until it ends), their requests."""
+    live = [p for p in pods if p.get("status", {}).get("phase") not in ("Succeeded", "Failed")]
     cpu, mem = Quantity.zero(), Quantity.zero()
     for p in live:
         for c in p["spec"]["containers"]:
@@ -318,7 +314,8 @@ async def test_per_cluster_used_follows_placement_and_observed_follows_member_po
     conds = {c["type"]: c for c in q["status"]["conditions"]}
     assert conds["MemberObserved"]["status"] == "True", conds
 
-    # A pod created in member2 itself, around Karmada: observed there, never in used.
+    # A pod created in member2 itself, around Karmada: observed there, and counted in `used`
+    # (it runs in the quota's namespace), never in the member's placement.
     direct = clusters[1]
     await eventually(
         lambda: testbed.get("namespace", namespace, cluster=direct), 60, "namespace in member"
@@ -352,7 +349,17 @@ async def test_per_cluster_used_follows_placement_and_observed_follows_member_po
     q = await eventually(direct_pod_observed, 60, f"the direct pod in {direct}'s observed")
     by = {c["clusterName"]: c for c in q["status"]["aggregatedStatus"]}
     assert same(by[direct]["used"], usage(placement[direct], 1))
-    assert same(q["status"]["used"], usage(4, 1))
+
+    async def counted() -> bool:
+        q = await get_quota(karmada, namespace)
+        around = {"pods": "1", "requests.cpu": "1", "requests.memory": "1Gi"}
+        want = {
+            n: str(Quantity.parse(v) + Quantity.parse(around.get(n, "0")))
+            for n, v in usage(4, 1).items()
+        }
+        return same(q["status"]["used"], want)
+
+    await eventually(counted, 30, "the pod made around Karmada counted in used")
 
     # kubectl karmadaquota describe shows the same figures
     env = {**os.environ, "KUBECTL": testbed.kubectl_binary}

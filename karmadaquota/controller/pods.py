@@ -28,7 +28,6 @@ the BestEffort QoS class (no cpu/memory request or limit in any container).
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -72,6 +71,10 @@ class PodUsage:
     def terminating(self) -> bool:
         return self.grace_ends is not None
 
+    def counts(self, now: float) -> bool:
+        """Still counted at `now`: not terminating, or its grace not over yet."""
+        return self.grace_ends is None or self.grace_ends > now
+
 
 def grace_ends(meta: Mapping[str, Any]) -> float | None:
     """When a pod being deleted stops counting (Kubernetes' QuotaV1Pod): deletionTimestamp +
@@ -86,14 +89,6 @@ def grace_ends(meta: Mapping[str, Any]) -> float | None:
         return float("inf")
     grace = meta.get("deletionGracePeriodSeconds")
     return at + grace if isinstance(grace, int) and not isinstance(grace, bool) else float("inf")
-
-
-def is_counted(pod: Mapping[str, Any], now: float | None = None) -> bool:
-    """Not Succeeded/Failed, and not past its deletion grace."""
-    if (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
-        return False
-    ends = grace_ends(pod.get("metadata") or {})
-    return ends is None or ends > (time.time() if now is None else now)
 
 
 def _best_effort(spec: Mapping[str, Any]) -> bool:
@@ -183,9 +178,7 @@ class PodTable:
         running: ResourceList = {n: Quantity.zero() for n in names if is_pod_observable(n)}
         terminating = dict(running)
         for p in self._by_ns.get(namespace, {}).values():
-            if p.grace_ends is not None and p.grace_ends <= now:
-                continue  # its grace is over: Kubernetes stops counting it too
-            if not scopes.matches(exprs, p.traits):
+            if not p.counts(now) or not scopes.matches(exprs, p.traits):
                 continue
             for out in (running, terminating) if p.terminating else (running,):
                 for name, q in p.usage.items():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -9,7 +10,6 @@ import pytest
 
 from karmadaquota.controller.pods import (
     PodTable,
-    is_counted,
     is_pod_observable,
     pod_requests,
     pod_usage,
@@ -71,9 +71,8 @@ def pod(
 )
 def test_which_pods_count(phase: str, deleting: bool, counted: bool) -> None:
     p = pod(phase=phase, deleting=deleting)
-    assert is_counted(p) is counted
     usage = pod_usage(p)
-    assert (usage is not None and (usage.grace_ends or 1e18) > 0) is counted
+    assert (usage is not None and usage.counts(time.time())) is counted
 
 
 def _terminating(name: str, at: str, grace: int | None) -> dict[str, Any]:
@@ -87,10 +86,12 @@ def _terminating(name: str, at: str, grace: int | None) -> dict[str, Any]:
 def test_a_terminating_pod_counts_until_its_deletion_grace_is_over() -> None:
     # Kubernetes' QuotaV1Pod: counted until deletionTimestamp + deletionGracePeriodSeconds
     at = datetime(2026, 1, 1, tzinfo=UTC).timestamp()
-    p = _terminating("a", "2026-01-01T00:00:00Z", 30)
-    assert is_counted(p, now=at + 29.9)
-    assert not is_counted(p, now=at + 30)
-    assert is_counted(_terminating("b", "not a time", 30), now=at + 10**9)  # unreadable: kept
+    p = pod_usage(_terminating("a", "2026-01-01T00:00:00Z", 30))
+    assert p is not None and p.terminating
+    assert p.counts(at + 29.9)
+    assert not p.counts(at + 30)
+    unreadable = pod_usage(_terminating("b", "not a time", 30))
+    assert unreadable is not None and unreadable.counts(at + 10**9)  # kept: stricter
 
 
 def test_terminating_pods_are_summed_apart_and_dropped_once_their_grace_is_over() -> None:

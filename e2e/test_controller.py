@@ -586,3 +586,13 @@ async def test_an_unreachable_member_is_reported_stale_and_nothing_else_stops(
         await testbed.akubectl(
             "delete", "secret", ghost, "-n", "karmada-cluster", "--wait=false", check=False
         )
+
+        async def ghost_gone() -> bool:
+            try:
+                await karmada.get(f"/apis/cluster.karmada.io/v1alpha1/clusters/{ghost}")
+            except NotFound:
+                return True
+            return False
+
+        # a member the next test's quotas would count (guards for it never complete)
+        await eventually(ghost_gone, 60, f"the Cluster {ghost} gone")

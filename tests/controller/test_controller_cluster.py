@@ -13,12 +13,15 @@ from typing import Any
 import pytest
 
 from karmadaquota.api import ClusterKarmadaQuota, ObjectReference, Reservation, format_time
+from karmadaquota.controller.cluster import ClusterSnapshot, recompute_cluster
 from karmadaquota.controller.manager import Controller
 from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.controller.reconciler import ReconcilerConfig
 from karmadaquota.kube import paths
 from karmadaquota.kube.client import JSON
-from tests.conftest import raw_binding
+from tests.conftest import NOW, raw_binding
+from tests.controller.test_controller_pods import pod
+from tests.controller.test_controller_recompute import index_of, member
 from tests.controller.test_controller_reconciler import Lead, controlling
 from tests.fake_api import FakeApiServer
 from tests.polling import until
@@ -356,3 +359,30 @@ async def test_a_disproved_charge_is_forgotten_once_released(env: Any) -> None:
     again = asyncio.get_running_loop().time()
     await until(lambda: not status(api).get("pending"), timeout=5, what="released again")
     assert asyncio.get_running_loop().time() - again >= 1.5
+
+
+async def test_a_cluster_quota_counts_terminating_pods_of_every_selected_namespace() -> None:
+    # docs/charging.md: used = Σ charges + per member (terminating + running past placement),
+    # the member's pods summed over the selected namespaces; a namespace not selected is not
+    # counted
+    def terminating(name: str, namespace: str) -> JSON:
+        p = pod(name, namespace=namespace)
+        p["metadata"]["deletionTimestamp"] = format_time(NOW + timedelta(seconds=30))
+        p["metadata"]["deletionGracePeriodSeconds"] = 30
+        return p
+
+    m1 = await member("member1", pod("b-1", namespace="b"))
+    m1.table.apply("MODIFIED", terminating("old-a", "a"))
+    m1.table.apply("MODIFIED", terminating("old-b", "b"))
+    m1.table.apply("MODIFIED", terminating("elsewhere", "c"))
+    index = index_of(
+        raw_binding("x", namespace="b", uid="ub", replicas=1, clusters={"member1": 1}),
+        raw_binding("y", namespace="a", uid="ua", replicas=1, clusters={"member1": 1}),
+    )
+    api = FakeApiServer()
+    add_cluster_quota(api, {"pods": "10"})
+    quota = ClusterKarmadaQuota.model_validate(stored(api))
+    snapshot = ClusterSnapshot(selected=["a", "b"], bindings=index.bindings, members=[m1])
+    out = recompute_cluster(quota, snapshot, NOW)
+    # charges 2, two terminating pods; b's running pod is within the 2 placed on member1
+    assert out.status.used["pods"] == "4"

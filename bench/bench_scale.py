@@ -343,19 +343,25 @@ async def stopwatch(api: KubeClient, paths: dict[str, int], deadline: float = 60
     return time.perf_counter() - t0
 
 
+def expected(size: Size, team: str) -> int:
+    """Pods a cluster quota counts now (its namespaces' bindings as `size.counts` tracks them)."""
+    return sum(size.counts[ns] for ns in size.teams[team])
+
+
 async def releases(api: KubeClient, size: Size, trials: int) -> list[float]:
-    """Delete populate's bindings one at a time in a namespace a cluster quota selects."""
+    """Delete populate's bindings one at a time in a namespace a cluster quota selects (no
+    probe went there): until its quota's and its cluster quota's `used` drop by one."""
     team, names = next(iter(size.teams.items()), ("", size.namespaces))
     ns = names[1] if len(names) > 1 else names[0]
     q = f"{QUOTAS.format(ns=ns)}/q"
-    c = f"{CLUSTER_QUOTAS}/{team}"
-    q_pods, c_pods = pods_used(await api.get(q)), pods_used(await api.get(c)) if team else 0
-    assert q_pods is not None and c_pods is not None
     out = []
     for i in range(min(trials, size.per_namespace)):
         await api.request("DELETE", f"{RB.format(ns=ns)}/b-{i:05d}")
-        q_pods, c_pods = q_pods - 1, c_pods - 1
-        out.append(await stopwatch(api, {q: q_pods} | ({c: c_pods} if team else {})))
+        size.counts[ns] -= 1
+        want = {q: size.counts[ns]}
+        if team:
+            want[f"{CLUSTER_QUOTAS}/{team}"] = expected(size, team)
+        out.append(await stopwatch(api, want))
     return out
 
 
@@ -365,17 +371,15 @@ async def relabels(api: KubeClient, size: Size, trials: int) -> list[float]:
     if len(size.teams) < 2:
         return []
     (a, names), (b, _) = list(size.teams.items())[:2]
-    ns = names[-1]
-    moved = size.counts[ns]  # its bindings (no probe or release touches it)
-    used = {t: pods_used(await api.get(f"{CLUSTER_QUOTAS}/{t}")) for t in (a, b)}
+    ns = names[-1]  # no probe or release touches it
     out = []
     for _ in range(trials):
         for src, dst in ((a, b), (b, a)):
             await api.merge_patch(f"/api/v1/namespaces/{ns}", {"metadata": {"labels": {TEAM: dst}}})
-            used[src] = (used[src] or 0) - moved
-            used[dst] = (used[dst] or 0) + moved
+            size.teams[src].remove(ns)
+            size.teams[dst].append(ns)
             out.append(
-                await stopwatch(api, {f"{CLUSTER_QUOTAS}/{t}": n or 0 for t, n in used.items()})
+                await stopwatch(api, {f"{CLUSTER_QUOTAS}/{t}": expected(size, t) for t in (a, b)})
             )
     return out
 
@@ -395,6 +399,12 @@ class Figures:
     release: list[float] = field(default_factory=list)
     relabel: list[float] = field(default_factory=list)
     load: tuple[float, float] = (0.0, 0.0)  # 1-min load average before / after
+    errors: list[str] = field(default_factory=list)
+
+
+def note(text: str) -> None:
+    """A figure as soon as it is measured (a later phase failing does not lose it)."""
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
 
 
 def loadavg() -> float:
@@ -425,6 +435,7 @@ async def run(args: argparse.Namespace) -> str:
         fig.cold_start = time.perf_counter() - t0
         if spy is not None:
             spy.stop()
+        note(f"populated in {fig.populate:.0f} s; cold start {fig.cold_start:.1f} s")
         await asyncio.sleep(5)  # the controller settles (its last writes, GC) before RSS is read
         fig.rss_ready["controller"] = rss_mib(pid)
 
@@ -433,6 +444,7 @@ async def run(args: argparse.Namespace) -> str:
         procs.append(hook.proc)
         fig.sync = time.perf_counter() - t0
         fig.rss_ready["webhook"] = rss_mib(hook.proc.popen.pid)
+        note(f"rss {fig.rss_ready}; webhook synced in {fig.sync:.1f} s")
         skip = {"key": NO_WEBHOOK_LABEL, "operator": "DoesNotExist"}
         await asyncio.to_thread(product.register, bed, hook.base, hook.ca_bundle, [skip])
 
@@ -445,6 +457,7 @@ async def run(args: argparse.Namespace) -> str:
             fig.latency[label] = await probe(
                 api, ns, args.probes, f"probe-{label}", size.clusters[-1]
             )
+            size.counts[ns] += args.probes - fig.latency[label][ns][1]  # admitted ones count
             fig.event_cpu[label] = (cpu_seconds(pid) - cpu0) / (2 * args.probes) * 1000
             scraped = await hook.metrics()
             after, after_r = histogram(scraped, own_name), histogram(scraped, whole)
@@ -453,8 +466,14 @@ async def run(args: argparse.Namespace) -> str:
                 quantile(before_r, after_r, 0.5),
                 quantile(before_r, after_r, 0.99),
             )
-        fig.release = await releases(api, size, args.trials)
-        fig.relabel = await relabels(api, size, max(1, args.trials // 4))
+        note(f"latency done: review {fig.review}, own {fig.own}, cpu/event {fig.event_cpu}")
+        try:
+            fig.release = await releases(api, size, args.trials)
+            note(f"release {sorted(fig.release)}")
+            fig.relabel = await relabels(api, size, max(1, args.trials // 4))
+            note(f"relabel {sorted(fig.relabel)}")
+        except TimeoutError as e:  # reported with the figures measured before it
+            fig.errors.append(str(e))
         fig.rss_end = {"controller": rss_mib(pid), "webhook": rss_mib(hook.proc.popen.pid)}
         fig.load = (fig.load[0], loadavg())
         await api.close()
@@ -501,8 +520,10 @@ def report(args: argparse.Namespace, size: Size, fig: Figures) -> str:
         f"{end['controller']} |",
         f"| webhook start until cache synced (/readyz) | {fig.sync:.1f} s |",
         f"| webhook RSS after sync / at the end (peak) | {mib['webhook']} / {end['webhook']} |",
+        *(f"| **not measured** | {e} |" for e in fig.errors),
         f"| release after delete, p50 / p99 ({len(fig.release)} deletes: quota and cluster "
-        f"quota) | {ms(statistics.median(fig.release))} / {ms(pct(fig.release, 0.99))} |",
+        f"quota) | {ms(statistics.median(fig.release or [float('nan')]))} / "
+        f"{ms(pct(fig.release, 0.99))} |",
         f"| namespace relabelled to another cluster quota, p50 / max ({len(fig.relabel)} "
         f"moves) | {ms(statistics.median(fig.relabel))} / {ms(max(fig.relabel))} |"
         if fig.relabel

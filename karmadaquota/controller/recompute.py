@@ -228,6 +228,15 @@ def _in_format(rl: Mapping[str, Quantity], hard: Mapping[str, Quantity]) -> Reso
     return {n: Quantity(q.nanos, hard[n].format) if n in hard else q for n, q in rl.items()}
 
 
+# members a MemberObserved message names, the rest counted: every quota's status carries it,
+# and 97 Pull-mode clusters named with their problem were 13 KB of each of 5,000 statuses
+NAMED_MEMBERS = 5
+
+
+def _more(count: int) -> str:
+    return f" (and {count - NAMED_MEMBERS} more)" if count > NAMED_MEMBERS else ""
+
+
 def _member_condition(inputs: NamespaceSnapshot) -> Condition:
     if not inputs.member_watch:
         return Condition(
@@ -240,13 +249,14 @@ def _member_condition(inputs: NamespaceSnapshot) -> Condition:
     failing = [m for m in members if m.error]
     if failing:
         stale = "; ".join(
-            f"{m.name}: {m.error}" + ("" if m.synced else " (never observed)") for m in failing
+            f"{m.name}: {m.error}" + ("" if m.synced else " (never observed)")
+            for m in failing[:NAMED_MEMBERS]
         )
         return Condition(
             type=st.COND_MEMBER_OBSERVED,
             status="False",
             reason=REASON_UNREACHABLE,
-            message=f"observed usage is stale for {stale}",
+            message=f"observed usage is stale for {stale}{_more(len(failing))}",
         )
     syncing = [m.name for m in members if not m.synced]
     if syncing:
@@ -254,7 +264,7 @@ def _member_condition(inputs: NamespaceSnapshot) -> Condition:
             type=st.COND_MEMBER_OBSERVED,
             status="Unknown",
             reason=REASON_SYNCING,
-            message=f"listing pods in {', '.join(syncing)}",
+            message=f"listing pods in {', '.join(syncing[:NAMED_MEMBERS])}{_more(len(syncing))}",
         )
     return Condition(
         type=st.COND_MEMBER_OBSERVED,
@@ -304,9 +314,18 @@ def recompute(quota: KarmadaQuota, inputs: NamespaceSnapshot, now: datetime) -> 
     used = _quantities(totals.used, hard)
     zero_cluster = dict.fromkeys(totals.used, 0)
     members = {m.name: m for m in inputs.members}
-    clusters = sorted(set(members) | set(totals.per_cluster))
-    aggregated: list[ClusterUsage] = []
     guarded = quota.spec.guarded
+    # a member is listed when something is placed there, its pods are observed (its figures,
+    # zero included, are news) or the quota guards it; an entry of zeros for a member nothing
+    # is known of (Pull mode, unreachable before its first list) would only make every status
+    # as long as the fleet
+    shown = (
+        members
+        if guarded
+        else [n for n, m in members.items() if inputs.member_watch and m.synced]
+    )
+    clusters = sorted(set(shown) | set(totals.per_cluster))
+    aggregated: list[ClusterUsage] = []
     held: dict[str, dict[str, int]] = {}  # guarded: per member, max(placed, observed)
     beyond: dict[str, dict[str, int]] = {}  # guarded: per member, max(0, observed - placed)
     for name in clusters:

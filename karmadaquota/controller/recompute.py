@@ -45,7 +45,7 @@ from karmadaquota.api import (
 )
 from karmadaquota.controller import guards as gd
 from karmadaquota.controller import status as st
-from karmadaquota.controller.index import IndexedBinding, aggregate
+from karmadaquota.controller.index import IndexedBinding, Sums, aggregate
 from karmadaquota.quantity import MAX_BASE_UNITS, NANO, Format, Quantity, QuantityError
 from karmadaquota.resources import ResourceList
 from karmadaquota.scopes import Expression
@@ -119,6 +119,9 @@ class NamespaceSnapshot:
     # quota name -> entries the orphan audit disproved (an UPDATE admitted, never stored at its
     # generation): up to that many entries of each key are released by this recompute's write
     disproved: Callable[[str], Mapping[EntryKey, int]] = lambda quota: {}
+    # Σ of `bindings` for (names, scopes) when the caller has it in parts (a cluster quota:
+    # per namespace, cached); None: aggregated here from `bindings`
+    sums: Callable[[Collection[str], tuple[Expression, ...]], Sums] | None = None
 
 
 @dataclass(frozen=True)
@@ -310,7 +313,10 @@ def recompute(quota: KarmadaQuota, inputs: NamespaceSnapshot, now: datetime) -> 
         return Outcome(new_status, {}, {}, released, next_expiry)
 
     exprs = scopes.expressions(quota.spec)
-    totals = aggregate(inputs.bindings.values(), hard.keys(), exprs)
+    if inputs.sums is not None:
+        totals = inputs.sums(hard.keys(), exprs)
+    else:
+        totals = aggregate(inputs.bindings.values(), hard.keys(), exprs)
     used = _quantities(totals.used, hard)
     zero_cluster = dict.fromkeys(totals.used, 0)
     members = {m.name: m for m in inputs.members}
@@ -320,9 +326,7 @@ def recompute(quota: KarmadaQuota, inputs: NamespaceSnapshot, now: datetime) -> 
     # is known of (Pull mode, unreachable before its first list) would only make every status
     # as long as the fleet
     shown = (
-        members
-        if guarded
-        else [n for n, m in members.items() if inputs.member_watch and m.synced]
+        members if guarded else [n for n, m in members.items() if inputs.member_watch and m.synced]
     )
     clusters = sorted(set(shown) | set(totals.per_cluster))
     aggregated: list[ClusterUsage] = []

@@ -124,6 +124,8 @@ class Reconciler:
         self.synced = synced
         self._may_write = may_write
         self._outcomes: dict[tuple[str, str], rc.Outcome] = {}
+        # each selected namespace's sums, re-taken only when its bindings change
+        self._ns_sums = cl.NamespaceSums(sources.index)
         # debounced (a storm is a few recomputes), retried soon after every lost CAS
         recompute = functools.partial(
             DirtyQueue,
@@ -188,15 +190,20 @@ class Reconciler:
         if not self.synced.is_set():
             return
         record = self.sources.cluster_quotas.get("", name)
+        selection = self.sources.selection
+        before = selection.of(name)
         if record is None:
-            self.sources.selection.set(name, frozenset())
+            selection.set(name, frozenset())
+            self._ns_sums.forget(lambda ns: bool(selection.selecting(ns)))
             return
         quota = record.quota
-        selected = self.sources.selection.choose(
+        selected = selection.choose(
             name,
             quota if isinstance(quota, ClusterKarmadaQuota) else None,
             self.sources.enforcement.labels.table() if self.sources.enforcement is not None else {},
         )
+        if before - selection.of(name):  # namespaces left it: their sums may be held for none
+            self._ns_sums.forget(lambda ns: bool(selection.selecting(ns)))
         if not await self._sync_quota(record, selected):
             self.cluster_dirty.retry(name)
         leader = self._may_write()
@@ -217,6 +224,7 @@ class Reconciler:
             member_watch=self.config.member_watch,
             enforced=enforced,
             disproved=self.sources.audit.disproved("", name),
+            sums=self._ns_sums.of,
         )
 
     async def _sync_quota(self, record: QuotaRecord, selected: list[str] | None = None) -> bool:

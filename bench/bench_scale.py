@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import shutil
 import signal
@@ -46,6 +47,8 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import orjson
 
 from bench.bench_admission import cpu_seconds, histogram, quantile
 from bench.harness import NO_WEBHOOK_LABEL
@@ -400,6 +403,8 @@ class Figures:
     relabel: list[float] = field(default_factory=list)
     load: tuple[float, float] = (0.0, 0.0)  # 1-min load average before / after
     errors: list[str] = field(default_factory=list)
+    writes: int = 0  # quota status writes by the controller until every quota was Ready
+    cold_cpu: float = 0.0  # the controller's CPU seconds until then
 
 
 def note(text: str) -> None:
@@ -427,7 +432,7 @@ async def run(args: argparse.Namespace) -> str:
 
         readiness = Readiness(api, size)
         t0 = time.perf_counter()
-        controller, _ = product.start_controller(bed, "scale-controller")
+        controller, port = product.start_controller(bed, "scale-controller")
         procs.append(controller)
         pid = controller.popen.pid
         spy = Profiler(pid, Path(args.profile) / "controller-cold.txt") if args.profile else None
@@ -436,6 +441,16 @@ async def run(args: argparse.Namespace) -> str:
         if spy is not None:
             spy.stop()
         note(f"populated in {fig.populate:.0f} s; cold start {fig.cold_start:.1f} s")
+        counted = await product.controller_metrics(port)
+        fig.writes = int(counted.get('karmadaquota_status_writes_total{result="ok"}', 0))
+        fig.cold_cpu = cpu_seconds(pid)
+        if args.profile:  # one quota and one cluster quota as written (docs: bytes per quota)
+            for path, file in (
+                (f"{QUOTAS.format(ns=size.namespaces[0])}/q", "quota.json"),
+                (f"{CLUSTER_QUOTAS}/{next(iter(size.teams), '')}", "ckq.json"),
+            ):
+                with contextlib.suppress(KubeError):
+                    (Path(args.profile) / file).write_bytes(orjson.dumps(await api.get(path)))
         await asyncio.sleep(5)  # the controller settles (its last writes, GC) before RSS is read
         fig.rss_ready["controller"] = rss_mib(pid)
 
@@ -516,6 +531,8 @@ def report(args: argparse.Namespace, size: Size, fig: Figures) -> str:
         "| figure | value |",
         "|---|---|",
         f"| controller cold start until every quota Ready with exact usage | {ready} |",
+        f"| controller CPU during the cold start / status writes | {fig.cold_cpu:.0f} s / "
+        f"{fig.writes} |",
         f"| controller RSS after cold start / at the end (peak) | {mib['controller']} / "
         f"{end['controller']} |",
         f"| webhook start until cache synced (/readyz) | {fig.sync:.1f} s |",

@@ -54,7 +54,7 @@ from bench.bench_admission import cpu_seconds, histogram, quantile
 from bench.harness import NO_WEBHOOK_LABEL
 from e2e.testbed import TestBed, product
 from e2e.testbed.storm import binding
-from karmadaquota.kube.client import JSON, KubeClient, KubeError
+from karmadaquota.kube.client import JSON, KubeClient, KubeError, NotFound
 from karmadaquota.quantity import Quantity
 
 RB = "/apis/work.karmada.io/v1alpha2/namespaces/{ns}/resourcebindings"
@@ -351,21 +351,38 @@ def expected(size: Size, team: str) -> int:
     return sum(size.counts[ns] for ns in size.teams[team])
 
 
-async def releases(api: KubeClient, size: Size, trials: int) -> list[float]:
+async def gone(api: KubeClient, path: str, deadline: float = 120) -> float:
+    """Seconds until the object at `path` is gone (Karmada's finalizer on a binding removed)."""
+    t0 = time.perf_counter()
+    while True:
+        try:
+            await api.get(path)
+        except NotFound:
+            return time.perf_counter() - t0
+        if time.perf_counter() - t0 > deadline:
+            raise TimeoutError(f"{path} still there after {deadline} s")
+        await asyncio.sleep(0.005)  # polling with a deadline
+
+
+async def releases(api: KubeClient, size: Size, trials: int) -> tuple[list[float], list[float]]:
     """Delete populate's bindings one at a time in a namespace a cluster quota selects (no
-    probe went there): until its quota's and its cluster quota's `used` drop by one."""
+    probe went there): until its quota's and its cluster quota's `used` drop by one, and
+    until the binding is gone (karmada-controller-manager removes its finalizer first)."""
     team, names = next(iter(size.teams.items()), ("", size.namespaces))
     ns = names[1] if len(names) > 1 else names[0]
     q = f"{QUOTAS.format(ns=ns)}/q"
-    out = []
+    released, removed = [], []
     for i in range(min(trials, size.per_namespace)):
-        await api.request("DELETE", f"{RB.format(ns=ns)}/b-{i:05d}")
+        path = f"{RB.format(ns=ns)}/b-{i:05d}"
+        await api.request("DELETE", path)
         size.counts[ns] -= 1
         want = {q: size.counts[ns]}
         if team:
             want[f"{CLUSTER_QUOTAS}/{team}"] = expected(size, team)
-        out.append(await stopwatch(api, want))
-    return out
+        took, away = await asyncio.gather(stopwatch(api, want, 120), gone(api, path))
+        released.append(took)
+        removed.append(away)
+    return released, removed
 
 
 async def relabels(api: KubeClient, size: Size, trials: int) -> list[float]:
@@ -400,6 +417,7 @@ class Figures:
     own: dict[str, tuple[float, float]] = field(default_factory=dict)
     event_cpu: dict[str, float] = field(default_factory=dict)  # controller ms per create
     release: list[float] = field(default_factory=list)
+    gone: list[float] = field(default_factory=list)  # until the deleted binding is gone
     relabel: list[float] = field(default_factory=list)
     load: tuple[float, float] = (0.0, 0.0)  # 1-min load average before / after
     errors: list[str] = field(default_factory=list)
@@ -483,8 +501,8 @@ async def run(args: argparse.Namespace) -> str:
             )
         note(f"latency done: review {fig.review}, own {fig.own}, cpu/event {fig.event_cpu}")
         try:
-            fig.release = await releases(api, size, args.trials)
-            note(f"release {sorted(fig.release)}")
+            fig.release, fig.gone = await releases(api, size, args.trials)
+            note(f"release {sorted(fig.release)}; binding gone {sorted(fig.gone)}")
             fig.relabel = await relabels(api, size, max(1, args.trials // 4))
             note(f"relabel {sorted(fig.relabel)}")
         except TimeoutError as e:  # reported with the figures measured before it
@@ -541,6 +559,8 @@ def report(args: argparse.Namespace, size: Size, fig: Figures) -> str:
         f"| release after delete, p50 / p99 ({len(fig.release)} deletes: quota and cluster "
         f"quota) | {ms(statistics.median(fig.release or [float('nan')]))} / "
         f"{ms(pct(fig.release, 0.99))} |",
+        f"| the deleted binding gone (Karmada's finalizer), p50 / p99 | "
+        f"{ms(statistics.median(fig.gone or [float('nan')]))} / {ms(pct(fig.gone, 0.99))} |",
         f"| namespace relabelled to another cluster quota, p50 / max ({len(fig.relabel)} "
         f"moves) | {ms(statistics.median(fig.relabel))} / {ms(max(fig.relabel))} |"
         if fig.relabel

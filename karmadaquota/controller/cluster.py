@@ -197,6 +197,8 @@ class Selection:
     def __init__(self) -> None:
         self._chosen: dict[str, frozenset[str]] = {}  # cluster quota -> namespaces
         self._by_namespace: dict[str, set[str]] = {}  # namespace -> cluster quotas
+        # cluster quota -> ((uid, generation, label table version), the sorted selection)
+        self._taken: dict[str, tuple[tuple[str, int, int], list[str]]] = {}
 
     def of(self, name: str) -> frozenset[str]:
         """The namespaces the cluster quota selected at its last recompute."""
@@ -211,9 +213,18 @@ class Selection:
         name: str,
         quota: ClusterKarmadaQuota | None,
         table: Mapping[str, Mapping[str, str]],
+        version: int | None = None,
     ) -> list[str]:
         """The namespaces (of `table`: namespace -> labels) the cluster quota selects now,
-        none while its spec is invalid; remembered (`of`, `selecting`)."""
+        none while its spec is invalid; remembered (`of`, `selecting`). With the table's
+        `version`, the last selection is reused while neither the table nor the quota's spec
+        moved: a binding event's recompute never walks every namespace."""
+        basis = None
+        if quota is not None and version is not None:
+            basis = (quota.metadata.uid, quota.metadata.generation, version)
+            taken = self._taken.get(name)
+            if taken is not None and taken[0] == basis:
+                return list(taken[1])
         valid = quota is not None and not validation.validate_spec(quota.spec)
         chosen = (
             selectors.selected(quota.spec.namespaceSelector, table)
@@ -221,9 +232,12 @@ class Selection:
             else []
         )
         self.set(name, frozenset(chosen))
+        if basis is not None:
+            self._taken[name] = (basis, list(chosen))
         return chosen
 
     def set(self, name: str, chosen: frozenset[str]) -> None:
+        self._taken.pop(name, None)
         before = self._chosen.pop(name, frozenset())
         for ns in before - chosen:
             names = self._by_namespace.get(ns)

@@ -197,10 +197,12 @@ class Reconciler:
             self._ns_sums.forget(lambda ns: bool(selection.selecting(ns)))
             return
         quota = record.quota
+        labels = self.sources.enforcement.labels if self.sources.enforcement is not None else None
         selected = selection.choose(
             name,
             quota if isinstance(quota, ClusterKarmadaQuota) else None,
-            self.sources.enforcement.labels.table() if self.sources.enforcement is not None else {},
+            labels.table() if labels is not None else {},
+            labels.version if labels is not None else None,
         )
         if before - selection.of(name):  # namespaces left it: their sums may be held for none
             self._ns_sums.forget(lambda ns: bool(selection.selecting(ns)))

@@ -25,7 +25,8 @@ The Cluster objects beyond the bed's real members are `syncMode: Pull` with no c
 bindings are placed on them and charged per cluster, but no pods are observed there and no
 guards kept (their quotas' `MemberObserved` condition names them).
 
-    python -m bench.bench_scale                  # the design size (small, a few minutes)
+    python -m bench.bench_scale                  # small: 50 namespaces, 3,000 bindings
+    python -m bench.bench_scale --namespaces 1000 --per-namespace 20 --big 10000   # design size
     python -m bench.bench_scale --target         # issue 37: 100 clusters, 100,000 bindings, ...
 
 Run it through `flock /tmp/kq-e2e.lock` when the bed is shared.

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from karmadaquota.api import KarmadaQuotaStatus
+from karmadaquota.api import KarmadaQuotaStatus, Reservation
 from karmadaquota.quantity import Quantity, QuantityError
 from karmadaquota.runtime_metrics import LATENCY_TOP, program_registry
 
@@ -172,8 +172,15 @@ class ControllerMetrics:
         status: KarmadaQuotaStatus | None = None,
     ) -> None:
         """Publish a quota's figures (with `status`: reservations and the per-member
-        breakdown too); the series it no longer has go with the next scrape."""
-        self.quotas.latest[(namespace, quota)] = (used, hard, status)
+        breakdown too); the series it no longer has go with the next scrape. Only what the
+        series read is kept, not the status model (its conditions and entries as objects)."""
+        detail = None
+        if status is not None:
+            members = tuple(
+                (c.clusterName, c.used, c.observed, c.guard) for c in status.aggregatedStatus
+            )
+            detail = (tuple(status.reservations), members)
+        self.quotas.latest[(namespace, quota)] = (used, hard, detail)
 
     def forget_quota(self, namespace: str, quota: str) -> None:
         self.quotas.latest.pop((namespace, quota), None)
@@ -215,14 +222,22 @@ QUOTA_SERIES: dict[str, tuple[str, list[str]]] = {
     ),
 }
 
-Figures = tuple[Mapping[str, Quantity], Mapping[str, Quantity], KarmadaQuotaStatus | None]
+# per member: name, used, observed, guard (as the status's aggregatedStatus[] has them)
+Raw = Mapping[str, str | int]
+Member = tuple[str, Raw, Raw | None, Raw | None]
+# used, hard, and (reservations, members) when the status was given
+Figures = tuple[
+    Mapping[str, Quantity],
+    Mapping[str, Quantity],
+    tuple[tuple[Reservation, ...], tuple[Member, ...]] | None,
+]
 
 
 class QuotaFigures(Collector):
-    """Every quota's series, made when scraped from the quota's last outcome (held anyway by
-    the reconciler): a labelled Gauge child per quota, resource and member cost ~0.5 KB and a
-    label lookup per recompute each — 180,000 of them at 5,000 quotas over 100 clusters, a
-    fifth of a cold start's CPU."""
+    """Every quota's series, made when scraped from what its last outcome said (its figures,
+    not its status objects): a labelled Gauge child per quota, resource and member cost
+    ~0.5 KB and a label lookup per recompute each — 180,000 of them at 5,000 quotas over 100
+    clusters, a fifth of a cold start's CPU."""
 
     def __init__(self) -> None:
         self.latest: dict[tuple[str, str], Figures] = {}
@@ -247,30 +262,34 @@ def quota_series(
     quota: str,
     used: Mapping[str, Quantity],
     hard: Mapping[str, Quantity],
-    status: KarmadaQuotaStatus | None,
+    detail: tuple[tuple[Reservation, ...], tuple[Member, ...]] | None,
 ) -> Iterator[tuple[str, list[str], float]]:
     """(series, label values, value) of one quota's figures."""
     for name in hard:
         q = used.get(name)
         yield "karmadaquota_quota_hard", [namespace, quota, name], hard[name].as_float()
         yield "karmadaquota_quota_used", [namespace, quota, name], q.as_float() if q else 0.0
-    if status is None:
+    if detail is None:
         return
-    yield "karmadaquota_quota_reservations", [namespace, quota], len(status.reservations)
+    reservations, members = detail
+    yield "karmadaquota_quota_reservations", [namespace, quota], len(reservations)
     reserved: dict[str, float] = dict.fromkeys(hard, 0.0)
-    for r in status.reservations:
+    for r in reservations:
         for name, value in _parsed(r.reserved).items():
             reserved[name] = reserved.get(name, 0.0) + value
     for name, value in reserved.items():
         yield "karmadaquota_quota_reserved", [namespace, quota, name], value
-    for c in status.aggregatedStatus:
-        for series, raw in (
-            ("karmadaquota_quota_member_used", c.used),
-            ("karmadaquota_quota_member_observed", c.observed),
-            ("karmadaquota_quota_member_guard_hard", c.guard),
-        ):
+    for cluster, *lists in members:
+        for series, raw in zip(MEMBER_SERIES, lists, strict=True):
             for name, value in _parsed(raw or {}).items():
-                yield series, [namespace, quota, name, c.clusterName], value
+                yield series, [namespace, quota, name, cluster], value
+
+
+MEMBER_SERIES = (
+    "karmadaquota_quota_member_used",
+    "karmadaquota_quota_member_observed",
+    "karmadaquota_quota_member_guard_hard",
+)
 
 
 def _parsed(raw: Mapping[str, str | int]) -> dict[str, float]:

@@ -123,7 +123,9 @@ class Reconciler:
         self._clock = clock
         self.synced = synced
         self._may_write = may_write
-        self._outcomes: dict[tuple[str, str], rc.Outcome] = {}
+        # each guarded quota's guard inputs as of its last recompute (not the whole outcome:
+        # 19 KB a quota of status objects at 5,000 quotas)
+        self._guards: dict[tuple[str, str], gd.GuardInputs] = {}
         # each selected namespace's sums, re-taken only when its bindings change
         self._ns_sums = cl.NamespaceSums(sources.index)
         # debounced (a storm is a few recomputes), retried soon after every lost CAS
@@ -139,12 +141,11 @@ class Reconciler:
 
     def guard_inputs(self, namespace: str, quota: str) -> gd.GuardInputs | None:
         """The guard job's inputs of a quota: its last recompute's (None: an invalid spec)."""
-        outcome = self._outcomes.get((namespace, quota))
-        return None if outcome is None else outcome.guard
+        return self._guards.get((namespace, quota))
 
     def forget(self, namespace: str, quota: str) -> None:
         """A quota was deleted: its last outcome goes with it."""
-        self._outcomes.pop((namespace, quota), None)
+        self._guards.pop((namespace, quota), None)
 
     def _snapshot(self, namespace: str) -> rc.NamespaceSnapshot:
         snapshot = rc.NamespaceSnapshot(
@@ -256,7 +257,10 @@ class Reconciler:
                 outcome = cl.recompute_cluster(current.quota, snapshot, now)
             else:
                 outcome = rc.recompute(current.quota, self._snapshot(ns), now)
-            self._outcomes[(ns, name)] = outcome
+            if outcome.guard is not None:
+                self._guards[(ns, name)] = outcome.guard
+            else:
+                self._guards.pop((ns, name), None)
             computed = (now, time.perf_counter() - started)
             change = rc.status_to_write(current.raw.get("status"), outcome)
             if change is None or not self._may_write():

@@ -1,41 +1,85 @@
-"""Scale benchmark on a real API server: many quotas, many bindings, one very large namespace.
+"""Scale benchmark on a real API server: many quotas and cluster quotas, many bindings placed on
+many member clusters, one very large namespace.
 
-Objects are created first (namespaces, a KarmadaQuota each, bindings), with karmadaquota not
-running; then the controller starts cold and the webhook starts and syncs its cache:
+Objects are created first (Cluster objects besides the bed's real members, namespaces, a
+KarmadaQuota each, ClusterKarmadaQuotas each selecting a block of those namespaces by label,
+bindings placed round-robin on every cluster), with karmadaquota not running; then:
 
-* controller cold start: process start until every quota reports `Ready=True` with usage
-  counting all of its namespace's bindings;
+* controller cold start: process start until every quota and cluster quota reports
+  `Ready=True` with usage counting exactly its bindings (followed by a watch, not by polling
+  lists: a list of 5,000 statuses every half second would load the API server it measures);
+  `--profile DIR` records the controller's CPU through the cold start with py-spy;
 * webhook cache sync: process start until `/readyz` answers 200;
-* RSS (and peak RSS) of both processes once settled;
-* admission latency of sequential binding creates (client side, through the API server) in
-  the big namespace vs a small one, and the webhook's own share (server side histogram).
+* admission latency of sequential binding creates (client side, through the API server) in a
+  small namespace and the big one, each create followed by the same create in a namespace the
+  webhook skips (the limit: Karmada with no webhook of ours, on the same store, under the same
+  load); the webhook's own review time (server side histograms); the controller's CPU per
+  binding event in each namespace (proportional to the namespace, not to the store);
+* release after a delete: a binding deleted until its quota's and its cluster quota's `used`
+  drop by it;
+* relabelling: a namespace moved from one cluster quota's selector to another's, until both
+  quotas' `used` and `selectedNamespaces` say so (and back);
+* RSS (and peak RSS) of both processes, right after the cold start and at the end.
 
-    python -m bench.bench_scale [--namespaces 50] [--per-namespace 20] [--big 2000] [--probes 50]
+The Cluster objects beyond the bed's real members are `syncMode: Pull` with no credentials:
+bindings are placed on them and charged per cluster, but no pods are observed there and no
+guards kept (their quotas' `MemberObserved` condition names them).
 
-The figures the design targets: `--namespaces 1000 --per-namespace 20 --big 10000`.
+    python -m bench.bench_scale                  # small: 50 namespaces, 3,000 bindings
+    python -m bench.bench_scale --namespaces 1000 --per-namespace 20 --big 10000   # design size
+    python -m bench.bench_scale --target         # issue 37: 100 clusters, 100,000 bindings, ...
+
+Run it through `flock /tmp/kq-e2e.lock` when the bed is shared.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import os
 import shutil
+import signal
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.bench_admission import histogram, quantile
+import orjson
+
+from bench.bench_admission import cpu_seconds, histogram, quantile
+from bench.harness import NO_WEBHOOK_LABEL
 from e2e.testbed import TestBed, product
 from e2e.testbed.storm import binding
-from karmadaquota.kube.client import JSON, KubeClient, KubeError
+from karmadaquota.kube.client import JSON, KubeClient, KubeError, NotFound
 from karmadaquota.quantity import Quantity
 
 RB = "/apis/work.karmada.io/v1alpha2/namespaces/{ns}/resourcebindings"
 QUOTAS = "/apis/quota.karmada.io/v1alpha1/namespaces/{ns}/karmadaquotas"
 ALL_QUOTAS = "/apis/quota.karmada.io/v1alpha1/karmadaquotas"
+CLUSTER_QUOTAS = "/apis/quota.karmada.io/v1alpha1/clusterkarmadaquotas"
+CLUSTERS = "/apis/cluster.karmada.io/v1alpha1/clusters"
 BIG = "scale-big"
+SKIP = "scale-skip"  # outside the webhook registration: the limit latencies are compared with
+TEAM = "bench.karmadaquota.io/team"
+
+# issue 37: 100 clusters (3 real), 5,000 namespaces × 18 bindings + 10,000 in one: 100,000
+# bindings, 5,001 quotas, 50 cluster quotas × 100 namespaces
+TARGET = {
+    "members": 3,
+    "clusters": 100,
+    "namespaces": 5000,
+    "per_namespace": 18,
+    "big": 10000,
+    "cluster_quotas": 50,
+    "per_cluster_quota": 100,
+    "probes": 100,
+    "ready_timeout": 600.0,
+}
 
 
 def rss_mib(pid: int) -> tuple[float, float]:
@@ -68,111 +112,407 @@ async def bounded(
     await asyncio.gather(*(one(p, b) for p, b in posts))
 
 
-async def populate(api: KubeClient, namespaces: list[str], per_ns: int, big: int) -> None:
-    """Namespaces, one quota each (room for everything), bindings; karmadaquota not running."""
+@dataclass
+class Size:
+    """What is created, and who selects what."""
 
-    def ns_obj(ns: str) -> JSON:
-        return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+    members: list[str]  # the bed's real members (Clusters the bed joined)
+    fake_clusters: list[str]  # Cluster objects with nothing behind them
+    namespaces: list[str]  # each with a KarmadaQuota and `per_namespace` bindings
+    per_namespace: int
+    big: int  # bindings of BIG (a KarmadaQuota, no cluster quota)
+    teams: dict[str, list[str]]  # cluster quota name -> the namespaces it selects
+    counts: dict[str, int] = field(init=False)  # bindings per namespace
 
-    await bounded(api, (("/api/v1/namespaces", ns_obj(ns)) for ns in [*namespaces, BIG]))
-    counts = {ns: per_ns for ns in namespaces} | {BIG: big}
+    def __post_init__(self) -> None:
+        self.counts = {ns: self.per_namespace for ns in self.namespaces} | {BIG: self.big}
+        self.counts[SKIP] = self.per_namespace
+
+    @property
+    def clusters(self) -> list[str]:
+        return [*self.members, *self.fake_clusters]
+
+    @property
+    def bindings(self) -> int:
+        return sum(self.counts.values())
+
+    def team_of(self, ns: str) -> str | None:
+        return next((t for t, names in self.teams.items() if ns in names), None)
+
+
+def size_of(args: argparse.Namespace) -> Size:
+    namespaces = [f"scale-{i:04d}" for i in range(args.namespaces)]
+    members = [f"member{i + 1}" for i in range(args.members)]
+    fakes = [f"scale-c{i:03d}" for i in range(max(0, args.clusters - len(members)))]
+    per = args.per_cluster_quota
+    teams = {
+        f"team-{t:02d}": namespaces[t * per : (t + 1) * per] for t in range(args.cluster_quotas)
+    }
+    if any(len(names) < per for names in teams.values()):
+        raise SystemExit("--cluster-quotas × --per-cluster-quota exceeds --namespaces")
+    return Size(members, fakes, namespaces, args.per_namespace, args.big, teams)
+
+
+def placed(ns: str, name: str, cluster: str) -> JSON:
+    """A binding the scheduler placed on one cluster (1 replica, 100m)."""
+    rb = binding(ns, name)
+    rb["spec"]["clusters"] = [{"name": cluster, "replicas": 1}]
+    return rb
+
+
+def cpu_m(n: int) -> str:
+    return f"{n * 100}m"
+
+
+async def populate(api: KubeClient, size: Size) -> None:
+    """Clusters, namespaces, quotas (room for everything), bindings; karmadaquota not running."""
     await bounded(
         api,
         (
             (
-                QUOTAS.format(ns=ns),
-                product.quota(ns, "q", {"requests.cpu": str(n + 1000), "pods": str(n + 10000)}),
+                CLUSTERS,
+                {
+                    "apiVersion": "cluster.karmada.io/v1alpha1",
+                    "kind": "Cluster",
+                    "metadata": {"name": c},
+                    "spec": {"syncMode": "Pull", "apiEndpoint": "https://127.0.0.1:9"},
+                },
             )
-            for ns, n in counts.items()
+            for c in size.fake_clusters
         ),
+    )
+
+    def ns_obj(ns: str) -> JSON:
+        team = size.team_of(ns)
+        labels = {TEAM: team} if team else {}
+        if ns == SKIP:
+            labels[NO_WEBHOOK_LABEL] = "true"
+        return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": labels}}
+
+    await bounded(api, (("/api/v1/namespaces", ns_obj(ns)) for ns in size.counts))
+    room = {"requests.cpu": "100000", "pods": "1000000"}
+    await bounded(
+        api,
+        ((QUOTAS.format(ns=ns), product.quota(ns, "q", room)) for ns in size.counts if ns != SKIP),
     )
     await bounded(
         api,
         (
-            (RB.format(ns=ns), binding(ns, f"b-{i:05d}"))
-            for ns, n in counts.items()
-            for i in range(n)
+            (
+                CLUSTER_QUOTAS,
+                {
+                    "apiVersion": "quota.karmada.io/v1alpha1",
+                    "kind": "ClusterKarmadaQuota",
+                    "metadata": {"name": team},
+                    "spec": {"hard": room, "namespaceSelector": {"matchLabels": {TEAM: team}}},
+                },
+            )
+            for team in size.teams
         ),
     )
+    clusters = size.clusters
+
+    def bindings() -> Iterable[tuple[str, JSON]]:
+        k = 0
+        for ns, n in size.counts.items():
+            for i in range(n):
+                yield RB.format(ns=ns), placed(ns, f"b-{i:05d}", clusters[k % len(clusters)])
+                k += 1
+
+    await bounded(api, bindings())
 
 
-async def ready_count(api: KubeClient, counts: dict[str, int]) -> int:
-    """Quotas Ready and counting every binding of their namespace (pods = bindings)."""
-    items = (await api.get(ALL_QUOTAS)).get("items", [])
-    ready = 0
-    for q in items:
-        ns = q["metadata"]["namespace"]
-        status = q.get("status", {})
-        cond = {c.get("type"): c.get("status") for c in status.get("conditions", [])}
-        pods = status.get("used", {}).get("pods")
-        if (
-            cond.get("Ready") == "True"
-            and pods is not None
-            and Quantity.parse(pods) == Quantity.from_int(counts.get(ns, -1))
-        ):  # a quantity compared as one: 10000 is written in canonical form, "10k"
-            ready += 1
-    return ready
+def pods_used(obj: JSON) -> int | None:
+    pods = (obj.get("status") or {}).get("used", {}).get("pods")
+    # compared as a quantity: 10000 is written in canonical form, "10k"
+    return None if pods is None else int(Quantity.parse(pods).nanos // 10**9)
 
 
-async def probe(api: KubeClient, ns: str, count: int, tag: str) -> tuple[list[float], int]:
-    """Sequential creates: client-side latency of each answer (seconds) and how many were
-    refused (a quota whose status the controller has not written yet refuses)."""
-    out, refused = [], 0
-    for i in range(count):
-        t0 = time.perf_counter()
+def is_ready(obj: JSON) -> bool:
+    conditions = (obj.get("status") or {}).get("conditions", [])
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+class Readiness:
+    """Which quotas and cluster quotas are Ready with exact usage, kept from a list and a watch
+    of each kind (one event per status write)."""
+
+    def __init__(self, api: KubeClient, size: Size) -> None:
+        self.api = api
+        self.size = size
+        self.pending = {("q", ns) for ns in size.counts if ns != SKIP} | {
+            ("c", t) for t in size.teams
+        }
+        self.done = asyncio.Event()
+
+    def want(self, kind: str, obj: JSON) -> int:
+        meta = obj["metadata"]
+        if kind == "q":
+            return self.size.counts.get(meta["namespace"], -1)
+        return sum(self.size.counts[ns] for ns in self.size.teams.get(meta["name"], []))
+
+    def see(self, kind: str, obj: JSON) -> None:
+        meta = obj["metadata"]
+        key = (kind, meta["namespace"] if kind == "q" else meta["name"])
+        if is_ready(obj) and pods_used(obj) == self.want(kind, obj):
+            self.pending.discard(key)
+        else:
+            self.pending.add(key)
+        if not self.pending:
+            self.done.set()
+
+    async def follow(self, kind: str, path: str) -> None:
+        listed = await self.api.get(path)
+        for obj in listed.get("items", []):
+            self.see(kind, obj)
+        rv = listed["metadata"]["resourceVersion"]
+        while True:
+            try:
+                async for event, obj in self.api.watch(path, rv):
+                    rv = obj.get("metadata", {}).get("resourceVersion", rv)
+                    if event in ("ADDED", "MODIFIED"):
+                        self.see(kind, obj)
+            except KubeError:
+                return await self.follow(kind, path)  # compacted: list again
+
+    async def wait(self, timeout: float) -> int:
+        """Wait until all are Ready or `timeout`; how many are not."""
+        tasks = [
+            asyncio.create_task(self.follow("q", ALL_QUOTAS)),
+            asyncio.create_task(self.follow("c", CLUSTER_QUOTAS)),
+        ]
         try:
-            await api.post(RB.format(ns=ns), binding(ns, f"{tag}-{i:04d}"))
-        except KubeError:
-            refused += 1
-        out.append(time.perf_counter() - t0)
-    return out, refused
+            await asyncio.wait_for(self.done.wait(), timeout)
+        except TimeoutError:
+            pass
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        return len(self.pending)
+
+
+class Profiler:
+    """py-spy recording one process's CPU (raw collapsed stacks) until stopped."""
+
+    def __init__(self, pid: int, out: Path) -> None:
+        spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+        self.out = out
+        self.popen = subprocess.Popen(
+            [spy, "record", "--pid", str(pid), "--format", "raw", "--rate", "50",
+             "--output", str(out), "--nonblocking"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+
+    def stop(self) -> None:
+        self.popen.send_signal(signal.SIGINT)
+        try:
+            self.popen.wait(60)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+
+
+async def probe(
+    api: KubeClient, ns: str, count: int, tag: str, cluster: str
+) -> dict[str, tuple[list[float], int]]:
+    """Sequential creates alternating between `ns` and SKIP: client-side latency of each answer
+    (seconds) and how many were refused, per namespace."""
+    out: dict[str, tuple[list[float], int]] = {}
+    for i in range(count):
+        for where in (ns, SKIP):
+            xs, refused = out.get(where, ([], 0))
+            t0 = time.perf_counter()
+            try:
+                await api.post(RB.format(ns=where), placed(where, f"{tag}-{i:04d}", cluster))
+            except KubeError:
+                refused += 1
+            xs.append(time.perf_counter() - t0)
+            out[where] = (xs, refused)
+    return out
+
+
+async def stopwatch(api: KubeClient, paths: dict[str, int], deadline: float = 60) -> float:
+    """Seconds until every object at `paths` reports `used.pods` equal to its value (polled
+    back to back, each path in parallel)."""
+    t0 = time.perf_counter()
+
+    async def one(path: str, pods: int) -> None:
+        while pods_used(await api.get(path)) != pods:
+            if time.perf_counter() - t0 > deadline:
+                raise TimeoutError(f"{path}: used.pods never reached {pods}")
+            await asyncio.sleep(0.005)  # polling with a deadline
+
+    await asyncio.gather(*(one(p, n) for p, n in paths.items()))
+    return time.perf_counter() - t0
+
+
+def expected(size: Size, team: str) -> int:
+    """Pods a cluster quota counts now (its namespaces' bindings as `size.counts` tracks them)."""
+    return sum(size.counts[ns] for ns in size.teams[team])
+
+
+async def gone(api: KubeClient, path: str, deadline: float = 120) -> float:
+    """Seconds until the object at `path` is gone (Karmada's finalizer on a binding removed)."""
+    t0 = time.perf_counter()
+    while True:
+        try:
+            await api.get(path)
+        except NotFound:
+            return time.perf_counter() - t0
+        if time.perf_counter() - t0 > deadline:
+            raise TimeoutError(f"{path} still there after {deadline} s")
+        await asyncio.sleep(0.005)  # polling with a deadline
+
+
+async def releases(api: KubeClient, size: Size, trials: int) -> tuple[list[float], list[float]]:
+    """Delete populate's bindings one at a time in a namespace a cluster quota selects (no
+    probe went there): until its quota's and its cluster quota's `used` drop by one, and
+    until the binding is gone (karmada-controller-manager removes its finalizer first)."""
+    team, names = next(iter(size.teams.items()), ("", size.namespaces))
+    ns = names[1] if len(names) > 1 else names[0]
+    q = f"{QUOTAS.format(ns=ns)}/q"
+    released, removed = [], []
+    for i in range(min(trials, size.per_namespace)):
+        path = f"{RB.format(ns=ns)}/b-{i:05d}"
+        await api.request("DELETE", path)
+        size.counts[ns] -= 1
+        want = {q: size.counts[ns]}
+        if team:
+            want[f"{CLUSTER_QUOTAS}/{team}"] = expected(size, team)
+        took, away = await asyncio.gather(stopwatch(api, want, 120), gone(api, path))
+        released.append(took)
+        removed.append(away)
+    return released, removed
+
+
+async def relabels(api: KubeClient, size: Size, trials: int) -> list[float]:
+    """Move a namespace from one cluster quota to the next and back, `trials` times each way:
+    until both quotas' `used` say so."""
+    if len(size.teams) < 2:
+        return []
+    (a, names), (b, _) = list(size.teams.items())[:2]
+    ns = names[-1]  # no probe or release touches it
+    out = []
+    for _ in range(trials):
+        for src, dst in ((a, b), (b, a)):
+            await api.merge_patch(f"/api/v1/namespaces/{ns}", {"metadata": {"labels": {TEAM: dst}}})
+            size.teams[src].remove(ns)
+            size.teams[dst].append(ns)
+            out.append(
+                await stopwatch(api, {f"{CLUSTER_QUOTAS}/{t}": expected(size, t) for t in (a, b)})
+            )
+    return out
+
+
+@dataclass
+class Figures:
+    populate: float = 0.0
+    cold_start: float = 0.0
+    not_ready: int = 0
+    sync: float = 0.0
+    rss_ready: dict[str, tuple[float, float]] = field(default_factory=dict)
+    rss_end: dict[str, tuple[float, float]] = field(default_factory=dict)
+    latency: dict[str, dict[str, tuple[list[float], int]]] = field(default_factory=dict)
+    review: dict[str, tuple[float, float]] = field(default_factory=dict)
+    own: dict[str, tuple[float, float]] = field(default_factory=dict)
+    event_cpu: dict[str, float] = field(default_factory=dict)  # controller ms per create
+    release: list[float] = field(default_factory=list)
+    gone: list[float] = field(default_factory=list)  # until the deleted binding is gone
+    relabel: list[float] = field(default_factory=list)
+    load: tuple[float, float] = (0.0, 0.0)  # 1-min load average before / after
+    errors: list[str] = field(default_factory=list)
+    writes: int = 0  # quota status writes by the controller until every quota was Ready
+    cold_cpu: float = 0.0  # the controller's CPU seconds until then
+
+
+def note(text: str) -> None:
+    """A figure as soon as it is measured (a later phase failing does not lose it)."""
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+
+def loadavg() -> float:
+    return float(Path("/proc/loadavg").read_text().split()[0])
 
 
 async def run(args: argparse.Namespace) -> str:
+    size = size_of(args)
     home = Path(tempfile.mkdtemp(prefix="karmadaquota-scale-"))
-    bed = TestBed.start(home, ["member1"], ephemeral=True, quiet=True)
+    bed = TestBed.start(home, size.members, ephemeral=True, quiet=True)
     procs: list[product.Proc] = []
+    fig = Figures()
+    fig.load = (loadavg(), 0.0)
     try:
         await asyncio.to_thread(product.install_crd, bed)
         api = await KubeClient.connect(str(bed.karmada_kubeconfig))
-        namespaces = [f"scale-{i:04d}" for i in range(args.namespaces)]
-        counts = {ns: args.per_namespace for ns in namespaces} | {BIG: args.big}
         t0 = time.perf_counter()
-        await populate(api, namespaces, args.per_namespace, args.big)
-        populate_s = time.perf_counter() - t0
+        await populate(api, size)
+        fig.populate = time.perf_counter() - t0
 
+        readiness = Readiness(api, size)
         t0 = time.perf_counter()
-        controller, _ = product.start_controller(bed, "scale-controller")
+        controller, port = product.start_controller(bed, "scale-controller")
         procs.append(controller)
-        ready = 0
-        while ready < len(counts) and time.perf_counter() - t0 < args.ready_timeout:
-            ready = await ready_count(api, counts)
-            await asyncio.sleep(0.5)  # polling the quotas' status with a deadline
-        cold_start = time.perf_counter() - t0
+        pid = controller.popen.pid
+        spy = Profiler(pid, Path(args.profile) / "controller-cold.txt") if args.profile else None
+        fig.not_ready = await readiness.wait(args.ready_timeout)
+        fig.cold_start = time.perf_counter() - t0
+        if spy is not None:
+            spy.stop()
+        note(f"populated in {fig.populate:.0f} s; cold start {fig.cold_start:.1f} s")
+        counted = await product.controller_metrics(port)
+        fig.writes = int(counted.get('karmadaquota_status_writes_total{result="ok"}', 0))
+        fig.cold_cpu = cpu_seconds(pid)
+        if args.profile:  # one quota and one cluster quota as written (docs: bytes per quota)
+            for path, file in (
+                (f"{QUOTAS.format(ns=size.namespaces[0])}/q", "quota.json"),
+                (f"{CLUSTER_QUOTAS}/{next(iter(size.teams), '')}", "ckq.json"),
+            ):
+                with contextlib.suppress(KubeError):
+                    (Path(args.profile) / file).write_bytes(orjson.dumps(await api.get(path)))
+        await asyncio.sleep(5)  # the controller settles (its last writes, GC) before RSS is read
+        fig.rss_ready["controller"] = rss_mib(pid)
 
         t0 = time.perf_counter()
         hook = await product.start_webhook(bed, "scale-webhook")
         procs.append(hook.proc)
-        sync = time.perf_counter() - t0
-        await asyncio.to_thread(product.register, bed, hook.base, hook.ca_bundle)
+        fig.sync = time.perf_counter() - t0
+        fig.rss_ready["webhook"] = rss_mib(hook.proc.popen.pid)
+        note(f"rss {fig.rss_ready}; webhook synced in {fig.sync:.1f} s")
+        skip = {"key": NO_WEBHOOK_LABEL, "operator": "DoesNotExist"}
+        await asyncio.to_thread(product.register, bed, hook.base, hook.ca_bundle, [skip])
 
-        latency: dict[str, tuple[list[float], int]] = {}
-        own: dict[str, tuple[float, float]] = {}
-        review: dict[str, tuple[float, float]] = {}
-        name = "karmadaquota_admission_own_duration_seconds"
+        own_name = "karmadaquota_admission_own_duration_seconds"
         whole = "karmadaquota_admission_duration_seconds"
-        for label, ns in (("small", namespaces[0]), ("big", BIG)):
+        for label, ns in (("small", size.namespaces[0]), ("big", BIG)):
             scraped = await hook.metrics()
-            before, before_r = histogram(scraped, name), histogram(scraped, whole)
-            latency[label] = await probe(api, ns, args.probes, f"probe-{label}")
+            before, before_r = histogram(scraped, own_name), histogram(scraped, whole)
+            cpu0 = cpu_seconds(pid)
+            fig.latency[label] = await probe(
+                api, ns, args.probes, f"probe-{label}", size.clusters[-1]
+            )
+            size.counts[ns] += args.probes - fig.latency[label][ns][1]  # admitted ones count
+            fig.event_cpu[label] = (cpu_seconds(pid) - cpu0) / (2 * args.probes) * 1000
             scraped = await hook.metrics()
-            after, after_r = histogram(scraped, name), histogram(scraped, whole)
-            own[label] = (quantile(before, after, 0.5), quantile(before, after, 0.99))
-            review[label] = (quantile(before_r, after_r, 0.5), quantile(before_r, after_r, 0.99))
-        rss = {"controller": rss_mib(controller.popen.pid), "webhook": rss_mib(hook.proc.popen.pid)}
+            after, after_r = histogram(scraped, own_name), histogram(scraped, whole)
+            fig.own[label] = (quantile(before, after, 0.5), quantile(before, after, 0.99))
+            fig.review[label] = (
+                quantile(before_r, after_r, 0.5),
+                quantile(before_r, after_r, 0.99),
+            )
+        note(f"latency done: review {fig.review}, own {fig.own}, cpu/event {fig.event_cpu}")
+        try:
+            fig.release, fig.gone = await releases(api, size, args.trials)
+            note(f"release {sorted(fig.release)}; binding gone {sorted(fig.gone)}")
+            fig.relabel = await relabels(api, size, max(1, args.trials // 4))
+            note(f"relabel {sorted(fig.relabel)}")
+        except TimeoutError as e:  # reported with the figures measured before it
+            fig.errors.append(str(e))
+        fig.rss_end = {"controller": rss_mib(pid), "webhook": rss_mib(hook.proc.popen.pid)}
+        fig.load = (fig.load[0], loadavg())
         await api.close()
         await asyncio.to_thread(product.unregister, bed)
-        return report(args, populate_s, (cold_start, ready), sync, rss, latency, own, review)
+        return report(args, size, fig)
     finally:
         for p in procs:
             p.stop()
@@ -180,66 +520,97 @@ async def run(args: argparse.Namespace) -> str:
         shutil.rmtree(home, ignore_errors=True)
 
 
-def report(
-    args: argparse.Namespace,
-    populate_s: float,
-    cold_start: tuple[float, int],
-    sync: float,
-    rss: dict[str, tuple[float, float]],
-    latency: dict[str, tuple[list[float], int]],
-    own: dict[str, tuple[float, float]],
-    review: dict[str, tuple[float, float]],
-) -> str:
-    total = args.namespaces * args.per_namespace + args.big
-    quotas = args.namespaces + 1
+def ms(x: float) -> str:
+    return f"{x * 1000:.1f} ms"
 
-    def pct(xs: list[float], q: float) -> float:
-        return sorted(xs)[min(len(xs) - 1, int(q * len(xs)))] * 1000
 
+def pct(xs: list[float], q: float) -> float:
+    return sorted(xs)[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
+
+
+def report(args: argparse.Namespace, size: Size, fig: Figures) -> str:
+    quotas = len(size.counts) - 1
+    mib = {w: f"{r[0]:.0f} MiB" for w, r in fig.rss_ready.items()}
+    end = {w: f"{r[0]:.0f} MiB (peak {r[1]:.0f} MiB)" for w, r in fig.rss_end.items()}
+    ready = f"{fig.cold_start:.1f} s" + (
+        f" (only {quotas + len(size.teams) - fig.not_ready} of {quotas + len(size.teams)} "
+        "at the deadline)"
+        if fig.not_ready
+        else ""
+    )
     lines = [
-        f"{args.namespaces} namespaces × (1 KarmadaQuota + {args.per_namespace} bindings) + "
-        f"one namespace with {args.big} bindings: {quotas} quotas, {total} bindings "
-        f"(created in {populate_s:.0f} s before karmadaquota started).",
+        f"{len(size.clusters)} clusters ({len(size.members)} real members), "
+        f"{len(size.namespaces)} namespaces × (1 KarmadaQuota + {size.per_namespace} bindings) "
+        f"+ one with {size.big} bindings + one the webhook skips with {size.per_namespace}: "
+        f"{quotas} quotas, {len(size.teams)} ClusterKarmadaQuotas × "
+        f"{args.per_cluster_quota} namespaces, {size.bindings} bindings placed on all clusters "
+        f"(created in {fig.populate:.0f} s before karmadaquota started). Load average "
+        f"{fig.load[0]:.1f} before, {fig.load[1]:.1f} after ({os.cpu_count()} CPUs).",
         "",
-        "| measure | value |",
+        "| figure | value |",
         "|---|---|",
-        f"| controller cold start until every quota Ready and counting | {cold_start[0]:.1f} s"
-        + (
-            " |"
-            if cold_start[1] == quotas
-            else f": only {cold_start[1]} of {quotas} Ready at the deadline |"
-        ),
-        f"| webhook start until cache synced (/readyz) | {sync:.1f} s |",
-    ]
-    for who, (now, peak) in rss.items():
-        lines.append(f"| {who} RSS (peak) | {now:.0f} MiB ({peak:.0f} MiB) |")
-    lines += [
+        f"| controller cold start until every quota Ready with exact usage | {ready} |",
+        f"| controller CPU during the cold start / status writes | {fig.cold_cpu:.0f} s / "
+        f"{fig.writes} |",
+        f"| controller RSS after cold start / at the end (peak) | {mib['controller']} / "
+        f"{end['controller']} |",
+        f"| webhook start until cache synced (/readyz) | {fig.sync:.1f} s |",
+        f"| webhook RSS after sync / at the end (peak) | {mib['webhook']} / {end['webhook']} |",
+        *(f"| **not measured** | {e} |" for e in fig.errors),
+        f"| release after delete, p50 / p99 ({len(fig.release)} deletes: quota and cluster "
+        f"quota) | {ms(statistics.median(fig.release or [float('nan')]))} / "
+        f"{ms(pct(fig.release, 0.99))} |",
+        f"| the deleted binding gone (Karmada's finalizer), p50 / p99 | "
+        f"{ms(statistics.median(fig.gone or [float('nan')]))} / {ms(pct(fig.gone, 0.99))} |",
+        f"| namespace relabelled to another cluster quota, p50 / max ({len(fig.relabel)} "
+        f"moves) | {ms(statistics.median(fig.relabel))} / {ms(max(fig.relabel))} |"
+        if fig.relabel
+        else "| relabel | no cluster quotas |",
         "",
-        f"Admission latency, {args.probes} sequential binding creates per namespace:",
+        f"Admission latency, {args.probes} sequential binding creates per namespace, each "
+        f"followed by one in `{SKIP}` (the webhook skips it):",
         "",
-        "| namespace | bindings there | refused | client p50 | client p99 | webhook review p50 "
-        "| review p99 | own p50 | own p99 |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| namespace | bindings there | refused | client p50 | client p99 | skipped p50 "
+        "| skipped p99 | webhook review p50 | review p99 | own p50 | own p99 "
+        "| controller CPU per event |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for label, n in (("small", args.per_namespace), ("big", args.big)):
-        xs, refused = latency[label]
+    for label, n in (("small", size.per_namespace), ("big", size.big)):
+        runs = fig.latency[label]
+        ns = size.namespaces[0] if label == "small" else BIG
+        xs, refused = runs[ns]
+        ys, _ = runs[SKIP]
         lines.append(
-            f"| {label} | {n} | {refused} | {statistics.median(xs) * 1000:.1f} ms | "
-            f"{pct(xs, 0.99):.1f} ms | "
-            f"≤ {review[label][0] * 1000:g} ms | ≤ {review[label][1] * 1000:g} ms | "
-            f"≤ {own[label][0] * 1000:g} ms | ≤ {own[label][1] * 1000:g} ms |"
+            f"| {label} | {n} | {refused} | {ms(statistics.median(xs))} | {ms(pct(xs, 0.99))} | "
+            f"{ms(statistics.median(ys))} | {ms(pct(ys, 0.99))} | "
+            f"≤ {fig.review[label][0] * 1000:g} ms | ≤ {fig.review[label][1] * 1000:g} ms | "
+            f"≤ {fig.own[label][0] * 1000:g} ms | ≤ {fig.own[label][1] * 1000:g} ms | "
+            f"{fig.event_cpu[label]:.2f} ms |"
         )
     return "\n".join(lines)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--target", action="store_true", help="issue 37's size (overrides the rest)")
+    p.add_argument("--members", type=int, default=1, help="real member clusters of the bed")
+    p.add_argument("--clusters", type=int, default=1, help="Clusters in all (real ones first)")
     p.add_argument("--namespaces", type=int, default=50)
     p.add_argument("--per-namespace", type=int, default=20)
     p.add_argument("--big", type=int, default=2000, help="bindings in the one big namespace")
+    p.add_argument("--cluster-quotas", type=int, default=2)
+    p.add_argument("--per-cluster-quota", type=int, default=10, help="namespaces each selects")
     p.add_argument("--probes", type=int, default=50, help="sequential creates per namespace")
+    p.add_argument("--trials", type=int, default=20, help="deletes timed (relabels: a 1/4)")
     p.add_argument("--ready-timeout", type=float, default=300, help="bound on the cold start, s")
-    print(asyncio.run(run(p.parse_args())))
+    p.add_argument("--profile", default="", help="directory for the py-spy cold start profile")
+    args = p.parse_args()
+    if args.target:
+        for k, v in TARGET.items():
+            setattr(args, k, v)
+    if args.profile:
+        Path(args.profile).mkdir(parents=True, exist_ok=True)
+    print(asyncio.run(run(args)), flush=True)
 
 
 if __name__ == "__main__":

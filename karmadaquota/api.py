@@ -660,7 +660,9 @@ class KarmadaQuotaStatus(_Lenient):
         "Global usage observed by the controller, summed over every member cluster."
     )
     aggregatedStatus: list[ClusterUsage] = Field(
-        default_factory=list, description="Per member cluster breakdown."
+        default_factory=list,
+        description="Per member cluster breakdown: each cluster something is placed in, each "
+        "member whose pods are observed, every member of a guarded quota.",
     )
     reservations: list[Reservation] = Field(
         default_factory=list,

@@ -85,6 +85,7 @@ class DirtyQueue:
         self.limiter = RateLimiter(Backoff(retry_delay, max(retry_delay, retry_cap)))
         self._retried: set[str] = set()  # keys whose running flush asked for a retry
         self._marked: dict[str, _Marked] = {}
+        self._again: dict[str, _Marked] = {}  # marked while its flush runs
         self._timers: dict[str, float] = {}
         self._running: dict[str, asyncio.Task[None]] = {}
         self._wake = asyncio.Event()
@@ -97,9 +98,12 @@ class DirtyQueue:
 
     def mark(self, namespace: str) -> None:
         now = self._now()
-        p = self._marked.get(namespace)
+        # a key marked while its flush runs waits aside until that flush ends: the loop then
+        # never walks past it (5,000 keys marked again mid-flush made each wake-up walk them all)
+        marked = self._again if namespace in self._running else self._marked
+        p = marked.get(namespace)
         if p is None:
-            self._marked[namespace] = _Marked(now, now)
+            marked[namespace] = _Marked(now, now)
         else:
             p.last = now
         self._wake.set()
@@ -124,7 +128,7 @@ class DirtyQueue:
         self.mark_at(namespace, self._now() + self.limiter.when(namespace))
 
     def marked(self) -> set[str]:
-        return set(self._marked) | set(self._timers)
+        return set(self._marked) | set(self._again) | set(self._timers)
 
     def idle(self) -> bool:
         return not self._marked and not self._running
@@ -187,5 +191,8 @@ class DirtyQueue:
                 self.limiter.forget(namespace)  # done: its next failure starts over
         finally:
             self._retried.discard(namespace)
+            again = self._again.pop(namespace, None)
+            if again is not None:
+                self._marked[namespace] = again
             self._running.pop(namespace, None)
             self._wake.set()  # a mark that arrived during the flush is now due

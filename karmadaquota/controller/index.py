@@ -209,6 +209,8 @@ class BindingIndex:
         self.intern = Interner()
         self._count = 0
         self._queued: dict[str, set[str]] = {}  # namespace -> uids of queued bindings
+        # namespace -> how many times its bindings changed (what a cached sum was taken at)
+        self._versions: dict[str, int] = {}
 
     def __len__(self) -> int:
         return self._count
@@ -218,6 +220,11 @@ class BindingIndex:
 
     def bindings(self, namespace: str) -> Mapping[str, IndexedBinding]:
         return self._by_ns.get(namespace, {})
+
+    def version(self, namespace: str) -> int:
+        """Changes to the namespace's bindings so far: a sum over them taken at this version
+        holds until it moves (`cluster.NamespaceSums`)."""
+        return self._versions.get(namespace, 0)
 
     def get(self, namespace: str, uid: str) -> IndexedBinding | None:
         return self._by_ns.get(namespace, {}).get(uid)
@@ -267,8 +274,10 @@ class BindingIndex:
         self._track_queue(namespace, uid, entry)
         if current is None:
             self._count += 1
-            return True
-        return current != entry
+        elif current == entry:
+            return False
+        self._versions[namespace] = self._versions.get(namespace, 0) + 1
+        return True
 
     def remove(self, namespace: str, uid: str, rv: int) -> bool:
         """Forget a binding deleted at `rv` (tombstoned); True if it was indexed."""
@@ -278,6 +287,7 @@ class BindingIndex:
         bucket = self._by_ns.get(namespace)
         if bucket is None or bucket.pop(uid, None) is None:
             return False
+        self._versions[namespace] = self._versions.get(namespace, 0) + 1
         self._track_queue(namespace, uid, None)
         self._count -= 1
         if not bucket:
@@ -343,6 +353,22 @@ def aggregate(
                 acc = per_cluster[cluster] = dict.fromkeys(used, 0)
             for i, n in plan:
                 acc[n] += values[i]
+    return Sums(used, per_cluster)
+
+
+def add(parts: Iterable[Sums], names: Collection[str]) -> Sums:
+    """Σ of sums masked to the same `names` (what `aggregate` of their bindings gives)."""
+    used = dict.fromkeys(sorted(frozenset(names)), 0)
+    per_cluster: dict[str, dict[str, int]] = {}
+    for part in parts:
+        for n, v in part.used.items():
+            used[n] += v
+        for cluster, values in part.per_cluster.items():
+            acc = per_cluster.get(cluster)
+            if acc is None:
+                acc = per_cluster[cluster] = dict.fromkeys(used, 0)
+            for n, v in values.items():
+                acc[n] += v
     return Sums(used, per_cluster)
 
 

@@ -10,11 +10,13 @@ cluster `member_cluster`. docs/operations.md explains the choice.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
-from karmadaquota.api import KarmadaQuotaStatus
+from karmadaquota.api import KarmadaQuotaStatus, Reservation
 from karmadaquota.quantity import Quantity, QuantityError
 from karmadaquota.runtime_metrics import LATENCY_TOP, program_registry
 
@@ -48,18 +50,9 @@ class ControllerMetrics:
             "ResourceBindings in the controller's index.",
             registry=r,
         )
-        self.quota_used = Gauge(
-            "karmadaquota_quota_used",
-            "Usage of a KarmadaQuota resource, as last computed (base units).",
-            QUOTA_LABELS,
-            registry=r,
-        )
-        self.quota_hard = Gauge(
-            "karmadaquota_quota_hard",
-            "Hard limit of a KarmadaQuota resource (base units).",
-            QUOTA_LABELS,
-            registry=r,
-        )
+        # the per-quota series: computed from each quota's last outcome when scraped
+        self.quotas = QuotaFigures()
+        r.register(self.quotas)
         self.leader = Gauge(
             "karmadaquota_leader", "1 while this replica holds the leader Lease.", registry=r
         )
@@ -94,38 +87,6 @@ class ControllerMetrics:
         )
         self.resyncs = Counter(
             "karmadaquota_resyncs_total", "Full relists of bindings and quotas.", registry=r
-        )
-        labels = QUOTA_LABELS
-        self.quota_reserved = Gauge(
-            "karmadaquota_quota_reserved",
-            "Usage reserved by admitted bindings the controller has not counted yet (base units).",
-            labels,
-            registry=r,
-        )
-        self.quota_reservations = Gauge(
-            "karmadaquota_quota_reservations",
-            "Reservations pending in a KarmadaQuota's status, as last computed.",
-            ["quota_namespace", "quota"],
-            registry=r,
-        )
-        self.quota_member_used = Gauge(
-            "karmadaquota_quota_member_used",
-            "Usage of a KarmadaQuota resource placed in one member cluster by Karmada.",
-            [*labels, "member_cluster"],
-            registry=r,
-        )
-        self.quota_member_observed = Gauge(
-            "karmadaquota_quota_member_observed",
-            "Usage of a KarmadaQuota resource summed from the pods seen in one member cluster.",
-            [*labels, "member_cluster"],
-            registry=r,
-        )
-        self.quota_member_guard = Gauge(
-            "karmadaquota_quota_member_guard_hard",
-            "The hard of a KarmadaQuota's guard ResourceQuota in one member cluster: its usage "
-            "plus its share of the headroom (memberEnforcement ResourceQuota).",
-            [*labels, "member_cluster"],
-            registry=r,
         )
         self.guard_rebalances = Counter(
             "karmadaquota_guard_rebalances_total",
@@ -191,8 +152,6 @@ class ControllerMetrics:
             ["result"],
             registry=r,
         )
-        # every labelled series published per quota, to drop the stale ones
-        self._quota_series: dict[tuple[str, str], set[tuple[Gauge, tuple[str, ...]]]] = {}
         for reason in ("observed", "disproved"):
             self.released.labels(reason)
         for result in ("ok", "conflict", "notfound", "error"):
@@ -213,42 +172,124 @@ class ControllerMetrics:
         status: KarmadaQuotaStatus | None = None,
     ) -> None:
         """Publish a quota's figures (with `status`: reservations and the per-member
-        breakdown too), dropping the series it no longer has."""
-        key = (namespace, quota)
-        series: dict[tuple[Gauge, tuple[str, ...]], float] = {}
-        for name in hard:
-            q = used.get(name)
-            series[(self.quota_hard, (namespace, quota, name))] = hard[name].as_float()
-            series[(self.quota_used, (namespace, quota, name))] = q.as_float() if q else 0.0
+        breakdown too); the series it no longer has go with the next scrape. Only what the
+        series read is kept, not the status model (its conditions and entries as objects)."""
+        detail = None
         if status is not None:
-            series[(self.quota_reservations, (namespace, quota))] = len(status.reservations)
-            reserved: dict[str, float] = dict.fromkeys(hard, 0.0)
-            for r in status.reservations:
-                for name, value in _parsed(r.reserved).items():
-                    reserved[name] = reserved.get(name, 0.0) + value
-            for name, value in reserved.items():
-                series[(self.quota_reserved, (namespace, quota, name))] = value
-            for c in status.aggregatedStatus:
-                for name, value in _parsed(c.used).items():
-                    member = (namespace, quota, name, c.clusterName)
-                    series[(self.quota_member_used, member)] = value
-                for name, value in _parsed(c.observed or {}).items():
-                    member = (namespace, quota, name, c.clusterName)
-                    series[(self.quota_member_observed, member)] = value
-                for name, value in _parsed(c.guard or {}).items():
-                    member = (namespace, quota, name, c.clusterName)
-                    series[(self.quota_member_guard, member)] = value
-        for gauge, stale in self._quota_series.get(key, set()) - set(series):
-            gauge.remove(*stale)
-        for (gauge, values), value in series.items():
-            gauge.labels(*values).set(value)
-        self._quota_series[key] = set(series)
+            members = tuple(
+                (c.clusterName, c.used, c.observed, c.guard) for c in status.aggregatedStatus
+            )
+            detail = (tuple(status.reservations), members)
+        self.quotas.latest[(namespace, quota)] = (used, hard, detail)
 
     def forget_quota(self, namespace: str, quota: str) -> None:
-        for gauge, values in self._quota_series.pop((namespace, quota), set()):
-            gauge.remove(*values)
+        self.quotas.latest.pop((namespace, quota), None)
         with contextlib.suppress(KeyError):
             self.guard_rebalances.remove(namespace, quota)
+
+
+# name -> (help, labels) of every per-quota series
+_PER_MEMBER = [*QUOTA_LABELS, "member_cluster"]
+QUOTA_SERIES: dict[str, tuple[str, list[str]]] = {
+    "karmadaquota_quota_used": (
+        "Usage of a KarmadaQuota resource, as last computed (base units).",
+        QUOTA_LABELS,
+    ),
+    "karmadaquota_quota_hard": (
+        "Hard limit of a KarmadaQuota resource (base units).",
+        QUOTA_LABELS,
+    ),
+    "karmadaquota_quota_reserved": (
+        "Usage reserved by admitted bindings the controller has not counted yet (base units).",
+        QUOTA_LABELS,
+    ),
+    "karmadaquota_quota_reservations": (
+        "Reservations pending in a KarmadaQuota's status, as last computed.",
+        ["quota_namespace", "quota"],
+    ),
+    "karmadaquota_quota_member_used": (
+        "Usage of a KarmadaQuota resource placed in one member cluster by Karmada.",
+        _PER_MEMBER,
+    ),
+    "karmadaquota_quota_member_observed": (
+        "Usage of a KarmadaQuota resource summed from the pods seen in one member cluster.",
+        _PER_MEMBER,
+    ),
+    "karmadaquota_quota_member_guard_hard": (
+        "The hard of a KarmadaQuota's guard ResourceQuota in one member cluster: its usage "
+        "plus its share of the headroom (memberEnforcement ResourceQuota).",
+        _PER_MEMBER,
+    ),
+}
+
+# per member: name, used, observed, guard (as the status's aggregatedStatus[] has them)
+Raw = Mapping[str, str | int]
+Member = tuple[str, Raw, Raw | None, Raw | None]
+# used, hard, and (reservations, members) when the status was given
+Figures = tuple[
+    Mapping[str, Quantity],
+    Mapping[str, Quantity],
+    tuple[tuple[Reservation, ...], tuple[Member, ...]] | None,
+]
+
+
+class QuotaFigures(Collector):
+    """Every quota's series, made when scraped from what its last outcome said (its figures,
+    not its status objects): a labelled Gauge child per quota, resource and member cost
+    ~0.5 KB and a label lookup per recompute each — 180,000 of them at 5,000 quotas over 100
+    clusters, a fifth of a cold start's CPU."""
+
+    def __init__(self) -> None:
+        self.latest: dict[tuple[str, str], Figures] = {}
+
+    def describe(self) -> Iterator[Metric]:
+        for name, (doc, labels) in QUOTA_SERIES.items():
+            yield GaugeMetricFamily(name, doc, labels=labels)
+
+    def collect(self) -> Iterator[Metric]:
+        families = {
+            name: GaugeMetricFamily(name, doc, labels=labels)
+            for name, (doc, labels) in QUOTA_SERIES.items()
+        }
+        for (namespace, quota), figures in list(self.latest.items()):
+            for name, labels, value in quota_series(namespace, quota, *figures):
+                families[name].add_metric(labels, value)
+        yield from families.values()
+
+
+def quota_series(
+    namespace: str,
+    quota: str,
+    used: Mapping[str, Quantity],
+    hard: Mapping[str, Quantity],
+    detail: tuple[tuple[Reservation, ...], tuple[Member, ...]] | None,
+) -> Iterator[tuple[str, list[str], float]]:
+    """(series, label values, value) of one quota's figures."""
+    for name in hard:
+        q = used.get(name)
+        yield "karmadaquota_quota_hard", [namespace, quota, name], hard[name].as_float()
+        yield "karmadaquota_quota_used", [namespace, quota, name], q.as_float() if q else 0.0
+    if detail is None:
+        return
+    reservations, members = detail
+    yield "karmadaquota_quota_reservations", [namespace, quota], len(reservations)
+    reserved: dict[str, float] = dict.fromkeys(hard, 0.0)
+    for r in reservations:
+        for name, value in _parsed(r.reserved).items():
+            reserved[name] = reserved.get(name, 0.0) + value
+    for name, value in reserved.items():
+        yield "karmadaquota_quota_reserved", [namespace, quota, name], value
+    for cluster, *lists in members:
+        for series, raw in zip(MEMBER_SERIES, lists, strict=True):
+            for name, value in _parsed(raw or {}).items():
+                yield series, [namespace, quota, name, cluster], value
+
+
+MEMBER_SERIES = (
+    "karmadaquota_quota_member_used",
+    "karmadaquota_quota_member_observed",
+    "karmadaquota_quota_member_guard_hard",
+)
 
 
 def _parsed(raw: Mapping[str, str | int]) -> dict[str, float]:

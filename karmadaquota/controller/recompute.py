@@ -45,7 +45,7 @@ from karmadaquota.api import (
 )
 from karmadaquota.controller import guards as gd
 from karmadaquota.controller import status as st
-from karmadaquota.controller.index import IndexedBinding, aggregate
+from karmadaquota.controller.index import IndexedBinding, Sums, aggregate
 from karmadaquota.controller.pods import Observed
 from karmadaquota.quantity import MAX_BASE_UNITS, NANO, Format, Quantity, QuantityError
 from karmadaquota.resources import ResourceList
@@ -122,6 +122,9 @@ class NamespaceSnapshot:
     # quota name -> entries the orphan audit disproved (an UPDATE admitted, never stored at its
     # generation): up to that many entries of each key are released by this recompute's write
     disproved: Callable[[str], Mapping[EntryKey, int]] = lambda quota: {}
+    # Σ of `bindings` for (names, scopes) when the caller has it in parts (a cluster quota:
+    # per namespace, cached); None: aggregated here from `bindings`
+    sums: Callable[[Collection[str], tuple[Expression, ...]], Sums] | None = None
 
 
 @dataclass(frozen=True)
@@ -231,6 +234,15 @@ def _in_format(rl: Mapping[str, Quantity], hard: Mapping[str, Quantity]) -> Reso
     return {n: Quantity(q.nanos, hard[n].format) if n in hard else q for n, q in rl.items()}
 
 
+# members a MemberObserved message names, the rest counted: every quota's status carries it,
+# and 97 Pull-mode clusters named with their problem were 13 KB of each of 5,000 statuses
+NAMED_MEMBERS = 5
+
+
+def _more(count: int) -> str:
+    return f" (and {count - NAMED_MEMBERS} more)" if count > NAMED_MEMBERS else ""
+
+
 def _member_condition(inputs: NamespaceSnapshot) -> Condition:
     if not inputs.member_watch:
         return Condition(
@@ -243,13 +255,14 @@ def _member_condition(inputs: NamespaceSnapshot) -> Condition:
     failing = [m for m in members if m.error]
     if failing:
         stale = "; ".join(
-            f"{m.name}: {m.error}" + ("" if m.synced else " (never observed)") for m in failing
+            f"{m.name}: {m.error}" + ("" if m.synced else " (never observed)")
+            for m in failing[:NAMED_MEMBERS]
         )
         return Condition(
             type=st.COND_MEMBER_OBSERVED,
             status="False",
             reason=REASON_UNREACHABLE,
-            message=f"observed usage is stale for {stale}",
+            message=f"observed usage is stale for {stale}{_more(len(failing))}",
         )
     syncing = [m.name for m in members if not m.synced]
     if syncing:
@@ -257,7 +270,7 @@ def _member_condition(inputs: NamespaceSnapshot) -> Condition:
             type=st.COND_MEMBER_OBSERVED,
             status="Unknown",
             reason=REASON_SYNCING,
-            message=f"listing pods in {', '.join(syncing)}",
+            message=f"listing pods in {', '.join(syncing[:NAMED_MEMBERS])}{_more(len(syncing))}",
         )
     return Condition(
         type=st.COND_MEMBER_OBSERVED,
@@ -303,13 +316,23 @@ def recompute(quota: KarmadaQuota, inputs: NamespaceSnapshot, now: datetime) -> 
         return Outcome(new_status, {}, {}, released, next_expiry)
 
     exprs = scopes.expressions(quota.spec)
-    totals = aggregate(inputs.bindings.values(), hard.keys(), exprs)
+    if inputs.sums is not None:
+        totals = inputs.sums(hard.keys(), exprs)
+    else:
+        totals = aggregate(inputs.bindings.values(), hard.keys(), exprs)
     used = _quantities(totals.used, hard)
     zero_cluster = dict.fromkeys(totals.used, 0)
     members = {m.name: m for m in inputs.members}
-    clusters = sorted(set(members) | set(totals.per_cluster))
-    aggregated: list[ClusterUsage] = []
     guarded = quota.spec.guarded
+    # a member is listed when something is placed there, its pods are observed (its figures,
+    # zero included, are news) or the quota guards it; an entry of zeros for a member nothing
+    # is known of (Pull mode, unreachable before its first list) would only make every status
+    # as long as the fleet
+    shown = (
+        members if guarded else [n for n, m in members.items() if inputs.member_watch and m.synced]
+    )
+    clusters = sorted(set(shown) | set(totals.per_cluster))
+    aggregated: list[ClusterUsage] = []
     held: dict[str, dict[str, int]] = {}  # guarded: per member, max(placed, observed)
     beyond: dict[str, dict[str, int]] = {}  # per observed member: what runs past placement
     for name in clusters:

@@ -123,7 +123,11 @@ class Reconciler:
         self._clock = clock
         self.synced = synced
         self._may_write = may_write
-        self._outcomes: dict[tuple[str, str], rc.Outcome] = {}
+        # each guarded quota's guard inputs as of its last recompute (not the whole outcome:
+        # 19 KB a quota of status objects at 5,000 quotas)
+        self._guards: dict[tuple[str, str], gd.GuardInputs] = {}
+        # each selected namespace's sums, re-taken only when its bindings change
+        self._ns_sums = cl.NamespaceSums(sources.index)
         # debounced (a storm is a few recomputes), retried soon after every lost CAS
         recompute = functools.partial(
             DirtyQueue,
@@ -137,12 +141,11 @@ class Reconciler:
 
     def guard_inputs(self, namespace: str, quota: str) -> gd.GuardInputs | None:
         """The guard job's inputs of a quota: its last recompute's (None: an invalid spec)."""
-        outcome = self._outcomes.get((namespace, quota))
-        return None if outcome is None else outcome.guard
+        return self._guards.get((namespace, quota))
 
     def forget(self, namespace: str, quota: str) -> None:
         """A quota was deleted: its last outcome goes with it."""
-        self._outcomes.pop((namespace, quota), None)
+        self._guards.pop((namespace, quota), None)
 
     def _snapshot(self, namespace: str) -> rc.NamespaceSnapshot:
         snapshot = rc.NamespaceSnapshot(
@@ -188,15 +191,22 @@ class Reconciler:
         if not self.synced.is_set():
             return
         record = self.sources.cluster_quotas.get("", name)
+        selection = self.sources.selection
+        before = selection.of(name)
         if record is None:
-            self.sources.selection.set(name, frozenset())
+            selection.set(name, frozenset())
+            self._ns_sums.forget(lambda ns: bool(selection.selecting(ns)))
             return
         quota = record.quota
-        selected = self.sources.selection.choose(
+        labels = self.sources.enforcement.labels if self.sources.enforcement is not None else None
+        selected = selection.choose(
             name,
             quota if isinstance(quota, ClusterKarmadaQuota) else None,
-            self.sources.enforcement.labels.table() if self.sources.enforcement is not None else {},
+            labels.table() if labels is not None else {},
+            labels.version if labels is not None else None,
         )
+        if before - selection.of(name):  # namespaces left it: their sums may be held for none
+            self._ns_sums.forget(lambda ns: bool(selection.selecting(ns)))
         if not await self._sync_quota(record, selected):
             self.cluster_dirty.retry(name)
         leader = self._may_write()
@@ -217,6 +227,7 @@ class Reconciler:
             member_watch=self.config.member_watch,
             enforced=enforced,
             disproved=self.sources.audit.disproved("", name),
+            sums=self._ns_sums.of,
         )
 
     async def _sync_quota(self, record: QuotaRecord, selected: list[str] | None = None) -> bool:
@@ -246,7 +257,10 @@ class Reconciler:
                 outcome = cl.recompute_cluster(current.quota, snapshot, now)
             else:
                 outcome = rc.recompute(current.quota, self._snapshot(ns), now)
-            self._outcomes[(ns, name)] = outcome
+            if outcome.guard is not None:
+                self._guards[(ns, name)] = outcome.guard
+            else:
+                self._guards.pop((ns, name), None)
             computed = (now, time.perf_counter() - started)
             change = rc.status_to_write(current.raw.get("status"), outcome)
             if change is None or not self._may_write():

@@ -34,6 +34,8 @@ class NamespaceLabels:
         relist_period: float | None = None,
     ) -> None:
         self._labels: dict[str, Mapping[str, str]] = {}
+        # moves with every change of the table: a selection taken at a version holds until then
+        self.version = 0
         self._on_change = on_change
         self._on_relisted = on_relisted
         # the list or watch failed and has not been listed again since: what is held may be
@@ -72,16 +74,20 @@ class NamespaceLabels:
         before = self._labels.get(name)
         after = {str(k): str(v) for k, v in labels.items()}
         self._labels[name] = after
-        if before != after and self._on_change is not None:
-            self._on_change(name, before, after)
+        if before != after:
+            self.version += 1
+            if self._on_change is not None:
+                self._on_change(name, before, after)
 
     modified = added
 
     def deleted(self, obj: Mapping[str, Any]) -> None:
         name = str((obj.get("metadata") or {}).get("name") or "")
         before = self._labels.pop(name, None)
-        if before is not None and self._on_change is not None:
-            self._on_change(name, before, None)
+        if before is not None:
+            self.version += 1
+            if self._on_change is not None:
+                self._on_change(name, before, None)
 
     def _failed(self, _: BaseException) -> None:
         self.stale = True

@@ -14,6 +14,7 @@ from karmadaquota.controller.index import (
     BindingIndex,
     IndexedBinding,
     Interner,
+    add,
     aggregate,
     compact,
     observe,
@@ -236,3 +237,30 @@ def test_traits_are_kept() -> None:
     index = BindingIndex()
     _, _, e = entry(index, requests={}, replicas=2)
     assert e.usage.traits == BindingTraits(True, True, "")
+
+
+def test_sums_of_parts_are_the_aggregate_of_the_whole_and_versions_move_with_changes() -> None:
+    """A cluster quota sums its namespaces' cached sums (`index.add`): equal to one aggregate
+    over all their bindings, per cluster too; a namespace's version moves on every change of
+    its bindings (a cached sum is taken again) and not on a delivery of the same version."""
+    index = BindingIndex()
+    for ns, name, clusters in (
+        ("a", "x", {"m1": 1, "m2": 2}),
+        ("a", "y", {"m2": 1}),
+        ("b", "z", {"m3": 3}),
+        ("c", "w", None),
+    ):
+        ns_, uid, e = entry(index, name=name, namespace=ns, uid=f"{ns}-{name}", clusters=clusters)
+        assert index.upsert(ns_, uid, e)
+    names = ("requests.cpu", "pods")
+    whole = aggregate([b for ns in "abc" for b in index.bindings(ns).values()], names, ())
+    parts = add([aggregate(index.bindings(ns).values(), names, ()) for ns in "abc"], names)
+    assert parts == whole and set(parts.per_cluster) == {"m1", "m2", "m3"}
+    before = index.version("a")
+    ns_, uid, e = entry(index, name="x", namespace="a", uid="a-x", clusters={"m1": 1, "m2": 2})
+    assert not index.upsert(ns_, uid, e) and index.version("a") == before  # the same again
+    ns_, uid, e = entry(index, name="x", namespace="a", uid="a-x", rv=2, replicas=5)
+    assert index.upsert(ns_, uid, e) and index.version("a") == before + 1
+    assert index.remove("a", "a-y", 3) and index.version("a") == before + 2
+    assert not index.remove("a", "a-y", 4) and index.version("a") == before + 2
+    assert index.version("b") == 1 and index.version("nowhere") == 0

@@ -219,10 +219,27 @@ async def test_a_deleting_binding_and_then_its_terminating_pods_hold_the_charge(
 
 
 async def test_member_never_synced_has_no_observed_and_condition_unknown() -> None:
-    out = recompute(quota(hard=HARD), inputs(index_of(), await member("m", synced=False)), NOW)
-    assert out.status.aggregatedStatus[0].observed is None
+    index = index_of(raw_binding("a", replicas=1, clusters={"m": 1}))
+    both = inputs(index, await member("m", synced=False), await member("n", synced=False))
+    out = recompute(quota(hard=HARD), both, NOW)
+    # m: what is placed there, nothing observed; n: nothing known, no entry of zeros
+    assert [(c.clusterName, c.observed) for c in out.status.aggregatedStatus] == [("m", None)]
     cond = out.status.conditions[2]
     assert (cond.type, cond.status, cond.reason) == ("MemberObserved", "Unknown", "MemberSyncing")
+
+
+async def test_many_members_not_observed_are_counted_not_listed() -> None:
+    """A fleet of Pull-mode clusters: the condition names a few and counts the rest, and no
+    zero entry is written for them (each of thousands of statuses would carry the fleet)."""
+    fleet = [await member(f"c{i:03d}", synced=False, error="no apiEndpoint") for i in range(40)]
+    index = index_of(raw_binding("a", replicas=1, clusters={"c007": 1}))
+    out = recompute(quota(hard={"pods": "5"}), inputs(index, *fleet), NOW)
+    assert [c.clusterName for c in out.status.aggregatedStatus] == ["c007"]
+    cond = out.status.conditions[2]
+    assert cond.status == "False" and cond.reason == "MemberUnreachable"
+    assert cond.message.startswith("observed usage is stale for c000: no apiEndpoint")
+    assert "c004: no apiEndpoint (never observed)" in cond.message and "c005" not in cond.message
+    assert cond.message.endswith("(and 35 more)")
 
 
 async def test_unreachable_member_keeps_figures_and_is_named() -> None:
@@ -240,7 +257,11 @@ async def test_unreachable_member_keeps_figures_and_is_named() -> None:
 async def test_member_watch_disabled() -> None:
     out = recompute(
         quota(hard={"pods": "5"}),
-        inputs(index_of(), await member("member1"), member_watch=False),
+        inputs(
+            index_of(raw_binding("a", replicas=1, clusters={"member1": 1})),
+            await member("member1"),
+            member_watch=False,
+        ),
         NOW,
     )
     assert out.status.aggregatedStatus[0].observed is None

@@ -4,7 +4,8 @@ From the binding index, the member pod tables and the quota as last read:
 
 - `used`: Σ charge of the namespace's bindings whose traits match the quota's scopes, masked to
   the quota's hard names, every name present (zero when unused) — the webhook reads a missing
-  name as "status unknown".
+  name as "status unknown" — plus, per observed member, what its pods use past that: every
+  terminating pod and the rest beyond the placement (`_beyond`; docs/charging.md).
 - `aggregatedStatus[]`: per cluster (every known member, plus any cluster a binding is placed
   in), `used` from the bindings' placement and `observed` from the member's own pods.
 - `reservations`: those of the object as read, minus the ones the index now accounts for (the

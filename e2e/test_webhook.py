@@ -62,9 +62,17 @@ async def create_quota(bed: TestBed, ns: str, name: str, hard: dict[str, str], *
 
     def initialised() -> bool:
         q = bed.get("karmadaquota", name, namespace=ns)
-        return bool(q) and set(hard) <= set(q.get("status", {}).get("used", {}))
+        status = (q or {}).get("status", {})
+        conditions = {c["type"]: c for c in status.get("conditions", [])}
+        # used known AND the namespace labelled (the registration's namespaceSelector): the
+        # controller writes `used` a moment before it labels, and a binding created between
+        # the two is never reviewed
+        return (
+            set(hard) <= set(status.get("used", {}))
+            and conditions.get("Enforced", {}).get("status") == "True"
+        )
 
-    await eventually(initialised, 30, f"controller initialises status.used of {ns}/{name}")
+    await eventually(initialised, 30, f"{ns}/{name}'s status.used initialised and enforced")
 
 
 def used(bed: TestBed, ns: str, name: str, resource: str) -> Quantity:

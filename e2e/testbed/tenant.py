@@ -19,15 +19,16 @@ USER = "alice"
 GROUPS = ("team-a",)
 KARMADA_EDIT = "e2e-karmada-edit"
 _WRITE = ["create", "delete", "deletecollection", "patch", "update"]
+_AUTOSCALING = [
+    "cronfederatedhpas",
+    "cronfederatedhpas/status",
+    "federatedhpas",
+    "federatedhpas/status",
+]
 KARMADA_EDIT_RULES: list[dict[str, Any]] = [
     {
         "apiGroups": ["autoscaling.karmada.io"],
-        "resources": [
-            "cronfederatedhpas",
-            "cronfederatedhpas/status",
-            "federatedhpas",
-            "federatedhpas/status",
-        ],
+        "resources": _AUTOSCALING,
         "verbs": _WRITE,
     },
     {
@@ -48,12 +49,7 @@ KARMADA_EDIT_RULES: list[dict[str, Any]] = [
     },
     {
         "apiGroups": ["autoscaling.karmada.io"],
-        "resources": [
-            "cronfederatedhpas",
-            "cronfederatedhpas/status",
-            "federatedhpas",
-            "federatedhpas/status",
-        ],
+        "resources": _AUTOSCALING,
         "verbs": ["get", "list", "watch"],
     },
 ]

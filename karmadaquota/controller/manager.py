@@ -50,7 +50,7 @@ from karmadaquota.controller.wake import Waker
 from karmadaquota.kube import namespaces, paths
 from karmadaquota.kube.client import Api, KubeError
 from karmadaquota.kube.informer import Informer, Lister
-from karmadaquota.kube.quotas import QuotaRecord, QuotaStore, cluster_quota_store
+from karmadaquota.kube.quotas import PARSED_KEPT, QuotaRecord, QuotaStore, cluster_quota_store
 from karmadaquota.kube.templates import Key, TemplateStore
 from karmadaquota.kube.versions import parse_rv
 
@@ -104,6 +104,7 @@ class Controller:
             on_relisted=lambda _: self._relisted(),
             page_size=self.config.page_size,
             relist_period=self.config.resync_period,
+            parsed=PARSED_KEPT,
         )
         # ClusterKarmadaQuotas (all under namespace ""), each recomputed from its own queue
         # (keyed by its name) over the namespaces its selector picks (controller.cluster)

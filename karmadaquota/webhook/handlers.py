@@ -18,7 +18,7 @@ from karmadaquota.api import ClusterKarmadaQuota
 from karmadaquota.kube.client import Api
 from karmadaquota.kube.informer import Lister
 from karmadaquota.kube.namespace_labels import NamespaceLabels
-from karmadaquota.kube.quotas import QuotaStore
+from karmadaquota.kube.quotas import PARSED_KEPT, QuotaStore
 from karmadaquota.kube.templates import TemplateStore
 from karmadaquota.webhook.backend import KubeQuotaBackend
 from karmadaquota.webhook.batcher import Batcher, BatcherConfig
@@ -77,7 +77,9 @@ def assemble(
     def count(_: object) -> None:
         metrics.cache_quotas.set(len(quotas))
 
-    quotas = QuotaStore(client, on_put=count, on_delete=count, on_relisted=count)
+    quotas = QuotaStore(
+        client, on_put=count, on_delete=count, on_relisted=count, parsed=PARSED_KEPT
+    )
     backend = KubeQuotaBackend(client, quotas)
     metrics.watch_pending(lambda: quotas.overdue(datetime.now(UTC)))
     batcher = Batcher(
@@ -92,17 +94,19 @@ def assemble(
         on_write=metrics.observe_write,
     )
     cluster_quotas = cluster_store(client)
+    cluster_backend = KubeQuotaBackend(client, cluster_quotas, cluster=True)
     cluster = ClusterQuotas(
         cluster_quotas,
         NamespaceLabels(client),
         Batcher(
-            KubeQuotaBackend(client, cluster_quotas, cluster=True),
+            cluster_backend,
             replace(batcher.config),
             on_batch=metrics.batch_size.observe,
             on_conflict=metrics.conflicts.inc,
             on_write=metrics.observe_write,
             model=ClusterKarmadaQuota,
         ),
+        cluster_backend.api_seconds,
     )
     return Webhook(
         quotas,

@@ -112,6 +112,18 @@ class Admission:
             return None
         return await self.templates.fetch(binding.spec.resource, namespace, fresh)
 
+    def api_spent(self, namespace: str) -> dict[str, float]:
+        """Cumulative seconds of quota API calls of each writer a review in `namespace` waits
+        on, side by side: the namespace's batch queue ("") and the queue of each cluster quota
+        selecting it (by name). A review's own share is its latency less the most any one of
+        them spent while it was in flight (a cluster quota's writes were counted as the
+        webhook's own before)."""
+        out = {"": self.api_seconds.get(namespace, 0.0)}
+        if self.cluster is not None and self.cluster.any():
+            spent = self.cluster.api_seconds
+            out |= {n: spent.get(n, 0.0) for n in self.cluster.selecting(namespace) or ()}
+        return out
+
     def synced(self) -> bool:
         """Quotas (and cluster quotas) listed: before that, a namespace cannot be known to hold
         none (fail closed)."""

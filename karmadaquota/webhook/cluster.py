@@ -21,7 +21,7 @@ refused with `try again`.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from karmadaquota import selectors
@@ -42,10 +42,18 @@ def cluster_store(client: Lister | None) -> QuotaStore:
 class ClusterQuotas:
     """The cluster quotas, the namespace table and the cluster quotas' batcher."""
 
-    def __init__(self, store: QuotaStore, labels: NamespaceLabels, batcher: Batcher) -> None:
+    def __init__(
+        self,
+        store: QuotaStore,
+        labels: NamespaceLabels,
+        batcher: Batcher,
+        api_seconds: Mapping[str, float] | None = None,
+    ) -> None:
         self.store = store
         self.labels = labels
         self.batcher = batcher
+        # per cluster quota, cumulative seconds of its API calls (backend.KubeQuotaBackend)
+        self.api_seconds: Mapping[str, float] = api_seconds if api_seconds is not None else {}
 
     def synced(self) -> bool:
         return self.store.synced.is_set() and self.labels.synced.is_set()

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from aiohttp.test_utils import TestClient, TestServer
 
 from karmadaquota.api import ClusterKarmadaQuota
 from karmadaquota.evaluate import Decision
@@ -24,9 +25,17 @@ from karmadaquota.webhook.batcher import Batcher
 from karmadaquota.webhook.cluster import ClusterQuotas, cluster_store
 from karmadaquota.webhook.handlers import Webhook
 from karmadaquota.webhook.metrics import WebhookMetrics
+from karmadaquota.webhook.routes import build_app
 from tests.fake_api import FakeApiServer, Replica, quota_doc
 from tests.polling import until
-from tests.webhook.test_webhook_app import OVERRIDES, TENANT, override_policy, review
+from tests.webhook.test_webhook_app import (
+    OVERRIDES,
+    TENANT,
+    _sum,
+    override_policy,
+    post,
+    review,
+)
 from tests.webhook_fakes import binding_doc
 
 CKQ = "team-a"
@@ -259,3 +268,46 @@ async def test_a_namespace_only_a_cluster_quota_selects_is_enforced_for_tenants(
         policy["metadata"]["namespace"] = "b"  # not selected: not ours
         req = review_mod.parse(json.dumps(review(policy, resource=OVERRIDES, user=TENANT)).encode())
         assert (await webhook.admit_override(req)).allowed
+
+
+class SlowClusterWrites(KubeQuotaBackend):
+    """A cluster quota backend whose every status write takes 100 s of API time (counted)."""
+
+    async def put_status(self, quota: JSON) -> JSON:
+        result = await super().put_status(quota)
+        name = quota["metadata"]["name"]
+        self.api_seconds[name] = self.api_seconds.get(name, 0.0) + 100.0
+        return result
+
+
+async def test_a_reviews_own_share_excludes_its_cluster_quotas_api_time(
+    api: FakeApiServer,
+) -> None:
+    """A review in a namespace a cluster quota selects waits on that quota's writer too: the
+    100 s its write took is API time, not the webhook's own (it was counted as own before)."""
+    add_cluster_quota(api, {"pods": "3"})
+    store = Replica(api=api)
+    store.refresh()
+    ckqs = cluster_store(api)
+    backend = SlowClusterWrites(api, ckqs, cluster=True)
+    cluster = ClusterQuotas(
+        ckqs, NamespaceLabels(api), Batcher(backend, model=ClusterKarmadaQuota), backend.api_seconds
+    )
+    task = asyncio.create_task(cluster.run())
+    webhook = Webhook(store.quota_store(), Batcher(store), WebhookMetrics(), cluster=cluster)
+    try:
+        await until(cluster.synced, what="cluster quotas and namespaces listed")
+        async with TestClient(TestServer(build_app(webhook))) as client:
+            doc = binding_doc("web", namespace="a-0", uid="uid-web")
+            status, body = await post(client, "/validate-resourcebinding", review(doc))
+            assert status == 200 and body["response"]["allowed"] is True
+            text = await (await client.get("/metrics")).text()
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await cluster.close()
+        await webhook.batcher.close()
+    assert set(backend.api_seconds) == {CKQ} and backend.api_seconds[CKQ] >= 100.0
+    assert pods_pending(stored(api)) == 1
+    assert _sum(text, "karmadaquota_admission_duration_seconds") > 0
+    assert _sum(text, "karmadaquota_admission_own_duration_seconds") == 0

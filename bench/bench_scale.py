@@ -417,6 +417,9 @@ class Figures:
     review: dict[str, tuple[float, float]] = field(default_factory=dict)
     own: dict[str, tuple[float, float]] = field(default_factory=dict)
     event_cpu: dict[str, float] = field(default_factory=dict)  # controller ms per create
+    # during each probe set: the webhook's status writes, its lost compare-and-swaps, its write
+    # p99 (bucket bound, s); the controller's status writes and lost compare-and-swaps
+    contention: dict[str, tuple[float, float, float, float, float]] = field(default_factory=dict)
     release: list[float] = field(default_factory=list)
     gone: list[float] = field(default_factory=list)  # until the deleted binding is gone
     relabel: list[float] = field(default_factory=list)
@@ -424,6 +427,23 @@ class Figures:
     errors: list[str] = field(default_factory=list)
     writes: int = 0  # quota status writes by the controller until every quota was Ready
     cold_cpu: float = 0.0  # the controller's CPU seconds until then
+
+
+def writes_of(scraped: str) -> tuple[float, float, dict[float, float]]:
+    """The webhook's status writes, its lost compare-and-swaps and its write-time histogram."""
+    written = conflicts = 0.0
+    for line in scraped.splitlines():
+        if line.startswith('karmadaquota_status_writes_total{result="ok"}'):
+            written = float(line.rsplit(" ", 1)[1])
+        elif line.startswith("karmadaquota_status_write_conflicts_total "):
+            conflicts = float(line.rsplit(" ", 1)[1])
+    return written, conflicts, histogram(scraped, "karmadaquota_status_write_duration_seconds")
+
+
+def controller_writes(counted: dict[str, float]) -> tuple[float, float]:
+    """The controller's status writes and its lost compare-and-swaps."""
+    writes = "karmadaquota_status_writes_total{result="
+    return counted.get(f'{writes}"ok"}}', 0.0), counted.get(f'{writes}"conflict"}}', 0.0)
 
 
 def note(text: str) -> None:
@@ -487,6 +507,10 @@ async def run(args: argparse.Namespace) -> str:
         for label, ns in (("small", size.namespaces[0]), ("big", BIG)):
             scraped = await hook.metrics()
             before, before_r = histogram(scraped, own_name), histogram(scraped, whole)
+            writes0, ctl0 = (
+                writes_of(scraped),
+                controller_writes(await product.controller_metrics(port)),
+            )
             cpu0 = cpu_seconds(pid)
             fig.latency[label] = await probe(
                 api, ns, args.probes, f"probe-{label}", size.clusters[-1]
@@ -500,7 +524,21 @@ async def run(args: argparse.Namespace) -> str:
                 quantile(before_r, after_r, 0.5),
                 quantile(before_r, after_r, 0.99),
             )
-        note(f"latency done: review {fig.review}, own {fig.own}, cpu/event {fig.event_cpu}")
+            writes1, ctl1 = (
+                writes_of(scraped),
+                controller_writes(await product.controller_metrics(port)),
+            )
+            fig.contention[label] = (
+                writes1[0] - writes0[0],
+                writes1[1] - writes0[1],
+                quantile(writes0[2], writes1[2], 0.99),
+                ctl1[0] - ctl0[0],
+                ctl1[1] - ctl0[1],
+            )
+        note(
+            f"latency done: review {fig.review}, own {fig.own}, cpu/event {fig.event_cpu}, "
+            f"writes (webhook ok, conflicts, p99; controller ok, conflicts) {fig.contention}"
+        )
         try:
             fig.release, fig.gone = await releases(api, size, args.trials)
             note(f"release {sorted(fig.release)}; binding gone {sorted(fig.gone)}")
@@ -587,6 +625,17 @@ def report(args: argparse.Namespace, size: Size, fig: Figures) -> str:
             f"≤ {fig.own[label][0] * 1000:g} ms | ≤ {fig.own[label][1] * 1000:g} ms | "
             f"{fig.event_cpu[label]:.2f} ms |"
         )
+    lines += [
+        "",
+        "Status writes during each probe set (webhook: writes, lost compare-and-swaps, write "
+        "p99; controller: writes, lost compare-and-swaps):",
+        "",
+        "| namespace | webhook writes | webhook conflicts | webhook write p99 | controller "
+        "writes | controller conflicts |",
+        "|---|---|---|---|---|---|",
+    ]
+    for label, (w, c, p99, cw, cc) in fig.contention.items():
+        lines.append(f"| {label} | {w:.0f} | {c:.0f} | ≤ {p99 * 1000:g} ms | {cw:.0f} | {cc:.0f} |")
     return "\n".join(lines)
 
 

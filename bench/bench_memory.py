@@ -4,7 +4,8 @@ The binding index as the controller keeps it (`BindingIndex`, fed one binding at
 informer does: bindings of `--per-namespace` in each namespace, each placed on one of
 `--clusters` clusters round robin); the quota store (`QuotaStore`) holding copies of one quota
 and one cluster quota as the controller writes them (`bench_scale --profile DIR` saves one of
-each), raw only and parsed too (what a recompute and the webhook's admission read).
+each), raw only, parsed too (what a recompute and the webhook's admission read), and as the
+stores keep them (the models of the `PARSED_KEPT` most recently read quotas).
 
     python -m bench.bench_memory --samples DIR [--bindings 100000] [--quotas 5000]
 """
@@ -24,7 +25,7 @@ import orjson
 
 from e2e.testbed.storm import binding
 from karmadaquota.controller.index import BindingIndex, observe
-from karmadaquota.kube.quotas import ClusterQuotaStore, QuotaStore
+from karmadaquota.kube.quotas import PARSED_KEPT, ClusterQuotaStore, QuotaStore
 
 
 def held(build: Callable[[], Any]) -> tuple[int, Any]:
@@ -51,8 +52,12 @@ def index_of(bindings: int, per_ns: int, clusters: int) -> BindingIndex:
     return index
 
 
-def store_of(sample: dict[str, Any], count: int, cluster: bool, parse: bool) -> QuotaStore:
-    store = ClusterQuotaStore(None) if cluster else QuotaStore(None)
+def store_of(
+    sample: dict[str, Any], count: int, cluster: bool, parse: bool, kept: int | None = None
+) -> QuotaStore:
+    """`count` copies of `sample` stored (each parsed once with `parse`), keeping the models
+    of the `kept` most recently read (None: all)."""
+    store = ClusterQuotaStore(None, parsed=kept) if cluster else QuotaStore(None, parsed=kept)
     for i in range(count):
         obj = copy.deepcopy(sample)
         meta = obj["metadata"]
@@ -93,6 +98,9 @@ def main() -> None:
         both, _ = held(functools.partial(store_of, sample, count, cluster, True))
         rows.append((f"{label}: raw record ({wire} B on the wire)", count, raw))
         rows.append((f"{label}: raw + parsed model", count, both))
+        if not cluster:  # the controller's and the webhook's store: PARSED_KEPT models
+            kept, _ = held(functools.partial(store_of, sample, count, False, True, PARSED_KEPT))
+            rows.append((f"{label}: raw + the {PARSED_KEPT} last read parsed", count, kept))
     print("| held | count | total | per object |")
     print("|---|---|---|---|")
     for what, n, total in rows:

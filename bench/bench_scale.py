@@ -243,6 +243,8 @@ class Readiness:
         self.pending = {("q", ns) for ns in size.counts if ns != SKIP} | {
             ("c", t) for t in size.teams
         }
+        self.left = {"q": len(size.counts) - 1, "c": len(size.teams)}  # not Ready, by kind
+        self.ready_at: dict[str, float] = {}  # when the last of a kind became Ready
         self.done = asyncio.Event()
 
     def want(self, kind: str, obj: JSON) -> int:
@@ -255,9 +257,14 @@ class Readiness:
         meta = obj["metadata"]
         key = (kind, meta["namespace"] if kind == "q" else meta["name"])
         if is_ready(obj) and pods_used(obj) == self.want(kind, obj):
-            self.pending.discard(key)
-        else:
+            if key in self.pending:
+                self.pending.discard(key)
+                self.left[kind] -= 1
+                if not self.left[kind]:
+                    self.ready_at[kind] = time.perf_counter()
+        elif key not in self.pending:
             self.pending.add(key)
+            self.left[kind] += 1
         if not self.pending:
             self.done.set()
 
@@ -409,6 +416,7 @@ async def relabels(api: KubeClient, size: Size, trials: int) -> list[float]:
 class Figures:
     populate: float = 0.0
     cold_start: float = 0.0
+    ready_at: dict[str, float] = field(default_factory=dict)  # the last quota, cluster quota
     not_ready: int = 0
     sync: float = 0.0
     rss_ready: dict[str, tuple[float, float]] = field(default_factory=dict)
@@ -471,15 +479,20 @@ async def run(args: argparse.Namespace) -> str:
 
         readiness = Readiness(api, size)
         t0 = time.perf_counter()
-        controller, port = product.start_controller(bed, "scale-controller")
+        controller, port = product.start_controller(bed, "scale-controller", *args.controller_arg)
         procs.append(controller)
         pid = controller.popen.pid
         spy = Profiler(pid, Path(args.profile) / "controller-cold.txt") if args.profile else None
         fig.not_ready = await readiness.wait(args.ready_timeout)
         fig.cold_start = time.perf_counter() - t0
+        fig.ready_at = {k: at - t0 for k, at in readiness.ready_at.items()}
         if spy is not None:
             spy.stop()
-        note(f"populated in {fig.populate:.0f} s; cold start {fig.cold_start:.1f} s")
+        note(
+            f"populated in {fig.populate:.0f} s; cold start {fig.cold_start:.1f} s "
+            f"(quotas {fig.ready_at.get('q', 0):.1f} s, cluster quotas "
+            f"{fig.ready_at.get('c', 0):.1f} s)"
+        )
         counted = await product.controller_metrics(port)
         fig.writes = int(counted.get('karmadaquota_status_writes_total{result="ok"}', 0))
         fig.cold_cpu = cpu_seconds(pid)
@@ -588,6 +601,9 @@ def report(args: argparse.Namespace, size: Size, fig: Figures) -> str:
         "| figure | value |",
         "|---|---|",
         f"| controller cold start until every quota Ready with exact usage | {ready} |",
+        f"| — the last KarmadaQuota / the last ClusterKarmadaQuota Ready | "
+        f"{fig.ready_at.get('q', float('nan')):.1f} s / "
+        f"{fig.ready_at.get('c', float('nan')):.1f} s |",
         f"| controller CPU during the cold start / status writes | {fig.cold_cpu:.0f} s / "
         f"{fig.writes} |",
         f"| controller RSS after cold start / at the end (peak) | {mib['controller']} / "
@@ -653,6 +669,12 @@ def main() -> None:
     p.add_argument("--trials", type=int, default=20, help="deletes timed (relabels: a 1/4)")
     p.add_argument("--ready-timeout", type=float, default=300, help="bound on the cold start, s")
     p.add_argument("--profile", default="", help="directory for the py-spy cold start profile")
+    p.add_argument(
+        "--controller-arg",
+        action="append",
+        default=[],
+        help="a flag for the controller (repeat), e.g. --controller-arg=--recompute-concurrency=32",
+    )
     args = p.parse_args()
     if args.target:
         for k, v in TARGET.items():

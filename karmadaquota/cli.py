@@ -252,6 +252,13 @@ def _parser() -> argparse.ArgumentParser:
         "resourcebindings, plus the write; a reservation whose binding's name is free is "
         "released only after it",
     )
+    c.add_argument(
+        "--recompute-concurrency",
+        type=int,
+        default=16,
+        help="namespaces (and cluster quotas) recomputed and written at once; bounds the status "
+        "writes in flight after a restart (docs/benchmarks.md, issue 37)",
+    )
     c.add_argument("--metrics-bind-address", default="127.0.0.1")
     c.add_argument("--metrics-port", type=int, default=8080)
     _aux_flags(c)

@@ -89,6 +89,7 @@ class DirtyQueue:
         self._timers: dict[str, float] = {}
         self._running: dict[str, asyncio.Task[None]] = {}
         self._wake = asyncio.Event()
+        self.concurrency = concurrency
         self._slots = asyncio.Semaphore(concurrency)
         self.flushes = 0
 

@@ -96,6 +96,7 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> ControllerC
             tenant_views=not args.no_tenant_views,
             quiet=float(env.get("KARMADAQUOTA_DEBOUNCE_QUIET", "0.03")),
             max_delay=float(env.get("KARMADAQUOTA_DEBOUNCE_MAX", "0.1")),
+            concurrency=args.recompute_concurrency,
         ),
         metrics_bind_address=args.metrics_bind_address,
         metrics_port=args.metrics_port,

@@ -62,6 +62,8 @@ class ReconcilerConfig:
     # under a continuous storm a namespace is recomputed this often: it bounds how long an
     # observed pending charge stays in the quota object (its size, docs/benchmarks.md)
     max_delay: float = 0.1
+    # namespaces (cluster quotas) recomputed and written at once, each queue
+    concurrency: int = 16
     write_timeout: float = 2.0
     max_attempts: int = 6
     # after a lost compare-and-swap: wait a random while (doubling) before re-reading, so that
@@ -133,6 +135,7 @@ class Reconciler:
             DirtyQueue,
             quiet=config.quiet,
             max_delay=config.max_delay,
+            concurrency=config.concurrency,
             retry_delay=RECOMPUTE_RETRY,
             retry_cap=RECOMPUTE_RETRY_CAP,
         )

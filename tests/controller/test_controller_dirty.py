@@ -208,3 +208,30 @@ async def test_a_job_asking_twice_in_one_run_counts_one_retry() -> None:
         await until(lambda: len(counted) == 2 and q.idle())
         assert counted == [0, 1]
         assert q.limiter.retries("k") == 0
+
+
+async def test_at_most_concurrency_flushes_run_at_once() -> None:
+    running: set[str] = set()
+    done: list[str] = []
+    most = 0
+    gate = asyncio.Event()
+
+    async def flush(ns: str) -> None:
+        nonlocal most
+        running.add(ns)
+        most = max(most, len(running))
+        await gate.wait()
+        running.discard(ns)
+        done.append(ns)
+
+    q = DirtyQueue(flush, quiet=0.0, max_delay=0.0, concurrency=2)
+    task = asyncio.create_task(q.run())
+    try:
+        q.mark_many([f"ns-{i}" for i in range(5)])
+        await until(lambda: len(running) == 2)
+        gate.set()
+        await until(lambda: len(done) == 5)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert most == 2

@@ -773,3 +773,8 @@ async def test_an_already_labelled_namespace_is_not_patched_and_followers_never_
     c.mark_all()
     await until(lambda: quiet(c))
     assert api.calls["PATCH namespaces"] == 0
+
+
+def test_the_configured_concurrency_bounds_both_recompute_queues() -> None:
+    c = Controller(FakeApiServer(), ControllerMetrics(), Lead(), ReconcilerConfig(concurrency=3))
+    assert c.dirty.concurrency == c.cluster_dirty.concurrency == 3

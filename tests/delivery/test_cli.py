@@ -147,3 +147,12 @@ def test_every_visible_flag_is_in_the_configuration_reference() -> None:
     assert ("webhook", "--event-loop") in flags  # the walk reaches the sub-commands
     missing = [f"{c} {f}" for c, f in flags if f"`{f}`" not in reference]
     assert missing == []
+
+
+def test_recompute_concurrency_reaches_the_recompute_queues() -> None:
+    from karmadaquota.controller.main import config_from
+
+    parse = cli._parser().parse_args
+    assert config_from(parse(["controller"]), {}).reconciler.concurrency == 16
+    config = config_from(parse(["controller", "--recompute-concurrency=48"]), {})
+    assert config.reconciler.concurrency == 48

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Collection, Coroutine, Mapping
+from collections.abc import Callable, Collection, Coroutine, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -156,7 +156,7 @@ class Controller:
                 namespace_api,
                 self._queues_wanted,
                 lambda: self.synced.is_set() and self._can_write(),
-                self._mark,
+                self._enforcement_moved,
                 relabelled=self._relabelled,
                 page_size=self.config.page_size,
                 relist_period=self.config.resync_period,
@@ -247,11 +247,23 @@ class Controller:
 
     # ---- inputs ----------------------------------------------------------------------------
 
-    def _mark(self, namespace: str) -> None:
+    def _mark(
+        self,
+        namespace: str,
+        only: Callable[[Iterable[str]], Iterable[str]] | None = None,
+    ) -> None:
+        """Recompute the namespace and the cluster quotas selecting it (`only`: those of them
+        it returns)."""
         # a namespace whose quota is gone still has its queued bindings to admit
         if self.quotas.has(namespace) or self.index.has_queued(namespace):
             self.dirty.mark(namespace)
-        self.cluster_dirty.mark_many(self.selection.selecting(namespace))
+        selecting = self.selection.selecting(namespace)
+        self.cluster_dirty.mark_many(selecting if only is None else only(selecting))
+
+    def _enforcement_moved(self, namespace: str) -> None:
+        """The namespace's enforcement label came or went: its quotas' `Enforced` moves, a
+        cluster quota's only when whether all its namespaces are labelled does."""
+        self._mark(namespace, self.reconciler.enforcement_moved)
 
     def mark_all(self) -> None:
         self.dirty.mark_many(self.quotas.namespaces())

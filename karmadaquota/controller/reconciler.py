@@ -18,7 +18,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -130,6 +130,9 @@ class Reconciler:
         self._guards: dict[tuple[str, str], gd.GuardInputs] = {}
         # each selected namespace's sums, re-taken only when its bindings change
         self._ns_sums = cl.NamespaceSums(sources.index)
+        # each cluster quota's "every namespace it selects is labelled" as its last recompute
+        # read it: a namespace's label flip moves a cluster quota's status only through it
+        self._enforced: dict[str, bool] = {}
         # debounced (a storm is a few recomputes), retried soon after every lost CAS
         recompute = functools.partial(
             DirtyQueue,
@@ -145,6 +148,22 @@ class Reconciler:
     def guard_inputs(self, namespace: str, quota: str) -> gd.GuardInputs | None:
         """The guard job's inputs of a quota: its last recompute's (None: an invalid spec)."""
         return self._guards.get((namespace, quota))
+
+    def enforcement_moved(self, names: Iterable[str]) -> list[str]:
+        """The cluster quotas among `names` whose every-namespace-labelled flag is not what
+        their last recompute read (or that none has read): at a cold start 5,000 label writes
+        each recomputed the cluster quota of its namespace, while only the last of its 100
+        changes its status."""
+        enforcement = self.sources.enforcement
+        if enforcement is None:
+            return list(names)
+        selection = self.sources.selection
+        return [
+            name
+            for name in names
+            if self._enforced.get(name)
+            != all(enforcement.enforced(ns) for ns in selection.of(name))
+        ]
 
     def forget(self, namespace: str, quota: str) -> None:
         """A quota was deleted: its last outcome goes with it."""
@@ -197,6 +216,7 @@ class Reconciler:
         selection = self.sources.selection
         before = selection.of(name)
         if record is None:
+            self._enforced.pop(name, None)
             selection.set(name, frozenset())
             self._ns_sums.forget(lambda ns: bool(selection.selecting(ns)))
             return
@@ -222,6 +242,7 @@ class Reconciler:
         enforced = None
         if self.sources.enforcement is not None:
             enforced = all(self.sources.enforcement.enforced(ns) for ns in selected)
+            self._enforced[name] = enforced
         return cl.ClusterSnapshot(
             selected=selected,
             bindings=self.sources.index.bindings,

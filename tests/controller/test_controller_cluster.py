@@ -5,6 +5,7 @@ charges dropped once observed, the delete-here/recreate-there juggle, enforcemen
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime, timedelta
@@ -79,10 +80,17 @@ def used(api: FakeApiServer) -> dict[str, str]:
 @pytest.fixture
 async def env() -> AsyncIterator[tuple[FakeApiServer, Controller]]:
     api = FakeApiServer(rv=100)
+    async with running(api, Lead()) as c:
+        yield api, c
+
+
+@contextlib.asynccontextmanager
+async def running(api: FakeApiServer, lead: Lead) -> AsyncIterator[Controller]:
+    """A controller over `api` with its informers and queues running."""
     c = Controller(
         api,
         ControllerMetrics(),
-        Lead(),
+        lead,
         ReconcilerConfig(
             quiet=0.01, max_delay=0.1, page_size=2, member_watch=False, view_delay=0.2
         ),
@@ -101,7 +109,7 @@ async def env() -> AsyncIterator[tuple[FakeApiServer, Controller]]:
             )
         ]
         try:
-            yield api, c
+            yield c
         finally:
             for t in tasks:
                 t.cancel()
@@ -157,6 +165,32 @@ async def test_used_is_the_sum_over_the_selected_namespaces(env: Any) -> None:
         "karmadaquota_quota_used", {"quota_namespace": "", "quota": CKQ, "resource": "pods"}
     )
     assert sample == 5.0
+
+
+async def test_a_label_flip_recomputes_a_cluster_quota_only_when_all_labelled_moves() -> None:
+    """At a cold start the leader labels 5,000 namespaces one by one: each flip recomputed the
+    cluster quota of its namespace (100 namespaces: 100 recomputes where the last one alone
+    moves its `Enforced`). A follower here: the test labels the namespaces itself."""
+    api = FakeApiServer(rv=100)
+    names = [f"a-{i}" for i in range(4)]
+    for ns in names:
+        add_namespace(api, ns, team="a")
+    add_cluster_quota(api, {"pods": "10"})
+    async with running(api, Lead(leader=False)) as c:
+        assert c.enforcement is not None
+        enforcement = c.enforcement
+        await until(lambda: c.selection.of(CKQ) == frozenset(names), what="selected")
+        await until(c.cluster_dirty.idle, what="the first recompute done")
+        before = c.cluster_dirty.flushes
+        for ns in names[:-1]:
+            relabel(api, ns, **ENFORCED)
+            await until(lambda ns=ns: enforcement.enforced(ns), what=f"{ns} seen labelled")
+            await until(c.cluster_dirty.idle)
+            assert c.cluster_dirty.flushes == before, f"recomputed after {ns}'s label"
+        relabel(api, names[-1], **ENFORCED)  # the last one: every namespace is labelled
+        await until(lambda: c.cluster_dirty.flushes == before + 1, what="recomputed once")
+        relabel(api, names[0], **{"quota.karmada.io/enforced": None})  # one is not any more
+        await until(lambda: c.cluster_dirty.flushes == before + 2, what="recomputed again")
 
 
 async def test_relabelling_moves_usage_within_two_seconds(env: Any) -> None:

@@ -202,3 +202,20 @@ async def test_lookup_on_a_miss_reads_live_once_for_concurrent_reviews() -> None
     assert await asyncio.gather(*(store.lookup("late") for _ in range(5))) == [True] * 5
     assert api.calls["LIST karmadaquotas"] == lists + 1
     assert not await store.lookup("empty")
+
+
+def test_a_record_keeps_the_object_as_json_and_hands_out_a_new_dict_each_read() -> None:
+    store = QuotaStore(None)
+    doc = quota_doc("q", used={"pods": "3"})
+    doc["metadata"]["managedFields"] = [{"manager": "kubectl", "operation": "Update"}]
+    store.added(doc)
+    record = store.get("ns", "q")
+    assert record is not None
+    mine = record.raw
+    mine["status"]["used"]["pods"] = "999"  # the caller's copy
+    assert record.raw["status"]["used"] == {"pods": "3"}
+    assert "managedFields" not in record.raw["metadata"]
+    assert record.raw == {
+        **doc,
+        "metadata": {k: v for k, v in doc["metadata"].items() if k != "managedFields"},
+    }

@@ -420,9 +420,7 @@ class Controller:
         records = self.quotas.records(namespace)
         if not records:
             return False if self._selects(namespace) else None
-        return any(
-            r.quota is not None and r.quota.spec.onExceed == ON_EXCEED_QUEUE for r in records
-        )
+        return any(r.on_exceed == ON_EXCEED_QUEUE for r in records)
 
     # ---- what the jobs read and tell -------------------------------------------------------
 

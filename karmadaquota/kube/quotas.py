@@ -104,7 +104,17 @@ class QuotaRecord:
     server's as it is, and with a thousand quotas it would be megabytes held for nothing.
     """
 
-    __slots__ = ("_parsed", "_quota", "_read", "_wire", "name", "namespace", "rv", "uid")
+    __slots__ = (
+        "_on_exceed",
+        "_parsed",
+        "_quota",
+        "_read",
+        "_wire",
+        "name",
+        "namespace",
+        "rv",
+        "uid",
+    )
 
     def __init__(
         self,
@@ -115,6 +125,7 @@ class QuotaRecord:
     ) -> None:
         self._read = read
         self._parsed = parsed
+        self._on_exceed: str | None = None  # spec.onExceed once parsed ("": unreadable)
         if raw is not None:
             meta = dict(raw.get("metadata") or {})
             meta.pop("managedFields", None)
@@ -150,10 +161,21 @@ class QuotaRecord:
             assert self._wire is not None
             self._quota = self._read(orjson.loads(self._wire))
         if not isinstance(self._quota, KarmadaQuota):
+            self._on_exceed = ""
             return None
+        self._on_exceed = self._quota.spec.onExceed
         if self._wire is not None:
             self._parsed.read(self)
         return self._quota
+
+    @property
+    def on_exceed(self) -> str | None:
+        """The quota's `spec.onExceed`, None when it cannot be read: kept when the model is
+        dropped. The enforcement label asks it of every namespace a cluster quota selects, at
+        each of its recomputes; parsing them all again churned the models kept."""
+        if self._on_exceed is None:
+            _ = self.quota
+        return self._on_exceed or None
 
     def drop_parsed(self) -> None:
         """Forget the parsed model (`ParsedQuotas`) when the raw object can make it again."""

@@ -219,3 +219,22 @@ def test_a_record_keeps_the_object_as_json_and_hands_out_a_new_dict_each_read() 
         **doc,
         "metadata": {k: v for k, v in doc["metadata"].items() if k != "managedFields"},
     }
+
+
+def test_on_exceed_is_kept_when_the_model_is_dropped() -> None:
+    # the enforcement label asks it of 100 namespaces at each cluster quota recompute
+    CountingStore.parsed_count = 0
+    store = CountingStore(None, parsed=1)
+    queueing = quota_doc("q", namespace="ns-q")
+    queueing["spec"]["onExceed"] = "Queue"
+    store.added(queueing)
+    store.added(quota_doc("r", namespace="ns-r"))
+    broken = quota_doc("x", namespace="ns-x")
+    broken["spec"]["hard"] = "not a resource list"
+    store.added(broken)
+    for _ in range(3):
+        answers = [
+            (r.name, r.on_exceed) for ns in ("ns-q", "ns-r", "ns-x") for r in store.records(ns)
+        ]
+        assert answers == [("q", "Queue"), ("r", "Refuse"), ("x", None)]
+    assert CountingStore.parsed_count == 3  # each once, though one model is kept

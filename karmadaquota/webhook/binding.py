@@ -9,6 +9,7 @@ the garbage collector) is answered at once, whatever the quota cache knows.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -69,8 +70,13 @@ class BindingAdmission(Admission):
             # as many as the template asks for now, read live (the watch may lag a scale)
             new_pod = await self._pod(new, req.namespace, fresh=new.spec.replicas == 0)
             old_pod = await self._pod(old, req.namespace) if old is not None else None
-            new_charge = charge.charge(new, new_pod, self.kinds)
-            old_charge = charge.charge(old, old_pod, self.kinds) if old is not None else None
+            released = self._released()
+            new_charge = charge.with_released(charge.charge(new, new_pod, self.kinds), released)
+            old_charge = (
+                charge.with_released(charge.charge(old, old_pod, self.kinds), released)
+                if old is not None
+                else None
+            )
         except ValidationError as e:
             return Decision(False, f"invalid ResourceBinding: {api.describe(e)}", REASON_INVALID)
         except QuantityError as e:
@@ -99,6 +105,10 @@ class BindingAdmission(Admission):
         if self.refusals is not None and not req.dryRun:
             self.refusals.observe(req.namespace, new, old, new_charge, old_charge, decision)
         return decision
+
+    def _released(self) -> frozenset[str]:
+        """The clusters whose evicted replicas a releasing quota does not charge now."""
+        return self.readiness.released(time.time()) if self.readiness is not None else frozenset()
 
     @staticmethod
     def _untrusted_write(req: review.Request) -> Decision | None:

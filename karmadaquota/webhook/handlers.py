@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from karmadaquota.api import ClusterKarmadaQuota
+from karmadaquota.evictions import Readiness
 from karmadaquota.kube.client import Api
 from karmadaquota.kube.informer import Lister
 from karmadaquota.kube.namespace_labels import NamespaceLabels
@@ -46,6 +47,8 @@ class Webhook(
             jobs.append(self.cluster.run())
         if self.templates is not None:
             jobs += [i.run() for i in self.templates.informers]
+        if self.readiness is not None and self.readiness.informer is not None:
+            jobs.append(self.readiness.informer.run())
         await asyncio.gather(*jobs)
 
     async def _synced_gauge(self) -> None:
@@ -114,4 +117,5 @@ def assemble(
         cluster,
         TemplateStore(client, kinds=config.kinds),
         config.allowed_overrides,
+        Readiness(config.evicted_cluster_grace, client=client),
     )

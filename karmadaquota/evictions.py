@@ -26,7 +26,7 @@ decision is `released(now)`, pure over what was seen.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +62,22 @@ def not_ready(obj: Mapping[str, Any]) -> NotReady | None:
             status, when.timestamp() if when else float("inf"), str(c.get("reason") or "")
         )
     return None
+
+
+def describe(clusters: Iterable[str], readiness: Readiness, now: float) -> str:
+    """Why each cluster's evicted replicas are charged, for a refusal's message (Karmada's
+    scheduler reports it in its events on the binding and its template)."""
+    not_ready_now = readiness.not_ready()
+    releasing = readiness.releasing(now)
+    parts = []
+    for name in clusters:
+        if name in releasing:
+            parts.append(f"{name} is not Ready, released in {releasing[name] - now:.0f}s")
+        elif name in not_ready_now:
+            parts.append(f"{name} is not Ready (released where the quota does not hold it)")
+        else:
+            parts.append(f"{name} is Ready: charged until Karmada's eviction ends")
+    return "replicas evicted from " + "; ".join(parts) + " (docs/charging.md, Failover)"
 
 
 class Readiness:

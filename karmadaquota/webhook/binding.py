@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import aiohttp
 from pydantic import ValidationError
 
-from karmadaquota import api, charge, queued, trust
+from karmadaquota import api, charge, evictions, queued, trust
 from karmadaquota.api import ResourceBinding
-from karmadaquota.evaluate import REASON_FORBIDDEN, Decision
+from karmadaquota.evaluate import REASON_EXCEEDED, REASON_FORBIDDEN, Decision
+from karmadaquota.evictions import Readiness
 from karmadaquota.kube import paths
 from karmadaquota.kube.client import KubeError
 from karmadaquota.quantity import QuantityError
@@ -102,9 +104,20 @@ class BindingAdmission(Admission):
             dry_run=req.dryRun,
         )
         decision = await self._charge(request, selecting, deadline)
+        if decision.reason == REASON_EXCEEDED and new_charge.evicted:
+            # Karmada's scheduler puts this answer in its events: say why a failover waits
+            decision = replace(
+                decision,
+                message=f"{decision.message}; {self._evictions(sorted(new_charge.evicted))}",
+            )
         if self.refusals is not None and not req.dryRun:
             self.refusals.observe(req.namespace, new, old, new_charge, old_charge, decision)
         return decision
+
+    def _evictions(self, clusters: list[str]) -> str:
+        """What the binding's eviction tasks are charged, cluster by cluster."""
+        readiness = self.readiness or Readiness()
+        return evictions.describe(clusters, readiness, time.time())
 
     def _released(self) -> frozenset[str]:
         """The clusters whose evicted replicas a releasing quota does not charge now."""

@@ -8,15 +8,21 @@ Release` (the default), once Karmada reports that cluster not Ready past the gra
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
 
 from karmadaquota import charge
 from karmadaquota.api import KarmadaQuota, ResourceBinding
 from karmadaquota.controller.index import Interner, aggregate, observe
 from karmadaquota.evaluate import QuotaView, evaluate
-from karmadaquota.evictions import Readiness, not_ready
+from karmadaquota.evictions import CLUSTERS_PATH, Readiness, not_ready
+from karmadaquota.kinds import Kinds
 from karmadaquota.resources import PODS
 from tests.conftest import binding_doc
+from tests.core.test_kinds import started
+from tests.fake_api import FakeApiServer, quota_doc
+from tests.webhook.test_webhook_app import post, review
 
 ONE_CPU = {"cpu": "1", "memory": "1Gi"}
 
@@ -178,3 +184,37 @@ def test_a_tasks_end_is_its_creation_plus_its_timeout() -> None:
     doc["spec"]["gracefulEvictionTasks"][0]["gracePeriodSeconds"] = 60
     entry = observe(doc, Interner()).entry
     assert entry is not None and entry.evictions == (("m1", T0 + 60),)
+
+
+# ---------------------------------------------------------------------------------------------
+# the webhook as the program assembles it: its own watch of the Clusters
+
+
+async def test_the_webhook_admits_the_failover_once_it_sees_the_cluster_not_ready() -> None:
+    api = FakeApiServer()
+    api.create(CLUSTERS_PATH, cluster("m1", "True"))
+    old, new = moved(placed={}), moved()
+    for doc in (old, new):
+        doc["metadata"]["namespace"] = "ns"
+    full = quota_doc(hard={"pods": "4"}, used={"pods": "4"}, namespace="ns")
+    async for client in started(api, Kinds.of([]), full):
+        _, body = await post(client, "/validate-resourcebinding", review(new, "UPDATE", old=old))
+        refused = body["response"]
+        assert not refused["allowed"]
+        assert (
+            "replicas evicted from m1 is Ready: charged until Karmada's eviction ends"
+            in (refused["status"]["message"])
+        )
+        api.update(
+            f"{CLUSTERS_PATH}/m1",
+            lambda c: c.update(status=cluster("m1", "Unknown")["status"]),
+        )
+        deadline = time.monotonic() + 5
+        while True:  # until the webhook's Cluster watch has delivered the change
+            _, body = await post(
+                client, "/validate-resourcebinding", review(new, "UPDATE", old=old)
+            )
+            if body["response"]["allowed"]:
+                break
+            assert time.monotonic() < deadline, body["response"]["status"]["message"]
+            await asyncio.sleep(0.01)

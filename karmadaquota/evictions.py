@@ -19,8 +19,8 @@ once. A cluster not seen (the store not listed yet, a Cluster deleted) is never 
 webhook and the controller each fail closed on their own view. `Hold` keeps the task charged
 until it ends.
 
-The table is fed by an informer (the webhook's) or by the controller's Cluster events; the
-decision is `released(now)`, pure over what was seen.
+The table is fed by an informer on `CLUSTERS_PATH` (the webhook's) or by the controller's kopf
+Cluster events; the decision is `released(now)`, pure over what was seen.
 """
 
 from __future__ import annotations
@@ -30,8 +30,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from karmadaquota.api import parse_time
-from karmadaquota.kube.informer import Informer, Lister
+from karmadaquota.api import ResourceBinding, parse_time
 
 log = logging.getLogger("karmadaquota.evictions")
 
@@ -64,9 +63,31 @@ def not_ready(obj: Mapping[str, Any]) -> NotReady | None:
     return None
 
 
-def describe(clusters: Iterable[str], readiness: Readiness, now: float) -> str:
-    """Why each cluster's evicted replicas are charged, for a refusal's message (Karmada's
-    scheduler reports it in its events on the binding and its template)."""
+# Karmada's --graceful-eviction-timeout default: a task without gracePeriodSeconds ends by then
+GRACEFUL_EVICTION_TIMEOUT = 600.0
+
+
+def task_ends(binding: ResourceBinding) -> dict[str, float | None]:
+    """Per evicted cluster, when its graceful eviction task ends at the latest (seconds since
+    the epoch): its creationTimestamp + gracePeriodSeconds or Karmada's default timeout; None
+    while Karmada has not stamped it yet."""
+    out: dict[str, float | None] = {}
+    for task in binding.spec.gracefulEvictionTasks:
+        created = parse_time(task.creationTimestamp) if task.creationTimestamp else None
+        timeout = (
+            task.gracePeriodSeconds
+            if task.gracePeriodSeconds is not None
+            else GRACEFUL_EVICTION_TIMEOUT
+        )
+        out[task.fromCluster] = created.timestamp() + timeout if created else None
+    return out
+
+
+def describe(
+    clusters: Iterable[str], ends: Mapping[str, float | None], readiness: Readiness, now: float
+) -> str:
+    """Why each cluster's evicted replicas are charged and for how long, for a refusal's message
+    (Karmada's scheduler reports it in its events on the binding and its template)."""
     not_ready_now = readiness.not_ready()
     releasing = readiness.releasing(now)
     parts = []
@@ -76,26 +97,19 @@ def describe(clusters: Iterable[str], readiness: Readiness, now: float) -> str:
         elif name in not_ready_now:
             parts.append(f"{name} is not Ready (released where the quota does not hold it)")
         else:
-            parts.append(f"{name} is Ready: charged until Karmada's eviction ends")
+            end = ends.get(name)
+            left = f", at most {max(0.0, end - now):.0f}s more" if end is not None else ""
+            parts.append(f"{name} is Ready: charged until Karmada's eviction ends{left}")
     return "replicas evicted from " + "; ".join(parts) + " (docs/charging.md, Failover)"
 
 
 class Readiness:
     """Member clusters not Ready, as the Cluster objects say (an informer's handler)."""
 
-    def __init__(
-        self,
-        grace: float = 0.0,
-        on_change: Callable[[], None] | None = None,
-        client: Lister | None = None,
-    ) -> None:
+    def __init__(self, grace: float = 0.0, on_change: Callable[[], None] | None = None) -> None:
         self.grace = grace
         self._not_ready: dict[str, NotReady] = {}
         self._on_change = on_change or (lambda: None)
-        # the webhook's own watch of the Clusters (the controller feeds `observe` from kopf's)
-        self.informer = (
-            Informer(CLUSTERS_PATH, self, client, name="clusters") if client is not None else None
-        )
 
     def released(self, now: float) -> frozenset[str]:
         """The clusters whose evicted replicas a releasing quota no longer charges at `now`."""

@@ -28,8 +28,9 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 
 from karmadaquota import queued, queueing, scopes
-from karmadaquota.api import BindingResource, ResourceBinding, describe, parse_time
+from karmadaquota.api import BindingResource, ResourceBinding, describe
 from karmadaquota.charge import Charge, full_charge, queued_charge
+from karmadaquota.evictions import task_ends
 from karmadaquota.kinds import BUILTIN, Kinds
 from karmadaquota.kube.versions import parse_rv
 from karmadaquota.pod_template import PodCharge, TemplateKey
@@ -197,25 +198,11 @@ def observe(
     )
 
 
-# Karmada's --graceful-eviction-timeout default: a task without gracePeriodSeconds ends by then
-GRACEFUL_EVICTION_TIMEOUT = 600.0
-
-
 def _evictions(
     binding: ResourceBinding, c: Charge, intern: Interner
 ) -> tuple[tuple[str, float | None], ...]:
-    out: list[tuple[str, float | None]] = []
-    for task in binding.spec.gracefulEvictionTasks:
-        if task.fromCluster not in c.evicted:
-            continue
-        created = parse_time(task.creationTimestamp) if task.creationTimestamp else None
-        timeout = (
-            task.gracePeriodSeconds
-            if task.gracePeriodSeconds is not None
-            else GRACEFUL_EVICTION_TIMEOUT
-        )
-        out.append((intern(task.fromCluster), created.timestamp() + timeout if created else None))
-    return tuple(out)
+    ends = task_ends(binding)
+    return tuple((intern(name), ends.get(name)) for name in sorted(c.evicted))
 
 
 _NOTHING = CompactUsage(

@@ -108,16 +108,20 @@ class BindingAdmission(Admission):
             # Karmada's scheduler puts this answer in its events: say why a failover waits
             decision = replace(
                 decision,
-                message=f"{decision.message}; {self._evictions(sorted(new_charge.evicted))}",
+                message=f"{decision.message}; {self._evictions(new, new_charge)}",
             )
         if self.refusals is not None and not req.dryRun:
             self.refusals.observe(req.namespace, new, old, new_charge, old_charge, decision)
         return decision
 
-    def _evictions(self, clusters: list[str]) -> str:
-        """What the binding's eviction tasks are charged, cluster by cluster."""
-        readiness = self.readiness or Readiness()
-        return evictions.describe(clusters, readiness, time.time())
+    def _evictions(self, binding: ResourceBinding, c: charge.Charge) -> str:
+        """Why the binding's eviction tasks are charged, cluster by cluster, and how long."""
+        return evictions.describe(
+            sorted(c.evicted),
+            evictions.task_ends(binding),
+            self.readiness or Readiness(),
+            time.time(),
+        )
 
     def _released(self) -> frozenset[str]:
         """The clusters whose evicted replicas a releasing quota does not charge now."""

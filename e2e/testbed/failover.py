@@ -233,12 +233,17 @@ async def watch_return(
         )
     finally:
         await restart
-    over = [p.at for p in watch.polls if p.pods_on_ready() > hard]
-    over_s = 0.0
-    if over:
-        after = [p.at for p in watch.polls if p.at > over[-1]]
-        over_s = (after[0] if after else over[-1]) - over[0]
-    return Return(ready_at[0], cleaned_at, over_s)
+    return Return(ready_at[0], cleaned_at, over_hard_window(watch.polls, hard))
+
+
+def over_hard_window(polls: list[Poll], hard: int) -> float:
+    """Seconds from the first poll with Σ pods on Ready members over `hard` to the first poll
+    after the last such poll (0 when never over): the window a quota could see it over."""
+    over = [p.at for p in polls if p.pods_on_ready() > hard]
+    if not over:
+        return 0.0
+    after = [p.at for p in polls if p.at > over[-1]]
+    return (after[0] if after else over[-1]) - over[0]
 
 
 def p50(figures: list[float]) -> float:

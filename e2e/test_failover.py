@@ -18,6 +18,7 @@ graceful eviction to time out (10 minutes), so they are expected to fail.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -83,13 +84,28 @@ async def members(failover_bed: TestBed) -> AsyncIterator[dict[str, KubeClient]]
         yield clients
 
 
+@contextlib.asynccontextmanager
 async def running_everywhere(
     bed: TestBed, karmada: KubeClient, members: dict[str, KubeClient], hard: dict[str, str] | None
-) -> str:
+) -> AsyncIterator[str]:
     """A fresh namespace (with a quota of `hard`, initialised, if given) where the workload
-    runs, divided over both members."""
+    runs, divided over both members; deleted afterwards."""
     ns = f"failover-{secrets.token_hex(3)}"
     await karmada.post("/api/v1/namespaces", {"metadata": {"name": ns}})
+    try:
+        await _place(bed, karmada, members, ns, hard)
+        yield ns
+    finally:
+        await bed.akubectl("delete", "namespace", ns, "--wait=false")
+
+
+async def _place(
+    bed: TestBed,
+    karmada: KubeClient,
+    members: dict[str, KubeClient],
+    ns: str,
+    hard: dict[str, str] | None,
+) -> None:
     await gi.member_namespace(members, ns)
     if hard is not None:
         path = campaign.QUOTA_PATH.format(ns=ns)
@@ -113,7 +129,6 @@ async def running_everywhere(
         return all(p.running[m] == REPLICAS // 2 for m in (AWAY, STAYS))
 
     await eventually(divided, 90, f"{REPLICAS} pods Running, divided over {AWAY} and {STAYS}")
-    return ns
 
 
 @dataclass(frozen=True)
@@ -164,9 +179,8 @@ async def baseline(
     """The failover without a quota, `REPEATS` times, each in a fresh namespace."""
     runs: list[Run] = []
     for _ in range(REPEATS):
-        ns = await running_everywhere(failover_bed, karmada, members, None)
-        runs.append(await fail_over_and_back(failover_bed, karmada, members, ns))
-        await failover_bed.akubectl("delete", "namespace", ns, "--wait=false")
+        async with running_everywhere(failover_bed, karmada, members, None) as ns:
+            runs.append(await fail_over_and_back(failover_bed, karmada, members, ns))
     return runs
 
 
@@ -214,10 +228,10 @@ async def test_a_failover_in_a_full_quota_is_as_fast_and_never_over_hard(
     """With the quota full, the same failover completes within the baseline's p50 × 1.5 +
     10 s, and Σ pods on the Ready members ≤ hard at every poll."""
     bound = fast_enough(baseline)
-    ns = await running_everywhere(failover_bed, karmada, members, hard)
-    run = await fail_over_and_back(
-        failover_bed, karmada, members, ns, timeout=bound, on_poll=never_over(REPLICAS)
-    )
+    async with running_everywhere(failover_bed, karmada, members, hard) as ns:
+        run = await fail_over_and_back(
+            failover_bed, karmada, members, ns, timeout=bound, on_poll=never_over(REPLICAS)
+        )
     record_property("failover_s", round(run.failover_s, 1))
     print(f"failover in a full quota {hard}: {run.failover_s:.1f}s (bound {bound:.1f}s)")
     assert run.failover_s <= bound
@@ -234,10 +248,10 @@ async def test_a_member_back_with_its_old_pods_is_over_hard_no_longer_than_the_r
 ) -> None:
     """After a failover in a full quota, member1 comes back with its old pods: Σ pods on the
     Ready members is over hard until Karmada deletes them, no longer than `RETURN_BOUND_S`."""
-    ns = await running_everywhere(failover_bed, karmada, members, QUOTAS["pods"])
-    run = await fail_over_and_back(
-        failover_bed, karmada, members, ns, timeout=fast_enough(baseline)
-    )
+    async with running_everywhere(failover_bed, karmada, members, QUOTAS["pods"]) as ns:
+        run = await fail_over_and_back(
+            failover_bed, karmada, members, ns, timeout=fast_enough(baseline)
+        )
     record_property("return_over_hard_s", round(run.back.over_hard_s, 1))
     print(
         f"member back: Ready after {run.back.ready_s:.1f}s, its old pods gone "

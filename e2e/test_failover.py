@@ -210,6 +210,8 @@ async def test_a_member_taken_away_its_replicas_run_on_the_other_without_a_quota
     _record(record_property, "return_ready_s", [r.back.ready_s for r in baseline])
     cleanup = [r.back.cleanup_after_ready_s for r in baseline]
     _record(record_property, "return_cleanup_after_ready_s", cleanup)
+    undeploy = [r.back.undeployed_s - r.back.ready_s for r in baseline]
+    _record(record_property, "return_deployment_deleted_after_ready_s", undeploy)
     _record(record_property, "return_over_hard_s", [r.back.over_hard_s for r in baseline])
     assert all(0 < f < FAILOVER_TIMEOUT_S for f in failover), failover
 
@@ -254,8 +256,9 @@ async def test_a_member_back_with_its_old_pods_is_over_hard_no_longer_than_the_r
         )
     record_property("return_over_hard_s", round(run.back.over_hard_s, 1))
     print(
-        f"member back: Ready after {run.back.ready_s:.1f}s, its old pods gone "
-        f"{run.back.cleanup_after_ready_s:.1f}s later, Σ over hard for "
+        f"member back: Ready after {run.back.ready_s:.1f}s, its old Deployment deleted "
+        f"{run.back.undeployed_s - run.back.ready_s:.1f}s later, its old pods gone "
+        f"{run.back.cleanup_after_ready_s:.1f}s after Ready, Σ over hard for "
         f"{run.back.over_hard_s:.1f}s"
     )
     assert run.back.over_hard_s <= RETURN_BOUND_S

@@ -14,6 +14,7 @@ def poll(at: float, ready: tuple[bool, bool], pods: tuple[int, int]) -> Poll:
         tainted={n: False for n in names},
         pods=dict(zip(names, pods, strict=True)),
         running=dict(zip(names, pods, strict=True)),
+        deployments={n: 1 for n in names},
     )
 
 

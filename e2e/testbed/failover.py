@@ -96,13 +96,14 @@ def _tainted(cluster: Mapping[str, Any]) -> bool:
 @dataclass(frozen=True)
 class Poll:
     """One look at the namespace: seconds since the clock started, each member's Ready (as
-    Karmada says), live pods (not Succeeded/Failed) and pods Running and Ready."""
+    Karmada says), live pods (not Succeeded/Failed), pods Running and Ready, and Deployments."""
 
     at: float
     ready: Mapping[str, bool]
     tainted: Mapping[str, bool]
     pods: Mapping[str, int]
     running: Mapping[str, int]
+    deployments: Mapping[str, int]
 
     def pods_on_ready(self) -> int:
         """Σ live pods over the members Karmada calls Ready: what a quota can see running."""
@@ -120,17 +121,21 @@ class Watch:
     members: Mapping[str, KubeClient]
     namespace: str
     started: float = field(default_factory=time.monotonic)
-    last: dict[str, tuple[int, int]] = field(default_factory=dict)
+    last: dict[str, tuple[int, int, int]] = field(default_factory=dict)
     polls: list[Poll] = field(default_factory=list)
 
-    async def _member(self, name: str) -> tuple[int, int]:
+    async def _member(self, name: str) -> tuple[int, int, int]:
+        client, ns = self.members[name], self.namespace
         try:
-            pods = await asyncio.wait_for(
-                self.members[name].get(f"/api/v1/namespaces/{self.namespace}/pods"),
+            pods, deployments = await asyncio.wait_for(
+                asyncio.gather(
+                    client.get(f"/api/v1/namespaces/{ns}/pods"),
+                    client.get(f"/apis/apps/v1/namespaces/{ns}/deployments"),
+                ),
                 READ_TIMEOUT_S,
             )
         except (KubeError, aiohttp.ClientError, OSError, TimeoutError):
-            return self.last.get(name, (0, 0))  # down: its pods cannot change meanwhile
+            return self.last.get(name, (0, 0, 0))  # down: nothing there can change meanwhile
         live = running = 0
         for p in pods.get("items", []):
             status = p.get("status") or {}
@@ -147,8 +152,8 @@ class Watch:
                 and not p["metadata"].get("deletionTimestamp")
             ):
                 running += 1
-        self.last[name] = (live, running)
-        return live, running
+        self.last[name] = (live, running, len(deployments.get("items", [])))
+        return self.last[name]
 
     async def poll(self) -> Poll:
         clusters = {
@@ -162,6 +167,7 @@ class Watch:
             tainted={m: _tainted(clusters.get(m, {})) for m in names},
             pods={m: c[0] for m, c in zip(names, counts, strict=True)},
             running={m: c[1] for m, c in zip(names, counts, strict=True)},
+            deployments={m: c[2] for m, c in zip(names, counts, strict=True)},
         )
         self.polls.append(p)
         return p
@@ -196,10 +202,12 @@ async def time_until_running_elsewhere(
 @dataclass(frozen=True)
 class Return:
     """A member brought back with its old pods: seconds from the restart until Karmada calls
-    it Ready, until its evicted pods are gone, and how long Σ pods on Ready members was over
-    `hard` (from the first poll over to the first poll back at or under it)."""
+    it Ready, until Karmada has deleted the evicted Deployment there, until its pods are gone
+    (the member's garbage collector), and how long Σ pods on Ready members was over `hard`
+    (from the first poll over to the first poll back at or under it)."""
 
     ready_s: float
+    undeployed_s: float
     cleaned_s: float
     over_hard_s: float
 
@@ -218,6 +226,7 @@ async def watch_return(
     watch.polls.clear()
     restart = asyncio.create_task(asyncio.to_thread(bring_back, bed, member, timeout))
     ready_at: list[float] = []
+    undeployed_at: list[float] = []
 
     async def cleaned() -> float | None:
         if restart.done():
@@ -225,6 +234,8 @@ async def watch_return(
         p = await watch.poll()
         if p.ready[member] and not ready_at:
             ready_at.append(p.at)
+        if ready_at and p.deployments[member] == 0 and not undeployed_at:
+            undeployed_at.append(p.at)
         return p.at if ready_at and p.pods[member] == 0 else None
 
     try:
@@ -233,7 +244,8 @@ async def watch_return(
         )
     finally:
         await restart
-    return Return(ready_at[0], cleaned_at, over_hard_window(watch.polls, hard))
+    undeployed = undeployed_at[0] if undeployed_at else cleaned_at
+    return Return(ready_at[0], undeployed, cleaned_at, over_hard_window(watch.polls, hard))
 
 
 def over_hard_window(polls: list[Poll], hard: int) -> float:

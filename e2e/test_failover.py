@@ -10,9 +10,9 @@ member1 comes back with its old pods, and the time until Karmada deletes them is
 Without a quota that is the baseline, measured 5 times (p50 printed and recorded). With a full
 quota (hard = what runs) the same failover must finish within the baseline's p50 × 1.5 + 10 s
 and Σ pods on the Ready members must stay ≤ hard at every poll; the member coming back may leave
-Σ over hard for no longer than `RETURN_BOUND_S`. Those two wait for issue 38's charging rule
-(karmadaquota/, docs/charging.md): until it is merged a failover in a full quota waits for the
-graceful eviction to time out (10 minutes), so they are expected to fail.
+Σ over hard for no longer than `RETURN_BOUND_S`. Without issue 38's charging rule
+(docs/charging.md, "Failover") a failover in a full quota waits for the graceful eviction to
+time out (10 minutes); the return test is expected to fail (`LINGERING`).
 """
 
 from __future__ import annotations
@@ -44,7 +44,13 @@ FAILOVER_TIMEOUT_S = 180.0
 # How long a returning member's old pods may keep Σ on the Ready members over hard. A
 # placeholder until docs/charging.md states the rule's window (issue 38's product half).
 RETURN_BOUND_S = 15.0
-PENDING = pytest.mark.xfail(strict=False, reason="issue 38 product rule not merged yet")
+# Karmada deletes the returning member's Deployment ~0.4 s after it is Ready, but on the bed its
+# pods linger 3–80 s more: the member's kube-controller-manager garbage collector, whose
+# discovery failed during the API server outage, cascades the deletion only once it resyncs.
+LINGERING = pytest.mark.xfail(
+    strict=False,
+    reason="a returning member's old pods outlive its Deployment by the member GC's resync",
+)
 QUOTAS = {
     "pods": {"pods": str(REPLICAS)},
     "pods-and-cpu": {"pods": str(REPLICAS), "requests.cpu": f"{REPLICAS * 100}m"},
@@ -216,7 +222,6 @@ async def test_a_member_taken_away_its_replicas_run_on_the_other_without_a_quota
     assert all(0 < f < FAILOVER_TIMEOUT_S for f in failover), failover
 
 
-@PENDING
 @pytest.mark.parametrize("hard", list(QUOTAS.values()), ids=list(QUOTAS))
 async def test_a_failover_in_a_full_quota_is_as_fast_and_never_over_hard(
     baseline: list[Run],
@@ -239,7 +244,7 @@ async def test_a_failover_in_a_full_quota_is_as_fast_and_never_over_hard(
     assert run.failover_s <= bound
 
 
-@PENDING
+@LINGERING
 async def test_a_member_back_with_its_old_pods_is_over_hard_no_longer_than_the_rule_says(
     baseline: list[Run],
     stack: campaign.Stack,

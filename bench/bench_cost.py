@@ -318,13 +318,9 @@ def composition(row: dict[str, Any]) -> str:
     return f"{entries} pending entries in {groups} group(s), {size / 1024:.1f} KB of status.pending"
 
 
-async def user_path(it: harness.Installed, quota: bool, n: int, tag: str) -> float:
-    """`n` Deployments + one PropagationPolicy: seconds until every binding is scheduled."""
-    bed = it.bed
-    ns = f"bench-path-{tag}"
-    await prepare(bed, ns, "quota" if quota else "no-quota", n * 10)
-    member = sorted(bed.members)[0]
-    policy = {
+def propagate_all(ns: str, member: str) -> dict[str, Any]:
+    """A PropagationPolicy sending every Deployment of `ns` to `member`."""
+    return {
         "apiVersion": "policy.karmada.io/v1alpha1",
         "kind": "PropagationPolicy",
         "metadata": {"name": "all", "namespace": ns},
@@ -333,6 +329,28 @@ async def user_path(it: harness.Installed, quota: bool, n: int, tag: str) -> flo
             "placement": {"clusterAffinity": {"clusterNames": [member]}},
         },
     }
+
+
+async def scheduled(api: KubeClient, ns: str, n: int) -> bool:
+    """Whether `n` bindings of `ns` are scheduled."""
+    items = (await api.get(RB.format(ns=ns))).get("items", [])
+    done = [
+        b
+        for b in items
+        if any(
+            c.get("type") == "Scheduled" and c.get("status") == "True"
+            for c in b.get("status", {}).get("conditions", [])
+        )
+    ]
+    return len(done) == n
+
+
+async def user_path(it: harness.Installed, quota: bool, n: int, tag: str) -> float:
+    """`n` Deployments + one PropagationPolicy: seconds until every binding is scheduled."""
+    bed = it.bed
+    ns = f"bench-path-{tag}"
+    await prepare(bed, ns, "quota" if quota else "no-quota", n * 10)
+    policy = propagate_all(ns, sorted(bed.members)[0])
     deployments = [
         {
             "apiVersion": "apps/v1",
@@ -359,20 +377,8 @@ async def user_path(it: harness.Installed, quota: bool, n: int, tag: str) -> flo
     ]
     started = time.perf_counter()
     await bed.aapply([policy, *deployments])
-
-    async def all_scheduled() -> bool:
-        items = (await it.api.get(RB.format(ns=ns))).get("items", [])
-        scheduled = [
-            b
-            for b in items
-            if any(
-                c.get("type") == "Scheduled" and c.get("status") == "True"
-                for c in b.get("status", {}).get("conditions", [])
-            )
-        ]
-        return len(scheduled) == n
-
-    await eventually(all_scheduled, 300, f"{n} bindings scheduled in {ns}", interval=0.05)
+    done = functools.partial(scheduled, it.api, ns, n)
+    await eventually(done, 300, f"{n} bindings scheduled in {ns}", interval=0.05)
     return time.perf_counter() - started
 
 

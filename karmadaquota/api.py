@@ -80,6 +80,13 @@ ENFORCEMENT_NONE = "None"
 ENFORCEMENT_RESOURCE_QUOTA = "ResourceQuota"
 ENFORCEMENT_ENUM: list[JsonValue] = [ENFORCEMENT_NONE, ENFORCEMENT_RESOURCE_QUOTA]
 
+# spec.failover.evictedReplicas (karmadaquota.evictions): Release (the default) stops charging
+# a graceful eviction task's replicas once Karmada says their cluster is not Ready; Hold
+# charges them until the task ends
+EVICTED_RELEASE = "Release"
+EVICTED_HOLD = "Hold"
+EVICTED_ENUM: list[JsonValue] = [EVICTED_RELEASE, EVICTED_HOLD]
+
 
 def parse_time(value: str) -> datetime | None:
     """An RFC 3339 time from the wire, in UTC; None when unreadable.
@@ -175,6 +182,19 @@ class ScopeSelector(_Lenient):
     )
 
 
+class Failover(_Lenient):
+    evictedReplicas: str = Field(
+        default=EVICTED_RELEASE,
+        description="Replicas Karmada evicted from a cluster (a binding's graceful eviction "
+        "task) are charged until the task ends. Release (the default): no longer once Karmada "
+        "reports that cluster not Ready (its Ready condition False or Unknown, for the "
+        "controller's --evicted-cluster-grace), so that a failover is admitted while the failed "
+        "cluster is away, as Kubernetes' ResourceQuota stops counting a lost node's pods. Hold: "
+        "until the task ends (a partitioned cluster may still run them).",
+        json_schema_extra={"enum": EVICTED_ENUM},
+    )
+
+
 class KarmadaQuotaSpec(_Lenient):
     hard: RawResourceList = _resource_list(
         "The global hard limit per resource name, summed over every member cluster."
@@ -218,10 +238,20 @@ class KarmadaQuotaSpec(_Lenient):
         json_schema_extra={"additionalProperties": {"x-kq-resource-list": True}},
     )
 
+    failover: Failover | None = Field(
+        default=None,
+        description='How a cluster failover is charged (docs/charging.md, "Failover").',
+    )
+
     @property
     def guarded(self) -> bool:
         """Whether member guards (and observed usage) are on for this quota."""
         return self.memberEnforcement == ENFORCEMENT_RESOURCE_QUOTA
+
+    @property
+    def releases_evicted(self) -> bool:
+        """Whether replicas evicted from a cluster that is not Ready stop being charged."""
+        return self.failover is None or self.failover.evictedReplicas != EVICTED_HOLD
 
 
 class ObjectReference(_Lenient):
@@ -950,6 +980,12 @@ class TargetCluster(_Lenient):
 class GracefulEvictionTask(_Lenient):
     fromCluster: str
     replicas: int | None = None
+    # Directly / Immediately: Karmada renders no Work for the task (charge._placed)
+    purgeMode: str | None = None
+    # set by Karmada's graceful eviction controller; the task ends by its timeout from then
+    # (gracePeriodSeconds, or karmada-controller-manager's --graceful-eviction-timeout)
+    creationTimestamp: str | None = None
+    gracePeriodSeconds: int | None = None
 
 
 class BindingSnapshot(_Lenient):

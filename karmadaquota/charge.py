@@ -5,7 +5,11 @@ footprint after it (Duplicated placement lists `replicas` in every cluster). The
 every one Karmada's binding controller renders a Work into: `spec.clusters`, then the clusters
 of `spec.requiredBy` not among them (with their replicas), then those under a graceful
 eviction task that are in neither (their Work keeps running until the task ends: the task's
-replicas, or `spec.replicas` when it names none). A binding with more than one component charges
+replicas, or `spec.replicas` when it names none), except a task purged `Directly` (Karmada
+deletes its Work at once and renders the binding's new placement only once it is gone). What the
+binding costs without each such evicted cluster is kept beside (`Charge.evicted`): a quota that
+releases a cluster Karmada reports not Ready (karmadaquota.evictions) charges that
+(`released`). A binding with more than one component charges
 Σ component replicas × component requests once per target cluster (Karmada places a
 multi-component workload whole); a single component is charged like the legacy fields it
 replaces.
@@ -42,12 +46,12 @@ bindings created before the webhook was installed, charges the rest of it and re
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from karmadaquota import pod_template, queued, resources
-from karmadaquota.api import ResourceBinding, ResourceBindingSpec
+from karmadaquota.api import GracefulEvictionTask, ResourceBinding, ResourceBindingSpec
 from karmadaquota.kinds import BUILTIN, Kinds, Runs
 from karmadaquota.pod_template import PodCharge
 from karmadaquota.quantity import Quantity
@@ -87,6 +91,35 @@ class Charge:
     # Limited names (cpu, memory, ephemeral-storage) a replica states no limit for, or all of
     # them when the pod template is unknown: a quota tracking limits.<name> refuses it.
     missing_limits: frozenset[str] = field(default_factory=frozenset)
+    # cluster -> the total without its graceful eviction task, for each cluster the binding is
+    # rendered into only by such a task (`released`)
+    evicted: Mapping[str, ResourceList] = field(default_factory=dict)
+    # the charge for a quota that releases evicted replicas (api.KarmadaQuotaSpec.
+    # releases_evicted), where some cluster of `evicted` is released now (`with_released`)
+    if_released: Charge | None = None
+
+
+def with_released(c: Charge, clusters: Collection[str]) -> Charge:
+    """`c` knowing which clusters' evicted replicas are released now (the webhook's view)."""
+    r = released(c, clusters)
+    return c if r is c else replace(c, if_released=r)
+
+
+def released(c: Charge, clusters: Collection[str]) -> Charge:
+    """The charge when the eviction tasks of `clusters` are not charged
+    (karmadaquota.evictions): for one such cluster its total without that task; for several,
+    the least of those totals per name — at least the exact figure (each task dropped alone
+    lowers no more than all of them together), so stricter, never looser."""
+    hit = sorted(name for name in c.evicted if name in clusters)
+    if not hit:
+        return c
+    names = set().union(*(c.evicted[name] for name in hit))
+    total = {
+        n: min((c.evicted[name].get(n, _ZERO) for name in hit), key=lambda q: q.nanos)
+        for n in names
+    }
+    per_cluster = {k: v for k, v in c.per_cluster.items() if k not in hit}
+    return replace(c, total=total, per_cluster=per_cluster, evicted={}, if_released=None)
 
 
 def _per_replica(requests: Mapping[str, Quantity], replicas: int) -> ResourceList:
@@ -152,13 +185,48 @@ def charge(
 
 def queued_charge(full: Charge) -> Charge:
     """What a queued binding is charged: nothing, with everything else of its charge kept."""
-    return replace(full, total={}, per_cluster={})
+    return replace(full, total={}, per_cluster={}, evicted={}, if_released=None)
 
 
 def full_charge(
     binding: ResourceBinding, pod: PodCharge | None = None, kinds: Kinds = BUILTIN
 ) -> Charge:
     """What the binding costs once admitted, queued or not (the queue's fit checks)."""
+    found = _full(binding, pod, kinds)
+    evicted = _evicted_only(binding.spec)
+    if not evicted:
+        return found
+    return replace(
+        found,
+        evicted={name: _full(_without_task(binding, name), pod, kinds).total for name in evicted},
+    )
+
+
+def _evicted_only(spec: ResourceBindingSpec) -> list[str]:
+    """The clusters the binding is rendered into only by a graceful eviction task."""
+    placed = {c.name for c in spec.clusters}
+    placed.update(c.name for s in spec.requiredBy for c in s.clusters)
+    return sorted({t.fromCluster for t in spec.gracefulEvictionTasks if _rendered(t)} - placed)
+
+
+def _without_task(binding: ResourceBinding, cluster: str) -> ResourceBinding:
+    spec = binding.spec
+    tasks = [t for t in spec.gracefulEvictionTasks if t.fromCluster != cluster]
+    return binding.model_copy(
+        update={"spec": spec.model_copy(update={"gracefulEvictionTasks": tasks})}
+    )
+
+
+# Karmada renders no Work for a task purged so (`ObtainBindingSpecExistingClusters`): it deletes
+# the evicted cluster's Work and renders the new placement once that Work is gone
+_UNRENDERED_PURGE_MODES = frozenset({"Directly", "Immediately"})
+
+
+def _rendered(task: GracefulEvictionTask) -> bool:
+    return task.purgeMode not in _UNRENDERED_PURGE_MODES
+
+
+def _full(binding: ResourceBinding, pod: PodCharge | None, kinds: Kinds) -> Charge:
     runs = kinds.runs(binding.spec.resource.apiVersion, binding.spec.resource.kind)
     if runs is Runs.NOTHING:
         binding, pod = without_replicas(binding), None
@@ -212,7 +280,7 @@ def _placed(spec: ResourceBindingSpec, invalid: list[str]) -> dict[str, int]:
                     c.replicas, f"spec.requiredBy[{i}].clusters[{j}].replicas", invalid
                 )
     for i, task in enumerate(spec.gracefulEvictionTasks):
-        if task.fromCluster in out:
+        if task.fromCluster in out or not _rendered(task):
             continue  # rendered again for its place in spec.clusters / requiredBy
         kept = task.replicas if task.replicas is not None else spec.replicas
         out[task.fromCluster] = _replicas(

@@ -47,6 +47,18 @@ def workload_kind(text: str) -> str:
     return _checked(text, lambda: Kinds.of([text]))
 
 
+def _evicted_grace_flag(p: argparse.ArgumentParser) -> None:
+    """Both programs release evicted replicas on the same rule: each takes the flag."""
+    p.add_argument(
+        "--evicted-cluster-grace",
+        type=duration,
+        default=timedelta(0),
+        help="a quota with spec.failover.evictedReplicas Release (the default) stops charging "
+        "the replicas Karmada evicted from a cluster once that cluster has not been Ready this "
+        "long (docs/charging.md, Failover); give the webhook and the controller the same value",
+    )
+
+
 def _workload_kind_flag(p: argparse.ArgumentParser) -> None:
     """Both programs charge with the same kinds: each takes the flag."""
     p.add_argument(
@@ -227,6 +239,7 @@ def _parser() -> argparse.ArgumentParser:
         "comma-separate); docs/security.md",
     )
     _workload_kind_flag(w)
+    _evicted_grace_flag(w)
     w.add_argument("--max-connections", type=int, default=1000)
     w.add_argument(
         "--read-timeout",
@@ -264,6 +277,7 @@ def _parser() -> argparse.ArgumentParser:
     _aux_flags(c)
     c.add_argument("--namespace", default="karmada-system", help="namespace of the leader Lease")
     _workload_kind_flag(c)
+    _evicted_grace_flag(c)
     c.add_argument("--no-member-watch", action="store_true", help="skip member-cluster pods")
     c.add_argument(
         "--no-tenant-views",
@@ -334,6 +348,7 @@ def webhook_config(args: argparse.Namespace) -> WebhookConfig:
         metrics_auth_kubeconfig=args.metrics_auth_kubeconfig,
         aux_limits=aux_port.limits(args),
         kinds=Kinds.of(args.workload_kind),
+        evicted_cluster_grace=args.evicted_cluster_grace.total_seconds(),
     )
 
 

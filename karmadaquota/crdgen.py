@@ -197,6 +197,13 @@ _ENFORCED_COLUMN = _column(
     "whether bindings of this namespace are checked against the quota (its Enforced condition)",
 )
 _SUMMARY_COLUMN = _column("Summary", "string", ".status.summary", "used/hard per resource")
+_EVICTED_COLUMN = _column(
+    "Evicted",
+    "string",
+    '.status.conditions[?(@.type=="EvictionCharged")].message',
+    "replicas Karmada evicted from a cluster that are still charged, the cluster's state and "
+    "until when (its EvictionCharged condition; empty: none)",
+)
 _AGE_COLUMN = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
 
 
@@ -252,7 +259,7 @@ def crd() -> dict[str, Any]:
         api.SINGULAR,
         api.SHORT_NAMES,
         "Namespaced",
-        [_ENFORCED_COLUMN, _SUMMARY_COLUMN, queued, _AGE_COLUMN],
+        [_ENFORCED_COLUMN, _SUMMARY_COLUMN, queued, _EVICTED_COLUMN, _AGE_COLUMN],
         _schema(api.KarmadaQuota),
     )
 
@@ -268,7 +275,7 @@ def cluster_crd() -> dict[str, Any]:
         api.CLUSTER_SINGULAR,
         api.CLUSTER_SHORT_NAMES,
         "Cluster",
-        [_SUMMARY_COLUMN, selected, _AGE_COLUMN],
+        [_SUMMARY_COLUMN, selected, _EVICTED_COLUMN, _AGE_COLUMN],
         _schema(api.ClusterKarmadaQuota),
     )
 

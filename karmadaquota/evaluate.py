@@ -48,6 +48,8 @@ class QuotaView:
     scopes: tuple[Expression, ...] = ()
     # memberEnforcement ResourceQuota: every member counts the pods it runs (charge.uncounted)
     guarded: bool = False
+    # spec.failover.evictedReplicas Release: charged `Charge.if_released` where there is one
+    releases_evicted: bool = True
 
     @classmethod
     def of(cls, quota: KarmadaQuota) -> QuotaView:
@@ -65,6 +67,7 @@ class QuotaView:
             reserved=reserved,
             scopes=scopes.expressions(quota.spec),
             guarded=quota.spec.guarded,
+            releases_evicted=quota.spec.releases_evicted,
         )
 
     def with_reserved(self, more: ResourceList) -> QuotaView:
@@ -101,6 +104,16 @@ def delta(new: Charge, old: Charge | None) -> ResourceList:
     return resources.remove_zeros(resources.positive_part(resources.subtract(new.total, old.total)))
 
 
+def _as_seen_by(q: QuotaView, new: Charge, old: Charge | None) -> tuple[Charge, Charge | None]:
+    """The charges of an admission as quota `q` counts them: without the evicted replicas of a
+    cluster that is not Ready when `q` releases them (karmadaquota.evictions)."""
+    return _released(new, old) if q.releases_evicted else (new, old)
+
+
+def _released(new: Charge, old: Charge | None) -> tuple[Charge, Charge | None]:
+    return new.if_released or new, None if old is None else old.if_released or old
+
+
 def charges_nothing(new: Charge, old: Charge | None) -> bool:
     """An UPDATE that grows nothing, stays in the same scopes and escapes no charge it did not
     before: admission has nothing to do.
@@ -134,9 +147,9 @@ def evaluate(
         denial = _check_uncounted(quotas, new)
         if denial is not None:
             return denial
-    if charges_nothing(new, old):
+    if charges_nothing(new, old) and charges_nothing(*_released(new, old)):
         return ALLOW  # admission never releases, never blocks a change that grows nothing
-    change = delta(new, old)
+    change = resources.maximum(delta(new, old), delta(*_released(new, old)))
     matching = sorted(
         (q for q in quotas if scopes.matches(q.scopes, new.traits)), key=lambda q: q.name
     )
@@ -146,7 +159,10 @@ def evaluate(
     charges: dict[str, ResourceList] = {}
     for q in matching:
         entering = old is not None and not scopes.matches(q.scopes, old.traits)
-        tracked = resources.mask(delta(new, None) if entering else change, q.hard.keys())
+        seen_new, seen_old = _as_seen_by(q, new, old)
+        tracked = resources.mask(
+            delta(seen_new, None) if entering else delta(seen_new, seen_old), q.hard.keys()
+        )
         missing = sorted(
             n
             for n in q.hard

@@ -14,6 +14,7 @@ from karmadaquota import resources, selectors
 from karmadaquota.api import (
     ENFORCEMENT_ENUM,
     ENFORCEMENT_RESOURCE_QUOTA,
+    EVICTED_ENUM,
     ON_EXCEED_QUEUE,
     ON_EXCEED_REFUSE,
     STRATEGY_BEST_EFFORT,
@@ -124,6 +125,12 @@ def validate_spec(spec: KarmadaQuotaSpec) -> list[str]:
             )
     errors.extend(validate_scopes(spec))
     errors.extend(validate_member_enforcement(spec))
+    if spec.failover is not None and spec.failover.evictedReplicas not in EVICTED_ENUM:
+        supported = ", ".join(f'"{v}"' for v in EVICTED_ENUM)
+        errors.append(
+            f'spec.failover.evictedReplicas: Unsupported value: "{spec.failover.evictedReplicas}"'
+            f": supported values: {supported}"
+        )
     if isinstance(spec, ClusterKarmadaQuotaSpec):
         errors.extend(validate_cluster_spec(spec))
     return errors

@@ -151,6 +151,7 @@ class TestBed:
         karmada_apiserver_args: Sequence[str] = (),
         karmada_feature_gates: Sequence[str] = (),
         karmada_webhook_args: Sequence[str] = (),
+        karmada_controller_manager_args: Sequence[str] = (),
     ) -> TestBed:
         """Start a fresh local test bed in ``home`` (stopping whatever ran there before).
 
@@ -160,7 +161,8 @@ class TestBed:
         ``--max-mutating-requests-inflight=1000``). ``karmada_feature_gates``: extra gates for
         karmada-webhook and karmada-controller-manager (e.g.
         ``FederatedQuotaEnforcement=true``); ``karmada_webhook_args``: extra flags for
-        karmada-webhook (e.g. ``--kube-api-qps=2000``)."""
+        karmada-webhook (e.g. ``--kube-api-qps=2000``); ``karmada_controller_manager_args``: extra
+        flags for karmada-controller-manager (e.g. `failover.CONTROLLER_MANAGER_ARGS`)."""
         h = Home(home or default_home())
         down(h)
         _wipe(h)
@@ -172,6 +174,7 @@ class TestBed:
             karmada_apiserver_args,
             karmada_feature_gates,
             karmada_webhook_args,
+            karmada_controller_manager_args,
         )
         return bed
 
@@ -248,6 +251,7 @@ class TestBed:
         karmada_apiserver_args: Sequence[str] = (),
         karmada_feature_gates: Sequence[str] = (),
         karmada_webhook_args: Sequence[str] = (),
+        karmada_controller_manager_args: Sequence[str] = (),
     ) -> None:
         missing = self.inputs.missing_programs()
         if missing:
@@ -272,6 +276,7 @@ class TestBed:
                 karmada_apiserver_args,
                 karmada_feature_gates,
                 karmada_webhook_args,
+                karmada_controller_manager_args,
             )
             members = [
                 MemberCluster(m, self.home, self.inputs, sup, reporter, nodes) for m in self.members

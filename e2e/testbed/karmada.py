@@ -84,12 +84,15 @@ class KarmadaControlPlane:
         apiserver_args: Sequence[str] = (),
         feature_gates: Sequence[str] = (),
         webhook_args: Sequence[str] = (),
+        controller_manager_args: Sequence[str] = (),
     ) -> None:
         self.home = home
         self.apiserver_args = list(apiserver_args)
         # gates added to ResourceQuotaEstimate on karmada-webhook and karmada-controller-manager
         self.feature_gates = ",".join([FEATURE_GATES, *feature_gates])
         self.webhook_args = list(webhook_args)
+        # extra flags for karmada-controller-manager (e.g. failover.CONTROLLER_MANAGER_ARGS)
+        self.controller_manager_args = list(controller_manager_args)
         self.inputs = inputs
         self.report = reporter
         self.core = KubeCore(KARMADA, home, inputs, supervisor, reporter, component_prefix=KARMADA)
@@ -316,6 +319,7 @@ class KarmadaControlPlane:
                 f"--health-probe-bind-address=127.0.0.1:{self.controller_manager_health_port}",
                 f"--feature-gates={self.feature_gates}",
                 "--cluster-status-update-frequency=5s",
+                *self.controller_manager_args,
             ],
         )
         scheduler = self._start(

@@ -1,18 +1,18 @@
-"""The test bed's own reference charge: what docs/charging.md says a ResourceBinding costs,
-written from the document and never from the product (`karmadaquota.charge` is what is under
-test; an oracle that calls it agrees with every mistake it makes).
+"""The test bed's own reference charge: what docs/charging.md says a ResourceBinding costs, written
+from the document and never from the product (`karmadaquota.charge` is what is under test; an
+oracle that calls it agrees with every mistake it makes).
 
-Only what the campaigns' bindings use: no resource template (so no template pod, no surge),
-a Deployment's `count/deployments.apps`, `pods` = R and R × each request under `requests.<r>`
-and the bare `<r>`, with R = max(`spec.replicas`, Σ replicas of the clusters Karmada renders a
-Work into: `spec.clusters` (a cluster listed twice: their sum), then `spec.requiredBy` clusters
-not among them, then each `gracefulEvictionTasks[].fromCluster` in neither, with the task's
-replicas or `spec.replicas`). One component is charged like the legacy fields it replaces;
-several charge Σ component replicas × requests once per target cluster (once before
-scheduling). A negative request or replica count is charged as zero; a binding queued by a
-quota (its `quota.karmada.io/queued-by` annotation, suspended, placed nowhere) is charged
-nothing. Scopes as Kubernetes' ResourceQuota reads a pod's: BestEffort is replicas without any
-request, PriorityClass the replicas' class, and a binding without replicas matches no scope.
+Only what the campaigns' bindings use: no resource template (so no template pod, no surge), a
+Deployment's `count/deployments.apps`, `pods` = R and R × each request under `requests.<r>` and the
+bare `<r>`, with R = max(`spec.replicas`, Σ replicas of the clusters Karmada renders a Work into:
+`spec.clusters` (a cluster listed twice: their sum), then `spec.requiredBy` clusters not among them,
+then each `gracefulEvictionTasks[].fromCluster` in neither, with the task's replicas or
+`spec.replicas`, unless the task is purged `Directly`/`Immediately`). One component is charged like
+the legacy fields it replaces; several charge Σ component replicas × requests once per target
+cluster (once before scheduling). A negative request or replica count is charged as zero; a binding
+queued by a quota (its `quota.karmada.io/queued-by` annotation, suspended, placed nowhere) is
+charged nothing. Scopes as Kubernetes' ResourceQuota reads a pod's: BestEffort is replicas without
+any request, PriorityClass the replicas' class, and a binding without replicas matches no scope.
 
 Quantities are Kubernetes' (suffixes, decimal exponents), kept exact as fractions.
 """
@@ -100,7 +100,10 @@ def _placed(spec: Mapping[str, Any]) -> dict[str, int]:
             if c["name"] not in scheduled and c["name"] not in out:
                 out[c["name"]] = _count(c.get("replicas"))
     for task in spec.get("gracefulEvictionTasks") or []:
-        if task["fromCluster"] not in out:
+        if task["fromCluster"] not in out and task.get("purgeMode") not in (
+            "Directly",
+            "Immediately",
+        ):
             kept = task.get("replicas")
             out[task["fromCluster"]] = _count(spec.get("replicas") if kept is None else kept)
     return out

@@ -50,16 +50,24 @@ class NamespaceSums:
 
     def __init__(self, index: BindingIndex) -> None:
         self.index = index
-        # (namespace, names, scopes) -> (version, sums)
-        self._held: dict[tuple[str, frozenset[str], tuple[Expression, ...]], tuple[int, Sums]] = {}
+        # (namespace, names, scopes, released clusters) -> (version, sums)
+        self._held: dict[
+            tuple[str, frozenset[str], tuple[Expression, ...], frozenset[str]], tuple[int, Sums]
+        ] = {}
 
-    def of(self, namespace: str, names: Collection[str], exprs: tuple[Expression, ...]) -> Sums:
-        key = (namespace, frozenset(names), exprs)
+    def of(
+        self,
+        namespace: str,
+        names: Collection[str],
+        exprs: tuple[Expression, ...],
+        away: frozenset[str] = frozenset(),
+    ) -> Sums:
+        key = (namespace, frozenset(names), exprs, away)
         version = self.index.version(namespace)
         held = self._held.get(key)
         if held is not None and held[0] == version:
             return held[1]
-        sums = aggregate(self.index.bindings(namespace).values(), names, exprs)
+        sums = aggregate(self.index.bindings(namespace).values(), names, exprs, away)
         self._held[key] = (version, sums)
         return sums
 
@@ -71,8 +79,13 @@ class NamespaceSums:
 def _fresh(bindings: Callable[[str], Mapping[str, IndexedBinding]]) -> Callable[..., Sums]:
     """Per-namespace sums taken afresh (no cache: the pure recompute's default)."""
 
-    def of(namespace: str, names: Collection[str], exprs: tuple[Expression, ...]) -> Sums:
-        return aggregate(bindings(namespace).values(), names, exprs)
+    def of(
+        namespace: str,
+        names: Collection[str],
+        exprs: tuple[Expression, ...],
+        away: frozenset[str] = frozenset(),
+    ) -> Sums:
+        return aggregate(bindings(namespace).values(), names, exprs, away)
 
     return of
 
@@ -90,8 +103,16 @@ class ClusterSnapshot:
     enforced: bool | None = None
     # entries of its pending charges the orphan audit disproved (recompute.NamespaceSnapshot)
     disproved: Mapping[EntryKey, int] = field(default_factory=dict)
-    # a namespace's sums for (names, scopes) (None: aggregated afresh; `NamespaceSums`)
-    sums: Callable[[str, Collection[str], tuple[Expression, ...]], Sums] | None = None
+    # a namespace's sums for (names, scopes, released clusters) (None: aggregated afresh;
+    # `NamespaceSums`)
+    sums: Callable[[str, Collection[str], tuple[Expression, ...], frozenset[str]], Sums] | None = (
+        None
+    )
+    # member clusters' readiness and a namespace's bindings with eviction tasks
+    # (recompute.NamespaceSnapshot)
+    released: frozenset[str] = frozenset()
+    releasing: Mapping[str, float] = field(default_factory=dict)
+    evicting: Callable[[str], Sequence[IndexedBinding]] = lambda namespace: ()
 
 
 class Union(Mapping[str, IndexedBinding]):
@@ -158,9 +179,11 @@ def recompute_cluster(
     of = inputs.sums or _fresh(inputs.bindings)
     parts: dict[str, Sums] = {}  # per selected namespace, as the recompute summed them
 
-    def sums(names: Collection[str], exprs: tuple[Expression, ...]) -> Sums:
-        parts.update((ns, of(ns, names, exprs)) for ns in per_ns)
-        return add(parts.values(), names)
+    def sums(names: Collection[str], exprs: tuple[Expression, ...], away: frozenset[str]) -> Sums:
+        got = {ns: of(ns, names, exprs, away) for ns in per_ns}
+        if not parts:  # the first call is the quota's own (a second: every eviction charged)
+            parts.update(got)
+        return add(got.values(), names)
 
     snapshot = NamespaceSnapshot(
         bindings=Union(list(per_ns.values())),
@@ -171,13 +194,17 @@ def recompute_cluster(
         enforced=inputs.enforced if inputs.selected else None,
         disproved=lambda _: inputs.disproved,
         sums=sums,
+        released=inputs.released,
+        releasing=inputs.releasing,
+        evicting=[b for ns in per_ns for b in inputs.evicting(ns)],
     )
     outcome = recompute(quota, snapshot, now)
     usage: list[NamespaceUsage] = []
     if outcome.hard:
         exprs = scopes.expressions(quota.spec)
+        away = inputs.released if quota.spec.releases_evicted else frozenset()
         for ns in per_ns:
-            totals = parts.get(ns) or of(ns, outcome.hard.keys(), exprs)
+            totals = parts.get(ns) or of(ns, outcome.hard.keys(), exprs, away)
             if any(totals.used.values()):
                 used = _quantities(totals.used, outcome.hard)
                 usage.append(

@@ -30,6 +30,7 @@ from pydantic import ValidationError
 from karmadaquota import queued, queueing, scopes
 from karmadaquota.api import BindingResource, ResourceBinding, describe
 from karmadaquota.charge import Charge, full_charge, queued_charge
+from karmadaquota.evictions import task_ends
 from karmadaquota.kinds import BUILTIN, Kinds
 from karmadaquota.kube.versions import parse_rv
 from karmadaquota.pod_template import PodCharge, TemplateKey
@@ -51,6 +52,9 @@ class CompactUsage:
     total: Nanos
     clusters: tuple[tuple[str, Nanos], ...]
     traits: BindingTraits
+    # per cluster rendered only by a graceful eviction task: the total without that task
+    # (charge.Charge.evicted; `aggregate` charges it where the cluster is released)
+    evicted: tuple[tuple[str, Nanos], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +71,9 @@ class IndexedBinding:
     queue: queueing.QueueEntry | None = None
     # carries queued.ANNOTATION: a metadata change that moves no generation must be re-read
     marked: bool = False
+    # its graceful eviction tasks: (cluster, when the task ends at the latest, seconds since
+    # the epoch; None: not known yet) — what a quota's EvictionCharged condition tells
+    evictions: tuple[tuple[str, float | None], ...] = ()
 
 
 class Interner:
@@ -94,7 +101,7 @@ class Interner:
 def compact(c: Charge, intern: Interner) -> CompactUsage:
     """The compact form of a charge (every name of the total and of each cluster kept)."""
     names_set = set(c.total)
-    for rl in c.per_cluster.values():
+    for rl in (*c.per_cluster.values(), *c.evicted.values()):
         names_set.update(rl)
     names: tuple[str, ...] = intern(tuple(sorted(names_set)))
 
@@ -103,7 +110,10 @@ def compact(c: Charge, intern: Interner) -> CompactUsage:
 
     clusters = tuple((intern(name), nanos(rl)) for name, rl in sorted(c.per_cluster.items()))
     # bindings of one workload shape share one usage object (30,000 bindings, a few shapes)
-    usage: CompactUsage = intern(CompactUsage(names, nanos(c.total), clusters, intern(c.traits)))
+    evicted = tuple((intern(name), nanos(rl)) for name, rl in sorted(c.evicted.items()))
+    usage: CompactUsage = intern(
+        CompactUsage(names, nanos(c.total), clusters, intern(c.traits), evicted)
+    )
     return usage
 
 
@@ -173,10 +183,26 @@ def observe(
         ns,
         uid,
         rv,
-        IndexedBinding(name, generation, rv, usage, c.invalid, entry, queued.marked(obj)),
+        IndexedBinding(
+            name,
+            generation,
+            rv,
+            usage,
+            c.invalid,
+            entry,
+            queued.marked(obj),
+            _evictions(binding, c, intern),
+        ),
         template,
         waiting,
     )
+
+
+def _evictions(
+    binding: ResourceBinding, c: Charge, intern: Interner
+) -> tuple[tuple[str, float | None], ...]:
+    ends = task_ends(binding)
+    return tuple((intern(name), ends.get(name)) for name in sorted(c.evicted))
 
 
 _NOTHING = CompactUsage(
@@ -200,6 +226,18 @@ def _log_invalid(namespace: str, name: str, uid: str, problems: tuple[str, ...])
     )
 
 
+def _track(sets: dict[str, set[str]], namespace: str, uid: str, member: bool) -> None:
+    """Keep `uid` in the namespace's set when `member`, out of it (and no empty set) if not."""
+    if member:
+        sets.setdefault(namespace, set()).add(uid)
+        return
+    uids = sets.get(namespace)
+    if uids is not None:
+        uids.discard(uid)
+        if not uids:
+            del sets[namespace]
+
+
 class BindingIndex:
     """namespace -> uid -> IndexedBinding, with the event/relist ordering rules described above."""
 
@@ -209,6 +247,8 @@ class BindingIndex:
         self.intern = Interner()
         self._count = 0
         self._queued: dict[str, set[str]] = {}  # namespace -> uids of queued bindings
+        # namespace -> uids of bindings with a graceful eviction task charged
+        self._evicting: dict[str, set[str]] = {}
         # namespace -> how many times its bindings changed (what a cached sum was taken at)
         self._versions: dict[str, int] = {}
 
@@ -239,6 +279,15 @@ class BindingIndex:
                 out.append(q)
         return out
 
+    def evicting(self, namespace: str) -> list[IndexedBinding]:
+        """The namespace's bindings charging a graceful eviction task, in no order."""
+        bucket = self._by_ns.get(namespace, {})
+        return [bucket[uid] for uid in self._evicting.get(namespace, ())]
+
+    def evicting_namespaces(self) -> list[str]:
+        """Where a cluster's readiness moves what is charged (karmadaquota.evictions)."""
+        return sorted(self._evicting)
+
     def has_queued(self, namespace: str) -> bool:
         return bool(self._queued.get(namespace))
 
@@ -246,14 +295,8 @@ class BindingIndex:
         return sorted(self._queued)
 
     def _track_queue(self, namespace: str, uid: str, entry: IndexedBinding | None) -> None:
-        if entry is not None and entry.queue is not None:
-            self._queued.setdefault(namespace, set()).add(uid)
-            return
-        uids = self._queued.get(namespace)
-        if uids is not None:
-            uids.discard(uid)
-            if not uids:
-                del self._queued[namespace]
+        _track(self._queued, namespace, uid, entry is not None and entry.queue is not None)
+        _track(self._evicting, namespace, uid, entry is not None and bool(entry.evictions))
 
     def deleted(self, uid: str) -> bool:
         """True when the index saw this binding deleted (and has not forgotten it yet)."""
@@ -321,9 +364,13 @@ class Sums:
 
 
 def aggregate(
-    entries: Iterable[IndexedBinding], names: Collection[str], exprs: tuple[Expression, ...]
+    entries: Iterable[IndexedBinding],
+    names: Collection[str],
+    exprs: tuple[Expression, ...],
+    released: frozenset[str] = frozenset(),
 ) -> Sums:
-    """Σ usage of the bindings whose traits match `exprs`, masked to `names` (from scratch).
+    """Σ usage of the bindings whose traits match `exprs`, masked to `names` (from scratch);
+    the evicted replicas of `released` clusters are not charged (`charge.released`).
 
     Every name starts at zero, so a quota's status always carries each name it tracks.
     """
@@ -344,16 +391,32 @@ def aggregate(
             plan = plans[u.names] = tuple((i, n) for i, n in enumerate(u.names) if n in keep)
         if not plan:
             continue
-        total = u.total
+        total, clusters = u.total, u.clusters
+        if released and u.evicted:
+            total, clusters = _released(u, released)
         for i, n in plan:
             used[n] += total[i]
-        for cluster, values in u.clusters:
+        for cluster, values in clusters:
             acc = per_cluster.get(cluster)
             if acc is None:
                 acc = per_cluster[cluster] = dict.fromkeys(used, 0)
             for i, n in plan:
                 acc[n] += values[i]
     return Sums(used, per_cluster)
+
+
+def _released(
+    u: CompactUsage, released: frozenset[str]
+) -> tuple[Nanos, tuple[tuple[str, Nanos], ...]]:
+    """`charge.released` on the compact form: the least total per name among the released
+    clusters' (stricter, never looser, when several), their own entries dropped."""
+    hit = [values for cluster, values in u.evicted if cluster in released]
+    if not hit:
+        return u.total, u.clusters
+    gone = {cluster for cluster, _ in u.evicted if cluster in released}
+    return tuple(map(min, zip(*hit, strict=True))), tuple(
+        (c, v) for c, v in u.clusters if c not in gone
+    )
 
 
 def add(parts: Iterable[Sums], names: Collection[str]) -> Sums:

@@ -93,6 +93,7 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> ControllerC
                 else DEFAULT_ADMISSION_WINDOW
             ),
             member_watch=not args.no_member_watch,
+            evicted_cluster_grace=args.evicted_cluster_grace.total_seconds(),
             tenant_views=not args.no_tenant_views,
             quiet=float(env.get("KARMADAQUOTA_DEBOUNCE_QUIET", "0.03")),
             max_delay=float(env.get("KARMADAQUOTA_DEBOUNCE_MAX", "0.1")),
@@ -203,7 +204,7 @@ async def serve(config: ControllerConfig) -> int:
     code = 0
     try:
         await kopf.operator(
-            registry=operator.registry(members, client),
+            registry=operator.registry(members, client, controller.readiness),
             settings=operator.settings(),
             standalone=True,
             clusterwide=True,

@@ -20,7 +20,9 @@ have been listed in full.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 from collections.abc import Callable, Collection, Coroutine, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -47,6 +49,7 @@ from karmadaquota.controller.status_writer import StatusWriter
 from karmadaquota.controller.template_bindings import TemplateBindings
 from karmadaquota.controller.views import Views
 from karmadaquota.controller.wake import Waker
+from karmadaquota.evictions import Readiness
 from karmadaquota.kube import namespaces, paths
 from karmadaquota.kube.client import Api, KubeError
 from karmadaquota.kube.informer import Informer, Lister
@@ -97,6 +100,9 @@ class Controller:
         self.members = members
         self._clock = clock
         self.index = BindingIndex()
+        # member clusters not Ready, fed by the Cluster events (operator.registry)
+        self.readiness = Readiness(self.config.evicted_cluster_grace, self._readiness_changed)
+        self._release_timer: asyncio.TimerHandle | None = None
         self.quotas = QuotaStore(
             api,
             on_put=lambda record: self.dirty.mark(record.namespace),
@@ -195,6 +201,7 @@ class Controller:
                 members,
                 self.enforcement,
                 guards,
+                self.readiness,
             ),
             self.jobs,
             StatusWriter(api, metrics, self.config),
@@ -264,6 +271,23 @@ class Controller:
         """The namespace's enforcement label came or went: its quotas' `Enforced` moves, a
         cluster quota's only when whether all its namespaces are labelled does."""
         self._mark(namespace, self.reconciler.enforcement_moved)
+
+    def _readiness_changed(self) -> None:
+        """A cluster turned Ready or not, or its grace ended: what the namespaces with eviction
+        tasks charge moves (and so may every observed member's figures: all are recomputed
+        where some binding is evicted); the next end of a grace is timed."""
+        for namespace in self.index.evicting_namespaces():
+            self._mark(namespace)
+        if self._release_timer is not None:
+            self._release_timer.cancel()
+            self._release_timer = None
+        now = time.time()
+        due = self.readiness.next_release(now)
+        if due is not None:
+            with contextlib.suppress(RuntimeError):  # no running loop: a unit test's feed
+                self._release_timer = asyncio.get_running_loop().call_later(
+                    max(0.0, due - now) + 0.01, self._readiness_changed
+                )
 
     def mark_all(self) -> None:
         self.dirty.mark_many(self.quotas.namespaces())

@@ -22,6 +22,7 @@ from karmadaquota.controller.members import (
     CLUSTER_VERSION,
     Members,
 )
+from karmadaquota.evictions import Readiness
 from karmadaquota.kube.client import Credentials, KubeClient
 from karmadaquota.kube.informer import RECONNECT
 
@@ -63,7 +64,9 @@ def settings() -> kopf.OperatorSettings:
     return s
 
 
-def registry(members: Members, client: KubeClient) -> kopf.OperatorRegistry:
+def registry(
+    members: Members, client: KubeClient, readiness: Readiness | None = None
+) -> kopf.OperatorRegistry:
     reg = kopf.OperatorRegistry()
 
     @kopf.on.login(registry=reg)
@@ -73,10 +76,15 @@ def registry(members: Members, client: KubeClient) -> kopf.OperatorRegistry:
     @kopf.on.event(CLUSTER_GROUP, CLUSTER_VERSION, CLUSTER_PLURAL, registry=reg)
     async def on_cluster(event: kopf.RawEvent, **_: Any) -> None:
         obj = event.get("object") or {}
+        name = str((obj.get("metadata") or {}).get("name", ""))
         if event.get("type") == "DELETED":
-            members.remove(str((obj.get("metadata") or {}).get("name", "")))
+            members.remove(name)
+            if readiness is not None:
+                readiness.forget(name)
         else:
             members.apply(obj)
+            if readiness is not None:
+                readiness.observe(obj)
 
     @kopf.on.cleanup(registry=reg)
     async def cleanup(**_: Any) -> None:

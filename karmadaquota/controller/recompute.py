@@ -25,10 +25,11 @@ Ready=False, no `used` (so the webhook denies what it would charge: fail closed)
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from karmadaquota import resources, scopes, validation, waiting
@@ -43,6 +44,7 @@ from karmadaquota.api import (
     Reservation,
     WaitingWorkload,
     entry_key,
+    format_time,
 )
 from karmadaquota.controller import guards as gd
 from karmadaquota.controller import status as st
@@ -63,6 +65,7 @@ STALE_MARGIN = 1.0
 _BINDING_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 REASON_CALCULATED = "Calculated"
+REASON_EVICTED_CHARGED = "EvictedReplicasCharged"
 REASON_INVALID = "InvalidSpec"
 REASON_VALID = "Valid"
 REASON_NAMESPACE_LABELED = "NamespaceLabeled"
@@ -123,9 +126,16 @@ class NamespaceSnapshot:
     # quota name -> entries the orphan audit disproved (an UPDATE admitted, never stored at its
     # generation): up to that many entries of each key are released by this recompute's write
     disproved: Callable[[str], Mapping[EntryKey, int]] = lambda quota: {}
-    # Σ of `bindings` for (names, scopes) when the caller has it in parts (a cluster quota:
-    # per namespace, cached); None: aggregated here from `bindings`
-    sums: Callable[[Collection[str], tuple[Expression, ...]], Sums] | None = None
+    # Σ of `bindings` for (names, scopes, released clusters) when the caller has it in parts
+    # (a cluster quota: per namespace, cached); None: aggregated here from `bindings`
+    sums: Callable[[Collection[str], tuple[Expression, ...], frozenset[str]], Sums] | None = None
+    # member clusters Karmada reports not Ready past the grace (karmadaquota.evictions): their
+    # evicted replicas are not charged by a quota that releases them, nor their last figures
+    released: frozenset[str] = frozenset()
+    # cluster -> when it is released (not Ready, within the grace; seconds since the epoch)
+    releasing: Mapping[str, float] = field(default_factory=dict)
+    # the bindings with graceful eviction tasks (`BindingIndex.evicting`)
+    evicting: Sequence[IndexedBinding] = ()
 
 
 @dataclass(frozen=True)
@@ -317,12 +327,21 @@ def recompute(quota: KarmadaQuota, inputs: NamespaceSnapshot, now: datetime) -> 
         return Outcome(new_status, {}, {}, released, next_expiry)
 
     exprs = scopes.expressions(quota.spec)
+    away = inputs.released if quota.spec.releases_evicted else frozenset()
     if inputs.sums is not None:
-        totals = inputs.sums(hard.keys(), exprs)
+        totals = inputs.sums(hard.keys(), exprs, away)
     else:
-        totals = aggregate(inputs.bindings.values(), hard.keys(), exprs)
+        totals = aggregate(inputs.bindings.values(), hard.keys(), exprs, away)
     used = _quantities(totals.used, hard)
     zero_cluster = dict.fromkeys(totals.used, 0)
+
+    @functools.cache
+    def strict() -> Sums:
+        """The sums with every eviction charged (only where a member is released)."""
+        if inputs.sums is not None:
+            return inputs.sums(hard.keys(), exprs, frozenset())
+        return aggregate(inputs.bindings.values(), hard.keys(), exprs)
+
     members = {m.name: m for m in inputs.members}
     guarded = quota.spec.guarded
     # a member is listed when something is placed there, its pods are observed (its figures,
@@ -346,7 +365,10 @@ def recompute(quota: KarmadaQuota, inputs: NamespaceSnapshot, now: datetime) -> 
             pods = member.observed(quota.metadata.namespace, hard.keys(), exprs, now.timestamp())
             seen = pods.running
             observed = resources.format_resource_list(_in_format(seen, hard))
-            beyond[name] = _beyond(placed, pods.running, pods.terminating, hard)
+            # a released member's pods of its evicted replicas are no longer counted: beyond
+            # what Karmada placed there before the eviction (docs/charging.md, Failover)
+            before = strict().per_cluster.get(name, zero_cluster) if name in away else placed
+            beyond[name] = _beyond(before, pods.running, pods.terminating, hard)
         if guarded:
             held[name] = {n: max(placed.get(n, 0), seen[n].nanos if n in seen else 0) for n in hard}
             beyond.setdefault(name, dict.fromkeys(hard, 0))
@@ -385,6 +407,11 @@ def recompute(quota: KarmadaQuota, inputs: NamespaceSnapshot, now: datetime) -> 
         wanted.append(_out_of_band_condition(beyond, hard))
     else:
         conditions = [c for c in conditions if c.type != st.COND_OUT_OF_BAND]
+    evicted = _eviction_condition(quota, inputs, exprs, away)
+    if evicted is not None:
+        wanted.append(evicted)
+    else:
+        conditions = [c for c in conditions if c.type != st.COND_EVICTION_CHARGED]
     if guarded and inputs.guard_problems is not None:
         wanted.append(_guarded_condition(inputs.guard_problems(quota.metadata.name)))
     elif not guarded:
@@ -464,6 +491,51 @@ def _guard_inputs(
         caps=caps,
     )
     return inputs
+
+
+def _eviction_condition(
+    quota: KarmadaQuota,
+    inputs: NamespaceSnapshot,
+    exprs: tuple[Expression, ...],
+    away: frozenset[str],
+) -> Condition | None:
+    """EvictionCharged: True while the quota charges replicas Karmada evicted from a cluster,
+    naming each cluster, its bindings, why it is charged and until when (times, not a
+    countdown: the status changes when the reason does, not every second); None: none is."""
+    per_cluster: dict[str, list[float | None]] = {}
+    for entry in inputs.evicting:
+        if not scopes.matches(exprs, entry.usage.traits):
+            continue
+        for cluster, end in entry.evictions:
+            if cluster not in away:
+                per_cluster.setdefault(cluster, []).append(end)
+    if not per_cluster:
+        return None
+    hold = not quota.spec.releases_evicted
+    parts = []
+    for cluster in sorted(per_cluster):
+        ends = per_cluster[cluster]
+        known = [e for e in ends if e is not None]
+        bindings = f"{len(ends)} binding{'s' if len(ends) != 1 else ''}"
+        if cluster in inputs.releasing and not hold:
+            why = f"not Ready, released at {_clock(inputs.releasing[cluster])}"
+        elif hold:
+            why = "held (spec.failover.evictedReplicas Hold)"
+        else:
+            why = "Ready"
+        until = f", the evictions end by {_clock(max(known))} at the latest" if known else ""
+        parts.append(f"{cluster} ({bindings}): {why}{until}")
+    return _condition(
+        st.COND_EVICTION_CHARGED,
+        True,
+        REASON_EVICTED_CHARGED,
+        "replicas Karmada evicted are charged until their eviction ends (a failover waits for "
+        "room meanwhile): " + "; ".join(parts),
+    )
+
+
+def _clock(epoch: float) -> str:
+    return format_time(datetime.fromtimestamp(epoch, UTC))
 
 
 def _out_of_band_condition(

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Any
 
 from karmadaquota.api import ClusterKarmadaQuota
 from karmadaquota.controller import cluster as cl
@@ -37,6 +38,7 @@ from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.controller.orphan_audit import OrphanAudit
 from karmadaquota.controller.room import RoomJob
 from karmadaquota.controller.status_writer import StatusWriter
+from karmadaquota.evictions import Readiness
 from karmadaquota.kube import paths
 from karmadaquota.kube.client import NotFound
 from karmadaquota.kube.quotas import QuotaRecord, QuotaStore
@@ -59,6 +61,8 @@ DEFAULT_ADMISSION_WINDOW = 15.0
 @dataclass
 class ReconcilerConfig:
     quiet: float = 0.03
+    # seconds a cluster is not Ready before its evicted replicas are released (evictions)
+    evicted_cluster_grace: float = 0.0
     # under a continuous storm a namespace is recomputed this often: it bounds how long an
     # observed pending charge stays in the quota object (its size, docs/benchmarks.md)
     max_delay: float = 0.1
@@ -101,6 +105,8 @@ class Sources:
     members: Members | None = None
     enforcement: Enforcement | None = None
     guards: GuardKeeper | None = None
+    # member clusters not Ready (karmadaquota.evictions; None: every eviction is charged)
+    readiness: Readiness | None = None
 
 
 class Reconciler:
@@ -169,6 +175,14 @@ class Reconciler:
         """A quota was deleted: its last outcome goes with it."""
         self._guards.pop((namespace, quota), None)
 
+    def _readiness(self) -> dict[str, Any]:
+        """The clusters released now, and when those not Ready yet within the grace are."""
+        r = self.sources.readiness
+        if r is None:
+            return {}
+        now = time.time()
+        return {"released": r.released(now), "releasing": r.releasing(now)}
+
     def _snapshot(self, namespace: str) -> rc.NamespaceSnapshot:
         snapshot = rc.NamespaceSnapshot(
             bindings=self.sources.index.bindings(namespace),
@@ -176,6 +190,8 @@ class Reconciler:
             members=self.sources.members.views() if self.sources.members is not None else (),
             member_watch=self.config.member_watch,
             disproved=functools.partial(self.sources.audit.disproved, namespace),
+            evicting=self.sources.index.evicting(namespace),
+            **self._readiness(),
         )
         if self.sources.room.waker is not None:
             snapshot = replace(
@@ -252,6 +268,8 @@ class Reconciler:
             enforced=enforced,
             disproved=self.sources.audit.disproved("", name),
             sums=self._ns_sums.of,
+            evicting=self.sources.index.evicting,
+            **self._readiness(),
         )
 
     async def _sync_quota(self, record: QuotaRecord, selected: list[str] | None = None) -> bool:

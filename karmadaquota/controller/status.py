@@ -35,6 +35,9 @@ COND_ENFORCED = "Enforced"
 COND_OUT_OF_BAND = "OutOfBandUsage"
 # memberEnforcement ResourceQuota: every member holds its guard as the share policy wants
 COND_GUARDED = "Guarded"
+# Present (True) while replicas Karmada evicted from a cluster are charged (a failover waits
+# for them to end, or for the cluster's release: karmadaquota.evictions)
+COND_EVICTION_CHARGED = "EvictionCharged"
 CONDITION_ORDER = (
     COND_READY,
     COND_VALID,
@@ -43,6 +46,7 @@ CONDITION_ORDER = (
     COND_ENFORCED,
     COND_OUT_OF_BAND,
     COND_GUARDED,
+    COND_EVICTION_CHARGED,
 )
 
 _ZERO = Quantity.zero()

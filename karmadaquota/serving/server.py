@@ -7,7 +7,9 @@ context: the controller's /healthz+/metrics port and the webhook's plain /metric
 limits of their own, `AUX_LIMITS`). Bounds, all enforced here rather than left to library
 defaults that vary by version:
 
-* TLS 1.2 or newer only (`tls_context`).
+* TLS 1.2 or newer only (`tls_context`), and no session tickets: karmada-apiserver's webhook
+  client keeps no session cache, so a ticket is never used to resume, and issuing one cost
+  about a sixth of our side of every handshake (docs/benchmarks.md, issue 36);
 * a POST without Content-Length (a chunked body) is refused with 411 before a byte of it is
   read: the API server always declares the length, and a body of unknown size would have to be
   buffered to find out;
@@ -57,6 +59,10 @@ def tls_context(cert_file: str, key_file: str, client_ca_file: str | None = None
     fails: a forged review is never read)."""
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    # TLS 1.3 sends two tickets after every handshake by default (TLS 1.2 one); client-go's
+    # transport sets no ClientSessionCache and discards them
+    ctx.num_tickets = 0
+    ctx.options |= ssl.OP_NO_TICKET
     ctx.load_cert_chain(cert_file, key_file)
     if client_ca_file:
         ctx.load_verify_locations(client_ca_file)

@@ -23,6 +23,7 @@ import aiohttp
 from karmadaquota import api, durations, overrides, trust
 from karmadaquota.api import BindingResource, ResourceBinding
 from karmadaquota.evaluate import Decision
+from karmadaquota.evictions import Readiness
 from karmadaquota.kinds import BUILTIN
 from karmadaquota.kube.client import KubeError
 from karmadaquota.kube.quotas import QuotaStore
@@ -77,8 +78,11 @@ class Admission:
         cluster: ClusterQuotas | None = None,
         templates: TemplateStore | None = None,
         allowed_overrides: overrides.AllowList | None = None,
+        readiness: Readiness | None = None,
     ) -> None:
         self.quotas = quotas
+        # member clusters not Ready: their evicted replicas are released (None: none is)
+        self.readiness = readiness
         # the plaintext paths an untrusted writer may override where a quota is
         self.allowed_overrides = allowed_overrides or overrides.AllowList()
         # the resource templates' pods a binding is charged with (None: the binding's fields)

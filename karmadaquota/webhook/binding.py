@@ -9,15 +9,18 @@ the garbage collector) is answered at once, whatever the quota cache knows.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import aiohttp
 from pydantic import ValidationError
 
-from karmadaquota import api, charge, queued, trust
+from karmadaquota import api, charge, evictions, queued, trust
 from karmadaquota.api import ResourceBinding
-from karmadaquota.evaluate import REASON_FORBIDDEN, Decision
+from karmadaquota.evaluate import REASON_EXCEEDED, REASON_FORBIDDEN, Decision
+from karmadaquota.evictions import Readiness
 from karmadaquota.kube import paths
 from karmadaquota.kube.client import KubeError
 from karmadaquota.quantity import QuantityError
@@ -69,8 +72,13 @@ class BindingAdmission(Admission):
             # as many as the template asks for now, read live (the watch may lag a scale)
             new_pod = await self._pod(new, req.namespace, fresh=new.spec.replicas == 0)
             old_pod = await self._pod(old, req.namespace) if old is not None else None
-            new_charge = charge.charge(new, new_pod, self.kinds)
-            old_charge = charge.charge(old, old_pod, self.kinds) if old is not None else None
+            released = self._released()
+            new_charge = charge.with_released(charge.charge(new, new_pod, self.kinds), released)
+            old_charge = (
+                charge.with_released(charge.charge(old, old_pod, self.kinds), released)
+                if old is not None
+                else None
+            )
         except ValidationError as e:
             return Decision(False, f"invalid ResourceBinding: {api.describe(e)}", REASON_INVALID)
         except QuantityError as e:
@@ -96,9 +104,28 @@ class BindingAdmission(Admission):
             dry_run=req.dryRun,
         )
         decision = await self._charge(request, selecting, deadline)
+        if decision.reason == REASON_EXCEEDED and new_charge.evicted:
+            # Karmada's scheduler puts this answer in its events: say why a failover waits
+            decision = replace(
+                decision,
+                message=f"{decision.message}; {self._evictions(new, new_charge)}",
+            )
         if self.refusals is not None and not req.dryRun:
             self.refusals.observe(req.namespace, new, old, new_charge, old_charge, decision)
         return decision
+
+    def _evictions(self, binding: ResourceBinding, c: charge.Charge) -> str:
+        """Why the binding's eviction tasks are charged, cluster by cluster, and how long."""
+        return evictions.describe(
+            sorted(c.evicted),
+            evictions.task_ends(binding),
+            self.readiness or Readiness(),
+            time.time(),
+        )
+
+    def _released(self) -> frozenset[str]:
+        """The clusters whose evicted replicas a releasing quota does not charge now."""
+        return self.readiness.released(time.time()) if self.readiness is not None else frozenset()
 
     @staticmethod
     def _untrusted_write(req: review.Request) -> Decision | None:

@@ -61,6 +61,8 @@ class WebhookConfig:
     # the kinds the platform team declared (their replicas and pod template paths) besides the
     # built-in ones (karmadaquota.kinds)
     kinds: Kinds = BUILTIN
+    # seconds a cluster is not Ready before its evicted replicas are released (evictions)
+    evicted_cluster_grace: float = 0.0
 
 
 class ConfigError(ValueError):

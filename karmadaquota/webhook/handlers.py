@@ -15,8 +15,9 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from karmadaquota.api import ClusterKarmadaQuota
+from karmadaquota.evictions import CLUSTERS_PATH, Readiness
 from karmadaquota.kube.client import Api
-from karmadaquota.kube.informer import Lister
+from karmadaquota.kube.informer import Informer, Lister
 from karmadaquota.kube.namespace_labels import NamespaceLabels
 from karmadaquota.kube.quotas import PARSED_KEPT, QuotaStore
 from karmadaquota.kube.templates import TemplateStore
@@ -38,6 +39,9 @@ class Webhook(
 ):
     """The admission logic behind the HTTP routes (`routes.build_app`)."""
 
+    # feeds `readiness` from the Clusters (None: nothing does; every eviction is charged)
+    cluster_watch: Informer | None = None
+
     async def run(self) -> None:
         """Feed the stores (quotas, cluster quotas and namespace labels, templates) until
         cancelled; the cache-synced gauge is set once the quota caches have listed."""
@@ -46,6 +50,8 @@ class Webhook(
             jobs.append(self.cluster.run())
         if self.templates is not None:
             jobs += [i.run() for i in self.templates.informers]
+        if self.cluster_watch is not None:
+            jobs.append(self.cluster_watch.run())
         await asyncio.gather(*jobs)
 
     async def _synced_gauge(self) -> None:
@@ -108,7 +114,8 @@ def assemble(
         ),
         cluster_backend.api_seconds,
     )
-    return Webhook(
+    readiness = Readiness(config.evicted_cluster_grace)
+    webhook = Webhook(
         quotas,
         batcher,
         metrics,
@@ -118,4 +125,7 @@ def assemble(
         cluster,
         TemplateStore(client, kinds=config.kinds),
         config.allowed_overrides,
+        readiness,
     )
+    webhook.cluster_watch = Informer(CLUSTERS_PATH, readiness, client, name="clusters")
+    return webhook

@@ -74,6 +74,7 @@ def index_of(*raws: dict[str, Any]) -> BindingIndex:
 
 
 def inputs(index: BindingIndex, *members: MemberWatch, **kw: Any) -> NamespaceSnapshot:
+    kw.setdefault("evicting", index.evicting("team-a"))
     return NamespaceSnapshot(
         bindings=index.bindings("team-a"), deleted=index.deleted, members=members, **kw
     )
@@ -504,3 +505,58 @@ def test_a_sum_beyond_the_largest_quantity_saturates_and_stays_readable() -> Non
     cpu = Quantity.parse(out.status.used["requests.cpu"])
     assert cpu.nanos == MAX_BASE_UNITS * NANO
     assert cpu >= Quantity.parse(HARD["requests.cpu"])
+
+
+# ---------------------------------------------------------------------------------------------
+# failover (issue 38): 2 replicas of web moved from m1 (evicted, still running 2 pods as last
+# seen) to m2; docs/charging.md "Failover"
+
+
+def _failover_binding() -> dict[str, Any]:
+    raw = raw_binding("web", replicas=2, clusters={"m2": 2})
+    raw["spec"]["gracefulEvictionTasks"] = [
+        {"fromCluster": "m1", "replicas": 2, "creationTimestamp": "2026-11-27T10:00:00Z"}
+    ]
+    return raw
+
+
+def _with_failover(mode: str | None) -> KarmadaQuota:
+    q = quota(hard={"pods": "4"})
+    if mode is not None:
+        q.spec.failover = KarmadaQuota.model_validate(
+            {"metadata": {}, "spec": {"hard": {}, "failover": {"evictedReplicas": mode}}}
+        ).spec.failover
+    return q
+
+
+async def test_a_released_cluster_stops_charging_its_evicted_replicas_and_its_last_pods() -> None:
+    index = index_of(_failover_binding())
+    m1 = await member("m1", pod("a"), pod("b"), pod("extra"))  # 2 evicted + 1 made around
+    m2 = await member("m2", pod("c"), pod("d"))
+    away = {"released": frozenset({"m1"})}
+    out = recompute(_with_failover(None), inputs(index, m1, m2, **away), NOW)
+    # m2's 2 placed; m1: only its pod beyond what was placed there before the eviction
+    assert out.status.used == {"pods": "3"}
+    assert all(c.type != st.COND_EVICTION_CHARGED for c in out.status.conditions)
+    held = recompute(_with_failover("Hold"), inputs(index, m1, m2, **away), NOW)
+    assert held.status.used == {"pods": "5"}  # 2 + 2 evicted + 1 made around
+    cond = next(c for c in held.status.conditions if c.type == st.COND_EVICTION_CHARGED)
+    assert cond.status == "True"
+    assert "m1 (1 binding): held (spec.failover.evictedReplicas Hold)" in cond.message
+    assert "end by 2026-11-27T10:10:00Z at the latest" in cond.message
+
+
+async def test_a_ready_or_waiting_evicted_cluster_is_charged_and_says_until_when() -> None:
+    index = index_of(_failover_binding())
+    ready = recompute(_with_failover(None), inputs(index), NOW)
+    assert ready.status.used == {"pods": "4"}
+    cond = next(c for c in ready.status.conditions if c.type == st.COND_EVICTION_CHARGED)
+    assert cond.message.endswith(
+        "m1 (1 binding): Ready, the evictions end by 2026-11-27T10:10:00Z at the latest"
+    )
+    soon = NOW.timestamp() + 30
+    waiting = recompute(_with_failover(None), inputs(index, releasing={"m1": soon}), NOW)
+    cond = next(c for c in waiting.status.conditions if c.type == st.COND_EVICTION_CHARGED)
+    assert f"m1 (1 binding): not Ready, released at {format_time(NOW + timedelta(seconds=30))}" in (
+        cond.message
+    )

@@ -64,7 +64,7 @@ def test_names_scope_and_columns() -> None:
     assert spec["names"]["categories"] == ["karmada-io"]
     assert crdgen.cluster_crd()["metadata"]["name"] == "clusterkarmadaquotas.quota.karmada.io"
     columns = [c["name"] for c in spec["versions"][0]["additionalPrinterColumns"]]
-    assert columns == ["Summary", "Namespaces", "Age"]  # like `kubectl get kq`: Summary, Age
+    assert columns == ["Summary", "Namespaces", "Evicted", "Age"]  # like `kubectl get kq`
     assert spec["versions"][0]["subresources"] == {"status": {}}
 
 

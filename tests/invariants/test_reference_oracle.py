@@ -64,6 +64,9 @@ def test_r_is_the_larger_of_the_replicas_and_what_the_clusters_run() -> None:
         "gracefulEvictionTasks": [{"fromCluster": "a", "replicas": 2}, {"fromCluster": "c"}],
     }
     assert reference.charge(binding(evicted)).total["pods"] == 3 + 2 + 3
+    # ... unless purged Directly: Karmada renders no Work for that task
+    evicted["gracefulEvictionTasks"][1]["purgeMode"] = "Directly"  # type: ignore[index]
+    assert reference.charge(binding(evicted)).total["pods"] == 3 + 2
 
 
 def test_negative_values_are_charged_as_zero_and_a_queued_binding_as_nothing() -> None:

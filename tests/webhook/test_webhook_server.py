@@ -7,6 +7,7 @@ behind it is the real app over the in-memory fake API.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import ipaddress
 import json
@@ -158,6 +159,39 @@ async def test_a_tls_1_1_client_is_refused_and_1_2_is_served(served: Served) -> 
 def test_the_server_context_itself_sets_tls_1_2_as_minimum(tmp_path: Path) -> None:
     ctx = tls_context(*self_signed(tmp_path))
     assert ctx.minimum_version == ssl.TLSVersion.TLSv1_2
+
+
+def _ticket_after_a_round_trip(server: ssl.SSLContext, client: ssl.SSLContext) -> bool:
+    """Handshake and one record each way in memory; whether the client then holds a session
+    ticket it could resume with (TLS 1.3 tickets arrive after the handshake)."""
+    bios = [ssl.MemoryBIO() for _ in range(4)]  # server in/out, client in/out
+    s = server.wrap_bio(bios[0], bios[1], server_side=True)
+    c = client.wrap_bio(bios[2], bios[3])
+    for _ in range(8):
+        for side in (c, s):
+            with contextlib.suppress(ssl.SSLWantReadError):
+                side.do_handshake()
+            bios[0].write(bios[3].read())
+            bios[2].write(bios[1].read())
+    s.write(b"answer")
+    bios[2].write(bios[1].read())
+    assert c.read(64) == b"answer"
+    return bool(c.session is not None and c.session.has_ticket)
+
+
+@pytest.mark.parametrize(
+    "version", [ssl.TLSVersion.TLSv1_3, ssl.TLSVersion.TLSv1_2], ids=["tls1.3", "tls1.2"]
+)
+def test_no_session_ticket_is_issued(tmp_path: Path, version: ssl.TLSVersion) -> None:
+    """karmada-apiserver never resumes a session (client-go keeps no session cache), so a
+    ticket would be CPU spent on every new connection for nothing: none is sent. The same
+    client against OpenSSL's defaults gets one (the check can fail)."""
+    cert_file, key_file = self_signed(tmp_path)
+    client = _pinned(version)
+    assert not _ticket_after_a_round_trip(tls_context(cert_file, key_file), client)
+    default = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    default.load_cert_chain(cert_file, key_file)
+    assert _ticket_after_a_round_trip(default, _pinned(version))
 
 
 async def test_a_body_over_the_limit_gets_413(served: Served) -> None:

@@ -255,11 +255,13 @@ topologySpreadConstraints:
       fieldPath: metadata.name
 {{- end -}}
 
-{{/* --workload-kind for each of .Values.workloadKinds: both programs charge with the same kinds. */}}
+{{/* --workload-kind for each of .Values.workloadKinds, and --evicted-cluster-grace: both
+programs charge with the same kinds and release evicted replicas on the same rule. */}}
 {{- define "karmadaquota.workloadKindArgs" -}}
 {{- range .Values.workloadKinds }}
 - --workload-kind={{ .apiVersion }}/{{ .kind }}={{ .resource }}:{{ .replicas }}:{{ .podTemplate }}
 {{- end }}
+- --evicted-cluster-grace={{ .Values.evictedClusterGrace }}
 {{- end -}}
 
 {{/* Read the declared kinds' templates (kube/templates.py watches them); `verbs` as given. */}}

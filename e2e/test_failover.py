@@ -1,0 +1,329 @@
+"""Karmada's cluster failover with and without a full quota (issue 38).
+
+A bed of its own (started for this module) runs with Karmada's cluster failover on
+(e2e/testbed/failover.py: the ``Failover`` gate, NoExecute taint eviction, a ClusterTaintPolicy
+tainting a not-Ready member NoExecute), so that the other suites' member outages never move
+their workloads. A Deployment divided over member1 and member2 runs; member1's control plane is
+killed; the clock runs until all its replicas run Ready on member2 (as kwok reports them). Then
+member1 comes back with its old pods, and the time until they are gone is measured.
+
+Without a quota that is the baseline, measured `REPEATS` times (`KQ_FAILOVER_REPEATS`, 3 by
+default; docs/benchmarks.md's figures are of 5). With a full quota (hard = what runs) the same
+failover, `REPEATS` times: Σ pods on the Ready members ≤ hard at every poll, each within the
+baseline's p50 × 1.5 + 10 s and their p50 within the baseline's × 1.5 + 5 s; the member coming
+back may leave Σ over hard for no longer than `RETURN_BOUND_S` (docs/charging.md, "Failover":
+Karmada's Work deletion and the pods' termination after the member is Ready again). A quota
+that holds evictions (`failover.evictedReplicas: Hold`) says so in its status and Karmada's
+events, and lets the failover through once it is switched to Release.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from e2e.testbed import TestBed, backend_from_env, build_binaries, campaign, product
+from e2e.testbed import failover as fo
+from e2e.testbed import guards as gi
+from e2e.testbed.aio import InvariantViolation, eventually
+from e2e.testbed.workloads import deployment, divided_policy
+from karmadaquota.kube.client import KubeClient
+
+pytestmark = pytest.mark.e2e
+
+AWAY, STAYS = "member1", "member2"
+REPLICAS = 4
+REQUESTS = {"cpu": "100m", "memory": "64Mi"}
+REPEATS = int(os.environ.get("KQ_FAILOVER_REPEATS", "3"))
+FAILOVER_TIMEOUT_S = 180.0
+# How long a returning member's old pods may keep Σ on the Ready members over hard: Karmada
+# deletes the evicted Work's Deployment once the member is Ready (~0.4 s on the bed), the
+# member's garbage collector its pods, kwok ends them at once (no termination grace here); the
+# polls are 0.2 s apart plus their reads
+RETURN_BOUND_S = 15.0
+# alternately: a quota of pods only, and of pods and cpu
+QUOTAS = [
+    {"pods": str(REPLICAS)},
+    {"pods": str(REPLICAS), "requests.cpu": f"{REPLICAS * 100}m"},
+]
+
+
+@pytest.fixture(scope="module")
+def failover_bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestBed]:
+    if backend_from_env() != "local":
+        pytest.skip("taking a member away needs the local process bed")
+    build_binaries()
+    bed = TestBed.start(
+        Path(tmp_path_factory.mktemp("failover-bed")),
+        [AWAY, STAYS],
+        quiet=True,
+        karmada_feature_gates=fo.FEATURE_GATES,
+        karmada_controller_manager_args=fo.CONTROLLER_MANAGER_ARGS,
+        karmada_webhook_args=fo.WEBHOOK_ARGS,
+    )
+    try:
+        bed.apply(fo.taint_policy())
+        yield bed
+    finally:
+        bed.stop()
+
+
+@pytest.fixture(scope="module")
+async def karmada(failover_bed: TestBed) -> AsyncIterator[KubeClient]:
+    client = await KubeClient.connect(str(failover_bed.karmada_kubeconfig))
+    yield client
+    await client.close()
+
+
+@pytest.fixture(scope="module")
+async def members(failover_bed: TestBed) -> AsyncIterator[dict[str, KubeClient]]:
+    async with gi.member_clients(failover_bed) as clients:
+        yield clients
+
+
+@contextlib.asynccontextmanager
+async def running_everywhere(
+    bed: TestBed,
+    karmada: KubeClient,
+    members: dict[str, KubeClient],
+    hard: dict[str, str] | None,
+    **spec: Any,
+) -> AsyncIterator[str]:
+    """A fresh namespace (with a quota of `hard`, initialised, if given) where the workload
+    runs, divided over both members; deleted afterwards."""
+    ns = f"failover-{secrets.token_hex(3)}"
+    await karmada.post("/api/v1/namespaces", {"metadata": {"name": ns}})
+    try:
+        await _place(bed, karmada, members, ns, hard, **spec)
+        yield ns
+    finally:
+        await bed.akubectl("delete", "namespace", ns, "--wait=false")
+
+
+async def _place(
+    bed: TestBed,
+    karmada: KubeClient,
+    members: dict[str, KubeClient],
+    ns: str,
+    hard: dict[str, str] | None,
+    **spec: Any,
+) -> None:
+    await gi.member_namespace(members, ns)
+    if hard is not None:
+        path = campaign.QUOTA_PATH.format(ns=ns)
+        await karmada.post(path, product.quota(ns, "team", hard, **spec))
+
+        async def initialised() -> bool:
+            q = await karmada.get(f"{path}/team")
+            return set(hard) <= set((q.get("status") or {}).get("used") or {})
+
+        await eventually(initialised, 60, f"quota in {ns} initialised")
+    await bed.aapply(
+        [
+            deployment(ns, "app", REPLICAS, REQUESTS),
+            divided_policy(ns, "app", [AWAY, STAYS], deployment="app"),
+        ]
+    )
+    watch = fo.Watch(karmada, members, ns)
+
+    async def divided() -> bool:
+        p = await watch.poll()
+        return all(p.running[m] == REPLICAS // 2 for m in (AWAY, STAYS))
+
+    await eventually(divided, 90, f"{REPLICAS} pods Running, divided over {AWAY} and {STAYS}")
+
+
+@dataclass(frozen=True)
+class Run:
+    failover_s: float
+    back: fo.Return
+
+
+def never_over(hard: int) -> fo.OnPoll:
+    """The quota's guarantee where it can be seen: Σ pods on the Ready members ≤ hard."""
+
+    def check(p: fo.Poll) -> None:
+        if p.pods_on_ready() > hard:
+            raise InvariantViolation(
+                f"{p.at:.1f}s: {p.pods_on_ready()} pods on Ready members > hard {hard}: {p}"
+            )
+
+    return check
+
+
+async def fail_over_and_back(
+    bed: TestBed,
+    karmada: KubeClient,
+    members: dict[str, KubeClient],
+    ns: str,
+    timeout: float = FAILOVER_TIMEOUT_S,
+    on_poll: fo.OnPoll = fo.nothing,
+) -> Run:
+    """Take AWAY away, time the failover, bring it back (always) and time its cleanup."""
+    watch = fo.Watch(karmada, members, ns)
+    try:
+        watch.started = fo.take_away(bed, AWAY)
+        failover_s = await fo.time_until_running_elsewhere(watch, AWAY, REPLICAS, timeout, on_poll)
+        assert any(p.tainted[AWAY] for p in watch.polls), (
+            f"{AWAY} was never tainted NoExecute: the replicas moved some other way"
+        )
+    except BaseException:
+        await asyncio.to_thread(fo.bring_back, bed, AWAY)
+        raise
+    back = await fo.watch_return(bed, watch, AWAY, REPLICAS)
+    return Run(failover_s, back)
+
+
+@pytest.fixture(scope="module")
+async def baseline(
+    failover_bed: TestBed, karmada: KubeClient, members: dict[str, KubeClient]
+) -> list[Run]:
+    """The failover without a quota, `REPEATS` times, each in a fresh namespace."""
+    runs: list[Run] = []
+    for _ in range(REPEATS):
+        async with running_everywhere(failover_bed, karmada, members, None) as ns:
+            runs.append(await fail_over_and_back(failover_bed, karmada, members, ns))
+    return runs
+
+
+def fast_enough(baseline: list[Run]) -> float:
+    """A failover in a full quota must finish within the baseline's p50 × 1.5 + 10 s."""
+    return fo.p50([r.failover_s for r in baseline]) * 1.5 + 10
+
+
+def _figures(values: list[float]) -> str:
+    return ", ".join(f"{v:.1f}" for v in values)
+
+
+def _record(record_property: Any, name: str, values: list[float]) -> None:
+    record_property(name, _figures(values))
+    record_property(f"{name}_p50", round(fo.p50(values), 1))
+    print(f"{name}: p50 {fo.p50(values):.1f}s of [{_figures(values)}]")
+
+
+def _record_returns(record_property: Any, prefix: str, runs: list[Run]) -> None:
+    _record(record_property, f"{prefix}return_ready_s", [r.back.ready_s for r in runs])
+    cleanup = [r.back.cleanup_after_ready_s for r in runs]
+    _record(record_property, f"{prefix}return_cleanup_after_ready_s", cleanup)
+    undeploy = [r.back.undeployed_s - r.back.ready_s for r in runs]
+    _record(record_property, f"{prefix}return_deployment_deleted_after_ready_s", undeploy)
+    _record(record_property, f"{prefix}return_over_hard_s", [r.back.over_hard_s for r in runs])
+
+
+async def test_a_member_taken_away_its_replicas_run_on_the_other_without_a_quota(
+    baseline: list[Run], record_property: Any
+) -> None:
+    """Cluster failover works on the bed and is timed: member1's replicas run on member2
+    after its control plane is killed, and its old pods are deleted once it is back."""
+    assert len(baseline) == REPEATS
+    failover = [r.failover_s for r in baseline]
+    _record(record_property, "failover_s", failover)
+    _record_returns(record_property, "", baseline)
+    assert all(0 < f < FAILOVER_TIMEOUT_S for f in failover), failover
+
+
+async def test_a_failover_in_a_full_quota_is_as_fast_never_over_hard_and_back_in_time(
+    baseline: list[Run],
+    stack: campaign.Stack,
+    failover_bed: TestBed,
+    karmada: KubeClient,
+    members: dict[str, KubeClient],
+    record_property: Any,
+) -> None:
+    """With the quota full, the same failover `REPEATS` times: Σ pods on the Ready members ≤
+    hard at every poll (`never_over` raises at once); each within the baseline's p50 × 1.5 +
+    10 s (the graceful eviction's 10 minutes fail it), their p50 within the baseline's × 1.5 +
+    5 s; member1 back with its old pods leaves Σ over hard no longer than `RETURN_BOUND_S`."""
+    bound = fast_enough(baseline)
+    runs: list[Run] = []
+    for i in range(REPEATS):
+        hard = QUOTAS[i % len(QUOTAS)]
+        async with running_everywhere(failover_bed, karmada, members, hard) as ns:
+            run = await fail_over_and_back(
+                failover_bed, karmada, members, ns, timeout=bound, on_poll=never_over(REPLICAS)
+            )
+        print(f"failover in a full quota {hard}: {run.failover_s:.1f}s (bound {bound:.1f}s)")
+        runs.append(run)
+    failover = [r.failover_s for r in runs]
+    _record(record_property, "quota_failover_s", failover)
+    _record_returns(record_property, "quota_", runs)
+    assert all(f <= bound for f in failover), (failover, bound)
+    base = fo.p50([r.failover_s for r in baseline])
+    assert fo.p50(failover) <= base * 1.5 + 5, (failover, base)
+    over = [r.back.over_hard_s for r in runs]
+    assert all(o <= RETURN_BOUND_S for o in over), over
+
+
+def _condition(quota: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    for c in (quota.get("status") or {}).get("conditions") or []:
+        if c.get("type") == kind:
+            return dict(c)
+    return None
+
+
+async def test_a_quota_holding_evictions_says_so_and_lets_the_failover_through_once_released(
+    baseline: list[Run],
+    stack: campaign.Stack,
+    failover_bed: TestBed,
+    karmada: KubeClient,
+    members: dict[str, KubeClient],
+) -> None:
+    """`failover.evictedReplicas: Hold`: member1 taken away, its evicted replicas stay charged,
+    so the scheduler's new placement is refused — the quota's EvictionCharged condition, its
+    `Evicted` column in `kubectl get kq` and Karmada's ScheduleBindingFailed events name
+    member1 — and nothing more runs; switched to Release, the failover completes."""
+    hard = QUOTAS[0]
+    held = {"failover": {"evictedReplicas": "Hold"}}
+    async with running_everywhere(failover_bed, karmada, members, hard, **held) as ns:
+        path = f"{campaign.QUOTA_PATH.format(ns=ns)}/team"
+        watch = fo.Watch(karmada, members, ns)
+        check = never_over(REPLICAS)
+        try:
+            watch.started = fo.take_away(failover_bed, AWAY)
+
+            async def told() -> bool:
+                check(await watch.poll())
+                cond = _condition(await karmada.get(path), "EvictionCharged")
+                return cond is not None and f"{AWAY} (1 binding): held" in cond["message"]
+
+            await eventually(told, 90, f"the quota says {AWAY}'s evicted replicas are held")
+
+            async def refused() -> bool:
+                check(await watch.poll())
+                events = await karmada.get(f"/api/v1/namespaces/{ns}/events")
+                return any(
+                    e.get("reason") == "ScheduleBindingFailed"
+                    and f"replicas evicted from {AWAY}" in (e.get("message") or "")
+                    for e in events.get("items", [])
+                )
+
+            await eventually(refused, 90, "Karmada's scheduler reports the refused failover")
+            shown = await failover_bed.akubectl("get", "kq", "team", "-n", ns)
+            assert f"{AWAY} (1 binding): held" in shown.stdout, shown.stdout
+            p = await watch.poll()
+            assert p.running_except(AWAY) == REPLICAS // 2, p  # held back: only member2's own
+            await karmada.merge_patch(path, {"spec": {"failover": {"evictedReplicas": "Release"}}})
+            took = await fo.time_until_running_elsewhere(
+                watch, AWAY, REPLICAS, FAILOVER_TIMEOUT_S, check
+            )
+            print(
+                f"held failover released: {AWAY}'s replicas on {STAYS} {took:.1f}s after the kill"
+            )
+        finally:
+            await asyncio.to_thread(fo.bring_back, failover_bed, AWAY)
+
+
+@pytest.fixture(scope="module")
+async def stack(failover_bed: TestBed) -> AsyncIterator[campaign.Stack]:
+    """karmadaquota's webhook and controller, started after the baseline (which must run
+    without them)."""
+    async with campaign.stack(failover_bed, controllers=1, ttl="20s") as s:
+        yield s

@@ -1,0 +1,279 @@
+"""Karmada's cluster failover on the bed, and its clock.
+
+Turning it on takes three things, all opt-in (a bed started with them, as e2e/test_failover.py
+does): the ``Failover`` feature gate on karmada-controller-manager (``GracefulEviction`` is on by
+default), ``--enable-no-execute-taint-eviction`` there, and ``--allow-no-execute-taint-policy``
+on karmada-webhook so that a ClusterTaintPolicy may add a NoExecute taint. `taint_policy` is that
+policy: a member whose ``Ready`` condition is False or Unknown is tainted
+``cluster.karmada.io/not-ready:NoExecute``, and every binding without a toleration is evicted
+from it at once (Karmada v1.16+ adds no default tolerations). They are not on for every bed:
+with them, the fault suites' member outages would move their workloads.
+
+A member is taken away by killing its control plane — kube-apiserver, kube-controller-manager,
+kube-scheduler (its etcd and kwok keep running, so its pods are still in etcd, and still
+"running", when it is started again).
+
+What runs is read from the members (pods Running and Ready as kwok reports them), and which
+members count from Karmada's Cluster ``Ready`` condition: a member that cannot be read keeps
+the pods last read from it (nothing can change them while its API server is down).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from e2e.testbed import TestBed
+from e2e.testbed.aio import eventually
+from karmadaquota.kube.client import KubeClient, KubeError
+
+FEATURE_GATES = ("Failover=true",)
+CONTROLLER_MANAGER_ARGS = (
+    "--enable-no-execute-taint-eviction=true",
+    # A failed health check turns Ready False after 5 s (default 30 s), a passing one turns
+    # it True again after 5 s (default 30 s): a bed's failover in seconds, not a minute.
+    "--cluster-failure-threshold=5s",
+    "--cluster-success-threshold=5s",
+)
+WEBHOOK_ARGS = ("--allow-no-execute-taint-policy=true",)
+TAINT_POLICY = "e2e-not-ready-no-execute"
+NOT_READY_TAINT = "cluster.karmada.io/not-ready"
+READ_TIMEOUT_S = 3.0
+CLUSTERS = "/apis/cluster.karmada.io/v1alpha1/clusters"
+
+
+def taint_policy(name: str = TAINT_POLICY) -> dict[str, Any]:
+    """Taint any member NoExecute while it is not Ready; lift the taint once it is Ready."""
+    return {
+        "apiVersion": "policy.karmada.io/v1alpha1",
+        "kind": "ClusterTaintPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "addOnConditions": [
+                {"conditionType": "Ready", "operator": "In", "statusValues": ["False", "Unknown"]}
+            ],
+            "removeOnConditions": [
+                {"conditionType": "Ready", "operator": "In", "statusValues": ["True"]}
+            ],
+            "taints": [{"key": NOT_READY_TAINT, "effect": "NoExecute"}],
+        },
+    }
+
+
+def apiserver(member: str) -> str:
+    return f"{member}-kube-apiserver"
+
+
+def control_plane(member: str) -> tuple[str, ...]:
+    """What a failed member loses: its API server and the controllers that run against it
+    (its etcd and its nodes — kwok — keep the pods, as a partitioned cluster's nodes do)."""
+    return (f"{member}-kube-controller-manager", f"{member}-kube-scheduler", apiserver(member))
+
+
+def take_away(bed: TestBed, member: str) -> float:
+    """Kill `member`'s control plane (SIGKILL: a machine gone, not a clean shutdown); returns
+    the monotonic time its API server died, the start of a failover's clock."""
+    for component in control_plane(member):
+        bed.kill(component, signal.SIGKILL)
+    return time.monotonic()
+
+
+def bring_back(bed: TestBed, member: str, timeout: float = 120) -> float:
+    """Start `member`'s control plane again (same flags, data: its old pods are there), as a
+    recovered cluster starts: its controllers rebuild their view (a garbage collector whose
+    discovery failed during the outage and kept running would leave the old pods for its next
+    resync, up to ~80 s on the bed); returns the seconds until the bed is healthy again
+    (every Cluster Ready)."""
+    assert bed.supervisor is not None, "bring_back needs a bed started by this process"
+    started = time.monotonic()
+    *controllers, server = control_plane(member)
+    for component in controllers:
+        bed.supervisor.restart(component, signal.SIGKILL)
+    bed.restart(server, signal.SIGKILL, timeout)
+    return time.monotonic() - started
+
+
+def _ready(cluster: Mapping[str, Any]) -> bool:
+    conditions = (cluster.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def _tainted(cluster: Mapping[str, Any]) -> bool:
+    taints = (cluster.get("spec") or {}).get("taints") or []
+    return any(t.get("key") == NOT_READY_TAINT and t.get("effect") == "NoExecute" for t in taints)
+
+
+@dataclass(frozen=True)
+class Poll:
+    """One look at the namespace: seconds since the clock started, each member's Ready (as
+    Karmada says), live pods (not Succeeded/Failed), pods Running and Ready, and Deployments."""
+
+    at: float
+    ready: Mapping[str, bool]
+    tainted: Mapping[str, bool]
+    pods: Mapping[str, int]
+    running: Mapping[str, int]
+    deployments: Mapping[str, int]
+
+    def pods_on_ready(self) -> int:
+        """Σ live pods over the members Karmada calls Ready: what a quota can see running."""
+        return sum(n for m, n in self.pods.items() if self.ready.get(m))
+
+    def running_except(self, away: str) -> int:
+        return sum(n for m, n in self.running.items() if m != away)
+
+
+@dataclass
+class Watch:
+    """Reads `namespace`'s pods from every member and the Clusters from Karmada."""
+
+    karmada: KubeClient
+    members: Mapping[str, KubeClient]
+    namespace: str
+    started: float = field(default_factory=time.monotonic)
+    last: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    polls: list[Poll] = field(default_factory=list)
+
+    async def _member(self, name: str) -> tuple[int, int, int]:
+        client, ns = self.members[name], self.namespace
+        try:
+            pods, deployments = await asyncio.wait_for(
+                asyncio.gather(
+                    client.get(f"/api/v1/namespaces/{ns}/pods"),
+                    client.get(f"/apis/apps/v1/namespaces/{ns}/deployments"),
+                ),
+                READ_TIMEOUT_S,
+            )
+        except (KubeError, aiohttp.ClientError, OSError, TimeoutError):
+            return self.last.get(name, (0, 0, 0))  # down: nothing there can change meanwhile
+        live = running = 0
+        for p in pods.get("items", []):
+            status = p.get("status") or {}
+            if status.get("phase") in ("Succeeded", "Failed"):
+                continue
+            live += 1
+            ready = any(
+                c.get("type") == "Ready" and c.get("status") == "True"
+                for c in status.get("conditions") or []
+            )
+            if (
+                status.get("phase") == "Running"
+                and ready
+                and not p["metadata"].get("deletionTimestamp")
+            ):
+                running += 1
+        self.last[name] = (live, running, len(deployments.get("items", [])))
+        return self.last[name]
+
+    async def poll(self) -> Poll:
+        clusters = {
+            c["metadata"]["name"]: c for c in (await self.karmada.get(CLUSTERS)).get("items", [])
+        }
+        names = list(self.members)
+        counts = await asyncio.gather(*(self._member(m) for m in names))
+        p = Poll(
+            at=time.monotonic() - self.started,
+            ready={m: _ready(clusters.get(m, {})) for m in names},
+            tainted={m: _tainted(clusters.get(m, {})) for m in names},
+            pods={m: c[0] for m, c in zip(names, counts, strict=True)},
+            running={m: c[1] for m, c in zip(names, counts, strict=True)},
+            deployments={m: c[2] for m, c in zip(names, counts, strict=True)},
+        )
+        self.polls.append(p)
+        return p
+
+
+OnPoll = Callable[[Poll], None]
+
+
+def nothing(_p: Poll) -> None:
+    return None
+
+
+async def time_until_running_elsewhere(
+    watch: Watch, away: str, replicas: int, timeout: float, on_poll: OnPoll = nothing
+) -> float:
+    """Seconds from `watch.started` (set it to `take_away`'s time) until `replicas` pods run
+    Ready on the members other than `away`; `on_poll` judges every poll (raise
+    `InvariantViolation` for what must hold throughout)."""
+
+    async def moved() -> float | None:
+        p = await watch.poll()
+        on_poll(p)
+        return p.at if p.running_except(away) >= replicas else None
+
+    remaining = max(timeout - (time.monotonic() - watch.started), 1.0)
+    result: float = await eventually(
+        moved, remaining, f"{replicas} pods Ready outside {away}", interval=0.2
+    )
+    return result
+
+
+@dataclass(frozen=True)
+class Return:
+    """A member brought back with its old pods: seconds from the restart until Karmada calls
+    it Ready, until Karmada has deleted the evicted Deployment there, until its pods are gone
+    (the member's garbage collector), and how long Σ pods on Ready members was over `hard`
+    (from the first poll over to the first poll back at or under it)."""
+
+    ready_s: float
+    undeployed_s: float
+    cleaned_s: float
+    over_hard_s: float
+
+    @property
+    def cleanup_after_ready_s(self) -> float:
+        """How long Karmada took to delete the evicted Work's pods once the member was Ready."""
+        return self.cleaned_s - self.ready_s
+
+
+async def watch_return(
+    bed: TestBed, watch: Watch, member: str, hard: int, timeout: float = 180
+) -> Return:
+    """Bring `member` back and poll until it is Ready with none of `watch.namespace`'s pods
+    left on it; `watch.polls` keeps every poll (for an invariant over them)."""
+    watch.started = time.monotonic()
+    watch.polls.clear()
+    restart = asyncio.create_task(asyncio.to_thread(bring_back, bed, member, timeout))
+    ready_at: list[float] = []
+    undeployed_at: list[float] = []
+
+    async def cleaned() -> float | None:
+        if restart.done():
+            restart.result()  # a failed restart fails here, not at the deadline
+        p = await watch.poll()
+        if p.ready[member] and not ready_at:
+            ready_at.append(p.at)
+        if ready_at and p.deployments[member] == 0 and not undeployed_at:
+            undeployed_at.append(p.at)
+        return p.at if ready_at and p.pods[member] == 0 else None
+
+    try:
+        cleaned_at: float = await eventually(
+            cleaned, timeout, f"{member} Ready with its evicted pods gone", interval=0.2
+        )
+    finally:
+        await restart
+    undeployed = undeployed_at[0] if undeployed_at else cleaned_at
+    return Return(ready_at[0], undeployed, cleaned_at, over_hard_window(watch.polls, hard))
+
+
+def over_hard_window(polls: list[Poll], hard: int) -> float:
+    """Seconds from the first poll with Σ pods on Ready members over `hard` to the first poll
+    after the last such poll (0 when never over): the window a quota could see it over."""
+    over = [p.at for p in polls if p.pods_on_ready() > hard]
+    if not over:
+        return 0.0
+    after = [p.at for p in polls if p.at > over[-1]]
+    return (after[0] if after else over[-1]) - over[0]
+
+
+def p50(figures: list[float]) -> float:
+    return float(statistics.median(figures))

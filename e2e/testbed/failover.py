@@ -9,9 +9,8 @@ policy: a member whose ``Ready`` condition is False or Unknown is tainted
 from it at once (Karmada v1.16+ adds no default tolerations). They are not on for every bed:
 with them, the fault suites' member outages would move their workloads.
 
-A member is taken away by killing its control plane — kube-apiserver, kube-controller-manager,
-kube-scheduler (its etcd and kwok keep running, so its pods are still in etcd, and still
-"running", when it is started again).
+A member is taken away by killing its kube-apiserver (its etcd, controller manager, scheduler
+and kwok keep running, so its pods are still in etcd when the API server is started again).
 
 What runs is read from the members (pods Running and Ready as kwok reports them), and which
 members count from Karmada's Cluster ``Ready`` condition: a member that cannot be read keeps
@@ -71,33 +70,17 @@ def apiserver(member: str) -> str:
     return f"{member}-kube-apiserver"
 
 
-def control_plane(member: str) -> tuple[str, ...]:
-    """What a failed member loses: its API server and the controllers that run against it
-    (its etcd and its nodes — kwok — keep the pods, as a partitioned cluster's nodes do)."""
-    return (f"{member}-kube-controller-manager", f"{member}-kube-scheduler", apiserver(member))
-
-
 def take_away(bed: TestBed, member: str) -> float:
-    """Kill `member`'s control plane (SIGKILL: a machine gone, not a clean shutdown); returns
-    the monotonic time its API server died, the start of a failover's clock."""
-    for component in control_plane(member):
-        bed.kill(component, signal.SIGKILL)
+    """Kill `member`'s kube-apiserver (SIGKILL: a machine gone, not a clean shutdown); returns
+    the monotonic time it died, the start of a failover's clock."""
+    bed.kill(apiserver(member), signal.SIGKILL)
     return time.monotonic()
 
 
 def bring_back(bed: TestBed, member: str, timeout: float = 120) -> float:
-    """Start `member`'s control plane again (same flags, data: its old pods are there), as a
-    recovered cluster starts: its controllers rebuild their view (a garbage collector whose
-    discovery failed during the outage and kept running would leave the old pods for its next
-    resync, up to ~80 s on the bed); returns the seconds until the bed is healthy again
-    (every Cluster Ready)."""
-    assert bed.supervisor is not None, "bring_back needs a bed started by this process"
-    started = time.monotonic()
-    *controllers, server = control_plane(member)
-    for component in controllers:
-        bed.supervisor.restart(component, signal.SIGKILL)
-    bed.restart(server, signal.SIGKILL, timeout)
-    return time.monotonic() - started
+    """Start `member`'s kube-apiserver again (same flags, data: its old pods are there); returns
+    the seconds until the bed is healthy again (every Cluster Ready)."""
+    return bed.restart(apiserver(member), signal.SIGKILL, timeout)
 
 
 def _ready(cluster: Mapping[str, Any]) -> bool:

@@ -88,7 +88,7 @@ def describe(
 ) -> str:
     """Why each cluster's evicted replicas are charged and for how long, for a refusal's message
     (Karmada's scheduler reports it in its events on the binding and its template)."""
-    not_ready_now = readiness.not_ready()
+    not_ready_now = readiness.clusters_not_ready()
     releasing = readiness.releasing(now)
     parts = []
     for name in clusters:
@@ -127,7 +127,7 @@ class Readiness:
         """When the next not-Ready cluster's grace ends (None: none is waiting for it)."""
         return min(self.releasing(now).values(), default=None)
 
-    def not_ready(self) -> Mapping[str, NotReady]:
+    def clusters_not_ready(self) -> Mapping[str, NotReady]:
         return self._not_ready
 
     # ---- feeding (informer.Handler, or the controller's Cluster events) ---------------------

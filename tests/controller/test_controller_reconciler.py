@@ -778,3 +778,36 @@ async def test_an_already_labelled_namespace_is_not_patched_and_followers_never_
 def test_the_configured_concurrency_bounds_both_recompute_queues() -> None:
     c = Controller(FakeApiServer(), ControllerMetrics(), Lead(), ReconcilerConfig(concurrency=3))
     assert c.dirty.concurrency == c.cluster_dirty.concurrency == 3
+
+
+async def test_an_evicted_clusters_replicas_are_released_when_its_grace_ends_and_back_when_ready(
+    env: Any,
+) -> None:
+    """Failover (docs/charging.md): 2 replicas moved from m1 (evicted) to m2 are charged 4
+    until m1 has been not Ready for the grace (a timer, no event, ends it), then 2; m1 Ready
+    again charges them again."""
+    api, c, _ = env
+    c.readiness.grace = 3.0  # lastTransitionTime is in whole seconds: up to 1 s of it gone
+    add_quota(api, "q", {"pods": "10"})
+    raw = raw_binding("web", namespace=NS, replicas=2, clusters={"m2": 2})
+    raw["spec"]["gracefulEvictionTasks"] = [{"fromCluster": "m1", "replicas": 2}]
+    api.put_binding(raw)
+    await listed(c)
+    await until(lambda: used(api).get("pods") == "4")
+    since = datetime.now(UTC)
+    cluster: JSON = {
+        "metadata": {"name": "m1"},
+        "status": {
+            "conditions": [
+                {"type": "Ready", "status": "Unknown", "lastTransitionTime": format_time(since)}
+            ]
+        },
+    }
+    c.readiness.observe(cluster)
+    await until(lambda: quiet(c))
+    assert used(api)["pods"] == "4"  # within the grace: still charged, and said so
+    assert "m1 (1 binding): not Ready, released at" in str(quota(api)["status"]["conditions"])
+    await until(lambda: used(api)["pods"] == "2", timeout=8, what="released when the grace ends")
+    cluster["status"]["conditions"][0]["status"] = "True"
+    c.readiness.observe(cluster)
+    await until(lambda: used(api)["pods"] == "4", what="charged again once m1 is Ready")

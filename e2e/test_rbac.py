@@ -33,6 +33,7 @@ QUOTAS_ALL = "/apis/quota.karmada.io/v1alpha1/karmadaquotas"
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 CKQ_ALL = "/apis/quota.karmada.io/v1alpha1/clusterkarmadaquotas"
 VIEWS_ALL = "/apis/quota.karmada.io/v1alpha1/appliedclusterkarmadaquotas"
+CLUSTERS = "/apis/cluster.karmada.io/v1alpha1/clusters"
 
 
 @pytest.fixture(scope="module")
@@ -286,6 +287,9 @@ async def test_the_webhook_can_make_every_call_it_makes_and_nothing_else(
         ),
         "list namespaces (cluster quotas' selectors)": ("GET", "/api/v1/namespaces", None),
         "watch namespaces": ("GET", "/api/v1/namespaces?watch=1&timeoutSeconds=1", None),
+        # their Ready condition: replicas evicted from one not Ready are released (evictions)
+        "list clusters": ("GET", CLUSTERS, None),
+        "watch clusters": ("GET", f"{CLUSTERS}?watch=1&timeoutSeconds=1", None),
     }
     got = {what: await status_of(w, *call) for what, call in allowed.items()}
     assert got == {what: 200 for what in allowed}, got
@@ -295,7 +299,7 @@ async def test_the_webhook_can_make_every_call_it_makes_and_nothing_else(
         "update a quota's spec": ("PUT", quota, await admin.get(quota)),
         "delete a quota": ("DELETE", quota, None),
         "read secrets": ("GET", "/api/v1/namespaces/karmada-cluster/secrets", None),
-        "list clusters": ("GET", "/apis/cluster.karmada.io/v1alpha1/clusters", None),
+        "get a cluster": ("GET", f"{CLUSTERS}/{objects['member']}", None),
         "create a Lease": ("POST", LEASES, lease),
         # a review has no side effect: labelling namespaces is the controller's
         "patch a namespace": ("PATCH", f"/api/v1/namespaces/{ns}", {"metadata": {}}),

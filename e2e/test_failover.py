@@ -116,7 +116,9 @@ async def _place(
     hard: dict[str, str] | None,
     **spec: Any,
 ) -> None:
-    await gi.member_namespace(members, ns)
+    # a member just back from its outage runs its controllers' stale informers until they
+    # resync (its ServiceAccount controller as its garbage collector: up to ~90 s on the bed)
+    await gi.member_namespace(members, ns, timeout=180)
     if hard is not None:
         path = campaign.QUOTA_PATH.format(ns=ns)
         await karmada.post(path, product.quota(ns, "team", hard, **spec))

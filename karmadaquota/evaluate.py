@@ -147,9 +147,17 @@ def evaluate(
         denial = _check_uncounted(quotas, new)
         if denial is not None:
             return denial
-    if charges_nothing(new, old) and charges_nothing(*_released(new, old)):
+    # the view of a quota that releases evicted replicas, only where it differs (a failover)
+    released = (
+        _released(new, old)
+        if new.if_released is not None or (old is not None and old.if_released is not None)
+        else None
+    )
+    if charges_nothing(new, old) and (released is None or charges_nothing(*released)):
         return ALLOW  # admission never releases, never blocks a change that grows nothing
-    change = resources.maximum(delta(new, old), delta(*_released(new, old)))
+    change = delta(new, old)
+    if released is not None:
+        change = resources.maximum(change, delta(*released))
     matching = sorted(
         (q for q in quotas if scopes.matches(q.scopes, new.traits)), key=lambda q: q.name
     )

@@ -93,6 +93,19 @@ async def used(s: Stack, ns: str) -> dict[str, str]:
     return dict((q.get("status") or {}).get("used") or {})
 
 
+async def used_is(s: Stack, ns: str, want: dict[str, str]) -> None:
+    """`status.used` becomes `want`. The controller folds what the members run some
+    milliseconds after they run it (a rollout's old pod, terminating, counts until it is gone),
+    so a single read right after the members settle races it."""
+
+    async def check() -> bool:
+        got = await used(s, ns)
+        assert got == want, f"status.used is {got}, not {want}"
+        return True
+
+    await eventually(check, 30, "status.used as charged", interval=0.05)
+
+
 # ---------------------------------------------------------------------------------------------
 
 
@@ -165,13 +178,17 @@ async def test_propagate_deps_brings_configmap_secret_and_serviceaccount_to_the_
         assert sorted(len(p) for p in pods.values()) == [1] * len(members)
         await settled(s, ns)
         # docs/charging.md: 2 replicas x 100m (maxSurge 0), one object for each dependency
-        assert await used(s, ns) == {
-            "pods": "2",
-            "requests.cpu": "200m",
-            "configmaps": "1",
-            "count/secrets": "1",
-            "count/serviceaccounts": "1",
-        }
+        await used_is(
+            s,
+            ns,
+            {
+                "pods": "2",
+                "requests.cpu": "200m",
+                "configmaps": "1",
+                "count/secrets": "1",
+                "count/serviceaccounts": "1",
+            },
+        )
 
 
 async def test_image_and_label_overrides_are_rendered_in_the_members(stack: Stack, ns: str) -> None:
@@ -307,7 +324,7 @@ async def test_a_statefulset_s_pods_run_in_the_members(stack: Stack, ns: str) ->
 
         await works(s, ns, running_everywhere, 90, "db-0 Ready in every member")
         await settled(s, ns)
-        assert await used(s, ns) == {"pods": "2", "requests.cpu": "200m"}
+        await used_is(s, ns, {"pods": "2", "requests.cpu": "200m"})
 
 
 async def test_a_service_reaches_the_members(stack: Stack, ns: str) -> None:
@@ -345,7 +362,7 @@ async def test_a_service_reaches_the_members(stack: Stack, ns: str) -> None:
             ipaddress.ip_address(svc["spec"]["clusterIP"])  # allocated by the member
         await settled(s, ns)
         # docs/charging.md, first table: `services` is 1 per binding of a Service
-        assert await used(s, ns) == {"pods": "0", "requests.cpu": "0", "services": "1"}
+        await used_is(s, ns, {"pods": "0", "requests.cpu": "0", "services": "1"})
 
 
 async def test_a_rollout_completes_within_the_quota(stack: Stack, ns: str) -> None:
@@ -363,7 +380,7 @@ async def test_a_rollout_completes_within_the_quota(stack: Stack, ns: str) -> No
         await tenant_apply(s, web, divided_policy(ns, "web", members, "web"))
         await placed(s, ns, "web", 2)
         await settled(s, ns)
-        assert await used(s, ns) == {"pods": "4", "requests.cpu": "400m"}
+        await used_is(s, ns, {"pods": "4", "requests.cpu": "400m"})
         got = await as_tenant(
             s, "-n", ns, "set", "image", "deployment/web", "app=registry.example.com/web:2"
         )
@@ -385,7 +402,7 @@ async def test_a_rollout_completes_within_the_quota(stack: Stack, ns: str) -> No
 
         await works(s, ns, rolled, 90, "the new image rolled out, 1 pod in each member")
         await settled(s, ns)
-        assert await used(s, ns) == {"pods": "4", "requests.cpu": "400m"}
+        await used_is(s, ns, {"pods": "4", "requests.cpu": "400m"})
     print(f"members ran at most {w.most} pods (terminating counted) of pods=4 over {w.polls} polls")
 
 
@@ -442,7 +459,7 @@ async def test_federated_hpa_scales_within_the_quota(stack: Stack, ns: str) -> N
 
         await works(s, ns, up, 120, "the FederatedHPA scaled web up to 3")
         await settled(s, ns)
-        assert await used(s, ns) == {"pods": "3", "requests.cpu": "300m"}
+        await used_is(s, ns, {"pods": "3", "requests.cpu": "300m"})
         got = await as_tenant(
             s, "-n", ns, "patch", "federatedhpa", "web", "--type", "merge",
             "-p", json.dumps({"spec": {"minReplicas": 1, "maxReplicas": 2}}),

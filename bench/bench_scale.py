@@ -11,10 +11,11 @@ bindings placed round-robin on every cluster), with karmadaquota not running; th
   `--profile DIR` records the controller's CPU through the cold start with py-spy;
 * webhook cache sync: process start until `/readyz` answers 200;
 * admission latency of sequential binding creates (client side, through the API server) in a
-  small namespace and the big one, each create followed by the same create in a namespace the
-  webhook skips (the limit: Karmada with no webhook of ours, on the same store, under the same
-  load); the webhook's own review time (server side histograms); the controller's CPU per
-  binding event in each namespace (proportional to the namespace, not to the store);
+  small namespace, the big one and one whose only quota matches nothing (`floor`: the webhook
+  call alone), each create followed by the same create in a namespace the webhook skips (the
+  limit: Karmada with no webhook of ours, on the same store, under the same load); the
+  webhook's own review time (server side histograms); the controller's CPU per binding event
+  in each namespace (proportional to the namespace, not to the store);
 * release after a delete: a binding deleted until its quota's and its cluster quota's `used`
   drop by it;
 * relabelling: a namespace moved from one cluster quota's selector to another's, until both
@@ -65,6 +66,12 @@ CLUSTER_QUOTAS = "/apis/quota.karmada.io/v1alpha1/clusterkarmadaquotas"
 CLUSTERS = "/apis/cluster.karmada.io/v1alpha1/clusters"
 BIG = "scale-big"
 SKIP = "scale-skip"  # outside the webhook registration: the limit latencies are compared with
+# reviewed by the webhook, whose only quota matches no binding (scoped to an unused priority
+# class): the price of the webhook call alone, nothing charged or written
+FLOOR = "scale-floor"
+UNUSED_SCOPE = {
+    "matchExpressions": [{"scopeName": "PriorityClass", "operator": "In", "values": ["unused"]}]
+}
 TEAM = "bench.karmadaquota.io/team"
 
 # issue 37: 100 clusters (3 real), 5,000 namespaces × 18 bindings + 10,000 in one: 100,000
@@ -127,10 +134,20 @@ class Size:
     def __post_init__(self) -> None:
         self.counts = {ns: self.per_namespace for ns in self.namespaces} | {BIG: self.big}
         self.counts[SKIP] = self.per_namespace
+        self.counts[FLOOR] = 0
 
     @property
     def clusters(self) -> list[str]:
         return [*self.members, *self.fake_clusters]
+
+    @property
+    def probed(self) -> list[tuple[str, str, int]]:
+        """The namespaces admission latency is measured in: label, name, bindings there."""
+        return [
+            ("small", self.namespaces[0], self.per_namespace),
+            ("big", BIG, self.big),
+            ("floor", FLOOR, 0),
+        ]
 
     @property
     def bindings(self) -> int:
@@ -193,7 +210,16 @@ async def populate(api: KubeClient, size: Size) -> None:
     room = {"requests.cpu": "100000", "pods": "1000000"}
     await bounded(
         api,
-        ((QUOTAS.format(ns=ns), product.quota(ns, "q", room)) for ns in size.counts if ns != SKIP),
+        (
+            (
+                QUOTAS.format(ns=ns),
+                product.quota(ns, "q", room, scopeSelector=UNUSED_SCOPE)
+                if ns == FLOOR
+                else product.quota(ns, "q", room),
+            )
+            for ns in size.counts
+            if ns != SKIP
+        ),
     )
     await bounded(
         api,
@@ -517,7 +543,7 @@ async def run(args: argparse.Namespace) -> str:
 
         own_name = "karmadaquota_admission_own_duration_seconds"
         whole = "karmadaquota_admission_duration_seconds"
-        for label, ns in (("small", size.namespaces[0]), ("big", BIG)):
+        for label, ns, _ in size.probed:
             scraped = await hook.metrics()
             before, before_r = histogram(scraped, own_name), histogram(scraped, whole)
             writes0, ctl0 = (
@@ -629,9 +655,8 @@ def report(args: argparse.Namespace, size: Size, fig: Figures) -> str:
         "| controller CPU per event |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for label, n in (("small", size.per_namespace), ("big", size.big)):
+    for label, ns, n in size.probed:
         runs = fig.latency[label]
-        ns = size.namespaces[0] if label == "small" else BIG
         xs, refused = runs[ns]
         ys, _ = runs[SKIP]
         lines.append(

@@ -30,7 +30,7 @@ def _text(q: Quantity | None) -> str | None:
     return None if q is None else str(q)
 
 
-def _reserved(status: Mapping[str, Any]) -> dict[str, Quantity]:
+def reserved(status: Mapping[str, Any]) -> dict[str, Quantity]:
     """Σ reserved per resource over every pending charge, expired or not (what admission adds:
     a charge holds until the controller counts or disproves it); `status.pending` and an old
     layout's `status.reservations` alike (`api.wire_reservations`)."""
@@ -63,7 +63,7 @@ def summarize(quota: Mapping[str, Any]) -> dict[str, Any]:
     hard: Mapping[str, Any] = (quota.get("spec") or {}).get("hard") or {}
     status = quota.get("status") or {}
     used_raw: Mapping[str, Any] = status.get("used") or {}
-    reserved = _reserved(status)
+    held = reserved(status)
     clusters = sorted(
         (c for c in status.get("aggregatedStatus") or [] if c.get("clusterName")),
         key=lambda c: str(c["clusterName"]),
@@ -72,7 +72,7 @@ def summarize(quota: Mapping[str, Any]) -> dict[str, Any]:
     for name in sorted(hard):
         h = _q(hard[name])
         u = _q(used_raw[name]) if name in used_raw else None
-        r = reserved.get(name, Quantity.zero())
+        r = held.get(name, Quantity.zero())
         free = None
         if h is not None and u is not None:
             left = h - u - r

@@ -9,6 +9,7 @@ Flags come from cli.py (--kubeconfig, --resync-period, --admission-window,
 |---|---|---|
 | KARMADAQUOTA_DEBOUNCE_QUIET | 0.03 | flush a namespace after this many quiet seconds |
 | KARMADAQUOTA_DEBOUNCE_MAX | 0.1 | ... and at the latest this long after its first change |
+| KARMADAQUOTA_FOLD_DELAY | 1.0 | a write that only counts pending charges as used waits this long |
 | KARMADAQUOTA_LEADER_ELECT | true | false: write without a Lease (one replica only!) |
 | KARMADAQUOTA_LEASE_NAME | karmadaquota-controller | the Lease's name |
 | KARMADAQUOTA_LEASE_DURATION | 10 | seconds; renewals every 2 s, deadline duration - 3 s |
@@ -97,6 +98,7 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> ControllerC
             tenant_views=not args.no_tenant_views,
             quiet=float(env.get("KARMADAQUOTA_DEBOUNCE_QUIET", "0.03")),
             max_delay=float(env.get("KARMADAQUOTA_DEBOUNCE_MAX", "0.1")),
+            fold_delay=float(env.get("KARMADAQUOTA_FOLD_DELAY", "1.0")),
             concurrency=args.recompute_concurrency,
         ),
         metrics_bind_address=args.metrics_bind_address,

@@ -30,7 +30,7 @@ import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Protocol
 
 from karmadaquota import resources, scopes, validation, waiting
 from karmadaquota.api import (
@@ -635,11 +635,6 @@ def _at(conditions: list[Condition], generation: int) -> list[Condition]:
 
 # ---------------------------------------------------------------------------------------------
 # what the controller does with an outcome (pure decisions; the I/O is in `controller.reconciler`)
-
-
-def status_to_write(current: Mapping[str, Any] | None, outcome: Outcome) -> st.StatusWrite | None:
-    """The write that gives the quota `outcome`'s status, or None when it already says it."""
-    return st.status_write(current, st.dump(outcome.status))
 
 
 def unobserved_reservations(

@@ -18,7 +18,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -56,6 +56,9 @@ RECOMPUTE_RETRY_CAP = 2.0
 # Karmada registers its webhooks with timeoutSeconds 3, the API's default is 10 s: 15 s covers
 # either and the write after it. Raise it (--admission-window) for a slower webhook.
 DEFAULT_ADMISSION_WINDOW = 15.0
+# a fold is written at once when this many charges are pending: the webhook rewrites them all
+# with each charge it adds
+FOLD_MAX_PENDING = 64
 
 
 @dataclass
@@ -66,6 +69,10 @@ class ReconcilerConfig:
     # under a continuous storm a namespace is recomputed this often: it bounds how long an
     # observed pending charge stays in the quota object (its size, docs/benchmarks.md)
     max_delay: float = 0.1
+    # a write that only counts admitted pending charges as used (status.fold_only) waits up
+    # to this long, or until FOLD_MAX_PENDING charges are pending: admissions into the quota
+    # meanwhile are not raced by it (docs/benchmarks.md, issue 37)
+    fold_delay: float = 1.0
     # namespaces (cluster quotas) recomputed and written at once, each queue
     concurrency: int = 16
     write_timeout: float = 2.0
@@ -139,6 +146,9 @@ class Reconciler:
         # each cluster quota's "every namespace it selects is labelled" as its last recompute
         # read it: a namespace's label flip moves a cluster quota's status only through it
         self._enforced: dict[str, bool] = {}
+        # (namespace, name) of each quota whose fold waits (status.fold_only) -> since when
+        # (loop time); "" is the namespace of a cluster quota
+        self._folding: dict[tuple[str, str], float] = {}
         # debounced (a storm is a few recomputes), retried soon after every lost CAS
         recompute = functools.partial(
             DirtyQueue,
@@ -174,6 +184,29 @@ class Reconciler:
     def forget(self, namespace: str, quota: str) -> None:
         """A quota was deleted: its last outcome goes with it."""
         self._guards.pop((namespace, quota), None)
+        self._folding.pop((namespace, quota), None)
+
+    @property
+    def folds_waiting(self) -> bool:
+        """Some fold waits (its queue holds a timer for it)."""
+        return bool(self._folding)
+
+    def _fold_due(
+        self, key: tuple[str, str], current: Mapping[str, Any] | None, desired: Mapping[str, Any]
+    ) -> float | None:
+        """When a write of `desired` over `current` that only folds pending charges is due
+        (loop time), None when it is to be written now: it is not a fold, the quota holds
+        FOLD_MAX_PENDING charges, or its fold has waited `fold_delay` already."""
+        delay = self.config.fold_delay
+        if (
+            delay <= 0
+            or st.pending_count(current) >= FOLD_MAX_PENDING
+            or not st.fold_only(current, desired)
+        ):
+            return None
+        now = asyncio.get_running_loop().time()
+        due = self._folding.setdefault(key, now) + delay
+        return due if now < due else None
 
     def _readiness(self) -> dict[str, Any]:
         """The clusters released now, and when those not Ready yet within the grace are."""
@@ -285,11 +318,12 @@ class Reconciler:
         extra = {"namespace": ns, "quota": name, "uid": record.quota.metadata.uid}
         outcome: rc.Outcome | None = None
         computed = (self._clock(), 0.0)  # when the last outcome was computed, and how long it took
+        folding: float | None = None  # when the fold this recompute did not write is due
 
         def desired(current: QuotaRecord) -> st.StatusWrite | None:
             # pure but for the clock: called again after each lost compare-and-swap, so the
             # side effects of an outcome (metrics, its expiry timer) follow the last one, below
-            nonlocal outcome, computed
+            nonlocal outcome, computed, folding
             if current.quota is None:
                 return None
             now = self._clock()
@@ -304,10 +338,15 @@ class Reconciler:
             else:
                 self._guards.pop((ns, name), None)
             computed = (now, time.perf_counter() - started)
-            change = rc.status_to_write(current.raw.get("status"), outcome)
-            if change is None or not self._may_write():
+            status, wanted = current.raw.get("status"), st.dump(outcome.status)
+            change = st.status_write(status, wanted)
+            if change is None:
+                self._folding.pop((ns, name), None)
+                return None
+            if not self._may_write():
                 return None  # followers keep their figures warm; the leader writes
-            return change
+            folding = self._fold_due((ns, name), status, wanted)
+            return None if folding is not None else change
 
         try:
             result = await self.writer.write(record, store, quota_path, desired)
@@ -318,8 +357,11 @@ class Reconciler:
         except NotFound:
             return True
         self._computed(ns, name, outcome, *computed, queue)
+        if folding is not None:
+            queue.mark_at(name if cluster else ns, folding)
         if result is None or outcome is None:
             return True
+        self._folding.pop((ns, name), None)
         for reason, n in outcome.released.items():
             self.metrics.released.labels(reason).inc(n)
         log.info(

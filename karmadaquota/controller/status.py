@@ -21,8 +21,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from karmadaquota.api import Condition, KarmadaQuotaStatus, charge_key, format_time
-from karmadaquota.quantity import Quantity
+from karmadaquota import usage_view
+from karmadaquota.api import (
+    Condition,
+    KarmadaQuotaStatus,
+    charge_key,
+    format_time,
+    wire_reservations,
+)
+from karmadaquota.quantity import Quantity, QuantityError
 
 COND_READY = "Ready"
 COND_VALID = "Valid"
@@ -168,6 +175,41 @@ def status_write(
         {"op": "replace", "path": f"/status/{REVISION}", "value": revision + 1},
     ]
     return StatusWrite(patch=revision_ops + ops)
+
+
+# what counting admitted pending charges as used moves in a status besides them: admission
+# reads none of it (it adds the pending charges to `used` itself)
+_FOLDED = frozenset({"used", *_PENDING, "summary", "aggregatedStatus", "namespaces", REVISION})
+
+
+def fold_only(current: Mapping[str, Any] | None, desired: Mapping[str, Any]) -> bool:
+    """True when writing `desired` over `current` only counts pending charges as used: every
+    other field is as it is, and used + Σ pending is the same for every resource. Admission
+    reads the same room from either, so such a write may wait (`Reconciler`'s `fold_delay`):
+    a stream of admissions into one quota is then not raced by the controller's own writes,
+    each of which makes the webhook's next compare-and-swap lose."""
+    current = current or {}
+    for name in (set(current) | set(desired)) - _FOLDED:
+        if _normal(current.get(name)) != _normal(desired.get(name)):
+            return False
+    try:
+        return held(current) == held(desired)
+    except QuantityError:
+        return False
+
+
+def held(status: Mapping[str, Any]) -> dict[str, int]:
+    """used + Σ pending charges, per resource (nanos; zeros dropped): what admission adds to."""
+    out = {n: q.nanos for n, q in usage_view.reserved(status).items()}
+    for name, value in (status.get("used") or {}).items():
+        out[name] = out.get(name, 0) + Quantity.parse(str(value)).nanos
+    return {n: v for n, v in out.items() if v}
+
+
+def pending_count(status: Mapping[str, Any] | None) -> int:
+    """How many pending charges a status as read carries (the webhook rewrites them all with
+    every charge it adds)."""
+    return len(wire_reservations(status or {}))
 
 
 def pending_removals(current: Any, desired: Any) -> list[tuple[int, int | None, Any]] | None:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from karmadaquota.api import KarmadaQuota, ObjectReference, Reservation, format_time
+from karmadaquota.controller import reconciler
 from karmadaquota.controller.manager import Controller
 from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.controller.reconciler import ReconcilerConfig
@@ -811,3 +812,79 @@ async def test_an_evicted_clusters_replicas_are_released_when_its_grace_ends_and
     cluster["status"]["conditions"][0]["status"] = "True"
     c.readiness.observe(cluster)
     await until(lambda: used(api)["pods"] == "4", what="charged again once m1 is Ready")
+
+
+@contextlib.asynccontextmanager
+async def folding(fold_delay: float) -> AsyncIterator[tuple[FakeApiServer, Controller]]:
+    """A controller whose folds of pending charges into `used` wait `fold_delay`."""
+    api = FakeApiServer(rv=100)
+    config = ReconcilerConfig(quiet=0.01, max_delay=0.1, page_size=2, member_watch=False)
+    config.fold_delay = fold_delay
+    c = Controller(api, ControllerMetrics(), Lead(), config)
+    async with controlling(c):
+        yield api, c
+
+
+def rv(api: FakeApiServer, name: str = "q") -> str:
+    return str(quota(api, name)["metadata"]["resourceVersion"])
+
+
+async def test_a_fold_waits_and_the_webhooks_writes_meanwhile_do_not_lose() -> None:
+    """A binding the webhook charged is observed: counting its charge as used changes no room,
+    so the controller does not write it for `fold_delay` — the quota's resourceVersion does
+    not move, and a webhook write computed on it still succeeds — and then writes it."""
+    async with folding(0.5) as (api, c):
+        add_quota(api, "q", {"pods": "10"})
+        await listed(c)
+        await until(lambda: used(api) == {"pods": "0"})
+        add_reservation(api, "q", "uid-web", {"pods": "2"}, binding="web")
+        start = asyncio.get_running_loop().time()
+        add_binding(api, "web", replicas=2, uid="uid-web")
+        before = rv(api)
+        await until(lambda: quiet(c) and c.reconciler.folds_waiting, what="the fold waits")
+        assert rv(api) == before and used(api) == {"pods": "0"} and len(held(api)) == 1
+        add_reservation(api, "q", "uid-api", {"pods": "1"}, binding="api")  # no conflict
+        await until(lambda: used(api) == {"pods": "2"}, what="the fold written")
+        assert asyncio.get_running_loop().time() - start >= 0.5
+        assert [r.reservedBy.uid for r in held(api)] == ["uid-api"]
+        assert not c.reconciler.folds_waiting
+
+
+async def test_room_given_back_or_usage_the_webhook_did_not_charge_is_written_at_once() -> None:
+    """While a fold waits, a delete (room given back) is written at once, with the fold; so is
+    usage no pending charge holds (a binding created around the webhook), which admission
+    must see."""
+    async with folding(60.0) as (api, c):
+        add_quota(api, "q", {"pods": "10"})
+        add_binding(api, "old", replicas=3)
+        await listed(c)
+        await until(lambda: used(api) == {"pods": "3"})
+        add_reservation(api, "q", "uid-web", {"pods": "2"}, binding="web")
+        add_binding(api, "web", replicas=2, uid="uid-web")
+        await until(lambda: quiet(c) and c.reconciler.folds_waiting, what="the fold waits")
+        assert used(api) == {"pods": "3"}
+        api.delete_binding(NS, "old-deployment")
+        await until(lambda: used(api) == {"pods": "2"} and held(api) == [], what="at once")
+        assert not c.reconciler.folds_waiting
+        add_binding(api, "around", replicas=4)  # no pending charge: more usage
+        await until(lambda: used(api) == {"pods": "6"}, what="more usage, at once")
+
+
+async def test_a_fold_of_many_pending_charges_is_written_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The webhook rewrites every pending charge with each one it adds: a quota holding
+    FOLD_MAX_PENDING of them is folded at once."""
+    monkeypatch.setattr(reconciler, "FOLD_MAX_PENDING", 3)
+    async with folding(60.0) as (api, c):
+        add_quota(api, "q", {"pods": "10"})
+        await listed(c)
+        await until(lambda: used(api) == {"pods": "0"})
+        add_reservation(api, "q", "uid-a", {"pods": "1"}, binding="a")
+        add_reservation(api, "q", "uid-b", {"pods": "1"}, binding="b")
+        add_binding(api, "a", replicas=1, uid="uid-a")
+        await until(lambda: quiet(c) and c.reconciler.folds_waiting, what="2 pending: it waits")
+        add_reservation(api, "q", "uid-c", {"pods": "1"}, binding="c")
+        add_binding(api, "b", replicas=1, uid="uid-b")
+        await until(lambda: used(api) == {"pods": "2"}, what="3 pending: folded at once")
+        assert [r.reservedBy.uid for r in held(api)] == ["uid-c"]

@@ -13,7 +13,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from karmadaquota.api import Condition, format_time
-from karmadaquota.controller.status import merge_conditions, needs_write, status_write, summary
+from karmadaquota.controller.status import (
+    fold_only,
+    held,
+    merge_conditions,
+    needs_write,
+    pending_count,
+    status_write,
+    summary,
+)
 from tests.conftest import NOW, rl
 
 
@@ -258,3 +266,36 @@ def test_the_patch_removes_exactly_what_the_controller_dropped_whatever_the_webh
     assert _entries(patched["status"]["pending"]) == before - Counter(
         (c, t, e) for c, t, e in removed.elements()
     )
+
+
+# ---- a write that only folds pending charges into `used` -------------------------------------
+
+
+def test_a_fold_is_a_write_that_only_moves_pending_charges_into_used() -> None:
+    """Admission adds the pending charges to `used`: a write that moves charges from one to
+    the other changes no room, and may wait. Everything else is not a fold: more or less
+    room, a condition, the hard, a field the fold does not move, an unreadable quantity."""
+    ready = [{"type": "Ready", "status": "True"}]
+    current = {
+        "used": {"pods": "1", "requests.cpu": "100m"},
+        "pending": [_group("2", "a/u1", "b/u2")],
+        "conditions": ready,
+        "summary": "pods: 1/10",
+        "controllerRevision": 4,
+    }
+    folded = {"used": {"pods": "3", "requests.cpu": "100m"}, "pending": [_group("2", "b/u2")]}
+    folded |= {"conditions": ready, "summary": "pods: 3/10", "aggregatedStatus": [{"x": 1}]}
+    assert fold_only(current, folded)
+    assert fold_only(current, {**folded, "used": {"pods": "3", "requests.cpu": "0.1"}})
+    assert fold_only(current, {**current, "summary": "changed"})  # nothing moved at all
+    assert not fold_only(current, {**folded, "used": {"pods": "4", "requests.cpu": "100m"}})
+    assert not fold_only(current, {**folded, "used": {"pods": "2", "requests.cpu": "100m"}})
+    assert not fold_only(current, {**folded, "used": {"pods": "3"}})  # cpu freed
+    assert not fold_only(current, {**folded, "pending": []})  # a charge released
+    assert not fold_only(current, {**folded, "conditions": []})
+    assert not fold_only(current, {**folded, "hard": {"pods": "10"}})
+    assert not fold_only(current, {**folded, "waiting": [{"name": "w"}]})
+    assert not fold_only(None, folded)  # the first write
+    assert not fold_only(current, {**folded, "used": {"pods": "three"}})
+    assert held(current) == {"pods": 5 * 10**9, "requests.cpu": 10**8}  # 1 + 2 charges of 2
+    assert pending_count(current) == 2 and pending_count(None) == 0

@@ -99,6 +99,10 @@ async def replica(api: FakeApiServer, store: Replica) -> AsyncIterator[Webhook]:
         await webhook.batcher.close()
 
 
+# a fold of pending charges waits this long (ReconcilerConfig): admissions meet waiting folds
+FOLD_DELAY = 0.02
+
+
 def controller(api: FakeApiServer) -> Controller:
     return Controller(
         api,
@@ -112,6 +116,7 @@ def controller(api: FakeApiServer) -> Controller:
             page_size=2,
             member_watch=False,
             resync_period=None,
+            fold_delay=FOLD_DELAY,
             tenant_views=False,
         ),
         namespace_api=api,

@@ -78,6 +78,9 @@ MEMBERS = ("m1", "m2", "m3")
 # a step has at most 3 interfering writes and a dozen webhook writes: the controller re-reading
 # after each lost write gets through within this many attempts
 MAX_ATTEMPTS = 30
+# a write that only folds pending charges into `used` waits this long (ReconcilerConfig):
+# the histories' admissions meet quotas whose folds wait
+FOLD_DELAY = 0.02
 INVARIANT_SETTINGS = settings(
     max_examples=1000 if LONG else 40,
     deadline=None,
@@ -349,6 +352,7 @@ def controller(api: FakeApiServer) -> Controller:
             page_size=2,
             member_watch=False,
             resync_period=None,
+            fold_delay=FOLD_DELAY,
         ),
         clock=lambda: NOW,
     )
@@ -358,9 +362,15 @@ async def settle(api: FakeApiServer, c: Controller) -> None:
     """Wait until the controller has been told everything and is done with it: both watches
     open and drained, nothing marked or running. A quota whose every write attempt lost would
     only come back later (a timer): with `MAX_ATTEMPTS` no history makes the real controller
-    give up, so it is not waited for, and `check_controller` finds its figures stale."""
+    give up, so it is not waited for, and `check_controller` finds its figures stale. A fold
+    that waits (`fold_delay`, short here: admissions race it) is waited for."""
     await until(
-        lambda: api.watching("resourcebindings") and api.watching("karmadaquotas") and c.idle(),
+        lambda: (
+            api.watching("resourcebindings")
+            and api.watching("karmadaquotas")
+            and c.idle()
+            and not c.reconciler.folds_waiting
+        ),
         timeout=10,
         what="the controller settles",
     )

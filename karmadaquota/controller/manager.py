@@ -180,6 +180,7 @@ class Controller:
                 page_size=self.config.page_size,
                 relist_period=self.config.resync_period,
                 max_delay=self.config.view_delay,
+                totals_delay=self.config.view_totals_delay,
             )
             if self.config.tenant_views
             else None

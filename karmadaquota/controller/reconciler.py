@@ -95,6 +95,8 @@ class ReconcilerConfig:
     # tenants' view, controller.views); a view is rewritten at most this often in a storm
     tenant_views: bool = True
     view_delay: float = 1.0
+    # ... and a view whose only change is the cluster quota's totals, this often (views.py)
+    view_totals_delay: float = 10.0
 
 
 @dataclass(frozen=True)

@@ -9,12 +9,20 @@ keyed by the cluster quota, coalesced (a storm's hundreds of status changes beco
 namespace every `max_delay`), only where they differ; a view of a namespace no longer selected
 is deleted, and every view is owned by its cluster quota (the garbage collector takes them with
 it). They are informational: admission never reads them.
+
+A view whose only change is the cluster quota's totals (`used`, `summary`: another namespace's
+usage moved) waits until `totals_delay` has passed since the totals were last brought up to date
+everywhere: otherwise every admission anywhere under a cluster quota of 100 namespaces rewrote
+100 views a second, on the API server that admission waits on (docs/benchmarks.md, issue 37).
+A namespace's own usage, the hard and the selection are written within `max_delay`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -58,6 +66,7 @@ class Views:
         page_size: int = 500,
         relist_period: float | None = None,
         max_delay: float = 1.0,
+        totals_delay: float = 10.0,
     ) -> None:
         self._api = api
         self._quota = quota
@@ -75,6 +84,9 @@ class Views:
         )
         self.queue = DirtyQueue(self.sync, quiet=0.2, max_delay=max_delay, name="views")
         self.writes = 0
+        self.totals_delay = totals_delay
+        # cluster quota -> when (loop time) its views' totals were last all brought up to date
+        self._totals_at: dict[str, float] = {}
 
     def after_recompute(self, namespace: str, leader: bool) -> None:
         """A view shows a cluster quota only."""
@@ -121,12 +133,18 @@ class Views:
         if quota is not None and quota.status.hard:
             wanted = {ns: view(quota, ns) for ns in sorted(self._selected(name))}
         held = dict(self.held(name))
+        now = asyncio.get_running_loop().time()
+        totals_due = self._totals_at.get(name, -math.inf) + self.totals_delay
+        waiting = False  # some view's totals wait for `totals_due`
         try:
             for ns, doc in wanted.items():
                 have = held.get(ns)
                 if have is None:
                     stored = await self._api.request("POST", views_path(ns), doc)
                 elif have.get("status") != doc["status"]:
+                    if now < totals_due and _totals_only(have.get("status"), doc["status"]):
+                        waiting = True
+                        continue
                     rv = (have.get("metadata") or {}).get("resourceVersion")
                     body = {**doc, "metadata": {**doc["metadata"], "resourceVersion": rv}}
                     stored = await self._api.request("PUT", f"{views_path(ns)}/{name}", body)
@@ -141,3 +159,22 @@ class Views:
         except (KubeError, aiohttp.ClientError, TimeoutError) as e:
             log.info("view not written; retrying", extra={"quota": name, "error": str(e)})
             self.queue.retry(name)
+            return
+        if waiting:
+            self.queue.mark_at(name, totals_due)
+        elif not wanted:
+            self._totals_at.pop(name, None)
+        elif now >= totals_due:  # every view's totals written now: the next wait from here
+            self._totals_at[name] = now
+
+
+# what a view shows of the cluster quota as a whole (it moves with every other namespace)
+_TOTALS = frozenset({"used", "summary"})
+
+
+def _totals_only(have: Any, want: Mapping[str, Any]) -> bool:
+    """The view as held differs from the one wanted in the cluster quota's totals only."""
+    if not isinstance(have, Mapping):
+        return False
+    names = (set(have) | set(want)) - _TOTALS
+    return all(have.get(n) == want.get(n) for n in names)

@@ -323,6 +323,30 @@ async def test_each_selected_namespace_gets_a_view_with_totals_and_only_its_own_
     await until(lambda: (view(api, "a-dev") or {})["status"]["used"] == {"pods": "2"})
 
 
+async def test_a_views_totals_wait_while_its_namespaces_own_usage_is_written_at_once(
+    env: Any,
+) -> None:
+    """A change in one namespace moves every view's totals: its own view is written within
+    `view_delay`, the others' totals at most every `view_totals_delay` (3 s here) — a cluster
+    quota of 100 namespaces no longer rewrites 100 views for each admission."""
+    api, c = env
+    assert c.views is not None
+    c.views.totals_delay = 3.0
+    add_namespace(api, "a-dev", team="a")
+    add_namespace(api, "a-prod", team="a")
+    add_binding(api, "a-dev", "web", replicas=2)
+    add_cluster_quota(api, {"pods": "10"})
+    await until(lambda: (view(api, "a-prod") or {}).get("status", {}).get("used") == {"pods": "2"})
+    writes = c.views.writes
+    add_binding(api, "a-dev", "api", replicas=1)
+    await until(lambda: (view(api, "a-dev") or {})["status"]["namespaceUsed"] == {"pods": "3"})
+    await until(lambda: c.views.queue.idle())
+    assert (view(api, "a-prod") or {})["status"]["used"] == {"pods": "2"}  # its totals wait
+    assert c.views.writes == writes + 1
+    await until(lambda: (view(api, "a-prod") or {})["status"]["used"] == {"pods": "3"}, timeout=8.0)
+    assert c.views.writes == writes + 2
+
+
 def _pending_entry(ns: str, uid: str, pods: str, generation: int, ttl: float) -> Reservation:
     return Reservation(
         reservedBy=ObjectReference(

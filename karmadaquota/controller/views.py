@@ -42,6 +42,11 @@ from karmadaquota.kube.informer import Informer, Lister
 
 log = logging.getLogger("karmadaquota.controller.views")
 
+# cluster quotas whose views are written at once: informational, they take a small share of the
+# API server, which a cold start's quota status writes need (50 cluster quotas × 100 views to
+# create beside 5,000 statuses: docs/benchmarks.md, issue 37)
+CONCURRENCY = 2
+
 
 def views_path(namespace: str | None = None) -> str:
     base = f"/apis/{GROUP}/{VERSION}"
@@ -82,7 +87,9 @@ class Views:
             relist_period=relist_period,
             name="appliedclusterkarmadaquotas",
         )
-        self.queue = DirtyQueue(self.sync, quiet=0.2, max_delay=max_delay, name="views")
+        self.queue = DirtyQueue(
+            self.sync, quiet=0.2, max_delay=max_delay, concurrency=CONCURRENCY, name="views"
+        )
         self.writes = 0
         self.totals_delay = totals_delay
         # cluster quota -> when (loop time) its views' totals were last all brought up to date

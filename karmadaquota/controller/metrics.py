@@ -73,6 +73,13 @@ class ControllerMetrics:
             ["result"],
             registry=r,
         )
+        self.status_write_duration = Histogram(
+            "karmadaquota_status_write_duration_seconds",
+            "Duration of one quota status write by this replica, its retries on conflict "
+            "included (how long the controller waits on the API server per quota).",
+            buckets=_RECOMPUTE_BUCKETS,
+            registry=r,
+        )
         self.member_up = Gauge(
             "karmadaquota_member_observed",
             "1 while the member cluster's pods are being watched.",

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -197,6 +198,7 @@ class Informer:
         """
         client = client or self._client
         assert client is not None, "run() connects before relisting"
+        started = time.perf_counter()
         for _attempt in range(5):
             try:
                 listed, rv = await self.list(client)
@@ -206,6 +208,15 @@ class Informer:
         else:
             raise RuntimeError(f"could not list {self.name} (continue tokens kept expiring)")
         self._finish_list(listed, parse_rv(rv))
+        # when a (re)start's lists end: what a slow cold start is explained with
+        log.info(
+            "listed",
+            extra={
+                "path": self.name,
+                "objects": len(listed),
+                "seconds": round(time.perf_counter() - started, 3),
+            },
+        )
         return rv
 
     async def _watch(self, client: Lister, rv: str) -> str:

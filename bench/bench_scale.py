@@ -450,6 +450,20 @@ class Figures:
     timeline: dict[str, float] = field(default_factory=dict)
     write_rate: list[int] = field(default_factory=list)  # quota status events per 10 s
     write_time: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)  # p50/90/99 s, count
+    rss_trace: list[tuple[float, float]] = field(default_factory=list)  # (s, MiB) cold start
+
+
+async def sample_rss(pid: int, into: list[tuple[float, float]], every: float = 0.25) -> None:
+    """The controller's RSS through its cold start (when its peak is reached, and at what)."""
+    while True:
+        with contextlib.suppress(OSError):
+            into.append((time.perf_counter(), rss_mib(pid)[0]))
+        await asyncio.sleep(every)  # sampling, not synchronising
+
+
+def rss_at(trace: list[tuple[float, float]], at: float) -> float:
+    """The last RSS sampled at or before `at` seconds (nan before the first sample)."""
+    return max(((t, m) for t, m in trace if t <= at), default=(0.0, float("nan")))[1]
 
 
 LISTED = re.compile(r"^ts=(\S+) .*msg=listed path=(\S+) objects=(\d+) seconds=([\d.]+)")
@@ -549,7 +563,11 @@ async def run(args: argparse.Namespace) -> str:
         procs.append(controller)
         pid = controller.popen.pid
         spy = Profiler(pid, Path(args.profile) / "controller-cold.txt") if args.profile else None
+        sampler = asyncio.create_task(sample_rss(pid, fig.rss_trace))
         fig.not_ready = await readiness.wait(args.ready_timeout)
+        sampler.cancel()
+        await asyncio.gather(sampler, return_exceptions=True)
+        fig.rss_trace = [(at - t0, mib) for at, mib in fig.rss_trace]
         fig.cold_start = time.perf_counter() - t0
         fig.ready_at = {k: at - t0 for k, at in readiness.ready_at.items()}
         if spy is not None:
@@ -572,7 +590,10 @@ async def run(args: argparse.Namespace) -> str:
                 quantile({}, took, 0.99),
                 took[float("inf")],
             )
-        note(f"timeline {fig.timeline}; status events per 10 s {fig.write_rate}")
+        note(
+            f"timeline {fig.timeline}; status events per 10 s {fig.write_rate}; rss (s, MiB) "
+            f"{[(round(t), round(m)) for t, m in fig.rss_trace[::20]]}"
+        )
         if args.profile:  # one quota and one cluster quota as written (docs: bytes per quota)
             for path, file in (
                 (f"{QUOTAS.format(ns=size.namespaces[0])}/q", "quota.json"),
@@ -659,6 +680,7 @@ def pct(xs: list[float], q: float) -> float:
 def report(args: argparse.Namespace, size: Size, fig: Figures) -> str:
     quotas = len(size.counts) - 1
     tl, nan = fig.timeline, float("nan")
+    peak = max(fig.rss_trace, key=lambda tm: tm[1], default=(nan, nan))
     mib = {w: f"{r[0]:.0f} MiB" for w, r in fig.rss_ready.items()}
     end = {w: f"{r[0]:.0f} MiB (peak {r[1]:.0f} MiB)" for w, r in fig.rss_end.items()}
     ready = f"{fig.cold_start:.1f} s" + (
@@ -695,6 +717,9 @@ def report(args: argparse.Namespace, size: Size, fig: Figures) -> str:
             f"{tl.get(f'{k} Ready', nan):.1f} s" for k in ("first", "10 %", "50 %", "90 %", "100 %")
         )
         + " |",
+        f"| — controller RSS when the bindings were listed / at its peak (at s) / when all "
+        f"were Ready | {rss_at(fig.rss_trace, tl.get('resourcebindings listed', -1)):.0f} / "
+        f"{peak[1]:.0f} ({peak[0]:.1f} s) / {rss_at(fig.rss_trace, fig.cold_start):.0f} MiB |",
         f"| — quota status events per 10 s through the cold start | "
         f"{', '.join(map(str, fig.write_rate))} |",
         f"| — controller status write time p50 / p90 / p99 (bucket bounds, retries included; "

@@ -451,6 +451,21 @@ class Figures:
     write_rate: list[int] = field(default_factory=list)  # quota status events per 10 s
     write_time: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)  # p50/90/99 s, count
     rss_trace: list[tuple[float, float]] = field(default_factory=list)  # (s, MiB) cold start
+    # after everything else: every binding listed by the bench, by page size (s, pages)
+    list_pages: dict[int, tuple[float, int]] = field(default_factory=dict)
+
+
+async def list_time(api: KubeClient, limit: int) -> tuple[float, int]:
+    """Seconds to list every binding `limit` at a time (a consistent list, as the controller
+    lists: resourceVersion unset), decoding each page and dropping it; and the pages."""
+    t0, pages, params = time.perf_counter(), 0, {"limit": str(limit)}
+    while True:
+        doc = await api.get("/apis/work.karmada.io/v1alpha2/resourcebindings", params)
+        pages += 1
+        token = (doc.get("metadata") or {}).get("continue")
+        if not token:
+            return time.perf_counter() - t0, pages
+        params = {"limit": str(limit), "continue": token}
 
 
 async def sample_rss(pid: int, into: list[tuple[float, float]], every: float = 0.25) -> None:
@@ -659,6 +674,8 @@ async def run(args: argparse.Namespace) -> str:
             fig.errors.append(str(e))
         fig.rss_end = {"controller": rss_mib(pid), "webhook": rss_mib(hook.proc.popen.pid)}
         fig.load = (fig.load[0], loadavg())
+        fig.list_pages = {page: await list_time(api, page) for page in (500, 2000, 5000)}
+        note(f"binding list by the bench, by page size: {fig.list_pages}")
         await api.close()
         await asyncio.to_thread(product.unregister, bed)
         return report(args, size, fig)
@@ -737,6 +754,9 @@ def report(args: argparse.Namespace, size: Size, fig: Figures) -> str:
         f"moves) | {ms(statistics.median(fig.relabel))} / {ms(max(fig.relabel))} |"
         if fig.relabel
         else "| relabel | no cluster quotas |",
+        "| every binding listed by the bench at the end, 500 / 2,000 / 5,000 a page | "
+        + " / ".join(f"{t:.1f} s ({n} pages)" for t, n in fig.list_pages.values())
+        + " |",
         "",
         f"Admission latency, {args.probes} sequential binding creates per namespace, each "
         f"followed by one in `{SKIP}` (the webhook skips it):",

@@ -66,8 +66,9 @@ class ReconcilerConfig:
     # under a continuous storm a namespace is recomputed this often: it bounds how long an
     # observed pending charge stays in the quota object (its size, docs/benchmarks.md)
     max_delay: float = 0.1
-    # namespaces (cluster quotas) recomputed and written at once, each queue
-    concurrency: int = 16
+    # namespaces (cluster quotas) recomputed and written at once, each queue: a cold start's
+    # 5,000 first writes wait on the API server, not on our CPU (docs/benchmarks.md, issue 37)
+    concurrency: int = 48
     write_timeout: float = 2.0
     max_attempts: int = 6
     # after a lost compare-and-swap: wait a random while (doubling) before re-reading, so that

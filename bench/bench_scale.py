@@ -38,7 +38,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import math
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -48,6 +50,7 @@ import tempfile
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 import orjson
@@ -272,6 +275,9 @@ class Readiness:
         self.left = {"q": len(size.counts) - 1, "c": len(size.teams)}  # not Ready, by kind
         self.ready_at: dict[str, float] = {}  # when the last of a kind became Ready
         self.done = asyncio.Event()
+        self.total = len(self.pending)
+        self.climb: list[float] = []  # [k]: when k + 1 were Ready at once for the first time
+        self.writes: list[float] = []  # when each status write's watch event arrived
 
     def want(self, kind: str, obj: JSON) -> int:
         meta = obj["metadata"]
@@ -288,6 +294,8 @@ class Readiness:
                 self.left[kind] -= 1
                 if not self.left[kind]:
                     self.ready_at[kind] = time.perf_counter()
+                if self.total - len(self.pending) > len(self.climb):
+                    self.climb.append(time.perf_counter())
         elif key not in self.pending:
             self.pending.add(key)
             self.left[kind] += 1
@@ -305,6 +313,8 @@ class Readiness:
                     rv = obj.get("metadata", {}).get("resourceVersion", rv)
                     if event in ("ADDED", "MODIFIED"):
                         self.see(kind, obj)
+                    if event == "MODIFIED":
+                        self.writes.append(time.perf_counter())
             except KubeError:
                 return await self.follow(kind, path)  # compacted: list again
 
@@ -461,6 +471,91 @@ class Figures:
     errors: list[str] = field(default_factory=list)
     writes: int = 0  # quota status writes by the controller until every quota was Ready
     cold_cpu: float = 0.0  # the controller's CPU seconds until then
+    # the cold start's timeline, seconds from the controller's start: its lists' ends (from
+    # its log), when the first, 10/50/90 % and all of the quotas were Ready
+    timeline: dict[str, float] = field(default_factory=dict)
+    write_rate: list[int] = field(default_factory=list)  # quota status events per 10 s
+    write_time: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)  # p50/90/99 s, count
+    rss_trace: list[tuple[float, float]] = field(default_factory=list)  # (s, MiB) cold start
+    # after everything else: every binding listed by the bench, by page size (s, pages)
+    list_pages: dict[int, tuple[float, int]] = field(default_factory=dict)
+
+
+async def list_time(api: KubeClient, limit: int) -> tuple[float, int]:
+    """Seconds to list every binding `limit` at a time (a consistent list, as the controller
+    lists: resourceVersion unset), decoding each page and dropping it; and the pages."""
+    t0, pages, params = time.perf_counter(), 0, {"limit": str(limit)}
+    while True:
+        doc = await api.get("/apis/work.karmada.io/v1alpha2/resourcebindings", params)
+        pages += 1
+        token = (doc.get("metadata") or {}).get("continue")
+        if not token:
+            return time.perf_counter() - t0, pages
+        params = {"limit": str(limit), "continue": token}
+
+
+async def sample_rss(pid: int, into: list[tuple[float, float]], every: float = 0.25) -> None:
+    """The controller's RSS through its cold start (when its peak is reached, and at what)."""
+    while True:
+        with contextlib.suppress(OSError):
+            into.append((time.perf_counter(), rss_mib(pid)[0]))
+        await asyncio.sleep(every)  # sampling, not synchronising
+
+
+def rss_at(trace: list[tuple[float, float]], at: float) -> float:
+    """The last RSS sampled at or before `at` seconds (nan before the first sample)."""
+    return max(((t, m) for t, m in trace if t <= at), default=(0.0, float("nan")))[1]
+
+
+LISTED = re.compile(r"^ts=(\S+) .*msg=listed path=(\S+) objects=(\d+) seconds=([\d.]+)")
+
+
+def lists_ended(log: Path, started: float) -> dict[str, float]:
+    """Seconds from `started` (wall clock) to the end of the controller's first list of
+    bindings and of quotas, from its log's `listed` lines (ms timestamps)."""
+    out: dict[str, float] = {}
+    for line in log.read_text(errors="replace").splitlines():
+        m = LISTED.match(line)
+        if not m:
+            continue
+        kind = m[2].rsplit("/", 1)[-1]  # an informer's name, or its path
+        if kind not in ("resourcebindings", "karmadaquotas") or f"{kind} listed" in out:
+            continue
+        at = datetime.strptime(m[1], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC).timestamp()
+        out[f"{kind} listed"] = at - started
+        out[f"{kind} list took"] = float(m[4])
+    return out
+
+
+def climb(readiness: Readiness, t0: float) -> dict[str, float]:
+    """When the first quota was Ready and when 10/50/90/100 % were at once (s from `t0`)."""
+    out: dict[str, float] = {}
+    for label, share in (("first", 0.0), ("10 %", 0.1), ("50 %", 0.5), ("90 %", 0.9)):
+        k = max(1, math.ceil(share * readiness.total))
+        if len(readiness.climb) >= k:
+            out[f"{label} Ready"] = readiness.climb[k - 1] - t0
+    if len(readiness.climb) == readiness.total:
+        out["100 % Ready"] = readiness.climb[-1] - t0
+    return out
+
+
+def per_10s(times: list[float], t0: float, end: float) -> list[int]:
+    counts = [0] * (int((end - t0) // 10) + 1)
+    for t in times:
+        if t0 <= t <= end:
+            counts[int((t - t0) // 10)] += 1
+    return counts
+
+
+def bucketed(counted: dict[str, float], name: str) -> dict[float, float]:
+    """A histogram's cumulative buckets from parsed metrics (`product.controller_metrics`)."""
+    out: dict[float, float] = {}
+    for key, value in counted.items():
+        if key.startswith(f"{name}_bucket{{") and 'le="' in key:
+            le = key.split('le="', 1)[1].split('"', 1)[0]
+            bound = float("inf") if le == "+Inf" else float(le)
+            out[bound] = out.get(bound, 0.0) + value
+    return out
 
 
 def writes_of(scraped: str) -> tuple[float, float, dict[float, float]]:
@@ -504,12 +599,16 @@ async def run(args: argparse.Namespace) -> str:
         fig.populate = time.perf_counter() - t0
 
         readiness = Readiness(api, size)
-        t0 = time.perf_counter()
+        t0, wall0 = time.perf_counter(), time.time()
         controller, port = product.start_controller(bed, "scale-controller", *args.controller_arg)
         procs.append(controller)
         pid = controller.popen.pid
         spy = Profiler(pid, Path(args.profile) / "controller-cold.txt") if args.profile else None
+        sampler = asyncio.create_task(sample_rss(pid, fig.rss_trace))
         fig.not_ready = await readiness.wait(args.ready_timeout)
+        sampler.cancel()
+        await asyncio.gather(sampler, return_exceptions=True)
+        fig.rss_trace = [(at - t0, mib) for at, mib in fig.rss_trace]
         fig.cold_start = time.perf_counter() - t0
         fig.ready_at = {k: at - t0 for k, at in readiness.ready_at.items()}
         if spy is not None:
@@ -522,6 +621,20 @@ async def run(args: argparse.Namespace) -> str:
         counted = await product.controller_metrics(port)
         fig.writes = int(counted.get('karmadaquota_status_writes_total{result="ok"}', 0))
         fig.cold_cpu = cpu_seconds(pid)
+        fig.timeline = lists_ended(controller.log, wall0) | climb(readiness, t0)
+        fig.write_rate = per_10s(readiness.writes, t0, t0 + fig.cold_start)
+        took = bucketed(counted, "karmadaquota_status_write_duration_seconds")
+        if took:
+            fig.write_time = (
+                quantile({}, took, 0.5),
+                quantile({}, took, 0.9),
+                quantile({}, took, 0.99),
+                took[float("inf")],
+            )
+        note(
+            f"timeline {fig.timeline}; status events per 10 s {fig.write_rate}; rss (s, MiB) "
+            f"{[(round(t), round(m)) for t, m in fig.rss_trace[::20]]}"
+        )
         if args.profile:  # one quota and one cluster quota as written (docs: bytes per quota)
             for path, file in (
                 (f"{QUOTAS.format(ns=size.namespaces[0])}/q", "quota.json"),
@@ -587,6 +700,8 @@ async def run(args: argparse.Namespace) -> str:
             fig.errors.append(str(e))
         fig.rss_end = {"controller": rss_mib(pid), "webhook": rss_mib(hook.proc.popen.pid)}
         fig.load = (fig.load[0], loadavg())
+        fig.list_pages = {page: await list_time(api, page) for page in (500, 2000, 5000)}
+        note(f"binding list by the bench, by page size: {fig.list_pages}")
         await api.close()
         await asyncio.to_thread(product.unregister, bed)
         return report(args, size, fig)
@@ -607,6 +722,8 @@ def pct(xs: list[float], q: float) -> float:
 
 def report(args: argparse.Namespace, size: Size, fig: Figures) -> str:
     quotas = len(size.counts) - 1
+    tl, nan = fig.timeline, float("nan")
+    peak = max(fig.rss_trace, key=lambda tm: tm[1], default=(nan, nan))
     mib = {w: f"{r[0]:.0f} MiB" for w, r in fig.rss_ready.items()}
     end = {w: f"{r[0]:.0f} MiB (peak {r[1]:.0f} MiB)" for w, r in fig.rss_end.items()}
     ready = f"{fig.cold_start:.1f} s" + (
@@ -634,6 +751,23 @@ def report(args: argparse.Namespace, size: Size, fig: Figures) -> str:
         f"{fig.writes} |",
         f"| controller RSS after cold start / at the end (peak) | {mib['controller']} / "
         f"{end['controller']} |",
+        f"| — the controller's lists ended: bindings / quotas (the binding list took) | "
+        f"{tl.get('resourcebindings listed', nan):.1f} s / "
+        f"{tl.get('karmadaquotas listed', nan):.1f} s "
+        f"({tl.get('resourcebindings list took', nan):.1f} s) |",
+        f"| — the first quota Ready / 10 % / 50 % / 90 % / 100 % (of {quotas + len(size.teams)}) | "
+        + " / ".join(
+            f"{tl.get(f'{k} Ready', nan):.1f} s" for k in ("first", "10 %", "50 %", "90 %", "100 %")
+        )
+        + " |",
+        f"| — controller RSS when the bindings were listed / at its peak (at s) / when all "
+        f"were Ready | {rss_at(fig.rss_trace, tl.get('resourcebindings listed', -1)):.0f} / "
+        f"{peak[1]:.0f} ({peak[0]:.1f} s) / {rss_at(fig.rss_trace, fig.cold_start):.0f} MiB |",
+        f"| — quota status events per 10 s through the cold start | "
+        f"{', '.join(map(str, fig.write_rate))} |",
+        f"| — controller status write time p50 / p90 / p99 (bucket bounds, retries included; "
+        f"{fig.write_time[3]:.0f} writes) | ≤ {fig.write_time[0] * 1000:g} / "
+        f"≤ {fig.write_time[1] * 1000:g} / ≤ {fig.write_time[2] * 1000:g} ms |",
         f"| webhook start until cache synced (/readyz) | {fig.sync:.1f} s |",
         f"| webhook RSS after sync / at the end (peak) | {mib['webhook']} / {end['webhook']} |",
         *(f"| **not measured** | {e} |" for e in fig.errors),
@@ -646,6 +780,9 @@ def report(args: argparse.Namespace, size: Size, fig: Figures) -> str:
         f"moves) | {ms(statistics.median(fig.relabel))} / {ms(max(fig.relabel))} |"
         if fig.relabel
         else "| relabel | no cluster quotas |",
+        "| every binding listed by the bench at the end, 500 / 2,000 / 5,000 a page | "
+        + " / ".join(f"{t:.1f} s ({n} pages)" for t, n in fig.list_pages.values())
+        + " |",
         "",
         f"Admission latency, {args.probes} sequential binding creates per namespace, each "
         f"followed by one in `{SKIP}` (the webhook skips it):",

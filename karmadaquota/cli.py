@@ -268,9 +268,10 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument(
         "--recompute-concurrency",
         type=int,
-        default=16,
+        default=48,
         help="namespaces (and cluster quotas) recomputed and written at once; bounds the status "
-        "writes in flight after a restart (docs/benchmarks.md, issue 37)",
+        "writes in flight after a restart (default 48: a cold start waits on the API server, "
+        "docs/benchmarks.md, issue 37)",
     )
     c.add_argument("--metrics-bind-address", default="127.0.0.1")
     c.add_argument("--metrics-port", type=int, default=8080)

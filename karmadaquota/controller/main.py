@@ -53,8 +53,12 @@ from karmadaquota.kube.templates import TemplateStore
 from karmadaquota.serving import aux_port, metrics_auth, server
 from karmadaquota.serving.aux_port import aux_app
 from karmadaquota.serving.server import AUX_LIMITS, ServerConfig
+from karmadaquota.trim import trim_every
 
 log = logging.getLogger("karmadaquota.controller")
+
+# seconds between two returns of freed heap to the system (karmadaquota.trim)
+TRIM_PERIOD = 5.0
 
 
 @dataclass
@@ -199,7 +203,11 @@ async def serve(config: ControllerConfig) -> int:
             "workload_kinds": [str(d) for d in config.workload_kinds.declared.values()],
         },
     )
-    tasks: list[asyncio.Task[Any]] = [asyncio.create_task(controller.run(), name="controller")]
+    tasks: list[asyncio.Task[Any]] = [
+        asyncio.create_task(controller.run(), name="controller"),
+        # what a cold start or a resync freed goes back to the system (docs/benchmarks.md)
+        asyncio.create_task(trim_every(TRIM_PERIOD), name="heap-trim"),
+    ]
     if elector is not None:
         tasks.append(asyncio.create_task(elector.run(), name="leader-election"))
     logging.getLogger("kopf").setLevel(config.kopf_log_level.upper())

@@ -73,8 +73,9 @@ class ReconcilerConfig:
     # to this long, or until FOLD_MAX_PENDING charges are pending: admissions into the quota
     # meanwhile are not raced by it (docs/benchmarks.md, issue 37)
     fold_delay: float = 1.0
-    # namespaces (cluster quotas) recomputed and written at once, each queue
-    concurrency: int = 16
+    # namespaces (cluster quotas) recomputed and written at once, each queue: a cold start's
+    # 5,000 first writes wait on the API server, not on our CPU (docs/benchmarks.md, issue 37)
+    concurrency: int = 48
     write_timeout: float = 2.0
     max_attempts: int = 6
     # after a lost compare-and-swap: wait a random while (doubling) before re-reading, so that

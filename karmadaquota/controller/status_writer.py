@@ -11,6 +11,7 @@ the recompute, and everything that releases quota through it (the orphan audit i
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Protocol
 
@@ -85,6 +86,7 @@ class StatusWriter:
                     raise Conflict(e.status, e.reason, e.message) from e
                 raise
 
+        started = time.perf_counter()
         try:
             result = await retry_on_conflict(
                 read,
@@ -97,12 +99,19 @@ class StatusWriter:
             )
         except NotFound:
             self.metrics.status_writes.labels("notfound").inc()
+            self._took(started)
             raise
         except KubeError:
             self.metrics.status_writes.labels("error").inc()
+            self._took(started)
             raise
         if result is not None:
+            self._took(started)
             self.metrics.status_writes.labels("ok").inc()
             self.writes += 1
             store.fold(result)
         return result
+
+    def _took(self, started: float) -> None:
+        """A write's time (its retries included); a status found already right is not one."""
+        self.metrics.status_write_duration.observe(time.perf_counter() - started)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -85,6 +86,7 @@ class Informer:
         disconnect: Callable[[Lister], Awaitable[None]] | None = None,
         params: Mapping[str, str] | None = None,
         page_size: int = 500,
+        deliver_chunk: int = 100,
         watch_timeout: int = 300,
         relist_period: float | None = None,
         backoff: Backoff = RECONNECT,
@@ -98,6 +100,7 @@ class Informer:
         self._disconnect = disconnect
         self.params = dict(params or {})
         self.page_size = page_size
+        self.deliver_chunk = deliver_chunk  # objects of a page folded in between yields
         self.watch_timeout = watch_timeout
         self.relist_period = relist_period
         self.backoff = backoff
@@ -147,14 +150,17 @@ class Informer:
             self.handler.modified(obj)
         return True
 
-    def _deliver_page(
-        self, items: list[JSON], listed: set[tuple[str, str]]
-    ) -> set[tuple[str, str]]:
-        """Deliver one page of a list; `listed` collects the keys seen so far."""
-        for obj in items:
+    async def _deliver_page(self, items: list[JSON], listed: set[tuple[str, str]]) -> None:
+        """Deliver one page of a list; `listed` collects the keys seen so far. The loop is
+        yielded every `deliver_chunk` objects: folding in 500 bindings takes tens of
+        milliseconds, in which the next page's request goes out, its answer is read and
+        other tasks run."""
+        for i, obj in enumerate(items, 1):
             listed.add(_key(obj.get("metadata") or {}))
             self.offer(MODIFIED, obj)
-        return listed
+            if not i % self.deliver_chunk:
+                await asyncio.sleep(0)
+        await asyncio.sleep(0)  # yield between pages: never hog the loop
 
     def _finish_list(self, listed: set[tuple[str, str]], list_rv: int) -> None:
         """The list is complete: what is held but was not listed has been deleted meanwhile."""
@@ -172,21 +178,30 @@ class Informer:
         """List every object page by page (`limit`/`continue`), delivering each page as it
         arrives; the keys listed and the list's resourceVersion.
 
-        A page is folded in and dropped before the next is fetched: holding a whole list of
-        raw objects (30,000 bindings) would cost the controller more memory than everything
-        it keeps of them, and Python keeps a process's peak heap for good.
+        A page is folded in and dropped while the next is fetched, never more: holding a
+        whole list of raw objects (100,000 bindings) would cost the controller more memory
+        than everything it keeps of them, and Python keeps a process's peak heap for good.
+        The next page is asked for before this one is folded in, so that the server's time
+        serving it and ours decoding and indexing this one overlap (a list of 200 pages
+        otherwise waits on both in turn: docs/benchmarks.md, issue 37's third pass).
         """
         listed: set[tuple[str, str]] = set()
         params = {**self.params, "limit": str(self.page_size)}
-        while True:
-            doc = await client.get(self.path, params)
-            self._deliver_page(doc.get("items") or [], listed)
-            meta = doc.get("metadata") or {}
-            token = meta.get("continue")
-            if not token:
-                return listed, str(meta.get("resourceVersion") or "")
-            params = {**params, "continue": str(token)}
-            await asyncio.sleep(0)  # yield between pages: never hog the loop
+        fetch = asyncio.ensure_future(client.get(self.path, params))
+        try:
+            while True:
+                doc = await fetch
+                meta = doc.get("metadata") or {}
+                token = meta.get("continue")
+                if token:
+                    params = {**params, "continue": str(token)}
+                    fetch = asyncio.ensure_future(client.get(self.path, params))
+                    await asyncio.sleep(0)  # the request goes out before this page is indexed
+                await self._deliver_page(doc.pop("items", None) or [], listed)
+                if not token:
+                    return listed, str(meta.get("resourceVersion") or "")
+        finally:
+            fetch.cancel()  # a page failed or the list was cancelled: no fetch left behind
 
     async def relist(self, client: Lister | None = None) -> str:
         """List in full and deliver it; returns the list's resourceVersion.
@@ -197,6 +212,7 @@ class Informer:
         """
         client = client or self._client
         assert client is not None, "run() connects before relisting"
+        started = time.perf_counter()
         for _attempt in range(5):
             try:
                 listed, rv = await self.list(client)
@@ -206,6 +222,15 @@ class Informer:
         else:
             raise RuntimeError(f"could not list {self.name} (continue tokens kept expiring)")
         self._finish_list(listed, parse_rv(rv))
+        # when a (re)start's lists end: what a slow cold start is explained with
+        log.info(
+            "listed",
+            extra={
+                "path": self.name,
+                "objects": len(listed),
+                "seconds": round(time.perf_counter() - started, 3),
+            },
+        )
         return rv
 
     async def _watch(self, client: Lister, rv: str) -> str:

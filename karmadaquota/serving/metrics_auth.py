@@ -29,7 +29,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
+
+from karmadaquota.serving.exposition import exposition
 
 log = logging.getLogger("karmadaquota.metrics_auth")
 
@@ -209,18 +211,21 @@ class TokenReviewAuthorizer:
 
 def metrics_handler(
     registry: CollectorRegistry, authorizer: Authorizer
-) -> Callable[[web.Request], Awaitable[web.Response]]:
+) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     """/metrics for those `authorizer` allows; the refusal says why, nothing more."""
 
-    async def handle(request: web.Request) -> web.Response:
+    async def handle(request: web.Request) -> web.StreamResponse:
         verdict = await authorizer.check(request)
         if verdict.status != 200:
             challenge = verdict.status == 401
             headers = {"WWW-Authenticate": 'Bearer realm="metrics"'} if challenge else {}
             return web.Response(status=verdict.status, text=f"{verdict.message}\n", headers=headers)
-        return web.Response(
-            body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
-        )
+        response = web.StreamResponse(headers={"Content-Type": CONTENT_TYPE_LATEST})
+        await response.prepare(request)
+        for piece in exposition(registry):  # never the whole text at once (serving.exposition)
+            await response.write(piece)
+        await response.write_eof()
+        return response
 
     return handle
 

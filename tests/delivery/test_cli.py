@@ -153,6 +153,6 @@ def test_recompute_concurrency_reaches_the_recompute_queues() -> None:
     from karmadaquota.controller.main import config_from
 
     parse = cli._parser().parse_args
-    assert config_from(parse(["controller"]), {}).reconciler.concurrency == 16
-    config = config_from(parse(["controller", "--recompute-concurrency=48"]), {})
-    assert config.reconciler.concurrency == 48
+    assert config_from(parse(["controller"]), {}).reconciler.concurrency == 48
+    config = config_from(parse(["controller", "--recompute-concurrency=16"]), {})
+    assert config.reconciler.concurrency == 16

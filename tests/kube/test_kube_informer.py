@@ -118,15 +118,53 @@ async def test_relist_delivers_the_difference_in_pages() -> None:
     assert h.relisted_at == [3] and inf.synced.is_set()
 
 
-async def test_each_page_is_delivered_before_the_next_is_fetched() -> None:
-    """A list is folded in page by page (the controller never holds 30,000 raw objects)."""
+async def test_the_next_page_is_fetched_while_one_is_delivered_never_more() -> None:
+    """A list is folded in page by page (the controller never holds 100,000 raw objects),
+    one page ahead at most: the next page is asked for before this one is folded in (the
+    server serves it meanwhile), the one after only once this one is delivered."""
     h = Record()
     api = FakeApiServer()
-    stored(api, "a", "b", "c")
+    stored(api, "a", "b", "c", "d", "e")  # pages of two: ab, cd, e
     seen_at_fetch: list[int] = []
     api.before_read = lambda verb, ref, params: seen_at_fetch.append(len(h.calls))
-    await informer(api, h).relist()
-    assert seen_at_fetch == [0, 2]  # a and b delivered before the second page was asked for
+    await informer(api, h, deliver_chunk=1).relist()
+    # page 2 asked for while page 1 was half delivered; page 3 only once page 1 was
+    assert seen_at_fetch == [0, 1, 3]
+    assert [c[1] for c in h.calls] == ["a", "b", "c", "d", "e"]
+
+
+async def test_a_failed_page_leaves_no_fetch_behind() -> None:
+    """A page that fails ends the list with its error, and the page fetched ahead of it is
+    not left running (a relist would otherwise race a stray request)."""
+    h = Record()
+    api = FakeApiServer()
+    stored(api, "a", "b", "c", "d", "e")
+    fetches: list[asyncio.Task[JSON]] = []
+    get = api.get
+
+    async def failing(path: str, params: Mapping[str, str] | None = None) -> JSON:
+        if params and params.get("continue") and not fetches:
+            fetches.append(asyncio.current_task())  # type: ignore[arg-type]
+            await asyncio.sleep(3600)  # the page fetched ahead, still on its way
+        return await get(path, params)
+
+    class Boom(Exception):
+        pass
+
+    def added(o: Mapping[str, Any]) -> None:
+        raise Boom
+
+    h.added = added  # type: ignore[method-assign]
+    api.get = failing  # type: ignore[method-assign]
+    inf = informer(api, h)
+    try:
+        await inf.list(api)
+    except Boom:
+        pass
+    else:
+        raise AssertionError("the handler's error was swallowed")
+    await asyncio.sleep(0)
+    assert fetches and fetches[0].cancelled()
 
 
 async def test_a_list_cut_short_deletes_nothing_and_is_started_again() -> None:

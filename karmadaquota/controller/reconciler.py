@@ -250,6 +250,11 @@ class Reconciler:
         arrives page by page; every namespace is marked again once it is complete)."""
         if not self.synced.is_set():
             return
+        enforcement = self.sources.enforcement
+        if enforcement is not None and self._may_write():
+            # label first (when it is missing): the status is then written once, Enforced,
+            # instead of False and again True — at a cold start 5,000 writes fewer
+            await enforcement.ensure(namespace)
         contended = False
         for record in self.sources.quotas.records(namespace):
             contended = not await self._sync_quota(record) or contended

@@ -81,6 +81,10 @@ async def quota_status(s: Stack, ns: str) -> JSON:
     return status
 
 
+async def _no_pending(s: Stack, ns: str) -> bool:
+    return not (await quota_status(s, ns)).get("pending")
+
+
 async def setup(s: Stack, ns: str, pods: int, strategy: str = "BestEffortFIFO") -> None:
     await s.bed.aapply(divided_policy(ns, "all", list(s.bed.members)))
     await set_quota(s, ns, pods, "Queue", strategy)
@@ -332,7 +336,10 @@ async def test_the_zero_charge_cannot_be_bought(stack: Stack, namespace: str) ->
         },
         content_type=MERGE_PATCH,
     )
-    # synchronise on a later change the controller must count: a Deployment of 0 replicas
+    # synchronise on a later change the controller must count: a Deployment of 0 replicas.
+    # `used` is read once every admitted charge is counted in it (a charge the controller only
+    # has to fold into `used` may wait up to a second: docs/architecture.md)
+    await eventually(lambda: _no_pending(s, ns), 30, "every admitted charge counted in used")
     before = int((await quota_status(s, ns))["used"]["count/deployments.apps"])
     await create(s, ns, "marker", 0)
 

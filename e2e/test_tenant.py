@@ -1116,8 +1116,12 @@ async def test_a_rollout_s_surge_pods_are_charged(stack: Stack, ns: str) -> None
 
         await eventually(rolled, 60, "web rolled to httpd", interval=0.1)
         assert "requested: pods=1, used: pods=3, limited: pods=3" in api, api
-        q = await s.api.get(QUOTAS.format(ns=ns) + "/team")
-        assert q["status"]["used"]["pods"] == "3"  # web 1 + its surge, db 1
+
+        async def counted() -> bool:  # the controller folds admitted charges within a second
+            q = await s.api.get(QUOTAS.format(ns=ns) + "/team")
+            return bool(q["status"]["used"]["pods"] == "3")  # web 1 + its surge, db 1
+
+        await eventually(counted, 30, "used: web 1 + its surge, db 1")
         # db may not surge now: nothing is left for its surge pod
         more = json.dumps({"spec": {"strategy": {"rollingUpdate": {"maxSurge": 1}}}})
         got = await as_tenant(s, "-n", ns, "patch", "deployment", "db", "-p", more)

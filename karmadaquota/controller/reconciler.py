@@ -332,6 +332,7 @@ class Reconciler:
             # pure but for the clock: called again after each lost compare-and-swap, so the
             # side effects of an outcome (metrics, its expiry timer) follow the last one, below
             nonlocal outcome, computed, folding
+            folding = None  # each attempt decides afresh (a retry may not be a fold)
             if current.quota is None:
                 return None
             now = self._clock()

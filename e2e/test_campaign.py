@@ -8,9 +8,10 @@ convergence poll (e2e/testbed/guards.py).
 
 A ClusterKarmadaQuota spans the campaign's namespace and a sibling (labelled for it, holding no
 KarmadaQuota of its own) where a smaller seeded storm runs at the same time: tighter than the
-namespaced quotas, it refuses during the storms (by name), and its invariant is judged the same
-way over both namespaces — Σ charges of their live bindings ≤ its hard at every poll, `used` ==
-Σ with no pending charge left once converged.
+namespaced quotas, it refuses during the storms (by name) once they and the pods made around
+Karmada fill it, and its invariant is judged the same way over both namespaces — Σ charges of
+their live bindings ≤ its hard at every poll, `used` == Σ with no pending charge left once
+converged.
 
 Seeded: the seed is printed (shown on failure); `KARMADAQUOTA_SEED=<n>` replays a run.
 `KARMADAQUOTA_LONG=1` runs the larger local size.
@@ -83,7 +84,9 @@ async def test_generated_storm_never_over_admits_and_usage_converges(
         async with gi.watching(guard_check):
             async with (
                 campaign.invariant_during(api, namespace),  # Σ ≤ hard at every poll
-                campaign.cluster_invariant_during(api, budget, spanned) as shared,
+                campaign.cluster_invariant_during(
+                    api, budget, spanned, around=campaign.pods_around(members[direct], namespace)
+                ) as shared,
             ):
                 stats, sibling_stats, (pod_stats, pods_left), tenant_stats = await asyncio.gather(
                     campaign.run(
@@ -160,8 +163,9 @@ async def test_generated_storm_never_over_admits_and_usage_converges(
     record_property("cluster_polls", shared.polls)
     assert sum(refused_by_budget.values()) > 0, (stats.summary(), sibling_stats.summary())
     # and the storms did fill it (half of a resource at least): the refusals are not only
-    # requests too large for it alone
-    assert max(peak.values(), default=0.0) >= 0.5, peak
+    # requests too large for it alone. The pods made around Karmada count in its fill as they
+    # count in its `used`: in some seeds they hold most of its cpu, and the bindings' half of it.
+    assert max(peak.values(), default=0.0) >= 0.5, (peak, f"KARMADAQUOTA_SEED={seed}")
     # the sibling has no quota of its own: every quota refusal there is the cluster quota's
     assert all(refusal in m for m in sibling_stats.messages if "exceeded quota" in m), (
         sibling_stats.summary()

@@ -43,8 +43,9 @@ import secrets
 import string
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 import aiohttp
@@ -403,10 +404,20 @@ class Verdict:
         )
 
 
-def _judge(v: Verdict, q: KarmadaQuota, charges: Sequence[reference.Charged]) -> None:
+# What pods made around Karmada hold now, by quota resource (`pods_around`).
+Around = Callable[[], Awaitable[dict[str, Fraction]]]
+
+
+def _judge(
+    v: Verdict,
+    q: KarmadaQuota,
+    charges: Sequence[reference.Charged],
+    around: Mapping[str, Fraction] | None = None,
+) -> None:
     """Add to `v` what quota `q` (namespaced or cluster) shows against the reference charges
     of the live bindings it may count: Σ of those its scopes match > hard, `used` != Σ,
-    pending left."""
+    pending left. `around`: what pods made around Karmada hold of each resource; it counts in
+    the fill only (the quota counts them, admission never saw them)."""
     name = q.metadata.name
     spec = q.spec.model_dump(mode="json")
     for resource, hard_raw in q.spec.hard.items():
@@ -414,7 +425,7 @@ def _judge(v: Verdict, q: KarmadaQuota, charges: Sequence[reference.Charged]) ->
         hard = reference.quantity(hard_raw)
         used = reference.quantity(q.status.used.get(resource, "0"))
         if hard > 0:
-            v.fill[f"{name}/{resource}"] = float(total / hard)
+            v.fill[f"{name}/{resource}"] = float((total + (around or {}).get(resource, 0)) / hard)
         if total > hard:
             v.over.append(f"{name}/{resource}: Σ charges {float(total):g} > hard {hard_raw}")
         if used != total:
@@ -440,18 +451,21 @@ async def verdict(
     return v
 
 
-async def cluster_verdict(client: KubeClient, name: str, namespaces: Sequence[str]) -> Verdict:
+async def cluster_verdict(
+    client: KubeClient, name: str, namespaces: Sequence[str], around: Around | None = None
+) -> Verdict:
     """Compare the cluster quota `name` with the charges of the live bindings of `namespaces`
     (the ones the test labelled for it). The bindings are read in one list over all namespaces:
     one consistent snapshot (two lists, one per namespace, could count a binding deleted in the
     first after it was listed and one admitted in its room in the second, which never coexisted).
-    The quota must select exactly those namespaces."""
+    The quota must select exactly those namespaces. `around`: the pods made around Karmada in
+    them, read at each poll for the fill (`_judge`)."""
     listed = (await client.get(ALL_RB_PATH))["items"]
     mine = set(namespaces)
     charges = reference.charges(b for b in listed if b["metadata"].get("namespace") in mine)
     q = ClusterKarmadaQuota.model_validate(await client.get(f"{CKQ_PATH}/{name}"))
     v = Verdict()
-    _judge(v, q, charges)
+    _judge(v, q, charges, await around() if around else None)
     if q.status.selectedNamespaces != len(mine):
         v.drift.append(f"{name}: selects {q.status.selectedNamespaces} namespaces, not {len(mine)}")
     return v
@@ -537,11 +551,15 @@ async def invariant_during(
 
 @contextlib.asynccontextmanager
 async def cluster_invariant_during(
-    client: KubeClient, name: str, namespaces: Sequence[str], period: float = 0.1
+    client: KubeClient,
+    name: str,
+    namespaces: Sequence[str],
+    period: float = 0.1,
+    around: Around | None = None,
 ) -> AsyncIterator[StormInvariant]:
     """`invariant_during` for the cluster quota `name` over `namespaces` (`cluster_verdict`)."""
     async with _polled(
-        lambda: cluster_verdict(client, name, namespaces), f"cluster quota {name}", period
+        lambda: cluster_verdict(client, name, namespaces, around), f"cluster quota {name}", period
     ) as inv:
         yield inv
 
@@ -694,6 +712,27 @@ async def delete_cluster_quota(client: KubeClient, name: str) -> None:
         await client.request("DELETE", f"{CKQ_PATH}/{name}")
 
 
+def pods_around(member: KubeClient, namespace: str) -> Around:
+    """What the pods `direct_pods` made in `member` hold now, as quota resources (pods,
+    requests.cpu, requests.memory): read from the member, the pods it runs."""
+
+    async def read() -> dict[str, Fraction]:
+        held = dict.fromkeys(("pods", "requests.cpu", "requests.memory"), Fraction(0))
+        for pod in (await member.get(f"/api/v1/namespaces/{namespace}/pods"))["items"]:
+            if not pod["metadata"]["name"].startswith(DIRECT_PREFIX):
+                continue
+            held["pods"] += 1
+            for c in pod["spec"]["containers"]:
+                for resource, value in c.get("resources", {}).get("requests", {}).items():
+                    held[f"requests.{resource}"] += reference.quantity(value)
+        return held
+
+    return read
+
+
+DIRECT_PREFIX = "direct-"
+
+
 def _pod(name: str, rng: random.Random) -> JSON:
     requests = {"cpu": rng.choice(POD_CPU), "memory": rng.choice(POD_MEMORY)}
     return {
@@ -722,7 +761,7 @@ async def direct_pods(
                 await member.request("DELETE", f"{path}/{name}", _NOW)
                 stats.record("pod-delete", "ok")
             else:
-                name = f"direct-{i:03d}"
+                name = f"{DIRECT_PREFIX}{i:03d}"
                 await member.post(path, _pod(name, rng))
                 live.append(name)
                 stats.record("pod-create", "ok")

@@ -15,6 +15,12 @@ back leaves Σ over hard only by its old pods and only until they are gone, and 
 their Deployment within `RETURN_BOUND_S` of its Ready (docs/charging.md, "Failover"). A quota
 that holds evictions (`failover.evictedReplicas: Hold`) says so in its status and Karmada's
 events, and lets the failover through once it is switched to Release.
+
+Application failover (`failover.application` in the policy; the member stays Ready, the workload
+is broken there: `fo.make_unhealthy`): purged `Directly`, it is timed without a quota and with a
+full one, with the same bounds and Σ pods ≤ hard at every poll; purged `Gracefully`, a full
+quota charges the old Work Karmada keeps in the Ready member and says so, and nothing runs over
+hard (docs/charging.md, Failover).
 """
 
 from __future__ import annotations
@@ -95,14 +101,16 @@ async def running_everywhere(
     karmada: KubeClient,
     members: dict[str, KubeClient],
     hard: dict[str, str] | None,
+    policy_failover: dict[str, Any] | None = None,
     **spec: Any,
 ) -> AsyncIterator[str]:
-    """A fresh namespace (with a quota of `hard`, initialised, if given) where the workload
-    runs, divided over both members; deleted afterwards."""
+    """A fresh namespace (with a quota of `hard` and `spec`, initialised, if given) where the
+    workload runs, divided over both members (with the policy's `policy_failover`, if given);
+    deleted afterwards."""
     ns = f"failover-{secrets.token_hex(3)}"
     await karmada.post("/api/v1/namespaces", {"metadata": {"name": ns}})
     try:
-        await _place(bed, karmada, members, ns, hard, **spec)
+        await _place(bed, karmada, members, ns, hard, policy_failover, **spec)
         yield ns
     finally:
         await bed.akubectl("delete", "namespace", ns, "--wait=false")
@@ -114,6 +122,7 @@ async def _place(
     members: dict[str, KubeClient],
     ns: str,
     hard: dict[str, str] | None,
+    policy_failover: dict[str, Any] | None,
     **spec: Any,
 ) -> None:
     # a member just back from its outage runs its controllers' stale informers until they
@@ -131,7 +140,7 @@ async def _place(
     await bed.aapply(
         [
             deployment(ns, "app", REPLICAS, REQUESTS),
-            divided_policy(ns, "app", [AWAY, STAYS], deployment="app"),
+            divided_policy(ns, "app", [AWAY, STAYS], "app", policy_failover),
         ]
     )
     watch = fo.Watch(karmada, members, ns)
@@ -235,6 +244,40 @@ async def test_a_member_taken_away_its_replicas_run_on_the_other_without_a_quota
     assert all(0 < f < FAILOVER_TIMEOUT_S for f in failover), failover
 
 
+async def fail_over_application(
+    karmada: KubeClient, members: dict[str, KubeClient], ns: str, on_poll: fo.OnPoll
+) -> float:
+    """Break the workload in AWAY (which stays Ready) and time Karmada's application failover:
+    seconds until all its replicas run Ready on STAYS."""
+    watch = fo.Watch(karmada, members, ns)
+    watch.started = await fo.make_unhealthy(members[AWAY], ns)
+    took = await fo.time_until_running_elsewhere(watch, AWAY, REPLICAS, FAILOVER_TIMEOUT_S, on_poll)
+    assert all(p.ready[AWAY] for p in watch.polls), f"{AWAY} was not Ready throughout"
+    return took
+
+
+@pytest.fixture(scope="module")
+async def application_baseline(
+    failover_bed: TestBed, karmada: KubeClient, members: dict[str, KubeClient]
+) -> list[float]:
+    """Application failover purged Directly, without a quota, `REPEATS` times."""
+    runs: list[float] = []
+    directly = fo.application_failover("Directly")
+    for _ in range(REPEATS):
+        async with running_everywhere(failover_bed, karmada, members, None, directly) as ns:
+            runs.append(await fail_over_application(karmada, members, ns, fo.nothing))
+    return runs
+
+
+async def test_an_application_breaking_in_a_member_runs_on_the_other_without_a_quota(
+    application_baseline: list[float], record_property: Any
+) -> None:
+    """Application failover works on the bed and is timed (before any program of ours runs):
+    the workload broken in member1, which stays Ready, runs whole on member2."""
+    _record(record_property, "application_failover_s", application_baseline)
+    assert all(0 < f < FAILOVER_TIMEOUT_S for f in application_baseline), application_baseline
+
+
 async def test_a_failover_in_a_full_quota_is_as_fast_never_over_hard_and_back_in_time(
     baseline: list[Run],
     stack: campaign.Stack,
@@ -331,6 +374,73 @@ async def test_a_quota_holding_evictions_says_so_and_lets_the_failover_through_o
             )
         finally:
             await asyncio.to_thread(fo.bring_back, failover_bed, AWAY)
+
+
+async def test_an_application_failover_purged_directly_is_as_fast_in_a_full_quota(
+    application_baseline: list[float],
+    stack: campaign.Stack,
+    failover_bed: TestBed,
+    karmada: KubeClient,
+    members: dict[str, KubeClient],
+    record_property: Any,
+) -> None:
+    """Application failover (`failover.application`, `purgeMode: Directly`): the workload breaks
+    in member1, which stays Ready; Karmada deletes its Work there before it renders the new
+    placement, so the quota charges the task nothing and the failover is not held. With the
+    quota full, `REPEATS` times: Σ pods on the members ≤ hard at every poll, each within the
+    baseline's p50 × 1.5 + 10 s, their p50 within the baseline's × 1.5 + 5 s."""
+    base = fo.p50(application_baseline)
+    runs: list[float] = []
+    directly = fo.application_failover("Directly")
+    for i in range(REPEATS):
+        hard = QUOTAS[i % len(QUOTAS)]
+        async with running_everywhere(failover_bed, karmada, members, hard, directly) as ns:
+            runs.append(await fail_over_application(karmada, members, ns, never_over(REPLICAS)))
+        print(f"application failover in a full quota {hard}: {runs[-1]:.1f}s")
+    _record(record_property, "quota_application_failover_s", runs)
+    assert all(r <= base * 1.5 + 10 for r in runs), (runs, application_baseline)
+    assert fo.p50(runs) <= base * 1.5 + 5, (runs, application_baseline)
+
+
+async def test_an_application_failover_purged_gracefully_from_a_ready_member_waits_and_says_so(
+    stack: campaign.Stack,
+    failover_bed: TestBed,
+    karmada: KubeClient,
+    members: dict[str, KubeClient],
+) -> None:
+    """`purgeMode: Gracefully` keeps the old Work in member1, which is Ready, until the new
+    placement is healthy: charged, the quota refuses the new placement beside it, and says
+    why — the EvictionCharged condition names member1 as Ready, Karmada's scheduler events
+    name it and the time left — while Σ pods on the members stays ≤ hard and nothing more
+    runs on member2 (docs/charging.md, Failover: a full quota cannot make before it breaks)."""
+    hard = QUOTAS[0]
+    gracefully = fo.application_failover("Gracefully")
+    async with running_everywhere(failover_bed, karmada, members, hard, gracefully) as ns:
+        path = f"{campaign.QUOTA_PATH.format(ns=ns)}/team"
+        watch = fo.Watch(karmada, members, ns)
+        check = never_over(REPLICAS)
+        await fo.make_unhealthy(members[AWAY], ns)
+
+        async def told() -> bool:
+            check(await watch.poll())
+            cond = _condition(await karmada.get(path), "EvictionCharged")
+            return cond is not None and f"{AWAY} (1 binding): Ready" in cond["message"]
+
+        await eventually(told, 90, f"the quota says {AWAY}'s evicted replicas are charged")
+
+        async def refused() -> bool:
+            check(await watch.poll())
+            events = await karmada.get(f"/api/v1/namespaces/{ns}/events")
+            return any(
+                e.get("reason") == "ScheduleBindingFailed"
+                and f"replicas evicted from {AWAY} is Ready" in (e.get("message") or "")
+                for e in events.get("items", [])
+            )
+
+        await eventually(refused, 90, "Karmada's scheduler reports the refused failover")
+        p = await watch.poll()
+        check(p)
+        assert p.running_except(AWAY) == REPLICAS // 2, p  # held back: only member2's own
 
 
 @pytest.fixture(scope="module")

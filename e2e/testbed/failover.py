@@ -284,5 +284,41 @@ def over_hard_window(polls: list[Poll], hard: int) -> float:
     return (after[0] if after else over[-1]) - over[0]
 
 
+# Application failover (``PropagationPolicy.spec.failover.application``) needs no gate: Karmada's
+# applicationFailover controller evicts a cluster where the workload's health (its resource
+# interpreter: a Deployment with fewer updated or available replicas than it asks) has been
+# Unhealthy for `tolerationSeconds`. The member stays Ready throughout.
+NO_PODS = "e2e-no-pods"
+
+
+def application_failover(purge_mode: str, toleration_s: int = 3) -> dict[str, Any]:
+    """The `failover` of a PropagationPolicy's spec: evict an unhealthy cluster after
+    `toleration_s`, its old Work purged `Directly` (deleted before the new placement is
+    rendered) or `Gracefully` (kept until the new placement is healthy, 600 s at most)."""
+    behaviour: dict[str, Any] = {
+        "decisionConditions": {"tolerationSeconds": toleration_s},
+        "purgeMode": purge_mode,
+    }
+    if purge_mode == "Gracefully":
+        behaviour["gracePeriodSeconds"] = 600
+    return {"application": behaviour}
+
+
+async def make_unhealthy(member: KubeClient, namespace: str) -> float:
+    """Break the workload in `member` while the member stays Ready: a ResourceQuota of no pods
+    there, then its pods deleted, so that its ReplicaSets cannot make them again and its
+    Deployments report no updated replicas. Returns the monotonic time the pods went, the
+    start of an application failover's clock."""
+    await member.post(
+        f"/api/v1/namespaces/{namespace}/resourcequotas",
+        {"metadata": {"name": NO_PODS}, "spec": {"hard": {"pods": "0"}}},
+    )
+    path = f"/api/v1/namespaces/{namespace}/pods"
+    now = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0}
+    for pod in (await member.get(path)).get("items", []):
+        await member.request("DELETE", f"{path}/{pod['metadata']['name']}", now)
+    return time.monotonic()
+
+
 def p50(figures: list[float]) -> float:
     return float(statistics.median(figures))

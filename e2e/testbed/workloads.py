@@ -39,10 +39,14 @@ def deployment(
 
 
 def divided_policy(
-    namespace: str, name: str, clusters: Sequence[str], deployment: str | None = None
+    namespace: str,
+    name: str,
+    clusters: Sequence[str],
+    deployment: str | None = None,
+    failover: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Divide `deployment` (every Deployment of the namespace when None) evenly, with static
-    equal weights, over `clusters`."""
+    equal weights, over `clusters`; `failover`, the policy's failover behaviour."""
     selector: dict[str, Any] = {"apiVersion": "apps/v1", "kind": "Deployment"}
     if deployment is not None:
         selector["name"] = deployment
@@ -52,6 +56,8 @@ def divided_policy(
         "metadata": {"name": name, "namespace": namespace},
         "spec": {
             "resourceSelectors": [selector],
+            # Karmada's webhook: application failover needs propagateDeps
+            **({"failover": failover, "propagateDeps": True} if failover else {}),
             "placement": {
                 "clusterAffinity": {"clusterNames": list(clusters)},
                 "replicaScheduling": {

@@ -140,7 +140,7 @@ async def _place(
     await bed.aapply(
         [
             deployment(ns, "app", REPLICAS, REQUESTS),
-            divided_policy(ns, "app", [AWAY, STAYS], "app", policy_failover),
+            divided_policy(ns, "app", [AWAY, STAYS], "app"),
         ]
     )
     watch = fo.Watch(karmada, members, ns)
@@ -149,7 +149,20 @@ async def _place(
         p = await watch.poll()
         return all(p.running[m] == REPLICAS // 2 for m in (AWAY, STAYS))
 
-    await eventually(divided, 90, f"{REPLICAS} pods Running, divided over {AWAY} and {STAYS}")
+    # the member's controllers may be as late as its ServiceAccount controller (above)
+    await eventually(divided, 180, f"{REPLICAS} pods Running, divided over {AWAY} and {STAYS}")
+    if policy_failover is None:
+        return
+    # application failover only once the workload is healthy everywhere: set before, it moves a
+    # workload that a member just back is slow to start (Unhealthy past `tolerationSeconds`)
+    await bed.aapply([divided_policy(ns, "app", [AWAY, STAYS], "app", policy_failover)])
+    binding = f"{campaign.RB_PATH.format(ns=ns)}/app-deployment"
+
+    async def armed() -> bool:
+        spec = (await karmada.get(binding)).get("spec") or {}
+        return (spec.get("failover") or {}).get("application") is not None
+
+    await eventually(armed, 30, f"the policy's failover behaviour on the binding in {ns}")
 
 
 @dataclass(frozen=True)

@@ -712,6 +712,9 @@ async def delete_cluster_quota(client: KubeClient, name: str) -> None:
         await client.request("DELETE", f"{CKQ_PATH}/{name}")
 
 
+DIRECT_PREFIX = "direct-"  # the names of the pods `direct_pods` makes
+
+
 def pods_around(member: KubeClient, namespace: str) -> Around:
     """What the pods `direct_pods` made in `member` hold now, as quota resources (pods,
     requests.cpu, requests.memory): read from the member, the pods it runs."""
@@ -728,9 +731,6 @@ def pods_around(member: KubeClient, namespace: str) -> Around:
         return held
 
     return read
-
-
-DIRECT_PREFIX = "direct-"
 
 
 def _pod(name: str, rng: random.Random) -> JSON:

@@ -337,6 +337,33 @@ def _condition(quota: dict[str, Any], kind: str) -> dict[str, Any] | None:
     return None
 
 
+async def told_and_refused(
+    karmada: KubeClient, watch: fo.Watch, ns: str, condition: str, event: str
+) -> None:
+    """Poll until the quota's EvictionCharged condition says `condition` and Karmada's scheduler
+    reports the refused failover (a ScheduleBindingFailed event saying `event`); Σ pods on the
+    Ready members ≤ hard at every poll meanwhile."""
+    path = f"{campaign.QUOTA_PATH.format(ns=ns)}/team"
+    check = never_over(REPLICAS)
+
+    async def told() -> bool:
+        check(await watch.poll())
+        cond = _condition(await karmada.get(path), "EvictionCharged")
+        return cond is not None and condition in cond["message"]
+
+    await eventually(told, 90, f"the quota's EvictionCharged says {condition!r}")
+
+    async def refused() -> bool:
+        check(await watch.poll())
+        events = await karmada.get(f"/api/v1/namespaces/{ns}/events")
+        return any(
+            e.get("reason") == "ScheduleBindingFailed" and event in (e.get("message") or "")
+            for e in events.get("items", [])
+        )
+
+    await eventually(refused, 90, "Karmada's scheduler reports the refused failover")
+
+
 async def test_a_quota_holding_evictions_says_so_and_lets_the_failover_through_once_released(
     baseline: list[Run],
     stack: campaign.Stack,
@@ -357,23 +384,9 @@ async def test_a_quota_holding_evictions_says_so_and_lets_the_failover_through_o
         try:
             watch.started = fo.take_away(failover_bed, AWAY)
 
-            async def told() -> bool:
-                check(await watch.poll())
-                cond = _condition(await karmada.get(path), "EvictionCharged")
-                return cond is not None and f"{AWAY} (1 binding): held" in cond["message"]
-
-            await eventually(told, 90, f"the quota says {AWAY}'s evicted replicas are held")
-
-            async def refused() -> bool:
-                check(await watch.poll())
-                events = await karmada.get(f"/api/v1/namespaces/{ns}/events")
-                return any(
-                    e.get("reason") == "ScheduleBindingFailed"
-                    and f"replicas evicted from {AWAY}" in (e.get("message") or "")
-                    for e in events.get("items", [])
-                )
-
-            await eventually(refused, 90, "Karmada's scheduler reports the refused failover")
+            await told_and_refused(
+                karmada, watch, ns, f"{AWAY} (1 binding): held", f"replicas evicted from {AWAY}"
+            )
             shown = await failover_bed.akubectl("get", "kq", "team", "-n", ns)
             assert f"{AWAY} (1 binding): held" in shown.stdout, shown.stdout
             p = await watch.poll()
@@ -429,28 +442,17 @@ async def test_an_application_failover_purged_gracefully_from_a_ready_member_wai
     hard = QUOTAS[0]
     gracefully = fo.application_failover("Gracefully")
     async with running_everywhere(failover_bed, karmada, members, hard, gracefully) as ns:
-        path = f"{campaign.QUOTA_PATH.format(ns=ns)}/team"
         watch = fo.Watch(karmada, members, ns)
         check = never_over(REPLICAS)
         await fo.make_unhealthy(members[AWAY], ns)
 
-        async def told() -> bool:
-            check(await watch.poll())
-            cond = _condition(await karmada.get(path), "EvictionCharged")
-            return cond is not None and f"{AWAY} (1 binding): Ready" in cond["message"]
-
-        await eventually(told, 90, f"the quota says {AWAY}'s evicted replicas are charged")
-
-        async def refused() -> bool:
-            check(await watch.poll())
-            events = await karmada.get(f"/api/v1/namespaces/{ns}/events")
-            return any(
-                e.get("reason") == "ScheduleBindingFailed"
-                and f"replicas evicted from {AWAY} is Ready" in (e.get("message") or "")
-                for e in events.get("items", [])
-            )
-
-        await eventually(refused, 90, "Karmada's scheduler reports the refused failover")
+        await told_and_refused(
+            karmada,
+            watch,
+            ns,
+            f"{AWAY} (1 binding): Ready",
+            f"replicas evicted from {AWAY} is Ready",
+        )
         p = await watch.poll()
         check(p)
         assert p.running_except(AWAY) == REPLICAS // 2, p  # held back: only member2's own

@@ -74,8 +74,8 @@ STRATEGY_BEST_EFFORT: QueueingStrategy = "BestEffortFIFO"
 STRATEGY_STRICT: QueueingStrategy = "StrictFIFO"
 RawResourceList = dict[str, QuantityValue]
 
-# spec.memberEnforcement: None (admission only, today's behaviour) or ResourceQuota (usage made
-# around Karmada counts, and a guard ResourceQuota in every member holds the budget there)
+# spec.memberEnforcement: ResourceQuota (the default: a guard ResourceQuota in every member holds
+# the budget there, so what the members run is bounded) or None (admission only)
 ENFORCEMENT_NONE = "None"
 ENFORCEMENT_RESOURCE_QUOTA = "ResourceQuota"
 ENFORCEMENT_ENUM: list[JsonValue] = [ENFORCEMENT_NONE, ENFORCEMENT_RESOURCE_QUOTA]
@@ -222,12 +222,14 @@ class KarmadaQuotaSpec(_Lenient):
         "none past the first that does not fit, and queues new workloads behind it.",
     )
     memberEnforcement: str = Field(
-        default=ENFORCEMENT_NONE,
-        description="None: usage is what Karmada's bindings charge plus, where the controller "
-        "observes the members, what their pods use past that (terminating pods, pods created "
-        "around Karmada); nothing in the members stops such pods. ResourceQuota: the same usage, "
-        "and the controller keeps a guard ResourceQuota in every member so that pods created "
-        "around Karmada cannot pass the global hard.",
+        default=ENFORCEMENT_RESOURCE_QUOTA,
+        description="ResourceQuota (the default): the controller keeps a guard ResourceQuota in "
+        "every member it can reach, so that what the members run — pods in their grace period, "
+        "rollouts and moves, what a member's own admission or controllers add — cannot pass the "
+        "global hard; kinds and overrides admission cannot price are admitted and bounded there. "
+        "None: admission only; usage is what Karmada's bindings charge plus, where the "
+        "controller observes the members, what their pods use past that, counted after the "
+        "fact; nothing in the members stops such pods.",
         json_schema_extra={"enum": ENFORCEMENT_ENUM},
     )
     clusterHard: dict[str, RawResourceList] = Field(
@@ -833,6 +835,13 @@ class LabelSelector(_Lenient):
 
 
 class ClusterKarmadaQuotaSpec(KarmadaQuotaSpec):
+    memberEnforcement: str = Field(
+        default=ENFORCEMENT_NONE,
+        description="None, the only value: a member guard is a ResourceQuota, which holds one "
+        "namespace; a budget shared by many namespaces cannot be split into them without "
+        "stranding it (the namespaces' own KarmadaQuotas guard the members).",
+        json_schema_extra={"enum": ENFORCEMENT_ENUM},
+    )
     namespaceSelector: LabelSelector = Field(
         description="The namespaces whose bindings share this budget (metav1.LabelSelector over "
         "namespace labels). Required; an empty selector selects every namespace."

@@ -67,6 +67,8 @@ _LEGACY_COUNTS = {
     "Secret": "secrets",
     "ConfigMap": "configmaps",
     "PersistentVolumeClaim": "persistentvolumeclaims",
+    "ReplicationController": "replicationcontrollers",
+    "ResourceQuota": "resourcequotas",
 }
 
 _ONE = Quantity.from_int(1)

@@ -47,6 +47,13 @@ def workload_kind(text: str) -> str:
     return _checked(text, lambda: Kinds.of([text]))
 
 
+def podless_kind(text: str) -> str:
+    """A `--podless-kind` value, checked when the flags are parsed."""
+    from karmadaquota.kinds import Kinds
+
+    return _checked(text, lambda: Kinds.of([], [text]))
+
+
 def _evicted_grace_flag(p: argparse.ArgumentParser) -> None:
     """Both programs release evicted replicas on the same rule: each takes the flag."""
     p.add_argument(
@@ -72,6 +79,16 @@ def _workload_kind_flag(p: argparse.ArgumentParser) -> None:
         "apps.kruise.io/v1alpha1/CloneSet=clonesets:spec.replicas:spec.template; a kind "
         "neither declared nor known (docs/charging.md) is refused by quotas tracking pods or "
         "compute unless the members enforce them; grant get, list and watch on it",
+    )
+    p.add_argument(
+        "--podless-kind",
+        action="append",
+        default=[],
+        type=podless_kind,
+        metavar="APIVERSION/KIND",
+        help="a kind that runs no pods (charged its own object, never replicas), e.g. "
+        "example.io/v1/Dashboard; a kind neither declared nor known (docs/charging.md) is "
+        "refused by quotas tracking pods or compute unless the members enforce them",
     )
 
 
@@ -348,7 +365,7 @@ def webhook_config(args: argparse.Namespace) -> WebhookConfig:
         metrics_auth=args.metrics_auth,
         metrics_auth_kubeconfig=args.metrics_auth_kubeconfig,
         aux_limits=aux_port.limits(args),
-        kinds=Kinds.of(args.workload_kind),
+        kinds=Kinds.of(args.workload_kind, args.podless_kind),
         evicted_cluster_grace=args.evicted_cluster_grace.total_seconds(),
     )
 

@@ -204,6 +204,13 @@ _EVICTED_COLUMN = _column(
     "replicas Karmada evicted from a cluster that are still charged, the cluster's state and "
     "until when (its EvictionCharged condition; empty: none)",
 )
+_GUARDED_COLUMN = _column(
+    "Guarded",
+    "string",
+    '.status.conditions[?(@.type=="Guarded")].reason',
+    "whether every member holds a guard ResourceQuota (EveryMemberGuarded), and if not why: "
+    "MemberNotGuarded (its message names each member) or MemberEnforcementNone (opted out)",
+)
 _AGE_COLUMN = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
 
 
@@ -259,7 +266,7 @@ def crd() -> dict[str, Any]:
         api.SINGULAR,
         api.SHORT_NAMES,
         "Namespaced",
-        [_ENFORCED_COLUMN, _SUMMARY_COLUMN, queued, _EVICTED_COLUMN, _AGE_COLUMN],
+        [_ENFORCED_COLUMN, _GUARDED_COLUMN, _SUMMARY_COLUMN, queued, _EVICTED_COLUMN, _AGE_COLUMN],
         _schema(api.KarmadaQuota),
     )
 

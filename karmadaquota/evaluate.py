@@ -234,7 +234,8 @@ def _check_uncounted(quotas: Sequence[QuotaView], new: Charge) -> Decision | Non
             return Decision(
                 False,
                 f"failed quota: {q.name}: cannot charge {'; '.join(new.uncounted)} (it tracks "
-                f"{','.join(tracked)}); set memberEnforcement: ResourceQuota on the quota so "
+                f"{','.join(tracked)}) while the quota opts out of member guards "
+                "(memberEnforcement: None); set memberEnforcement: ResourceQuota, the default, so "
                 "that every member cluster counts the pods it runs",
                 REASON_FORBIDDEN,
             )

@@ -5,12 +5,13 @@ it runs only where that is known: a kind whose replicas Karmada's default interp
 and whose pod template `pod_template` reads (Deployment, StatefulSet, ReplicaSet, Job, Pod), a
 kind the platform team declared (its replicas and pod template paths, as Karmada's resource
 interpreter customizations read them: `Declared`), or a kind known to run no pods at all
-(`NO_PODS`), which is charged its own object and never replicas, whatever the binding's
+(`NO_PODS`, or declared so by the platform team: `--podless-kind`), which is charged its own object and never replicas, whatever the binding's
 `requiredBy` says (a dependency binding carries its owner's clusters and replicas there).
 
-Any other kind (a ReplicationController, a DaemonSet, a custom resource with a third-party
-interpreter) may run pods no charge counts: `uncounted` names it, and a quota tracking pods or
-compute refuses it unless the members enforce it (`evaluate._check_uncounted`). Both the webhook
+Any other kind (a DaemonSet, a custom resource with a third-party interpreter) may run pods no
+charge counts: `uncounted` names it, and a quota tracking pods or compute refuses it only where
+the members do not enforce it (`memberEnforcement: None`, `evaluate._check_uncounted`): where
+they do, admission charges what it understands and the member guards bound the rest. Both the webhook
 and the controller charge with the same `Kinds`, so both agree.
 """
 
@@ -43,6 +44,17 @@ NO_PODS = frozenset(
         ("policy", "PodDisruptionBudget"),
         ("rbac.authorization.k8s.io", "Role"),
         ("rbac.authorization.k8s.io", "RoleBinding"),
+        ("coordination.k8s.io", "Lease"),
+        # Karmada's and the Multi-Cluster Services API's multi-cluster networking: they export
+        # and import Services, and Karmada's own controllers run what serves them
+        ("multicluster.x-k8s.io", "ServiceExport"),
+        ("multicluster.x-k8s.io", "ServiceImport"),
+        ("networking.karmada.io", "MultiClusterService"),
+        ("networking.karmada.io", "MultiClusterIngress"),
+        # Gateway API routes (a Gateway is not here: some implementations run a proxy per one)
+        ("gateway.networking.k8s.io", "HTTPRoute"),
+        ("gateway.networking.k8s.io", "GRPCRoute"),
+        ("gateway.networking.k8s.io", "ReferenceGrant"),
     }
 )
 # Kinds that create pods but whose replicas Karmada cannot count: their bindings carry none
@@ -50,6 +62,8 @@ NO_PODS = frozenset(
 UNCOUNTABLE = frozenset({("apps", "DaemonSet"), ("batch", "CronJob")})
 FLAG = "--workload-kind"
 CHART_VALUE = "workloadKinds"
+PODLESS_FLAG = "--podless-kind"
+PODLESS_CHART_VALUE = "podlessKinds"
 
 _SEGMENT = re.compile(r"^[A-Za-z0-9_-]+$")
 _RESOURCE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -117,27 +131,55 @@ class Declared:
         return declared
 
 
+def parse_podless(text: str) -> tuple[str, str]:
+    """A `--podless-kind` value, `APIVERSION/KIND` (e.g. `example.io/v1/Dashboard`), as
+    (group, kind); raises ValueError naming what is wrong. A kind known to run pods cannot be
+    declared podless: that would charge its pods nothing."""
+    api_version, _, kind = text.rpartition("/")
+    if (
+        not api_version
+        or not _SEGMENT.match(kind)
+        or not all(_RESOURCE.match(p.replace(".", "-")) for p in api_version.split("/"))
+    ):
+        raise ValueError(
+            f"{PODLESS_FLAG}={text!r}: want APIVERSION/KIND, e.g. example.io/v1/Dashboard"
+        )
+    key = (api_version.rpartition("/")[0], kind)
+    if key in UNCOUNTABLE or key in pod_template.POD_SPEC_PATHS:
+        raise ValueError(f"{PODLESS_FLAG}: {_name(*key)} runs pods")
+    if key in NO_PODS:
+        raise ValueError(f"{PODLESS_FLAG}: {_name(*key)} is known already")
+    return key
+
+
 @dataclass(frozen=True, slots=True)
 class Kinds:
-    """The built-in lists and the declared kinds, by (group, kind)."""
+    """The built-in lists, the declared kinds (their pods charged) and the kinds declared to
+    run no pods, by (group, kind)."""
 
     declared: Mapping[tuple[str, str], Declared] = field(default_factory=dict)
+    podless: frozenset[tuple[str, str]] = frozenset()
 
     @classmethod
-    def of(cls, texts: Iterable[str]) -> Kinds:
-        """From the flag's values (each may be comma-separated); raises ValueError."""
+    def of(cls, texts: Iterable[str], podless: Iterable[str] = ()) -> Kinds:
+        """From the flags' values (each may be comma-separated); raises ValueError."""
         out: dict[tuple[str, str], Declared] = {}
-        for text in texts:
-            for one in filter(None, (t.strip() for t in text.split(","))):
-                d = Declared.parse(one)
-                if (d.group, d.kind) in out:
-                    raise ValueError(f"{FLAG}: {_name(d.group, d.kind)} is declared twice")
-                out[(d.group, d.kind)] = d
-        return cls(out)
+        for one in _values(texts):
+            d = Declared.parse(one)
+            if (d.group, d.kind) in out:
+                raise ValueError(f"{FLAG}: {_name(d.group, d.kind)} is declared twice")
+            out[(d.group, d.kind)] = d
+        none = set()
+        for one in _values(podless):
+            key = parse_podless(one)
+            if key in out:
+                raise ValueError(f"{PODLESS_FLAG}: {_name(*key)} is declared with {FLAG} too")
+            none.add(key)
+        return cls(out, frozenset(none))
 
     def runs(self, api_version: str, kind: str) -> Runs:
         key = (api_version.rpartition("/")[0], kind)
-        if key in NO_PODS:
+        if key in NO_PODS or key in self.podless:
             return Runs.NOTHING
         if key in pod_template.POD_SPEC_PATHS or key in self.declared:
             return Runs.PODS
@@ -153,13 +195,20 @@ class Kinds:
         return (
             f"spec.resource: {_name(group, kind)}: not a kind whose pods karmadaquota counts "
             f"(the platform team may declare its replicas and pod template paths: {FLAG}, "
-            f"chart value {CHART_VALUE})"
+            f"chart value {CHART_VALUE}; or that it runs no pods: {PODLESS_FLAG}, chart value "
+            f"{PODLESS_CHART_VALUE})"
         )
 
     def pod_paths(self, group: str, kind: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
         """A declared kind's (pod spec path, replicas path); None for any other kind."""
         d = self.declared.get((group, kind))
         return (d.pod_spec, d.replicas) if d is not None else None
+
+
+def _values(texts: Iterable[str]) -> Iterable[str]:
+    """A repeatable flag's values, each of which may be comma-separated."""
+    for text in texts:
+        yield from filter(None, (t.strip() for t in text.split(",")))
 
 
 def _name(group: str, kind: str) -> str:

@@ -173,11 +173,14 @@ def render(
         key=lambda c: str(c["clusterName"]),
     )
     lines = [f"Name:         {meta.get('name', '')}", f"Namespace:    {meta.get('namespace', '')}"]
-    scopes = describe_scopes(api.KarmadaQuotaSpec.model_validate(spec))
+    parsed = api.KarmadaQuotaSpec.model_validate(spec)
+    scopes = describe_scopes(parsed)
     if scopes:
         lines.append(f"Scopes:       {'; '.join(scopes)}")
-    guarded = spec.get("memberEnforcement") == api.ENFORCEMENT_RESOURCE_QUOTA
-    if guarded:
+    guarded = parsed.guarded
+    if not guarded:
+        lines.append("Members:      None (admission only: the members do not hold the budget)")
+    else:
         lines.append("Members:      ResourceQuota (observed usage counts; a guard in every member)")
         for cluster, caps in sorted((spec.get("clusterHard") or {}).items()):
             text = ",".join(f"{k}={caps[k]}" for k in sorted(caps))

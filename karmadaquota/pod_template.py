@@ -38,6 +38,7 @@ POD_SPEC_PATHS: dict[tuple[str, str], tuple[str, ...]] = {
     ("apps", "ReplicaSet"): ("spec", "template", "spec"),
     ("batch", "Job"): ("spec", "template", "spec"),
     ("", "Pod"): ("spec",),
+    ("", "ReplicationController"): ("spec", "template", "spec"),
 }
 # Resources a quota may limit (Kubernetes: limits.cpu, limits.memory, limits.ephemeral-storage).
 LIMITED = ("cpu", "memory", "ephemeral-storage")
@@ -73,6 +74,7 @@ SCALED: dict[tuple[str, str], str] = {
     ("apps", "deployments"): "Deployment",
     ("apps", "statefulsets"): "StatefulSet",
     ("apps", "replicasets"): "ReplicaSet",
+    ("", "replicationcontrollers"): "ReplicationController",
 }
 
 

@@ -192,8 +192,10 @@ def quota_doc(
     namespace: str = "team-a",
     rv: int = 1,
     uid: str | None = None,
+    member_enforcement: str | None = None,
 ) -> dict[str, Any]:
-    """A KarmadaQuota on the wire. `used` defaults to zero for every hard name (a synced
+    """A KarmadaQuota on the wire (`member_enforcement`: spec.memberEnforcement, absent: the
+    default). `used` defaults to zero for every hard name (a synced
     controller); scopes come as `scopes`, as (scope, operator, values) `expressions`, or as a
     raw `scope_selector`."""
     hard = dict(hard or {})
@@ -209,6 +211,8 @@ def quota_doc(
         }
     if scope_selector:
         spec["scopeSelector"] = dict(scope_selector)
+    if member_enforcement is not None:
+        spec["memberEnforcement"] = member_enforcement
     status: dict[str, Any] = {
         "hard": hard,
         "used": dict(used) if used is not None else dict.fromkeys(hard, "0"),

@@ -769,6 +769,7 @@ def quota_doc(
     used: dict[str, str] | None = None,
     scope_selector: dict[str, Any] | None = None,
     rv: int = 1,
+    member_enforcement: str | None = None,
 ) -> JSON:
     """conftest.quota_doc with the webhook tests' defaults (namespace ns, 10 cpu, 100 pods)."""
     return conftest.quota_doc(
@@ -779,4 +780,5 @@ def quota_doc(
         namespace=namespace,
         rv=rv,
         uid=name,
+        member_enforcement=member_enforcement,
     )

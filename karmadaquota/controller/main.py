@@ -116,7 +116,7 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> ControllerC
         metrics_auth=args.metrics_auth,
         metrics_auth_kubeconfig=args.metrics_auth_kubeconfig,
         aux_limits=aux_port.limits(args),
-        workload_kinds=Kinds.of(args.workload_kind),
+        workload_kinds=Kinds.of(args.workload_kind, args.podless_kind),
     )
 
 
@@ -201,6 +201,7 @@ async def serve(config: ControllerConfig) -> int:
             "member_watch": config.reconciler.member_watch,
             "wake": [f"{k.group}/{k.kind}" for k in config.wake.kinds] if config.wake else "off",
             "workload_kinds": [str(d) for d in config.workload_kinds.declared.values()],
+            "podless_kinds": sorted(f"{g}/{k}" for g, k in config.workload_kinds.podless),
         },
     )
     tasks: list[asyncio.Task[Any]] = [

@@ -79,6 +79,7 @@ REASON_OBSERVED_EXCEEDS_PLACED = "ObservedExceedsPlaced"
 REASON_WITHIN_PLACEMENT = "WithinPlacement"
 REASON_GUARDED = "EveryMemberGuarded"
 REASON_NOT_GUARDED = "MemberNotGuarded"
+REASON_OPTED_OUT = "MemberEnforcementNone"
 
 
 class MemberView(Protocol):
@@ -415,7 +416,7 @@ def recompute(quota: KarmadaQuota, inputs: NamespaceSnapshot, now: datetime) -> 
     if guarded and inputs.guard_problems is not None:
         wanted.append(_guarded_condition(inputs.guard_problems(quota.metadata.name)))
     elif not guarded:
-        conditions = [c for c in conditions if c.type != st.COND_GUARDED]
+        wanted.append(_unguarded_condition())
     new_status = KarmadaQuotaStatus(
         hard=resources.format_resource_list(hard),
         used=resources.format_resource_list(used),
@@ -579,6 +580,18 @@ def _guarded_condition(problems: Mapping[str, str]) -> Condition:
         True,
         REASON_GUARDED,
         "every member holds a guard ResourceQuota with its usage and share of the headroom",
+    )
+
+
+def _unguarded_condition() -> Condition:
+    """Guarded False, saying why, for a quota that opted out (`kubectl get kq` shows it)."""
+    return _condition(
+        st.COND_GUARDED,
+        False,
+        REASON_OPTED_OUT,
+        "memberEnforcement: None: admission only; the members do not hold this budget, so what "
+        "they run past a charge (pods in their grace period, rollouts, moves, pods made around "
+        "Karmada) is counted after the fact",
     )
 
 

@@ -49,6 +49,7 @@ _COLLECTIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("apps", "ReplicaSet"): ("/apis/apps/v1", "replicasets"),
     ("batch", "Job"): ("/apis/batch/v1", "jobs"),
     ("", "Pod"): ("/api/v1", "pods"),
+    ("", "ReplicationController"): ("/api/v1", "replicationcontrollers"),
 }
 assert set(_COLLECTIONS) == set(pod_template.POD_SPEC_PATHS)
 _KEEP = 3  # pods kept per template: the one a binding names and those after it

@@ -222,7 +222,7 @@ async def test_a_deleting_binding_and_then_its_terminating_pods_hold_the_charge(
 async def test_member_never_synced_has_no_observed_and_condition_unknown() -> None:
     index = index_of(raw_binding("a", replicas=1, clusters={"m": 1}))
     both = inputs(index, await member("m", synced=False), await member("n", synced=False))
-    out = recompute(quota(hard=HARD), both, NOW)
+    out = recompute(quota(hard=HARD, member_enforcement="None"), both, NOW)
     # m: what is placed there, nothing observed; n: nothing known, no entry of zeros
     assert [(c.clusterName, c.observed) for c in out.status.aggregatedStatus] == [("m", None)]
     cond = out.status.conditions[2]
@@ -234,7 +234,9 @@ async def test_many_members_not_observed_are_counted_not_listed() -> None:
     zero entry is written for them (each of thousands of statuses would carry the fleet)."""
     fleet = [await member(f"c{i:03d}", synced=False, error="no apiEndpoint") for i in range(40)]
     index = index_of(raw_binding("a", replicas=1, clusters={"c007": 1}))
-    out = recompute(quota(hard={"pods": "5"}), inputs(index, *fleet), NOW)
+    out = recompute(
+        quota(hard={"pods": "5"}, member_enforcement="None"), inputs(index, *fleet), NOW
+    )
     assert [c.clusterName for c in out.status.aggregatedStatus] == ["c007"]
     cond = out.status.conditions[2]
     assert cond.status == "False" and cond.reason == "MemberUnreachable"
@@ -433,7 +435,7 @@ def test_a_negative_binding_never_lowers_used_and_is_named_on_the_quota() -> Non
         raw_binding("web", replicas=2, requests={"cpu": "1", "memory": "1Gi"}),
         raw_binding("neg", replicas=3, requests={"cpu": "-4", "memory": "1Gi"}),
     )
-    out = recompute(quota(hard=HARD), inputs(index), NOW)
+    out = recompute(quota(hard=HARD, member_enforcement="None"), inputs(index), NOW)
     assert out.status.used["requests.cpu"] == "2"  # the negative binding charges zero cpu
     assert out.status.used["requests.memory"] == "5Gi"  # and the rest of what it asks
     assert out.status.used["pods"] == "5"

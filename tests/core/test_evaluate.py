@@ -650,19 +650,21 @@ def _guarded(view: QuotaView) -> QuotaView:
 
 def test_a_daemonset_is_refused_by_a_quota_tracking_pods_with_the_way_out() -> None:
     ds = charge_of(0, None, api_version="apps/v1", kind="DaemonSet")
-    d = evaluate([view("team", {"pods": "10"}, {"pods": "0"})], ds)
+    d = evaluate([view("team", {"pods": "10"}, {"pods": "0"}, member_enforcement="None")], ds)
     assert not d.allowed
     assert d.reason == "Forbidden"
     assert d.message == (
         "failed quota: team: cannot charge spec.resource: DaemonSet.apps: Karmada cannot count "
-        "its replicas (it tracks pods); set memberEnforcement: ResourceQuota on the quota so "
-        "that every member cluster counts the pods it runs"
+        "its replicas (it tracks pods) while the quota opts out of member guards "
+        "(memberEnforcement: None); set memberEnforcement: ResourceQuota, the default, so that "
+        "every member cluster counts the pods it runs"
     )
+    assert evaluate([view("team", {"pods": "10"}, {"pods": "0"})], ds).allowed  # guarded
 
 
 def test_a_quota_on_count_pods_refuses_past_its_pods_and_what_it_cannot_count() -> None:
     """Issue 34: count/pods=2 was accepted and charged nothing (5 pods ran)."""
-    quota = view("team", {"count/pods": "2"}, {"count/pods": "0"})
+    quota = view("team", {"count/pods": "2"}, {"count/pods": "0"}, member_enforcement="None")
     assert evaluate([quota], charge_of(2, CPU1, clusters={"m1": 2})).allowed
     d = evaluate([quota], charge_of(5, CPU1, clusters={"m1": 3, "m2": 2}))
     assert not d.allowed
@@ -689,7 +691,7 @@ def test_a_daemonset_is_admitted_where_members_enforce_or_only_objects_are_count
 
 
 def test_preserving_resources_is_refused_on_update_even_when_nothing_grows() -> None:
-    quota = view("team", {"requests.cpu": "10"}, {"requests.cpu": "1"})
+    quota = view("team", {"requests.cpu": "10"}, {"requests.cpu": "1"}, member_enforcement="None")
     old = charge_of(1, CPU_MEM, clusters={"m1": 1})
     new = charge_of(1, CPU_MEM, clusters={"m1": 1}, preserve=True)
     d = evaluate([quota], new, old)

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from karmadaquota import pod_template
 from karmadaquota.api import ResourceBinding
 from karmadaquota.charge import charge
 from karmadaquota.controller.index import Interner, observe
@@ -72,8 +73,8 @@ def _model(doc: dict[str, Any]) -> ResourceBinding:
     return ResourceBinding.model_validate(doc)
 
 
-def guarded(doc: dict[str, Any]) -> dict[str, Any]:
-    doc["spec"]["memberEnforcement"] = "ResourceQuota"
+def unguarded(doc: dict[str, Any]) -> dict[str, Any]:
+    doc["spec"]["memberEnforcement"] = "None"
     return doc
 
 
@@ -81,59 +82,131 @@ def guarded(doc: dict[str, Any]) -> dict[str, Any]:
 # a kind whose pods nothing counts
 
 
-def replication_controller() -> dict[str, Any]:
-    """The issue's route: 5 replicas × 500m propagated, but Karmada's binding carries none."""
+def unknown_workload() -> dict[str, Any]:
+    """A custom workload with a third-party interpreter: 5 replicas × 500m propagated, but
+    Karmada's binding carries none."""
     return binding_doc(
         0,
         None,
-        api_version="v1",
-        kind="ReplicationController",
-        name="rc",
+        api_version="example.io/v1",
+        kind="Workload",
+        name="wl",
         namespace="ns",
         clusters={"member1": 0, "member2": 0},
     )
 
 
-async def test_a_replication_controller_is_refused_naming_both_ways_out(kinds: Kinds) -> None:
+async def test_an_unknown_kind_is_refused_by_an_unguarded_quota_naming_every_way_out(
+    kinds: Kinds,
+) -> None:
     api = FakeApiServer()
-    async for client in started(api, kinds, quota_doc(hard=RUNS)):
-        response = await answer(client, replication_controller())
+    async for client in started(api, kinds, unguarded(quota_doc(hard=RUNS))):
+        response = await answer(client, unknown_workload())
         assert not response["allowed"]
         assert response["status"]["code"] == 403
         message = response["status"]["message"]
         assert message.startswith("failed quota: team-a: cannot charge spec.resource: ")
-        assert "ReplicationController" in message
-        # the two ways out: declare the kind, or have every member count its pods
+        assert "Workload.example.io" in message
+        # the ways out: declare the kind (its pods, or that it runs none), or guard the members
         assert "--workload-kind" in message and "workloadKinds" in message
-        assert "set memberEnforcement: ResourceQuota on the quota" in message
+        assert "--podless-kind" in message and "podlessKinds" in message
+        assert "set memberEnforcement: ResourceQuota, the default" in message
         assert "pods,requests.cpu" in message  # what the quota tracks
 
 
-async def test_a_replication_controller_is_admitted_where_the_members_enforce_the_quota(
+async def test_an_unknown_kind_is_admitted_where_the_members_enforce_the_quota_by_default(
     kinds: Kinds,
 ) -> None:
-    """The same quota refuses it while admission alone enforces it (memberEnforcement None)."""
-    for enforced, allowed in ((False, False), (True, True)):
+    """The same quota refuses it only while admission alone enforces it (memberEnforcement
+    None); by default the members' guards bound what it runs."""
+    for opted_out, allowed in ((True, False), (False, True)):
         api = FakeApiServer()
         doc = quota_doc(hard=RUNS)
-        async for client in started(api, kinds, guarded(doc) if enforced else doc):
-            assert (await answer(client, replication_controller()))["allowed"] is allowed
+        async for client in started(api, kinds, unguarded(doc) if opted_out else doc):
+            assert (await answer(client, unknown_workload()))["allowed"] is allowed
 
 
 def test_an_undeclared_kind_is_refused_only_by_quotas_tracking_what_runs() -> None:
-    rc = charge(binding(0, None, api_version="v1", kind="ReplicationController"))
-    objects = {"count/replicationcontrollers": "2", "services": "1"}
-    d = evaluate([view("objects", objects, dict.fromkeys(objects, "0"))], rc)
+    wl = charge(binding(0, None, api_version="example.io/v1", kind="Workload"))
+    objects = {"count/workloads.example.io": "2", "services": "1"}
+    d = evaluate([view("objects", objects, dict.fromkeys(objects, "0"))], wl)
     assert d.allowed
-    assert as_strings(d.charges["objects"]) == {"count/replicationcontrollers": "1"}
-    refused = evaluate([view("objects", objects), view("team", RUNS)], rc)
+    assert as_strings(d.charges["objects"]) == {"count/workloads.example.io": "1"}
+    refused = evaluate(
+        [view("objects", objects), view("team", RUNS, member_enforcement="None")], wl
+    )
     assert not refused.allowed and refused.message.startswith("failed quota: team: ")
+    assert evaluate([view("objects", objects), view("team", RUNS)], wl).allowed  # guarded
+
+
+def test_a_replication_controller_is_charged_its_templates_replicas_in_every_cluster() -> None:
+    """Karmada's binding of a ReplicationController carries no replicas: every target cluster
+    runs the template's `spec.replicas` (docs/charging.md): 3 × 500m in each of 2 clusters."""
+    rc = {
+        "apiVersion": "v1",
+        "kind": "ReplicationController",
+        "metadata": {"name": "rc", "namespace": "ns"},
+        "spec": {
+            "replicas": 3,
+            "template": {"spec": {"containers": [container("app", {"cpu": "500m"})]}},
+        },
+    }
+    pod = pod_template.of_template(rc)
+    assert pod is not None and pod.replicas == 3
+    b = binding(
+        0, None, api_version="v1", kind="ReplicationController", clusters={"m1": 0, "m2": 0}
+    )
+    c = charge(b, pod)
+    want = {
+        "pods": "6",
+        "cpu": "3",
+        "count/replicationcontrollers": "1",
+        "replicationcontrollers": "1",
+    }
+    assert {n: as_strings(c.total).get(n) for n in want} == want
+    assert {n: as_strings(q)["pods"] for n, q in c.per_cluster.items()} == {"m1": "3", "m2": "3"}
+    assert not c.uncounted
 
 
 @pytest.mark.parametrize(
     ("api_version", "kind"),
     [
-        ("v1", "ReplicationController"),
+        ("multicluster.x-k8s.io/v1alpha1", "ServiceExport"),
+        ("multicluster.x-k8s.io/v1alpha1", "ServiceImport"),
+        ("networking.karmada.io/v1alpha1", "MultiClusterService"),
+    ],
+)
+def test_multi_cluster_services_run_no_pods(api_version: str, kind: str) -> None:
+    """Issue 42: a ServiceExport was refused as a kind whose pods nothing counts."""
+    c = charge(binding(3, {"cpu": "1"}, api_version=api_version, kind=kind, clusters={"m1": 3}))
+    assert not c.uncounted
+    assert "pods" not in c.total and "requests.cpu" not in c.total
+
+
+def test_a_platform_team_declares_a_kind_that_runs_no_pods() -> None:
+    kinds = Kinds.of([], ["example.io/v1/Dashboard"])
+    c = charge(binding(2, {"cpu": "1"}, api_version="example.io/v1", kind="Dashboard"), None, kinds)
+    assert not c.uncounted and "pods" not in c.total
+    assert charge(binding(2, {"cpu": "1"}, api_version="example.io/v1", kind="Dashboard")).uncounted
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("Dashboard", "want APIVERSION/KIND"),
+        ("apps/v1/Deployment", "Deployment.apps runs pods"),
+        ("apps/v1/DaemonSet", "DaemonSet.apps runs pods"),
+        ("v1/ConfigMap", "ConfigMap is known already"),
+    ],
+)
+def test_a_podless_kind_that_runs_pods_or_is_unreadable_is_refused(text: str, error: str) -> None:
+    with pytest.raises(ValueError, match=error):
+        Kinds.of([], [text])
+
+
+@pytest.mark.parametrize(
+    ("api_version", "kind"),
+    [
         ("apps.kruise.io/v1alpha1", "CloneSet"),
         ("autoscaling/v2", "HorizontalPodAutoscaler"),
         ("example.io/v1", "ConfigMap"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from karmadaquota.api import KarmadaQuotaSpec
+from karmadaquota.api import ClusterKarmadaQuotaSpec, KarmadaQuotaSpec
 from karmadaquota.validation import validate_resource_name, validate_spec
 from tests.conftest import ExprSpec, quota
 
@@ -225,9 +225,17 @@ def guarded(**raw: object) -> KarmadaQuotaSpec:
     )
 
 
-def test_member_enforcement_defaults_to_none_and_accepts_resource_quota() -> None:
-    assert KarmadaQuotaSpec().memberEnforcement == "None"
-    assert not KarmadaQuotaSpec().guarded
+def test_member_enforcement_defaults_to_guards_and_none_opts_out() -> None:
+    """Guards are on unless a quota opts out; a ClusterKarmadaQuota, which cannot have them,
+    defaults to None (so that it validates without saying so)."""
+    assert KarmadaQuotaSpec().memberEnforcement == "ResourceQuota"
+    assert KarmadaQuotaSpec().guarded
+    assert not KarmadaQuotaSpec(memberEnforcement="None").guarded
+    cluster = ClusterKarmadaQuotaSpec.model_validate(
+        {"hard": {"pods": "1"}, "namespaceSelector": {}}
+    )
+    assert not cluster.guarded
+    assert validate_spec(cluster) == []
     assert validate_spec(guarded()) == []
     assert (
         validate_spec(guarded(clusterHard={"member1": {"pods": "10", "requests.cpu": "1"}})) == []

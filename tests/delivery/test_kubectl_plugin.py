@@ -15,9 +15,11 @@ from tests.conftest import NOW
 
 
 def kq(**status: Any) -> dict[str, Any]:
+    """A quota that opted out of member guards (the guarded columns have tests of their own)."""
     return {
         "metadata": {"name": "team", "namespace": "team-a"},
         "spec": {
+            "memberEnforcement": "None",
             "hard": {"requests.cpu": "100", "pods": "500", "count/deployments.apps": "10"},
             "scopeSelector": {
                 "matchExpressions": [
@@ -73,6 +75,8 @@ def test_render_like_kubectl_describe_quota() -> None:
     assert lines[0] == "Name:         team"
     assert lines[1] == "Namespace:    team-a"
     assert lines[2] == "Scopes:       PriorityClass In [high]"
+    assert lines[3] == "Members:      None (admission only: the members do not hold the budget)"
+    lines = lines[:3] + lines[4:]
     assert lines[3].split() == [
         "Resource",
         "Used",

@@ -82,7 +82,10 @@ async def test_fetch_reads_a_template_the_store_does_not_hold_once() -> None:
 @pytest.fixture
 async def gated() -> AsyncIterator[tuple[TestClient[Any, Any], FakeApiServer, TemplateStore]]:
     api = FakeApiServer()
-    store = Replica(quota_doc(hard={"requests.cpu": "1"}, namespace="ns"), api=api)
+    # admission alone (memberEnforcement None): the gate is what holds the quota here
+    store = Replica(
+        quota_doc(hard={"requests.cpu": "1"}, namespace="ns", member_enforcement="None"), api=api
+    )
     templates = TemplateStore(api)
     webhook = Webhook(store.quota_store(), Batcher(store), WebhookMetrics(), templates=templates)
     client = TestClient(TestServer(build_app(webhook)))

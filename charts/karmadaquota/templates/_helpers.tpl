@@ -261,6 +261,9 @@ programs charge with the same kinds and release evicted replicas on the same rul
 {{- range .Values.workloadKinds }}
 - --workload-kind={{ .apiVersion }}/{{ .kind }}={{ .resource }}:{{ .replicas }}:{{ .podTemplate }}
 {{- end }}
+{{- range .Values.podlessKinds }}
+- --podless-kind={{ .apiVersion }}/{{ .kind }}
+{{- end }}
 - --evicted-cluster-grace={{ .Values.evictedClusterGrace }}
 {{- end -}}
 

@@ -13,9 +13,11 @@ Share policy, per resource name (all arithmetic in exact nano-units):
    lowered since its guard was written). The budget of the reachable members is what the fixed
    ones leave: `B = hard − Σ fixed`.
 2. Each reachable member first gets its *usage* (the larger of what Karmada placed there and
-   what its pods request), capped by clusterHard; scaled down in proportion (in whole granules)
-   if they do not all fit B (a lowered hard, an outage's fixed share): then new pods are
-   refused there until usage drops.
+   what its pods request, terminating pods included), capped by clusterHard. If they do not
+   all fit B (a workload moved while its old pods stop, a lowered hard, an outage's fixed
+   share), what the members' pods hold now is covered first and the placements beyond it get
+   what is left, scaled down in proportion (in whole granules): new pods are refused there
+   until the old ones are gone, as Kubernetes' quota makes a rollout wait.
 3. The *headroom* `B − Σ usage − reserved` is shared, where `reserved` is admitted usage not
    yet in any member (pending charges, replicas not yet scheduled): it will land in a member as
    a usage that step 2 covers, so it is not handed out twice. Headroom is split evenly in whole
@@ -71,6 +73,9 @@ class MemberState:
     name: str
     usage: Mapping[str, int] = field(default_factory=dict)  # max(placed, observed)
     out_of_band: Mapping[str, int] = field(default_factory=dict)  # max(0, observed - placed)
+    # what its counted pods hold now, terminating ones included: they run whatever the guard
+    # says, so it is covered before any placement elsewhere (None: as `usage`)
+    observed: Mapping[str, int] | None = None
     reachable: bool = True
     # the most its guard may hold now (None: unknown); {} when it has no guard
     guard: Mapping[str, int] | None = None
@@ -126,16 +131,9 @@ def desired(inputs: GuardInputs) -> dict[str, Nanos]:
         fixed = sum(assumed(m, hard)[name] for m in inputs.members if not m.reachable)
         budget = max(0, limit - fixed)
         caps = {m.name: inputs.caps.get(m.name, {}).get(name) for m in reachable}
-        floors = {}
-        for m in reachable:
-            cap = caps[m.name]
-            use = max(0, m.usage.get(name, 0))
-            floors[m.name] = use if cap is None else min(use, cap)
-        total = sum(floors.values())
         g = granule(name)
-        if total > budget:  # in whole granules: a guard of 0.9 pods is of no use to anyone
-            floors = {c: f * budget // total // g * g for c, f in floors.items()}
-            total = sum(floors.values())
+        floors = _floors(reachable, name, caps, budget, g)
+        total = sum(floors.values())
         headroom = max(0, budget - total - max(0, inputs.reserved.get(name, 0)))
         order = [
             m.name for m in sorted(reachable, key=lambda m: (-m.out_of_band.get(name, 0), m.name))
@@ -147,6 +145,42 @@ def desired(inputs: GuardInputs) -> dict[str, Nanos]:
         for c in order:
             out[c][name] = floors[c] + shares[c] * g
     return out
+
+
+def _capped(value: int, cap: int | None) -> int:
+    return max(0, value) if cap is None else min(max(0, value), cap)
+
+
+def _scaled(wants: Mapping[str, int], budget: int, g: int) -> dict[str, int]:
+    """`wants` as they are if they fit `budget`, else scaled down in proportion, in whole
+    granules (a guard of 0.9 pods is of no use to anyone)."""
+    total = sum(wants.values())
+    if total <= budget:
+        return dict(wants)
+    return {c: w * budget // total // g * g for c, w in wants.items()}
+
+
+def _floors(
+    reachable: Sequence[MemberState],
+    name: str,
+    caps: Mapping[str, int | None],
+    budget: int,
+    g: int,
+) -> dict[str, int]:
+    """Step 2: each member's usage, capped, within `budget`. What a member's pods hold now
+    (terminating ones included) is covered first: those pods run whatever its guard says, so
+    a placement elsewhere (a workload moved while its old pods stop, a rollout's new pods)
+    gets only what they leave, and its pods wait in that member until the old ones are gone,
+    as Kubernetes' quota makes a rollout wait."""
+    seen = {
+        m.name: _capped((m.usage if m.observed is None else m.observed).get(name, 0), caps[m.name])
+        for m in reachable
+    }
+    use = {m.name: _capped(m.usage.get(name, 0), caps[m.name]) for m in reachable}
+    held = _scaled(seen, budget, g)
+    left = max(0, budget - sum(held.values()))
+    extra = _scaled({c: max(0, use[c] - held[c]) for c in use}, left, g)
+    return {c: held[c] + extra[c] for c in use}
 
 
 @dataclass(frozen=True)

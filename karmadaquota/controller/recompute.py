@@ -355,6 +355,7 @@ def recompute(quota: KarmadaQuota, inputs: NamespaceSnapshot, now: datetime) -> 
     clusters = sorted(set(shown) | set(totals.per_cluster))
     aggregated: list[ClusterUsage] = []
     held: dict[str, dict[str, int]] = {}  # guarded: per member, max(placed, observed)
+    seen_by: dict[str, dict[str, int]] = {}  # guarded, observed members: what their pods hold
     beyond: dict[str, dict[str, int]] = {}  # per observed member: what runs past placement
     for name in clusters:
         placed = totals.per_cluster.get(name, zero_cluster)
@@ -372,6 +373,8 @@ def recompute(quota: KarmadaQuota, inputs: NamespaceSnapshot, now: datetime) -> 
             beyond[name] = _beyond(before, pods.running, pods.terminating, hard)
         if guarded:
             held[name] = {n: max(placed.get(n, 0), seen[n].nanos if n in seen else 0) for n in hard}
+            if observed is not None:
+                seen_by[name] = {n: seen[n].nanos if n in seen else 0 for n in hard}
             beyond.setdefault(name, dict.fromkeys(hard, 0))
         guard = inputs.guards(quota.metadata.name, name) if guarded else None
         aggregated.append(
@@ -390,7 +393,9 @@ def recompute(quota: KarmadaQuota, inputs: NamespaceSnapshot, now: datetime) -> 
         )
     if guarded:
         placed_sum = {n: sum(p.get(n, 0) for p in totals.per_cluster.values()) for n in totals.used}
-        guard_inputs = _guard_inputs(quota, totals.used, placed_sum, held, beyond, kept, hard)
+        guard_inputs = _guard_inputs(
+            quota, totals.used, placed_sum, held, seen_by, beyond, kept, hard
+        )
     wanted = [
         _condition(st.COND_READY, True, REASON_CALCULATED, _CALCULATED),
         _condition(st.COND_VALID, True, REASON_VALID, ""),
@@ -454,6 +459,7 @@ def _guard_inputs(
     charged: Mapping[str, int],
     placed: Mapping[str, int],
     held: Mapping[str, Mapping[str, int]],
+    seen_by: Mapping[str, Mapping[str, int]],
     beyond: Mapping[str, Mapping[str, int]],
     kept: Sequence[Reservation],
     hard: ResourceList,
@@ -485,6 +491,7 @@ def _guard_inputs(
                 name=c,
                 usage={n: h.get(n, 0) for n in names},
                 out_of_band={n: beyond[c].get(n, 0) for n in names},
+                observed={n: seen_by[c].get(n, 0) for n in names} if c in seen_by else None,
             )
             for c, h in held.items()
         ],

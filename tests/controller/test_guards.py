@@ -298,3 +298,44 @@ def test_desired_fits_the_budget_left_by_unreachable_members(
     fixed = sum(s.guard[P] for s in states if not s.reachable and s.guard is not None)
     assert sum(v[P] for v in got.values()) <= max(0, hard - fixed)
     assert set(got) == {s.name for s in states if s.reachable}
+
+
+def test_a_moved_workload_waits_in_its_new_member_until_the_old_pods_are_gone() -> None:
+    """Issue 42: pods=4 moved from member1 to member2 while its 4 pods stop slowly. member1's
+    pods run whatever its guard says, so member2 gets only what they leave: 0 now (4 ran there
+    beside the 4 terminating before), all 4 once they are gone."""
+    moving = gd.GuardInputs(
+        hard={P: n(4)},
+        members=[
+            gd.MemberState("member1", usage={P: n(4)}, observed={P: n(4)}),  # 4 terminating
+            gd.MemberState("member2", usage={P: n(4)}, observed={P: n(0)}),  # 4 placed
+        ],
+    )
+    assert pods(gd.desired(moving)) == {"member1": 4, "member2": 0}
+    half = gd.GuardInputs(
+        hard={P: n(4)},
+        members=[
+            gd.MemberState("member1", usage={P: n(1)}, observed={P: n(1)}),
+            gd.MemberState("member2", usage={P: n(4)}, observed={P: n(3)}),
+        ],
+    )
+    assert pods(gd.desired(half)) == {"member1": 1, "member2": 3}
+
+
+@given(
+    st.integers(0, 100),
+    st.lists(st.tuples(st.integers(0, 100), st.integers(0, 100)), min_size=1, max_size=4),
+)
+def test_what_the_members_run_never_passes_the_hard(
+    hard: int, members: list[tuple[int, int]]
+) -> None:
+    """A member runs the pods it has (terminating ones too) and creates new ones only up to its
+    guard: Σ max(observed, guard) ≤ hard whenever what they run now fits it."""
+    states = [
+        gd.MemberState(f"m{i}", usage={P: n(max(p, o))}, observed={P: n(o)})
+        for i, (p, o) in enumerate(members)
+    ]
+    got = gd.desired(gd.GuardInputs(hard={P: n(hard)}, members=states))
+    observed = {s.name: (s.observed or {}).get(P, 0) for s in states}
+    if sum(observed.values()) <= n(hard):
+        assert sum(max(observed[c], v[P]) for c, v in got.items()) <= n(hard)

@@ -5,14 +5,15 @@ it runs only where that is known: a kind whose replicas Karmada's default interp
 and whose pod template `pod_template` reads (Deployment, StatefulSet, ReplicaSet, Job, Pod), a
 kind the platform team declared (its replicas and pod template paths, as Karmada's resource
 interpreter customizations read them: `Declared`), or a kind known to run no pods at all
-(`NO_PODS`, or declared so by the platform team: `--podless-kind`), which is charged its own object and never replicas, whatever the binding's
+(`NO_PODS`, or declared so by the platform team: `--podless-kind`), which is charged its own
+object and never replicas, whatever the binding's
 `requiredBy` says (a dependency binding carries its owner's clusters and replicas there).
 
 Any other kind (a DaemonSet, a custom resource with a third-party interpreter) may run pods no
 charge counts: `uncounted` names it, and a quota tracking pods or compute refuses it only where
 the members do not enforce it (`memberEnforcement: None`, `evaluate._check_uncounted`): where
-they do, admission charges what it understands and the member guards bound the rest. Both the webhook
-and the controller charge with the same `Kinds`, so both agree.
+they do, admission charges what it understands and the member guards bound the rest. Both the
+webhook and the controller charge with the same `Kinds`, so both agree.
 """
 
 from __future__ import annotations
@@ -178,7 +179,10 @@ class Kinds:
         return cls(out, frozenset(none))
 
     def runs(self, api_version: str, kind: str) -> Runs:
-        key = (api_version.rpartition("/")[0], kind)
+        return self.runs_kind(api_version.rpartition("/")[0], kind)
+
+    def runs_kind(self, group: str, kind: str) -> Runs:
+        key = (group, kind)
         if key in NO_PODS or key in self.podless:
             return Runs.NOTHING
         if key in pod_template.POD_SPEC_PATHS or key in self.declared:

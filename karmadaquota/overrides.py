@@ -19,7 +19,19 @@ with a quota an untrusted writer's policy holds only
   `/binaryData`, `/stringData` in a policy that selects only ConfigMaps and Secrets;
 - `fieldOverrider` on `/data/<key>` (or `binaryData`, `stringData`) in such a policy.
 
-Everything else — an unknown overrider kind or field, any other path — is refused by name.
+Everything else — an unknown overrider kind or field, any other path — is refused by name,
+except where the policy cannot change what runs (`Judged`):
+
+- a policy that selects only kinds that run no pods (a Service, an Ingress, a ServiceExport:
+  `kinds.Kinds.runs`), whose content no quota name prices, may override any path but the
+  object's name and namespace: none of them runs a pod, and the names the quota tracks of them
+  are counts of objects. Where a quota tracks `services.loadbalancers` or `services.nodeports`,
+  a Service's `/spec/type` and `/spec/ports` stay refused;
+- where member guards bound the namespace (every quota of it guarded, no ClusterKarmadaQuota
+  selecting it), any path but the name and namespace: what the override makes the members run
+  is bounded there by each member's guard, which counts the pods as the member admits them
+  (docs/security.md, "Defence in depth"). A namespace or name override stays refused: it moves
+  the rendered object out of the namespace the guards hold, or onto another object's name.
 """
 
 from __future__ import annotations
@@ -28,6 +40,8 @@ import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from karmadaquota.kinds import BUILTIN, Kinds, Runs
 
 # Where a pod spec is in the kinds the charge understands: Deployment, StatefulSet, ReplicaSet,
 # DaemonSet, Job (`/spec/template`) and CronJob (`/spec/jobTemplate/spec/template`).
@@ -55,6 +69,15 @@ METADATA_MAPS: tuple[tuple[str, ...], ...] = tuple(
 # a ConfigMap's or Secret's content: no pods, no name
 DATA_FIELDS = frozenset({"data", "binaryData", "stringData"})
 DATA_KINDS = frozenset({"ConfigMap", "Secret"})
+
+# kinds that run no pods but whose content a quota prices or a member applies to pods: a
+# policy selecting them keeps the allow-list (a claim's storage, a LimitRange's defaults)
+PRICED_KINDS = frozenset({("", "PersistentVolumeClaim"), ("", "LimitRange"), ("", "ResourceQuota")})
+# a Service's paths that change a name a quota may track of it
+SERVICE_PRICED: Mapping[str, tuple[tuple[str, ...], ...]] = {
+    "services.loadbalancers": (("spec", "type"),),
+    "services.nodeports": (("spec", "type"), ("spec", "ports")),
+}
 
 SPEC_FIELDS = frozenset({"resourceSelectors", "overrideRules", "targetCluster", "overriders"})
 RULE_FIELDS = frozenset({"targetCluster", "overriders"})
@@ -138,10 +161,30 @@ def _json(value: Any) -> bytes:
 
 
 @dataclass(frozen=True, slots=True)
+class Judged:
+    """What the policy's namespace tells about its overrides: whether member guards bound it
+    (every quota of it guarded, no ClusterKarmadaQuota selecting it), the names its quotas
+    track, and the kinds that run no pods. The default knows nothing: the allow-list alone."""
+
+    guarded: bool = False
+    tracked: frozenset[str] = frozenset(SERVICE_PRICED)
+    kinds: Kinds = BUILTIN
+
+
+def _moves(at: Sequence[str]) -> bool:
+    """A path that renames the object, moves it to another namespace, or replaces all of it."""
+    if not at:
+        return True
+    return at[0] == "metadata" and (len(at) == 1 or at[1] in ("name", "namespace", "generateName"))
+
+
+@dataclass(frozen=True, slots=True)
 class _Rules:
     allowed: AllowList
     data_only: bool  # the policy selects only ConfigMaps and Secrets
     context: bytes  # where the overriders apply: rule or legacy, and the target clusters
+    # any path but a move may be overridden but these (`Judged`); None: the allow-list alone
+    free: tuple[tuple[str, ...], ...] | None = None
 
     def refuse(self, what: str, *content: Any) -> Refusal:
         return Refusal(what, self.context + b"|" + _json(list(content)))
@@ -168,7 +211,50 @@ class _Rules:
             return None
         if self.data_only and at and at[0] in DATA_FIELDS:
             return None
+        if self.free is not None and not _moves(at) and not self._priced(at):
+            return None
         return "not on the allow-list"
+
+    def _priced(self, at: Sequence[str]) -> bool:
+        """`at` is at, beneath or above a priced path (`free`)."""
+        n = len(at)
+        return any(tuple(at[: len(p)]) == p or p[:n] == tuple(at) for p in self.free or ())
+
+
+def _selected(spec: Mapping[str, Any]) -> list[tuple[str, str]] | None:
+    """The (group, kind) of every resource selector; None when some selector names no kind
+    (or there is none: then the policy selects every kind)."""
+    selectors = spec.get("resourceSelectors")
+    if not isinstance(selectors, list) or not selectors:
+        return None
+    out = []
+    for s in selectors:
+        if not isinstance(s, Mapping) or not s.get("kind") or not s.get("apiVersion"):
+            return None
+        out.append((str(s["apiVersion"]).rpartition("/")[0], str(s["kind"])))
+    return out
+
+
+def _free(spec: Mapping[str, Any], judged: Judged) -> tuple[tuple[str, ...], ...] | None:
+    """The paths still priced where the policy cannot change what runs (`Judged`), or None
+    where it can: the allow-list alone."""
+    selected = _selected(spec)
+    services = selected is None or ("", "Service") in selected
+    priced = tuple(
+        sorted(
+            {p for name, ps in SERVICE_PRICED.items() if name in judged.tracked for p in ps}
+            if services
+            else set()
+        )
+    )
+    if judged.guarded:
+        return priced
+    if selected is None or any(
+        (g, k) in PRICED_KINDS or judged.kinds.runs_kind(g, k) is not Runs.NOTHING
+        for g, k in selected
+    ):
+        return None
+    return priced
 
 
 def _selects_data_only(spec: Mapping[str, Any]) -> bool:
@@ -234,10 +320,12 @@ def _entry(rules: _Rules, kind: str, op: Mapping[str, Any]) -> str | None:
 
 
 def _field_overrider(rules: _Rules, op: Mapping[str, Any]) -> str | None:
-    """A JSON or YAML document inside a string field: only a ConfigMap's or Secret's data."""
+    """A JSON or YAML document inside a string field: only a ConfigMap's or Secret's data
+    (or any field but a move's where the policy cannot change what runs)."""
     path = str(op.get("fieldPath") or "")
     at = tokens(path) if path.startswith("/") else []
-    if not (rules.data_only and len(at) == 2 and at[0] in DATA_FIELDS):
+    free = rules.free is not None and path.startswith("/") and not _moves(at)
+    if not free and not (rules.data_only and len(at) == 2 and at[0] in DATA_FIELDS):
         return (
             f"fieldPath {path or '/'}: only /data/<key> of a policy selecting only ConfigMaps "
             "and Secrets"
@@ -265,9 +353,11 @@ def _overriders(rules: _Rules, where: str, overriders: Any) -> Iterator[Refusal]
             yield from _entries(rules, where, kind, ops)
 
 
-def refusals(policy: Mapping[str, Any], allowed: AllowList | None = None) -> list[Refusal]:
-    """Each override of an (Cluster)OverridePolicy outside the allow-list; empty when an
-    untrusted writer may write it."""
+def refusals(
+    policy: Mapping[str, Any], allowed: AllowList | None = None, judged: Judged | None = None
+) -> list[Refusal]:
+    """Each override of an (Cluster)OverridePolicy outside the allow-list (`judged`: what its
+    namespace tells, the module docstring); empty when an untrusted writer may write it."""
     spec = policy.get("spec")
     if spec is None:
         return []
@@ -279,12 +369,13 @@ def refusals(policy: Mapping[str, Any], allowed: AllowList | None = None) -> lis
         for k in sorted(set(spec) - SPEC_FIELDS)
     ]
     data_only = _selects_data_only(spec)
+    free = _free(spec, judged or Judged())
     rules = spec.get("overrideRules") or []
     if not isinstance(rules, list):
         return [*out, top.refuse("spec.overrideRules: not a list", rules)]
     # the deprecated spec.overriders apply only when there are no overrideRules
     legacy = b"legacy-active|" if not rules else b"legacy-inactive|"
-    context = _Rules(top.allowed, data_only, legacy + _json(spec.get("targetCluster")))
+    context = _Rules(top.allowed, data_only, legacy + _json(spec.get("targetCluster")), free)
     out.extend(_overriders(context, "spec.overriders", spec.get("overriders")))
     for i, rule in enumerate(rules):
         where = f"spec.overrideRules[{i}]"
@@ -295,7 +386,7 @@ def refusals(policy: Mapping[str, Any], allowed: AllowList | None = None) -> lis
             top.refuse(f"{where}.{k}: an unknown field", k, rule[k])
             for k in sorted(set(rule) - RULE_FIELDS)
         )
-        context = _Rules(top.allowed, data_only, b"rule|" + _json(rule.get("targetCluster")))
+        context = _Rules(top.allowed, data_only, b"rule|" + _json(rule.get("targetCluster")), free)
         out.extend(_overriders(context, f"{where}.overriders", rule.get("overriders")))
     return out
 
@@ -310,6 +401,7 @@ def only_as_before(
     old: Mapping[str, Any] | None,
     refused: Sequence[Refusal],
     allowed: AllowList | None = None,
+    judged: Judged | None = None,
 ) -> bool:
     """No refusal, or an update whose refused overrides are exactly the old policy's, in the
     same order, for the same clusters and the same resources (a policy written before its
@@ -320,4 +412,4 @@ def only_as_before(
         return True
     if old is None or _selectors(new) != _selectors(old):
         return False
-    return [r.key for r in refusals(old, allowed)] == [r.key for r in refused]
+    return [r.key for r in refusals(old, allowed, judged)] == [r.key for r in refused]

@@ -45,6 +45,11 @@ class OverrideAdmission(Admission):
             limited = await self._cluster_policy_limited(obj)
         if isinstance(limited, Decision):
             return limited
+        # judged by the kinds it selects, the names the quotas track and the members' guards
+        judged = self._judged(req.namespace if plural == api.OVERRIDE_PLURAL else None, limited)
+        refused = overrides.refusals(obj, self.allowed_overrides, judged)
+        if overrides.only_as_before(obj, req.oldObject, refused, self.allowed_overrides, judged):
+            return Decision(True)
         name = (obj.get("metadata") or {}).get("name") or req.name
         return Decision(
             False,
@@ -58,6 +63,20 @@ class OverrideAdmission(Admission):
                 + ("" if plural == api.OVERRIDE_PLURAL else " that applies"),
             ),
             REASON_FORBIDDEN,
+        )
+
+    def _judged(self, namespace: str | None, cluster_quotas: list[str]) -> overrides.Judged:
+        """What a namespace tells about an override in it (overrides.Judged): guarded when each
+        of its quotas keeps member guards and no ClusterKarmadaQuota (which cannot) selects it;
+        the names its quotas track. A ClusterOverridePolicy (`namespace` None), or a
+        namespace a cluster quota selects, is judged as if every priced name were tracked."""
+        quotas = self.quotas.quotas(namespace) if namespace is not None else []
+        if namespace is None or cluster_quotas or not quotas:
+            return overrides.Judged(kinds=self.kinds)
+        return overrides.Judged(
+            guarded=all(q.spec.guarded for q in quotas),
+            tracked=frozenset(n for q in quotas for n in q.spec.hard),
+            kinds=self.kinds,
         )
 
     async def _cluster_policy_limited(self, obj: Mapping[str, Any]) -> list[str] | Decision:

@@ -69,7 +69,10 @@ def review(
 
 @pytest.fixture
 async def setup() -> AsyncIterator[tuple[TestClient[Any, Any], Replica, Webhook]]:
-    store = Replica(quota_doc(hard={"requests.cpu": "10", "pods": "100"}))
+    # admission alone (memberEnforcement None): what these tests judge is admission's own rule
+    store = Replica(
+        quota_doc(hard={"requests.cpu": "10", "pods": "100"}, member_enforcement="None")
+    )
     cache = store.quota_store()
     webhook = Webhook(cache, Batcher(store), WebhookMetrics())
     client = TestClient(TestServer(build_app(webhook)))
@@ -890,9 +893,93 @@ async def test_everyday_overrides_are_the_tenants_to_write(setup: Any, name: str
     assert body["response"]["allowed"] is True, body
 
 
+# what stays refused where guards bound the namespace: a move out of it, a rename onto another
+# object's name, an overrider nobody can judge
+REFUSED_UNDER_GUARDS = {"renamed", "moved", "unknown overrider"}
+
+
+@pytest.mark.parametrize("name", sorted(ATTACKS))
+async def test_where_guards_bound_the_namespace_an_override_is_refused_only_for_a_move(
+    name: str,
+) -> None:
+    """Issue 42: where every quota of the namespace keeps member guards (the default), what an
+    override makes the members run is bounded there; admission refuses only what would leave
+    the guards' namespace or name, and what it cannot read."""
+    store = Replica(quota_doc(hard={"requests.cpu": "10", "pods": "100"}))
+    webhook = Webhook(store.quota_store(), Batcher(store), WebhookMetrics())
+    req = review_mod.parse(
+        json.dumps(review(ATTACKS[name], resource=OVERRIDES, user=TENANT)).encode()
+    )
+    assert (await webhook.admit_override(req)).allowed is (name not in REFUSED_UNDER_GUARDS)
+
+
+SERVICE_TYPE = {
+    "apiVersion": "policy.karmada.io/v1alpha1",
+    "kind": "OverridePolicy",
+    "metadata": {"name": "svc", "namespace": "ns"},
+    "spec": {
+        "resourceSelectors": [{"apiVersion": "v1", "kind": "Service", "name": "web"}],
+        "overrideRules": [
+            {
+                "overriders": {
+                    "plaintext": [
+                        {"path": "/spec/type", "operator": "replace", "value": "LoadBalancer"}
+                    ]
+                }
+            }
+        ],
+    },
+}
+INGRESS_HOST = {
+    "apiVersion": "policy.karmada.io/v1alpha1",
+    "kind": "OverridePolicy",
+    "metadata": {"name": "ing", "namespace": "ns"},
+    "spec": {
+        "resourceSelectors": [
+            {"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "name": "web"}
+        ],
+        "overrideRules": [
+            {
+                "targetCluster": {"clusterNames": ["member1"]},
+                "overriders": {
+                    "plaintext": [
+                        {"path": "/spec/rules/0/host", "operator": "replace", "value": "m1.a.io"}
+                    ]
+                },
+            }
+        ],
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("hard", "doc", "admitted"),
+    [
+        ({"pods": "10"}, SERVICE_TYPE, True),
+        ({"pods": "10"}, INGRESS_HOST, True),
+        ({"services.loadbalancers": "1"}, SERVICE_TYPE, False),  # the name the quota tracks
+        ({"services.loadbalancers": "1"}, INGRESS_HOST, True),
+    ],
+)
+async def test_an_override_of_kinds_that_run_no_pods_is_judged_by_the_names_tracked(
+    hard: dict[str, str], doc: dict[str, Any], admitted: bool
+) -> None:
+    """Issue 42: a Service's `/spec/type` and an Ingress's host were refused "not on the
+    allow-list" by a quota admission alone enforces; neither runs a pod."""
+    store = Replica(quota_doc(hard=hard, member_enforcement="None"))
+    webhook = Webhook(store.quota_store(), Batcher(store), WebhookMetrics())
+    req = review_mod.parse(json.dumps(review(doc, resource=OVERRIDES, user=TENANT)).encode())
+    decision = await webhook.admit_override(req)
+    assert decision.allowed is admitted, decision.message
+    renamed = copy.deepcopy(doc)
+    renamed["spec"]["overrideRules"][0]["overriders"]["plaintext"][0]["path"] = "/metadata/name"
+    req = review_mod.parse(json.dumps(review(renamed, resource=OVERRIDES, user=TENANT)).encode())
+    assert not (await webhook.admit_override(req)).allowed
+
+
 async def test_the_platform_team_extends_the_override_allow_list() -> None:
     """--override-allowed-path (WebhookConfig.allowed_overrides): one more plaintext path."""
-    store = Replica(quota_doc(hard={"pods": "100"}))
+    store = Replica(quota_doc(hard={"pods": "100"}, member_enforcement="None"))
     doc = override_policy("/spec/template/spec/priorityClassName")
     for allowed, admitted in [
         (None, False),

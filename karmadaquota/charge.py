@@ -18,7 +18,8 @@ A Deployment's member runs up to `maxSurge` more pods during a rollout (`pod_tem
 each cluster's replicas are charged with them, as R is. One replica costs what the binding's
 `replicaRequirements` say, or more where the resource template's pod (`pod_template.PodCharge`,
 given by the caller that read the template) costs more as Kubernetes charges a pod: sidecars,
-pod overhead, pod-level resources; its limits are charged as limits.cpu/memory/ephemeral-storage.
+pod overhead, pod-level resources; its limits are charged as limits.cpu/memory/ephemeral-storage,
+and a StatefulSet's claim templates as the claims each replica's member creates.
 A template never lowers a charge: a binding whose template is unknown or unreadable is charged
 from its own fields, and a quota that limits a resource then refuses it
 (`Charge.missing_limits`), as it refuses a pod without that limit.
@@ -308,11 +309,13 @@ def _single(spec: ResourceBindingSpec, objects: ResourceList, pod: PodCharge | N
         invalid,
     )
     limits: ResourceList = {}
+    claims: ResourceList = {}
     if pod is not None:
         # never less than the binding says; as Kubernetes charges the pod when it is more
         bare = {n.removeprefix(resources.REQUESTS_PREFIX): q for n, q in requests.items()}
         requests = resources.maximum(bare, pod.requests)
         limits = pod_template.limit_names(pod.limits)
+        claims = pod.claims
     surges = pod.surges if pod is not None else frozenset()
 
     def pods(n: int) -> int:
@@ -323,10 +326,11 @@ def _single(spec: ResourceBindingSpec, objects: ResourceList, pod: PodCharge | N
     total_replicas = max(pods(replicas), sum(placed.values()))
 
     def usage(n: int) -> ResourceList:
+        per_replica = resources.add(limits, claims)
         return resources.add(
             objects,
             resources.add(
-                _per_replica(requests, n), resources.multiply(limits, n) if n > 0 else {}
+                _per_replica(requests, n), resources.multiply(per_replica, n) if n > 0 else {}
             ),
         )
 

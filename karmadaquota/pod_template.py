@@ -7,8 +7,10 @@ beside the containers and add to them, an init container must fit beside the sid
 before it, the pod overhead (RuntimeClass) is added, and pod-level `spec.resources` (KEP-2837)
 set the pod's total. A Deployment's rollout also runs up to `maxSurge` pods per member beyond its
 replicas until the new ones are ready (`surge`), which Kubernetes' quota would refuse when they
-are created; they are charged up front. Limits follow the same rules (`PodLimits`; the
-overhead is added only to a limit that is set), and a binding does not carry them at all. So
+are created; they are charged up front. A StatefulSet's member also creates claims for each
+replica from its `volumeClaimTemplates` (`claims`), charged as Kubernetes charges a claim.
+Limits follow the same rules (`PodLimits`; the overhead is added only to a limit that is set),
+and a binding does not carry them at all. So
 what a replica costs is read from the pod template Karmada renders into every member: this
 module finds it in the kinds Karmada's default interpreter knows and computes its requests and
 limits.
@@ -67,6 +69,9 @@ class PodCharge:
     # labelled `resourcetemplate.karmada.io/retain-replicas: "true"`: Karmada keeps each
     # member's own replicas (a member HPA's), which no charge counts (charge.uncounted)
     retained: bool = False
+    # the claims a StatefulSet's member creates for each replica from its volumeClaimTemplates,
+    # under the quota names Kubernetes charges a claim (`claims`)
+    claims: ResourceList = field(default_factory=dict)
 
 
 # Kinds whose replicas their `scale` subresource sets: (group, plural) -> kind
@@ -194,7 +199,50 @@ def of_template(
         surges=_surges(template),
         replicas=replicas_of(template, paths[1] if paths else None) or 0,
         retained=retains_replicas(template),
+        claims=claims(template),
     )
+
+
+PVCS = "persistentvolumeclaims"
+COUNT_PVCS = "count/persistentvolumeclaims"
+REQUESTS_STORAGE = "requests.storage"
+STORAGE_CLASS_SUFFIX = ".storageclass.storage.k8s.io/"
+CLAIM_NAMES = frozenset({PVCS, COUNT_PVCS, REQUESTS_STORAGE})
+
+
+def is_claim_name(name: str) -> bool:
+    """A quota name a PersistentVolumeClaim is charged under (Kubernetes' claim evaluator)."""
+    return name in CLAIM_NAMES or (
+        STORAGE_CLASS_SUFFIX in name and name.rpartition("/")[2] in (PVCS, REQUESTS_STORAGE)
+    )
+
+
+def claims(template: Mapping[str, Any]) -> ResourceList:
+    """What the claims of one replica of a StatefulSet cost, as Kubernetes charges a claim:
+    one `persistentvolumeclaims` and `count/persistentvolumeclaims` each, its
+    `requests.storage`, and both again under `<class>.storageclass.storage.k8s.io/` when the
+    template names its class (one a member's default class gives it is the member's to count:
+    its guard). Raises QuantityError naming the field on a bad quantity."""
+    if template.get("kind") != "StatefulSet":
+        return {}
+    out: ResourceList = {}
+    one = Quantity.from_int(1)
+    entries = (template.get("spec") or {}).get("volumeClaimTemplates") or []
+    for i, claim in enumerate(entries if isinstance(entries, list) else []):
+        spec = claim.get("spec") if isinstance(claim, Mapping) else None
+        spec = spec if isinstance(spec, Mapping) else {}
+        where = f"spec.volumeClaimTemplates[{i}].spec.resources.requests"
+        requests = resources.parse_resource_list(
+            ((spec.get("resources") or {}).get("requests") or {}), where
+        )
+        storage = requests.get("storage", _ZERO)
+        cost: ResourceList = {PVCS: one, COUNT_PVCS: one, REQUESTS_STORAGE: storage}
+        klass = spec.get("storageClassName")
+        if isinstance(klass, str) and klass:
+            prefix = klass + STORAGE_CLASS_SUFFIX
+            cost |= {prefix + PVCS: one, prefix + REQUESTS_STORAGE: storage}
+        out = resources.add(out, cost)
+    return out
 
 
 def retains_replicas(obj: Mapping[str, Any]) -> bool:
@@ -237,9 +285,11 @@ def most(pods: Iterable[PodCharge | None]) -> PodCharge | None:
         return None
     requests: ResourceList = {}
     limits: ResourceList = {}
+    claimed: ResourceList = {}
     for p in known:
         requests = resources.maximum(requests, p.requests)
         limits = resources.maximum(limits, p.limits)
+        claimed = resources.maximum(claimed, p.claims)
     return PodCharge(
         requests,
         limits,
@@ -247,6 +297,7 @@ def most(pods: Iterable[PodCharge | None]) -> PodCharge | None:
         frozenset().union(*(p.surges for p in known)),
         max(p.replicas for p in known),
         any(p.retained for p in known),
+        claimed,
     )
 
 
@@ -261,6 +312,7 @@ def grows(new: PodCharge, old: PodCharge) -> bool:
     return (
         _more(new.requests, old.requests)
         or _more(new.limits, old.limits)
+        or _more(new.claims, old.claims)
         or not new.unlimited <= old.unlimited
         or not new.surges <= old.surges
         or (new.retained and not old.retained)

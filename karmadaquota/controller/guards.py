@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 
 from karmadaquota import resources
 from karmadaquota.controller.pods import is_pod_observable
+from karmadaquota.pod_template import is_claim_name
 from karmadaquota.quantity import NANO
 
 Nanos = dict[str, int]  # resource name -> exact nano-units
@@ -61,9 +62,10 @@ def granule(name: str) -> int:
 
 def guarded_names(hard: Iterable[str]) -> list[str]:
     """The names of `hard` a member ResourceQuota holds: what pods can be charged (pods,
-    count/pods, cpu/memory/ephemeral-storage/hugepages and extended requests). Counts of other
-    kinds (count/deployments.apps, services) are enforced by admission only."""
-    return sorted(n for n in hard if is_pod_observable(n))
+    count/pods, cpu/memory/ephemeral-storage/hugepages and extended requests) and what the
+    claims of their volumes can (persistentvolumeclaims, requests.storage, per storage class).
+    Counts of other kinds (count/deployments.apps, services) are enforced by admission only."""
+    return sorted(n for n in hard if is_pod_observable(n) or is_claim_name(n))
 
 
 @dataclass(frozen=True)

@@ -445,3 +445,46 @@ def test_both_programs_take_the_same_declarations() -> None:
     assert cli.webhook_config(webhook).kinds.declared.keys() == {("apps.kruise.io", "CloneSet")}
     with pytest.raises(SystemExit):
         cli._parser().parse_args(["controller", "--workload-kind=apps/v1/DaemonSet=x:a:b"])
+
+
+def test_a_statefulsets_claim_templates_are_charged_per_replica() -> None:
+    """Issue 42: a StatefulSet of 3 replicas with one claim template made 3 claims in the
+    member against persistentvolumeclaims=1, charged 0. Written from docs/charging.md:
+    per replica, per template, one claim and its storage, also under its class."""
+    sts = {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": "db", "namespace": "ns"},
+        "spec": {
+            "replicas": 3,
+            "template": {"spec": {"containers": [container("db", {"cpu": "100m"})]}},
+            "volumeClaimTemplates": [
+                {"spec": {"resources": {"requests": {"storage": "1Gi"}}}},
+                {
+                    "spec": {
+                        "storageClassName": "fast",
+                        "resources": {"requests": {"storage": "10Gi"}},
+                    }
+                },
+            ],
+        },
+    }
+    pod = pod_template.of_template(sts)
+    b = binding(
+        3, {"cpu": "100m"}, api_version="apps/v1", kind="StatefulSet", clusters={"m1": 2, "m2": 1}
+    )
+    total = as_strings(charge(b, pod).total)
+    fast = "fast.storageclass.storage.k8s.io/"
+    want = {
+        "persistentvolumeclaims": "6",
+        "count/persistentvolumeclaims": "6",
+        "requests.storage": "33Gi",
+        fast + "persistentvolumeclaims": "3",
+        fast + "requests.storage": "30Gi",
+        "pods": "3",
+    }
+    assert {n: total.get(n) for n in want} == want
+    m2 = as_strings(charge(b, pod).per_cluster["m2"])
+    assert (m2["persistentvolumeclaims"], m2["requests.storage"]) == ("2", "11Gi")
+    evaluated = evaluate([view("claims", {"persistentvolumeclaims": "1"})], charge(b, pod))
+    assert not evaluated.allowed and "persistentvolumeclaims" in evaluated.message

@@ -1297,3 +1297,153 @@ async def test_pods_in_their_grace_period_hold_the_quota_until_they_are_gone(
         took = time.monotonic() - deleted_at
     assert took >= 5, f"the new pods ran {took:.1f} s after the old began to stop (grace 8 s)"
     print(f"members ran at most {w.most} pods (terminating counted); new ones after {took:.1f} s")
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 42: what the members run, not what Karmada intends. With member guards on by default, a
+# rollout or a move under a full quota waits for the old pods, as Kubernetes makes it wait, and a
+# StatefulSet's claims are charged. Each is judged by what the members hold at every poll.
+
+
+def rolled(d: JSON, image: str) -> JSON:
+    """`d` with its pods' image changed, rolled all at once: no surge pod, every old pod stopped
+    together (maxUnavailable 100 %) — the new pods are what tries to pass the hard."""
+    out = json.loads(json.dumps(d))
+    out["spec"]["strategy"] = {"rollingUpdate": {"maxSurge": 0, "maxUnavailable": "100%"}}
+    out["spec"]["template"]["spec"]["containers"][0]["image"] = image
+    return out
+
+
+async def images(s: Stack, ns: str) -> dict[str, int]:
+    """The pods each image runs in the members, not counting those being deleted."""
+    out: dict[str, int] = {}
+    for pods in (await member_pods(s, ns)).values():
+        for p in pods:
+            if not p["metadata"].get("deletionTimestamp"):
+                image = p["spec"]["containers"][0]["image"]
+                out[image] = out.get(image, 0) + 1
+    return out
+
+
+async def test_a_rollout_under_a_full_quota_waits_for_the_old_pods(stack: Stack, ns: str) -> None:
+    """Issue 42: the tenant changed a Deployment's image three times (maxSurge 0, maxUnavailable
+    100 %) while the old pods were in their 6 s grace period, and member1 ran 16 pods under
+    pods=4. With the guards on by default (the quota says nothing of them), each rollout's new
+    pods wait in the member until the old are gone: ≤ 4 pods, terminating ones counted, at
+    every poll, and the last image runs 4 pods in the end."""
+    s = stack
+    first = sorted(s.members)[0]
+    await quota(s, ns, pods="4")
+    base = rolled(lingering(ns, "web", 4, 6), "nginx:1")
+    async with members_within(s, ns, 4) as w:
+        await tenant_apply(s, base, divided_policy(ns, "web", [first]))
+        await placed(s, ns, "web", 4)
+        for tag in ("2", "3", "4"):
+            await tenant_apply(s, rolled(base, f"nginx:{tag}"))
+            await asyncio.sleep(0.5)  # the tenant's pace between edits, not synchronisation
+
+        async def rolled_out() -> bool:
+            return await images(s, ns) == {"nginx:4": 4}
+
+        await eventually(rolled_out, 120, "the last image's 4 pods running", interval=0.2)
+    assert w.most == 4, w.seen
+    print(f"members ran at most {w.most} pods (terminating counted) over {w.polls} polls")
+
+
+async def test_a_move_under_a_full_quota_waits_for_the_old_pods(stack: Stack, ns: str) -> None:
+    """Issue 42: the tenant edited the PropagationPolicy to move a workload from member1 to
+    member2 while its pods stopped slowly, and 8 pods ran under pods=4 (4 terminating in
+    member1, 4 new in member2). member2's guard now gets only what member1's pods leave."""
+    s = stack
+    one, two = sorted(s.members)[:2]
+    await quota(s, ns, pods="4")
+    async with members_within(s, ns, 4) as w:
+        await tenant_apply(s, lingering(ns, "web", 4, 8), divided_policy(ns, "web", [one]))
+        await placed(s, ns, "web", 4)
+        await tenant_apply(s, divided_policy(ns, "web", [two]))
+
+        async def moved() -> bool:
+            return await running(s, ns) == {m: 4 if m == two else 0 for m in s.members}
+
+        await eventually(moved, 120, f"the 4 pods running in {two} alone", interval=0.2)
+    assert w.most == 4, w.seen
+    print(f"members ran at most {w.most} pods (terminating counted) over {w.polls} polls")
+
+
+def stateful_set(ns: str, name: str, replicas: int, claim: str) -> JSON:
+    """A StatefulSet with one claim template of `claim` storage."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "replicas": replicas,
+            "serviceName": name,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "containers": [
+                        {"name": "app", "image": "nginx", "resources": {"requests": dict(CPU)}}
+                    ]
+                },
+            },
+            "volumeClaimTemplates": [
+                {
+                    "metadata": {"name": "data"},
+                    "spec": {
+                        "accessModes": ["ReadWriteOnce"],
+                        "resources": {"requests": {"storage": claim}},
+                    },
+                }
+            ],
+        },
+    }
+
+
+def stateful_policy(ns: str, name: str, clusters: list[str]) -> JSON:
+    policy = divided_policy(ns, name, clusters)
+    policy["spec"]["resourceSelectors"] = [
+        {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": name}
+    ]
+    return policy
+
+
+async def test_a_statefulsets_claims_are_charged(stack: Stack, ns: str) -> None:
+    """Issue 42: a StatefulSet of 3 replicas with one claim template made 3 claims in the
+    members under persistentvolumeclaims=1, charged 0. As the tenant: that StatefulSet is
+    refused, the members never hold more than 1 claim of the namespace at any poll, and one of
+    1 replica is admitted and makes its one claim."""
+    s = stack
+    members = sorted(s.members)
+    await quota(s, ns, persistentvolumeclaims="1", pods="10")
+    claims_path = f"/api/v1/namespaces/{ns}/persistentvolumeclaims"
+
+    async def claims() -> tuple[int, dict[str, int]]:
+        now = {m: len(items) for m, items in (await member_items(s, claims_path)).items()}
+        return sum(now.values()), now
+
+    async with within(claims, 1, "persistentvolumeclaims") as w:
+        await tenant_apply(s, stateful_set(ns, "db", 3, "1Gi"), stateful_policy(ns, "db", members))
+
+        async def refused() -> bool:
+            events = await s.api.get(f"/api/v1/namespaces/{ns}/events")
+            return any(
+                "exceeded quota: team" in (e.get("message") or "")
+                and "persistentvolumeclaims=3" in (e.get("message") or "")
+                for e in events.get("items", [])
+            )
+
+        await eventually(refused, 60, "the 3-claim StatefulSet refused", interval=0.2)
+        got = await as_tenant(s, "-n", ns, "delete", "statefulset", "db", "--wait=false")
+        assert got.returncode == 0, got.stderr
+        await settled(s, ns)
+        await tenant_apply(
+            s, stateful_set(ns, "one", 1, "1Gi"), stateful_policy(ns, "one", members)
+        )
+
+        async def one_claim() -> bool:
+            return (await claims())[0] == 1
+
+        await eventually(one_claim, 90, "the 1-replica StatefulSet's claim", interval=0.2)
+    assert w.most == 1, w.seen

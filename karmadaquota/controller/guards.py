@@ -13,9 +13,9 @@ Share policy, per resource name (all arithmetic in exact nano-units):
    lowered since its guard was written). The budget of the reachable members is what the fixed
    ones leave: `B = hard − Σ fixed`. Except a member Karmada reports not Ready whose evicted
    replicas the quota releases (`released`, docs/charging.md "Failover"): like its evicted
-   replicas, it keeps no share, so that a failover starts the moved pods elsewhere at once, as
-   admission lets it — the window in which a partitioned member may still run them is the
-   failover's, documented there.
+   replicas, it keeps no share (its guard goes to 0 where it can still be written), so that a
+   failover starts the moved pods elsewhere at once, as admission lets it — the window in which
+   a partitioned member may still run them is the failover's, documented there.
 2. Each reachable member first gets its *usage* (the larger of what Karmada placed there and
    what its pods request, terminating pods included), capped by clusterHard. If they do not
    all fit B (a workload moved while its old pods stop, a lowered hard, an outage's fixed
@@ -134,8 +134,15 @@ def _split(units: int, order: Sequence[str], limits: Mapping[str, int | None]) -
 def desired(inputs: GuardInputs) -> dict[str, Nanos]:
     """The hard every *reachable* member's guard should have (see the module docstring)."""
     hard = inputs.hard
-    reachable = [m for m in inputs.members if m.reachable]
-    out: dict[str, Nanos] = {m.name: {} for m in reachable}
+    # a released member (not Ready, its evicted replicas released) holds nothing, reachable or
+    # not: its guard goes to 0 where it can be written, and the others share the whole budget
+    out: dict[str, Nanos] = {
+        m.name: dict.fromkeys(hard, 0)
+        for m in inputs.members
+        if m.reachable and m.name in inputs.released
+    }
+    reachable = [m for m in inputs.members if m.reachable and m.name not in inputs.released]
+    out |= {m.name: {} for m in reachable}
     for name, limit in hard.items():
         fixed = sum(
             assumed(m, hard)[name]

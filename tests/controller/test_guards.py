@@ -9,7 +9,7 @@ after every single write.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -356,3 +356,7 @@ def test_a_member_karmada_reports_not_ready_keeps_no_share_where_its_replicas_ar
     assert pods(gd.desired(released)) == {"member2": 4}
     held = gd.GuardInputs(hard={P: n(4)}, members=members)
     assert pods(gd.desired(held)) == {"member2": 0}
+    # still reachable by the controller (Karmada alone lost it): the same, its guard to 0
+    reachable = [replace(members[0], reachable=True, observed={P: n(4)}), members[1]]
+    got = gd.desired(replace(released, members=reachable))
+    assert pods(got) == {"member1": 0, "member2": 4}

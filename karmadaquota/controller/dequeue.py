@@ -23,13 +23,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from karmadaquota import api, queueing
+from karmadaquota import queueing
 from karmadaquota.api import KarmadaQuota
 from karmadaquota.controller import room
 from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.evaluate import QuotaView
 from karmadaquota.kube import paths
 from karmadaquota.kube.client import JSON, MERGE_PATCH, Api, Conflict, KubeError, NotFound
+from karmadaquota.times import format_time
 
 log = logging.getLogger("karmadaquota.admit")
 
@@ -184,7 +185,7 @@ class Dequeuer:
     ) -> None:
         if not self.config.events:
             return
-        stamp = api.format_time(now)
+        stamp = format_time(now)
         t = e.template
         body: JSON = {
             "apiVersion": "v1",

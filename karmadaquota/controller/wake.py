@@ -21,12 +21,13 @@ from datetime import datetime
 from typing import Protocol
 
 from karmadaquota import waiting
-from karmadaquota.api import KarmadaQuota, WaitingWorkload, format_time, parse_time
+from karmadaquota.api import KarmadaQuota, WaitingWorkload
 from karmadaquota.controller import room
 from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.evaluate import QuotaView
 from karmadaquota.kube.client import JSON, Conflict, KubeError, NotFound
 from karmadaquota.resources import plural
+from karmadaquota.times import format_time, parse_time
 
 log = logging.getLogger("karmadaquota.wake")
 

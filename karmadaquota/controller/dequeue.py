@@ -94,7 +94,7 @@ class Dequeuer:
         """Admit what fits in `namespace`; the loop time to look again, if any."""
         return await room.run(_DequeuePass(self, namespace, quotas, entries, now), quotas)
 
-    async def _clear(
+    async def clear(
         self, namespace: str, pick: queueing.Pick, now: datetime, classes: Mapping[str, int]
     ) -> str:
         e = pick.entry
@@ -154,7 +154,7 @@ class Dequeuer:
         )
         return result
 
-    async def _announce(
+    async def announce(
         self, namespace: str, entries: Sequence[queueing.QueueEntry], now: datetime
     ) -> None:
         """One Queued event per binding (again after a restart or a change of leader)."""
@@ -218,7 +218,7 @@ class Dequeuer:
                 extra={"namespace": namespace, "reason": reason, "error": str(err)},
             )
 
-    async def _class_values(self, names: set[str]) -> dict[str, int]:
+    async def class_values(self, names: set[str]) -> dict[str, int]:
         """PriorityClass values by name (a missing class counts as 0), cached."""
         loop_now = asyncio.get_running_loop().time()
         out: dict[str, int] = {}
@@ -263,11 +263,11 @@ class _DequeuePass:
         self.again: float | None = None
 
     async def announce(self) -> bool:
-        await self.dequeuer._announce(self.namespace, self.entries, self.now)
+        await self.dequeuer.announce(self.namespace, self.entries, self.now)
         return bool(self.entries)
 
     async def select(self, views: Sequence[QuotaView]) -> list[queueing.Pick]:
-        self.classes = await self.dequeuer._class_values({e.priority_class for e in self.entries})
+        self.classes = await self.dequeuer.class_values({e.priority_class for e in self.entries})
         return queueing.select(self.entries, views, self.policies, self.classes)
 
     def strict_queue(self, pick: queueing.Pick) -> str | None:
@@ -275,7 +275,7 @@ class _DequeuePass:
         return pick.entry.quota if policy is not None and policy.strict else None
 
     async def act(self, pick: queueing.Pick) -> bool:
-        result = await self.dequeuer._clear(self.namespace, pick, self.now, self.classes)
+        result = await self.dequeuer.clear(self.namespace, pick, self.now, self.classes)
         if result in ("conflict", "error"):
             loop = asyncio.get_running_loop()
             self.again = loop.time() + self.dequeuer.config.retry_after

@@ -145,6 +145,7 @@ class Controller:
             self._can_write,
             self._released,
         )
+        self._waker = waker
         self.room_job = RoomJob(
             self.quotas.quotas,
             self.index.queued,
@@ -242,11 +243,11 @@ class Controller:
     def waker(self) -> Waker | None:
         """Wakes refused workloads as room appears (None: they wait on Karmada's own retry
         backoff); the room job's."""
-        return self.room_job.waker
+        return self._waker
 
     @waker.setter
     def waker(self, waker: Waker | None) -> None:
-        self.room_job.waker = waker
+        self._waker = self.room_job.waker = waker
 
     @property
     def writes(self) -> int:

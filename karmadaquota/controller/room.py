@@ -17,17 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from karmadaquota import queueing, waiting
 from karmadaquota.api import KarmadaQuota
 from karmadaquota.controller.dirty import DirtyQueue
 from karmadaquota.evaluate import QuotaView
 from karmadaquota.quantity import QuantityError
-
-if TYPE_CHECKING:
-    from karmadaquota.controller.dequeue import Dequeuer
-    from karmadaquota.controller.wake import Waker
 
 # admitting queued bindings: after a lost precondition or an error (its queue's rate limiter)
 ADMIT_RETRY = 0.5
@@ -80,6 +76,38 @@ async def run(look: Pass[P], quotas: Sequence[KarmadaQuota]) -> float | None:
     return await look.retry_at(let_go)
 
 
+class Admits(Protocol):
+    """The queue's way of waiting (`controller.dequeue.Dequeuer`), as the job drives it."""
+
+    def publish(self, namespace: str, entries: Sequence[queueing.QueueEntry]) -> None:
+        """Publish the namespace's queue lengths (every replica)."""
+        ...
+
+    async def dequeue(
+        self,
+        namespace: str,
+        quotas: Sequence[KarmadaQuota],
+        entries: Sequence[queueing.QueueEntry],
+        now: datetime,
+    ) -> float | None:
+        """Admit the queued bindings that fit (`run`); the loop time to come back, if any."""
+        ...
+
+
+class Wakes(Protocol):
+    """The waiting list's way of waiting (`controller.wake.Waker`), as the job drives it."""
+
+    async def wake(
+        self, namespace: str, quotas: Sequence[KarmadaQuota], now: datetime
+    ) -> float | None:
+        """Wake the waiting workloads that fit (`run`); the loop time to come back, if any."""
+        ...
+
+    def gone(self, namespace: str, key: str) -> bool:
+        """The template of this waiting workload no longer exists."""
+        ...
+
+
 class RoomJob:
     """After each recompute of a namespace: publish its queue lengths; on the leader, admit
     the queued bindings that fit (`dequeuer`), then wake the waiting workloads that do
@@ -89,8 +117,8 @@ class RoomJob:
         self,
         quotas: Callable[[str], list[KarmadaQuota]],
         queued: Callable[[str], list[queueing.QueueEntry]],
-        dequeuer: Dequeuer | None,
-        waker: Waker | None,
+        dequeuer: Admits | None,
+        waker: Wakes | None,
         may_write: Callable[[], bool],
         clock: Callable[[], datetime],
         recompute: Callable[[str], None],

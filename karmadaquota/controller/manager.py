@@ -38,7 +38,7 @@ from karmadaquota.controller.dirty import DirtyQueue
 from karmadaquota.controller.enforcement import Enforcement
 from karmadaquota.controller.guard_keeper import GuardKeeper
 from karmadaquota.controller.index import BindingIndex
-from karmadaquota.controller.jobs import Job
+from karmadaquota.controller.jobs import Findings, Job
 from karmadaquota.controller.leader import Leadership, may_lead
 from karmadaquota.controller.members import Members
 from karmadaquota.controller.metrics import ControllerMetrics
@@ -198,11 +198,8 @@ class Controller:
                 self.quotas,
                 self.cluster_quotas,
                 self.selection,
-                self.audit,
-                self.room_job,
+                self._findings(),
                 members,
-                self.enforcement,
-                guards,
                 self.readiness,
             ),
             self.jobs,
@@ -238,6 +235,23 @@ class Controller:
             relist_period=self.config.resync_period,
             name="resourcebindings",
         )
+
+    def _findings(self) -> Findings:
+        """What the jobs tell the recompute (`jobs.Findings`), read from them when it asks."""
+        enforcement, guards = self.enforcement, self.guards
+        return Findings(
+            disproved=self.audit.disproved,
+            gone=self._gone,
+            enforced=enforcement.enforced if enforcement is not None else None,
+            labels=enforcement.labels if enforcement is not None else None,
+            label_first=enforcement.ensure if enforcement is not None else None,
+            guards=guards.shown if guards is not None else None,
+            guard_problems=guards.problems if guards is not None else None,
+        )
+
+    def _gone(self, namespace: str, key: str) -> bool:
+        """A waiting workload's template is gone, as the waker (if any, now) found it."""
+        return self._waker is not None and self._waker.gone(namespace, key)
 
     @property
     def waker(self) -> Waker | None:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -57,9 +56,10 @@ from karmadaquota.evaluate import (
     charges_nothing,
     evaluate,
 )
-from karmadaquota.kube.client import JSON, Conflict, KubeError, NotFound
+from karmadaquota.kube.client import JSON, KubeError, NotFound
 from karmadaquota.kube.quotas import UnreadableQuota
-from karmadaquota.kube.retry import Backoff, ConflictsExhausted, retry_on_conflict
+from karmadaquota.kube.retry import Backoff, ConflictsExhausted
+from karmadaquota.kube.status_cas import Observe, timed_cas
 from karmadaquota.pending import (
     append_within,
     without_refused,
@@ -197,7 +197,7 @@ class Batcher:
         config: BatcherConfig | None = None,
         on_batch: Callable[[int], None] | None = None,
         on_conflict: Callable[[], None] | None = None,
-        on_write: Callable[[str, float], None] | None = None,
+        on_write: Observe | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         model: type[KarmadaQuota] = KarmadaQuota,
     ) -> None:
@@ -570,26 +570,14 @@ class Batcher:
         `read`, PUT on its resourceVersion, re-read and retried on conflict; each write timed
         and counted."""
 
-        async def write(body: JSON) -> JSON:
-            started = time.perf_counter()
-            try:
-                result = await self._store.put_status(body)
-            except Conflict:
-                self._on_write("conflict", time.perf_counter() - started)
-                raise
-            except NotFound:
-                self._on_write("notfound", time.perf_counter() - started)
-                raise
-            self._on_write("ok", time.perf_counter() - started)
-            return result
-
-        return await retry_on_conflict(
+        return await timed_cas(
             read,
             mutate,
-            write,
+            self._store.put_status,
             first=first,
             attempts=self.config.max_attempts,
             backoff=self.config.conflict_backoff,
+            observe=self._on_write,
             on_conflict=self._on_conflict,
         )
 

@@ -4,13 +4,20 @@ Two ways of waiting share it, after each recompute of the namespace: workloads t
 refused for quota (`controller.wake`: an annotation on their template makes Karmada retry them
 at once) and bindings a quota queued (`controller.dequeue`: clearing their suspension, an UPDATE
 the webhook charges). Each pass goes announce (what waits: events, gauges) → select (what fits
-now: `karmadaquota.room` against the namespace's quotas) → act (let each pick go) → retry_at
-(when to look again). The loop owns what both obey: an unreadable quota refuses everything, so
-nothing is selected; a StrictFIFO queue lets nothing past a pick that was not let go.
+now: `karmadaquota.room_selection` against the namespace's quotas) → act (let each pick go) →
+retry_at (when to look again). The loop owns what both obey: an unreadable quota refuses
+everything, so nothing is selected; a StrictFIFO queue lets nothing past a pick that was not
+let go.
 
 `RoomJob` is that loop as one of the jobs that follow a recompute: its own queue (per
 namespace), the dequeuer first, then the waker; a template found deleted marks the recompute
-(the waiting list is written without it).
+(the waiting list is written without it). It drives them through `Admits` and `Wakes`, so
+this module imports neither: they import `run`.
+
+Waiting for room, module by module, all from here: this loop and job; the one selection
+(`karmadaquota.room_selection`); the waiting list's pure rules (`karmadaquota.waiting`) and
+their I/O (`controller.wake`); the queue's pure rules (`karmadaquota.queueing`) and their I/O
+(`controller.dequeue`).
 """
 
 from __future__ import annotations
@@ -39,7 +46,7 @@ class Pass(Protocol[P]):
         ...
 
     async def select(self, views: Sequence[QuotaView]) -> Sequence[P]:
-        """What to let go now, in order (`karmadaquota.room.select`)."""
+        """What to let go now, in order (`karmadaquota.room_selection.select`)."""
         ...
 
     def strict_queue(self, pick: P) -> str | None:

@@ -103,6 +103,57 @@ class Controller:
         # member clusters not Ready, fed by the Cluster events (operator.registry)
         self.readiness = Readiness(self.config.evicted_cluster_grace, self._readiness_changed)
         self._release_timer: asyncio.TimerHandle | None = None
+        self._stores(api)
+        # as of each cluster quota's last recompute: the namespaces it selects, and back
+        self.selection = cl.Selection()
+        self.synced = asyncio.Event()
+        self._jobs(api, waker, dequeuer, namespace_api)
+        self.reconciler = Reconciler(
+            Sources(
+                self.index,
+                self.quotas,
+                self.cluster_quotas,
+                self.selection,
+                self._findings(),
+                members,
+                self.readiness,
+            ),
+            self.jobs,
+            StatusWriter(api, metrics, self.config),
+            metrics,
+            self.config,
+            clock,
+            self.synced,
+            self._can_write,
+        )
+        # the recompute's queues, by the names the jobs and tests know them
+        self.dirty = self.reconciler.dirty
+        self.cluster_dirty = self.reconciler.cluster_dirty
+        self.queues: tuple[DirtyQueue, ...] = (
+            self.dirty,
+            self.cluster_dirty,
+            *(j.queue for j in self.jobs),
+        )
+        if guards is not None:
+            guards.attach(api, self.quotas, self, self.config.write_timeout)
+        self.binding_informer = Informer(
+            paths.bindings(),
+            BindingFeed(
+                self.index,
+                self.templates,
+                self.template_bindings,
+                metrics.bindings_indexed,
+                self._mark,
+                self._relisted,
+            ),
+            api,
+            page_size=self.config.page_size,
+            relist_period=self.config.resync_period,
+            name="resourcebindings",
+        )
+
+    def _stores(self, api: ControllerApi) -> None:
+        """The quota stores (each quota's change marks its recompute)."""
         self.quotas = QuotaStore(
             api,
             on_put=lambda record: self.dirty.mark(record.namespace),
@@ -125,9 +176,15 @@ class Controller:
             page_size=self.config.page_size,
             relist_period=self.config.resync_period,
         )
-        # as of each cluster quota's last recompute: the namespaces it selects, and back
-        self.selection = cl.Selection()
-        self.synced = asyncio.Event()
+
+    def _jobs(
+        self,
+        api: ControllerApi,
+        waker: Waker | None,
+        dequeuer: Dequeuer | None,
+        namespace_api: namespaces.Patcher | None,
+    ) -> None:
+        """The jobs that follow a recompute (`jobs`), each registered only when enabled."""
         # The jobs that follow a namespace's recompute on the leader, each in a queue of its
         # own (the Kubernetes quota controller's way: a queue per job), so that a slow one
         # never holds up the recompute that releases quota: the orphan audit (binding GETs),
@@ -191,49 +248,6 @@ class Controller:
             self.audit,
             self.room_job,
             *(j for j in (self.guards, self.enforcement, self.views) if j is not None),
-        )
-        self.reconciler = Reconciler(
-            Sources(
-                self.index,
-                self.quotas,
-                self.cluster_quotas,
-                self.selection,
-                self._findings(),
-                members,
-                self.readiness,
-            ),
-            self.jobs,
-            StatusWriter(api, metrics, self.config),
-            metrics,
-            self.config,
-            clock,
-            self.synced,
-            self._can_write,
-        )
-        # the recompute's queues, by the names the jobs and tests know them
-        self.dirty = self.reconciler.dirty
-        self.cluster_dirty = self.reconciler.cluster_dirty
-        self.queues: tuple[DirtyQueue, ...] = (
-            self.dirty,
-            self.cluster_dirty,
-            *(j.queue for j in self.jobs),
-        )
-        if guards is not None:
-            guards.attach(api, self.quotas, self, self.config.write_timeout)
-        self.binding_informer = Informer(
-            paths.bindings(),
-            BindingFeed(
-                self.index,
-                self.templates,
-                self.template_bindings,
-                metrics.bindings_indexed,
-                self._mark,
-                self._relisted,
-            ),
-            api,
-            page_size=self.config.page_size,
-            relist_period=self.config.resync_period,
-            name="resourcebindings",
         )
 
     def _findings(self) -> Findings:

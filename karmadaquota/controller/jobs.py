@@ -12,7 +12,7 @@ recompute depends on what they tell it, not on the job classes.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -54,8 +54,6 @@ class Findings:
     enforced: Callable[[str], bool] | None = None
     # every namespace's labels as the enforcement job watches them (cluster quotas select by)
     labels: NamespaceLabels | None = None
-    # namespace -> put the enforcement label on first, when it is missing (the leader)
-    label_first: Callable[[str], Awaitable[None]] | None = None
     # (namespace, quota, member) -> the member guard's hard as confirmed; (namespace, quota)
     # -> member -> why it holds no guard as wanted (the member guards)
     guards: Callable[[str, str, str], Mapping[str, str] | None] | None = None

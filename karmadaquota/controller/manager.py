@@ -116,6 +116,7 @@ class Controller:
                 self.selection,
                 self._findings(),
                 members,
+                self.enforcement.ensure if self.enforcement is not None else None,
                 self.readiness,
             ),
             self.jobs,
@@ -258,7 +259,6 @@ class Controller:
             gone=self._gone,
             enforced=enforcement.enforced if enforcement is not None else None,
             labels=enforcement.labels if enforcement is not None else None,
-            label_first=enforcement.ensure if enforcement is not None else None,
             guards=guards.shown if guards is not None else None,
             guard_problems=guards.problems if guards is not None else None,
         )

@@ -18,7 +18,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -109,6 +109,9 @@ class Sources:
     selection: cl.Selection
     found: Findings
     members: Members | None = None
+    # the one thing a recompute has a job do first, on the leader: put a namespace's
+    # enforcement label on when it is missing (None: the labels are not kept)
+    label_first: Callable[[str], Awaitable[None]] | None = None
     # member clusters not Ready (karmadaquota.evictions; None: every eviction is charged)
     readiness: Readiness | None = None
 
@@ -242,7 +245,7 @@ class Reconciler:
         arrives page by page; every namespace is marked again once it is complete)."""
         if not self.synced.is_set():
             return
-        label_first = self.sources.found.label_first
+        label_first = self.sources.label_first
         if label_first is not None and self._may_write():
             # label first (when it is missing): the status is then written once, Enforced,
             # instead of False and again True — at a cold start 5,000 writes fewer

@@ -33,9 +33,10 @@ import orjson
 import karmadaquota.controller.main
 import karmadaquota.webhook.app  # noqa: F401
 from karmadaquota import resources
-from karmadaquota.api import KarmadaQuota, format_time
+from karmadaquota.api import KarmadaQuota
 from karmadaquota.evaluate import QuotaView
 from karmadaquota.heap import freeze_startup_heap
+from karmadaquota.times import format_time
 from karmadaquota.webhook.batcher import _dump, _stored
 
 

@@ -50,8 +50,8 @@ from e2e.testbed import guards as gi
 from e2e.testbed.aio import InvariantViolation, eventually
 from e2e.testbed.storm import binding
 from e2e.testbed.workloads import deployment, divided_policy
-from karmadaquota.api import wire_reservations
 from karmadaquota.kube.client import JSON, MERGE_PATCH, KubeClient, KubeError
+from karmadaquota.pending import wire_reservations
 from karmadaquota.quantity import NANO, Quantity
 
 pytestmark = pytest.mark.e2e

@@ -26,7 +26,7 @@ from e2e.testbed import TestBed, product
 from e2e.testbed import guards as gi
 from e2e.testbed.aio import eventually
 from e2e.testbed.workloads import deployment, divided_policy
-from karmadaquota.api import KarmadaQuota, parse_time
+from karmadaquota.api import KarmadaQuota
 from karmadaquota.controller import guard_keeper as gk
 from karmadaquota.controller import guard_policy as gp
 from karmadaquota.controller import guard_watch as gw
@@ -36,6 +36,7 @@ from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.kube.client import JSON, KubeClient, KubeError, NotFound
 from karmadaquota.kube.informer import Informer
 from karmadaquota.quantity import NANO, Quantity
+from karmadaquota.times import parse_time
 
 pytestmark = pytest.mark.e2e
 

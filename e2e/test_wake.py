@@ -24,8 +24,8 @@ import pytest
 from e2e.testbed import TestBed, product
 from e2e.testbed.aio import eventually
 from e2e.testbed.workloads import deployment, divided_policy
-from karmadaquota.api import parse_time
 from karmadaquota.kube.client import JSON, KubeClient, NotFound
+from karmadaquota.times import parse_time
 from karmadaquota.waiting import ANNOTATION
 
 pytestmark = pytest.mark.e2e

@@ -9,10 +9,9 @@ here; `resources.parse_resource_list` turns them into exact values where a decis
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime, timedelta
+from collections.abc import Mapping
+from datetime import datetime
 from typing import Any, Literal, TypeVar
-from urllib.parse import unquote
 
 from pydantic import (
     BaseModel,
@@ -24,6 +23,9 @@ from pydantic import (
     model_serializer,
     model_validator,
 )
+
+from karmadaquota import pending
+from karmadaquota.times import parse_time
 
 log = logging.getLogger("karmadaquota.api")
 
@@ -86,37 +88,6 @@ ENFORCEMENT_ENUM: list[JsonValue] = [ENFORCEMENT_NONE, ENFORCEMENT_RESOURCE_QUOT
 EVICTED_RELEASE = "Release"
 EVICTED_HOLD = "Hold"
 EVICTED_ENUM: list[JsonValue] = [EVICTED_RELEASE, EVICTED_HOLD]
-
-
-def parse_time(value: str) -> datetime | None:
-    """An RFC 3339 time from the wire, in UTC; None when unreadable.
-
-    RFC 3339 always carries an offset; a time without one is read as UTC rather than letting a
-    naive/aware comparison raise later.
-    """
-    try:
-        when = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return when.replace(tzinfo=UTC) if when.tzinfo is None else when
-
-
-def expired(expiration_time: str, now: datetime) -> bool:
-    """Whether a pending charge expiring at `expiration_time` is due for the controller's
-    orphan audit at `now` (naive means UTC); an unreadable time is due at once.
-
-    Never a release: an expired charge holds exactly what it held before (a clock alone never
-    frees quota — with no controller the quota fills and refuses). Only the controller drops
-    an entry, once it has counted its binding in `used` or proved that it never existed."""
-    when = parse_time(expiration_time)
-    return when is None or when <= (now.replace(tzinfo=UTC) if now.tzinfo is None else now)
-
-
-def format_time(when: datetime, micro: bool = False) -> str:
-    """RFC 3339 in UTC as the API server prints it: metav1.Time (seconds) or, with `micro`,
-    metav1.MicroTime (microseconds). Naive means UTC."""
-    utc = when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
-    return utc.strftime("%Y-%m-%dT%H:%M:%S.%fZ" if micro else "%Y-%m-%dT%H:%M:%SZ")
 
 
 def describe(e: ValidationError) -> str:
@@ -290,290 +261,13 @@ class Reservation(_Lenient):
 
     def due(self, now: datetime) -> bool:
         """Expired at `now` (naive means UTC): due for the orphan audit, still held."""
-        return expired(self.expirationTime, now)
-
-
-# ---------------------------------------------------------------------------------------------
-# Pending charges on the wire: `status.pending`
-#
-# Every admitted-but-not-yet-observed charge used to be a full Reservation object in
-# `status.reservations` (~300 bytes of JSON each); a storm put 50–200 of them in every status
-# write. On the wire they are grouped by charge and expiry, one short string per binding (~50
-# bytes): a batch's reservations share their expiration, whole seconds rounded up, so the
-# batches of one second share a group, and a storm keeps one or two groups per charge alive.
-# An entry is the binding's name and uid, and its generation only when it is not 1 (a create's):
-#
-#   pending: [{"charge": {"pods": "1", "requests.cpu": "100m"},
-#              "expires": "2026-01-01T12:01:00Z",
-#              "bindings": ["web-deployment/6f1c…", "api-deployment/0b5e…/2", …]}, …]
-#
-# In memory nothing changed: `KarmadaQuotaStatus.reservations` is the logical list of
-# `Reservation`s. Decoding fills in what the entry leaves out (reservedBy apiVersion/kind: a
-# ResourceBinding; namespace: the quota's; generation 1; the group's expiry); encoding keeps
-# only name, uid, generation, expiration (whole seconds, rounded up) and the charge.
-#
-# Read once after an upgrade, and never written: the first form of `pending` (groups by charge
-# alone, `<name>/<uid>/<generation>/<expires in Unix seconds>` per entry) and v0.1's
-# `status.reservations`.
-
-# name/uid, name/uid/generation, or (the first form, read only) name/uid/generation/expires.
-# Names and uids never contain '/' (DNS subdomains, UUIDs); the encoder escapes '%' and '/'
-# anyway, so whatever it writes matches the pattern.
-PENDING_ENTRY_PATTERN = r"^[^/]*/[^/]*(/[0-9]+){0,2}$"
-# a group's expiry: RFC 3339 (the encoder writes UTC whole seconds, `format_time`)
-PENDING_EXPIRES_PATTERN = (
-    r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?(Z|[+-][0-9]{2}:[0-9]{2})$"
-)
-# the generation an entry leaves out: a create's (the API server sets 1 before admission)
-DEFAULT_GENERATION = 1
-# generation of an entry whose generation is unreadable: no binding reaches it, so the charge
-# holds until the orphan audit settles it (never dropped early, which could under-count)
-HOLD_GENERATION = 2**63 - 1
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MAX_SECONDS = int((datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC) - _EPOCH).total_seconds())
-_UNREADABLE = "unreadable:"
-
-
-def _escape(text: str) -> str:
-    return text.replace("%", "%25").replace("/", "%2F") if "%" in text or "/" in text else text
-
-
-def _unescape(text: str) -> str:
-    return unquote(text) if "%" in text else text
-
-
-def expiry_seconds(expiration_time: str) -> int | None:
-    """An RFC 3339 expiration as Unix seconds, rounded up (a charge is never audited earlier
-    than it said) and clamped to 0..9999-12-31; None when unreadable (due at once)."""
-    when = parse_time(expiration_time)
-    if when is None:
-        return None
-    delta = when - _EPOCH
-    seconds = delta.days * 86400 + delta.seconds + (1 if delta.microseconds else 0)
-    return min(max(seconds, 0), _MAX_SECONDS)
-
-
-def _seconds_time(seconds: int) -> str:
-    """Unix seconds (0..9999-12-31) as the RFC 3339 time a group's `expires` says."""
-    return format_time(_EPOCH + timedelta(seconds=seconds))
-
-
-def pending_entry(r: Reservation) -> str:
-    """`<name>/<uid>`, or `<name>/<uid>/<generation>` when the generation is not
-    `DEFAULT_GENERATION`; the expiry is its group's."""
-    name, uid = _escape(r.reservedBy.name), _escape(r.reservedBy.uid)
-    generation = min(max(r.generation, 0), HOLD_GENERATION)
-    return f"{name}/{uid}" if generation == DEFAULT_GENERATION else f"{name}/{uid}/{generation}"
-
-
-def charge_key(reserved: Mapping[str, QuantityValue]) -> tuple[tuple[str, QuantityValue], ...]:
-    """What groups reservations in `pending` (with their expiry): the same names and values (2
-    and "2" differ)."""
-    return tuple(sorted(reserved.items()))
-
-
-PendingKey = tuple[tuple[tuple[str, QuantityValue], ...], int, str | None]
-# one entry as `status.pending` keeps it: uid, generation, charge, expiry second (0: unreadable)
-EntryKey = tuple[str, int, tuple[tuple[str, QuantityValue], ...], int]
-
-
-def entry_key(r: Reservation) -> EntryKey:
-    """What tells reservations apart once written (two equal keys are one charge made twice:
-    the same binding generation admitted again within a second)."""
-    return (
-        r.reservedBy.uid,
-        r.generation,
-        charge_key(r.reserved),
-        expiry_seconds(r.expirationTime) or 0,
-    )
-
-
-def pending_groups(
-    reservations: Iterable[Reservation], by_namespace: bool = False
-) -> dict[PendingKey, list[Reservation]]:
-    """The reservations by their `status.pending` group, (charge, expiry in whole seconds
-    rounded up; 0 — due at once — when unreadable; and with `by_namespace` — a cluster quota,
-    whose entries come from many namespaces — the binding's namespace), groups in order of first
-    appearance, each in list order: what the encoder writes and the webhook's size bound
-    counts."""
-    groups: dict[PendingKey, list[Reservation]] = {}
-    seconds: dict[str, int] = {}  # a batch's reservations share their expiration
-    for r in reservations:
-        stamp = r.expirationTime
-        if stamp not in seconds:
-            seconds[stamp] = expiry_seconds(stamp) or 0
-        ns = r.reservedBy.namespace if by_namespace else None
-        groups.setdefault((charge_key(r.reserved), seconds[stamp], ns), []).append(r)
-    return groups
-
-
-def encode_pending(
-    reservations: Iterable[Reservation], by_namespace: bool = False
-) -> list[dict[str, Any]]:
-    """The wire `pending` of a logical reservation list (`pending_groups`), so an unchanged
-    list encodes to the same JSON (the controller writes only what differs). Decoding the
-    result gives the list grouped stably; a reservation whose expiration is unreadable is
-    written as due at once (1970-01-01): it is held until the controller's audit drops it,
-    never left out. With `by_namespace` (a cluster quota) each group says its bindings'
-    `namespace`."""
-    return [
-        {
-            **({"namespace": ns} if ns is not None else {}),
-            "charge": dict(rs[0].reserved),
-            "expires": _seconds_time(at),
-            "bindings": [pending_entry(r) for r in rs],
-        }
-        for (_, at, ns), rs in pending_groups(reservations, by_namespace).items()
-    ]
-
-
-def _read_charge(raw: Any) -> dict[str, QuantityValue]:
-    """A group's charge as written, so that it is charged as it says. What is not a quantity
-    (only a writer that bypassed the CRD schema can put it there) is kept as text that fails
-    to parse, so admission refuses in that namespace (fail closed) until the controller drops
-    the entries (observed, or proven never created) — never read as nothing."""
-    if raw is None:
-        return {}
-    if not isinstance(raw, Mapping):
-        return {"<unreadable charge>": repr(raw)}
-    out: dict[str, QuantityValue] = {}
-    for name, value in raw.items():
-        ok = isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
-        out[str(name)] = value if ok else repr(value)
-    return out
-
-
-def _read_expires(group: Mapping[str, Any]) -> str | None:
-    """A group's `expires` as its entries' expirationTime (whole seconds, rounded up, as the
-    encoder writes it); unreadable (held, due for the audit at once) when it is not an RFC 3339
-    time; None when the group has none (the first form: its entries carry their own)."""
-    if "expires" not in group:
-        return None
-    raw = group["expires"]
-    seconds = expiry_seconds(raw) if isinstance(raw, str) else None
-    return _UNREADABLE + repr(raw) if seconds is None else _seconds_time(seconds)
-
-
-def _unix_time(expires: str, stamps: dict[str, str]) -> str:
-    """A first-form entry's expiry (Unix seconds) as an expirationTime; unreadable when it is
-    not 0..9999-12-31 in at most 12 digits (int() refuses thousands of them)."""
-    stamp = stamps.get(expires)
-    if stamp is None:
-        ok = expires.isascii() and expires.isdigit() and len(expires) <= 12
-        seconds = int(expires) if ok else -1
-        stamp = _seconds_time(seconds) if 0 <= seconds <= _MAX_SECONDS else _UNREADABLE + expires
-        stamps[expires] = stamp
-    return stamp
-
-
-def _read_entry(
-    entry: Any,
-    charge: dict[str, QuantityValue],
-    namespace: str,
-    expires: str | None,
-    stamps: dict[str, str],
-) -> dict[str, Any]:
-    """One `bindings[]` entry of a group whose expiry reads `expires` (None: it has none) as
-    a Reservation (dict form, validated by the caller)."""
-    text = entry if isinstance(entry, str) else repr(entry)
-    parts = text.split("/")
-    if len(parts) == 4:  # the first form: name/uid/generation/expires (Unix seconds)
-        name, uid, generation = parts[:3]
-        stamp = _unix_time(parts[3], stamps)
-    elif len(parts) in (2, 3):  # name/uid[/generation], by the group's expiry (if any)
-        name, uid = parts[:2]
-        generation = parts[2] if len(parts) == 3 else str(DEFAULT_GENERATION)
-        stamp = expires if expires is not None else _UNREADABLE + text
-    else:  # neither form: held under its text as name and uid, audited at once
-        name, uid, generation, stamp = text, text, "", _UNREADABLE + text
-    gen = (
-        min(int(generation), HOLD_GENERATION)
-        if generation.isascii() and generation.isdigit() and len(generation) <= 19
-        else HOLD_GENERATION
-    )
-    return {
-        "reservedBy": {
-            "apiVersion": BINDING_API_VERSION,
-            "kind": BINDING_KIND,
-            "name": _unescape(name),
-            "namespace": namespace,
-            "uid": _unescape(uid),
-        },
-        "reserved": charge,
-        "expirationTime": stamp,
-        "generation": gen,
-    }
-
-
-def decode_pending(raw: Any, namespace: str = "") -> list[dict[str, Any]]:
-    """The reservations (dict form) a wire `pending` holds, in order.
-
-    Both forms are read: groups with an `expires` and entries `name/uid[/generation]` (what the
-    encoder writes), and the first form, entries `name/uid/generation/expires` (Unix seconds),
-    read by their own expiry in whatever group. A malformed entry never makes the quota
-    unreadable (an unreadable quota is skipped by the webhook: nothing would be enforced) and
-    never holds less than the old layout would have:
-    - an expiry that cannot be read — a group's `expires` that is not an RFC 3339 time, a
-      first-form expiry that is not Unix seconds within 0..9999-12-31, a group without
-      `expires` for entries that carry none, or an entry that is neither form at all —
-      becomes an unreadable `expirationTime`: the charge holds, due for the controller's
-      orphan audit at once (`expired`), which drops it once its binding is counted or proven
-      never created (a name no binding can have is proof at once);
-    - an unreadable generation holds the charge until the audit settles it
-      (`HOLD_GENERATION`);
-    - an unreadable charge is charged as unparseable text: admission fails closed (see
-      `_read_charge`);
-    - a group that is not an object, or a `pending` that is not a list, holds no entry to read.
-    """
-    if not isinstance(raw, list):
-        return []
-    out: list[dict[str, Any]] = []
-    stamps: dict[str, str] = {}
-    for group in raw:
-        if not isinstance(group, Mapping):
-            continue
-        charge = _read_charge(group.get("charge"))
-        expires = _read_expires(group)
-        entries = group.get("bindings")
-        # a cluster quota's group names its bindings' namespace; a quota's are its own
-        ns = group.get("namespace")
-        ns = ns if isinstance(ns, str) else namespace
-        for entry in entries if isinstance(entries, list) else []:
-            out.append(_read_entry(entry, charge, ns, expires, stamps))
-    return out
-
-
-def _identity(r: Any) -> tuple[str, int] | None:
-    """(uid, generation) of a reservation in dict or model form; None when it has none."""
-    if isinstance(r, Reservation):
-        return (r.reservedBy.uid, r.generation)
-    if isinstance(r, Mapping):
-        by = r.get("reservedBy")
-        uid = by.get("uid") if isinstance(by, Mapping) else None
-        generation = r.get("generation", 0)
-        if isinstance(uid, str) and isinstance(generation, int):
-            return (uid, generation)
-    return None
-
-
-def wire_reservations(status: Mapping[str, Any], namespace: str = "") -> list[Any]:
-    """The pending charges of a status as the API server has it, as reservations in dict form
-    (the model's `reservations`, before validation): `pending` decoded, followed by any
-    old-layout `reservations` (a status written before the upgrade) that `pending` does not
-    already hold (same uid and generation). For readers of raw objects (kubectl plugin);
-    everyone else reads `KarmadaQuotaStatus.reservations`."""
-    merged: list[Any] = decode_pending(status.get("pending"), namespace)
-    old = status.get("reservations")
-    if isinstance(old, list) and old:
-        seen = {_identity(r) for r in merged}
-        merged += [r for r in old if (_identity(r) or ("", -1)) not in seen]
-    return merged
+        return pending.expired(self.expirationTime, now)
 
 
 def _read_status(status: Mapping[str, Any], namespace: str) -> dict[str, Any]:
     """A wire status with `pending` as the model's fields (see `wire_reservations`)."""
     out = {k: v for k, v in status.items() if k != "pending"}
-    out["reservations"] = wire_reservations(status, namespace)
+    out["reservations"] = pending.wire_reservations(status, namespace)
     return out
 
 
@@ -636,7 +330,8 @@ class Condition(_Lenient):
     observedGeneration: int = 0
 
 
-# Only the CRD schema is generated from this model: `decode_pending` reads the wire by hand, so
+# Only the CRD schema is generated from this model: `pending.decode_pending` reads the wire by
+# hand, so
 # that a malformed entry never makes the whole quota unreadable.
 class PendingCharge(_Lenient):
     """Bindings admitted with one charge and expiry that the controller has not yet observed."""
@@ -650,7 +345,7 @@ class PendingCharge(_Lenient):
         "not counted them (they hold until counted in used or proven never created; whole "
         "seconds: the reservations of one second's batches share it). Absent only in a status "
         "written before this layout, whose entries carry their own expiry.",
-        json_schema_extra={"pattern": PENDING_EXPIRES_PATTERN},
+        json_schema_extra={"pattern": pending.PENDING_EXPIRES_PATTERN},
     )
     bindings: list[str] = Field(
         default_factory=list,
@@ -659,14 +354,14 @@ class PendingCharge(_Lenient):
         "drops the entry once it observes the binding at that generation or later. (A status "
         "written before this layout has `<name>/<uid>/<generation>/<expires in Unix seconds>`; "
         "it is read, never written.)",
-        json_schema_extra={"items": {"type": "string", "pattern": PENDING_ENTRY_PATTERN}},
+        json_schema_extra={"items": {"type": "string", "pattern": pending.PENDING_ENTRY_PATTERN}},
     )
 
 
 def _pending_schema(schema: dict[str, Any]) -> None:
     """KarmadaQuotaStatus's JSON schema: `pending` (the wire field), next to the deprecated
     `reservations` it replaces (kept so that the API server does not prune the old layout
-    before its first decode; see `decode_pending`)."""
+    before its first decode; see `pending.decode_pending`)."""
     props = schema.get("properties", {})
     pending = {
         "type": "array",
@@ -682,8 +377,9 @@ def _pending_schema(schema: dict[str, Any]) -> None:
 
 
 # Pending charges are one logical list, `KarmadaQuotaStatus.reservations` (every reader and
-# writer uses it); on the wire they are `status.pending` (`encode_pending`), and a wire
-# `status.reservations` is only read, from a status an earlier version wrote (`decode_pending`).
+# writer uses it); on the wire they are `status.pending` (`pending.encode_pending`), and a wire
+# `status.reservations` is only read, from a status an earlier version wrote
+# (`pending.decode_pending`).
 class KarmadaQuotaStatus(_Lenient):
     model_config = ConfigDict(json_schema_extra=_pending_schema)
 
@@ -740,7 +436,7 @@ class KarmadaQuotaStatus(_Lenient):
         # `reservations` is never written (Field(exclude=True)): `pending` says it all, and a
         # status write replaces the whole status, so the first one drops an old layout's list
         out: dict[str, Any] = handler(self)
-        groups = encode_pending(self.reservations)
+        groups = pending.encode_pending(self.reservations)
         if not groups:  # omitted when empty, as the API server drops an empty list anyway
             return out
         wire: dict[str, Any] = {}
@@ -890,7 +586,7 @@ class ClusterKarmadaQuotaStatus(KarmadaQuotaStatus):
         out: dict[str, Any] = handler(self)
         for name in CLUSTER_STATUS_UNUSED:
             out.pop(name, None)
-        groups = encode_pending(self.reservations, by_namespace=True)
+        groups = pending.encode_pending(self.reservations, by_namespace=True)
         if groups:
             out["pending"] = groups
         return out

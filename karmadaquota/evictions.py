@@ -30,7 +30,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from karmadaquota.api import ResourceBinding, parse_time
+from karmadaquota.api import ResourceBinding
+from karmadaquota.times import parse_time
 
 log = logging.getLogger("karmadaquota.evictions")
 

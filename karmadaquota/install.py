@@ -45,10 +45,11 @@ import aiohttp
 import yaml
 
 from karmadaquota import credentials
-from karmadaquota.api import ON_EXCEED_QUEUE, parse_time
+from karmadaquota.api import ON_EXCEED_QUEUE
 from karmadaquota.durations import duration
 from karmadaquota.kube import namespaces
 from karmadaquota.kube.client import APPLY_PATCH, JSON, MERGE_PATCH, Api, KubeError, NotFound
+from karmadaquota.times import parse_time
 
 log = logging.getLogger("karmadaquota.install")
 

@@ -31,8 +31,10 @@ from pydantic import ValidationError
 
 from karmadaquota import api, frq, queued, queueing, usage_view
 from karmadaquota.charge import full_charge
+from karmadaquota.pending import wire_reservations
 from karmadaquota.quantity import QuantityError
 from karmadaquota.scopes import describe as describe_scopes
+from karmadaquota.times import format_time, parse_time
 
 _NONE = "-"
 
@@ -64,7 +66,7 @@ def _relative(when: datetime | None, now: datetime) -> str:
 
 def _reservations(status: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     """The pending charges (`status.pending`, or an old layout's `status.reservations`)."""
-    return [r for r in api.wire_reservations(status) if isinstance(r, Mapping)]
+    return [r for r in wire_reservations(status) if isinstance(r, Mapping)]
 
 
 def queue_of(
@@ -96,7 +98,7 @@ def queue_of(
                 "priority": queueing.priority(e, class_values),
                 "priorityClassName": e.priority_class,
                 "requested": queueing.resources_of(e),
-                "queuedAt": api.format_time(e.created) if e.created else "",
+                "queuedAt": format_time(e.created) if e.created else "",
                 "waitSeconds": int((now - e.created).total_seconds()) if e.created else None,
             }
         )
@@ -214,7 +216,7 @@ def render(
                 [
                     str(by.get("name") or by.get("uid", "")),
                     ",".join(f"{k}={reserved[k]}" for k in sorted(reserved)) or _NONE,
-                    f"{expires} ({_relative(api.parse_time(expires), now)})",
+                    f"{expires} ({_relative(parse_time(expires), now)})",
                 ]
             )
         lines.extend(_table(r_rows, "  "))
@@ -250,7 +252,7 @@ def describe_data(
     status = quota.get("status") or {}
     reservations = []
     for r in _reservations(status):
-        expires = api.parse_time(str(r.get("expirationTime", "")))
+        expires = parse_time(str(r.get("expirationTime", "")))
         by = r.get("reservedBy") or {}
         reservations.append(
             {
@@ -343,7 +345,7 @@ def _waiting(entries: Sequence[Mapping[str, Any]], now: datetime) -> list[str]:
             [
                 f"{ref.get('kind', '')}/{ref.get('name', '')}",
                 ",".join(f"{k}={requested[k]}" for k in sorted(requested)) or _NONE,
-                f"{since[:19]}Z ({_age(api.parse_time(since), now)} ago)",
+                f"{since[:19]}Z ({_age(parse_time(since), now)} ago)",
                 str(w.get("refusals", 1)),
             ]
         )

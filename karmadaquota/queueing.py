@@ -25,6 +25,7 @@ from karmadaquota import api, queued, resources, room_selection, scopes
 from karmadaquota.api import KarmadaQuota, ResourceBinding
 from karmadaquota.charge import Charge
 from karmadaquota.evaluate import REASON_EXCEEDED, QuotaView, evaluate
+from karmadaquota.times import parse_time
 
 REASON_EXCEEDED_QUEUE = "Exceeded"  # did not fit
 REASON_BEHIND = "BehindQueue"  # fits, but a StrictFIFO quota has others queued
@@ -181,7 +182,7 @@ class QueueEntry:
             resource_version=meta.resourceVersion,
             quota=quota,
             charge=full,
-            created=api.parse_time(meta.creationTimestamp) if meta.creationTimestamp else None,
+            created=parse_time(meta.creationTimestamp) if meta.creationTimestamp else None,
             schedule_priority=spec.schedulePriority.priority if spec.schedulePriority else None,
             template=Template(
                 spec.resource.apiVersion, spec.resource.kind, spec.resource.name, spec.resource.uid

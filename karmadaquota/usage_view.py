@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from karmadaquota import api
+from karmadaquota.pending import reserved
 from karmadaquota.quantity import Quantity, QuantityError
 
 WIDTH = 100
@@ -28,21 +28,6 @@ def _q(value: Any) -> Quantity | None:
 
 def _text(q: Quantity | None) -> str | None:
     return None if q is None else str(q)
-
-
-def reserved(status: Mapping[str, Any]) -> dict[str, Quantity]:
-    """Σ reserved per resource over every pending charge, expired or not (what admission adds:
-    a charge holds until the controller counts or disproves it); `status.pending` and an old
-    layout's `status.reservations` alike (`api.wire_reservations`)."""
-    out: dict[str, Quantity] = {}
-    for r in api.wire_reservations(status):
-        if not isinstance(r, Mapping):
-            continue
-        for name, value in (r.get("reserved") or {}).items():
-            q = _q(value)
-            if q is not None:
-                out[name] = out.get(name, Quantity.zero()) + q
-    return out
 
 
 def _percent(part: Quantity | None, whole: Quantity | None) -> float | None:

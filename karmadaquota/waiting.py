@@ -26,19 +26,13 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from karmadaquota import resources, room_selection
-from karmadaquota.api import (
-    BindingResource,
-    KarmadaQuota,
-    ObjectReference,
-    WaitingWorkload,
-    format_time,
-    parse_time,
-)
+from karmadaquota.api import BindingResource, KarmadaQuota, ObjectReference, WaitingWorkload
 from karmadaquota.charge import Charge
 from karmadaquota.evaluate import QuotaView
 from karmadaquota.quantity import QuantityError
 from karmadaquota.resources import ResourceList
 from karmadaquota.scopes import BindingTraits
+from karmadaquota.times import format_time, parse_time
 
 ANNOTATION = "quota.karmada.io/woken-at"
 DEFAULT_LIMIT = 50

@@ -27,7 +27,6 @@ from karmadaquota.api import (
     CLUSTER_QUOTA_LABEL,
     ClusterKarmadaQuota,
     ClusterKarmadaQuotaStatus,
-    EntryKey,
     KarmadaQuotaStatus,
     NamespaceUsage,
 )
@@ -40,6 +39,7 @@ from karmadaquota.controller.recompute import (
     _quantities,
     recompute,
 )
+from karmadaquota.pending import EntryKey
 from karmadaquota.scopes import Expression
 
 

@@ -23,13 +23,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from karmadaquota import api, queueing
+from karmadaquota import queueing
 from karmadaquota.api import KarmadaQuota
 from karmadaquota.controller import room
 from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.evaluate import QuotaView
 from karmadaquota.kube import paths
 from karmadaquota.kube.client import JSON, MERGE_PATCH, Api, Conflict, KubeError, NotFound
+from karmadaquota.times import format_time
 
 log = logging.getLogger("karmadaquota.admit")
 
@@ -93,7 +94,7 @@ class Dequeuer:
         """Admit what fits in `namespace`; the loop time to look again, if any."""
         return await room.run(_DequeuePass(self, namespace, quotas, entries, now), quotas)
 
-    async def _clear(
+    async def clear(
         self, namespace: str, pick: queueing.Pick, now: datetime, classes: Mapping[str, int]
     ) -> str:
         e = pick.entry
@@ -153,7 +154,7 @@ class Dequeuer:
         )
         return result
 
-    async def _announce(
+    async def announce(
         self, namespace: str, entries: Sequence[queueing.QueueEntry], now: datetime
     ) -> None:
         """One Queued event per binding (again after a restart or a change of leader)."""
@@ -184,7 +185,7 @@ class Dequeuer:
     ) -> None:
         if not self.config.events:
             return
-        stamp = api.format_time(now)
+        stamp = format_time(now)
         t = e.template
         body: JSON = {
             "apiVersion": "v1",
@@ -217,7 +218,7 @@ class Dequeuer:
                 extra={"namespace": namespace, "reason": reason, "error": str(err)},
             )
 
-    async def _class_values(self, names: set[str]) -> dict[str, int]:
+    async def class_values(self, names: set[str]) -> dict[str, int]:
         """PriorityClass values by name (a missing class counts as 0), cached."""
         loop_now = asyncio.get_running_loop().time()
         out: dict[str, int] = {}
@@ -262,11 +263,11 @@ class _DequeuePass:
         self.again: float | None = None
 
     async def announce(self) -> bool:
-        await self.dequeuer._announce(self.namespace, self.entries, self.now)
+        await self.dequeuer.announce(self.namespace, self.entries, self.now)
         return bool(self.entries)
 
     async def select(self, views: Sequence[QuotaView]) -> list[queueing.Pick]:
-        self.classes = await self.dequeuer._class_values({e.priority_class for e in self.entries})
+        self.classes = await self.dequeuer.class_values({e.priority_class for e in self.entries})
         return queueing.select(self.entries, views, self.policies, self.classes)
 
     def strict_queue(self, pick: queueing.Pick) -> str | None:
@@ -274,7 +275,7 @@ class _DequeuePass:
         return pick.entry.quota if policy is not None and policy.strict else None
 
     async def act(self, pick: queueing.Pick) -> bool:
-        result = await self.dequeuer._clear(self.namespace, pick, self.now, self.classes)
+        result = await self.dequeuer.clear(self.namespace, pick, self.now, self.classes)
         if result in ("conflict", "error"):
             loop = asyncio.get_running_loop()
             self.again = loop.time() + self.dequeuer.config.retry_after

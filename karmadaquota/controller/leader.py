@@ -21,8 +21,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from karmadaquota.api import format_time
 from karmadaquota.kube.client import JSON, Api, Conflict, KubeError, NotFound
+from karmadaquota.times import format_time
 
 log = logging.getLogger("karmadaquota.controller.leader")
 

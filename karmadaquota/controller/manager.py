@@ -38,7 +38,7 @@ from karmadaquota.controller.dirty import DirtyQueue
 from karmadaquota.controller.enforcement import Enforcement
 from karmadaquota.controller.guard_keeper import GuardKeeper
 from karmadaquota.controller.index import BindingIndex
-from karmadaquota.controller.jobs import Job
+from karmadaquota.controller.jobs import Findings, Job
 from karmadaquota.controller.leader import Leadership, may_lead
 from karmadaquota.controller.members import Members
 from karmadaquota.controller.metrics import ControllerMetrics
@@ -103,6 +103,58 @@ class Controller:
         # member clusters not Ready, fed by the Cluster events (operator.registry)
         self.readiness = Readiness(self.config.evicted_cluster_grace, self._readiness_changed)
         self._release_timer: asyncio.TimerHandle | None = None
+        self._stores(api)
+        # as of each cluster quota's last recompute: the namespaces it selects, and back
+        self.selection = cl.Selection()
+        self.synced = asyncio.Event()
+        self._jobs(api, waker, dequeuer, namespace_api)
+        self.reconciler = Reconciler(
+            Sources(
+                self.index,
+                self.quotas,
+                self.cluster_quotas,
+                self.selection,
+                self._findings(),
+                members,
+                self.enforcement.ensure if self.enforcement is not None else None,
+                self.readiness,
+            ),
+            self.jobs,
+            StatusWriter(api, metrics, self.config),
+            metrics,
+            self.config,
+            clock,
+            self.synced,
+            self._can_write,
+        )
+        # the recompute's queues, by the names the jobs and tests know them
+        self.dirty = self.reconciler.dirty
+        self.cluster_dirty = self.reconciler.cluster_dirty
+        self.queues: tuple[DirtyQueue, ...] = (
+            self.dirty,
+            self.cluster_dirty,
+            *(j.queue for j in self.jobs),
+        )
+        if guards is not None:
+            guards.attach(api, self.quotas, self, self.config.write_timeout)
+        self.binding_informer = Informer(
+            paths.bindings(),
+            BindingFeed(
+                self.index,
+                self.templates,
+                self.template_bindings,
+                metrics.bindings_indexed,
+                self._mark,
+                self._relisted,
+            ),
+            api,
+            page_size=self.config.page_size,
+            relist_period=self.config.resync_period,
+            name="resourcebindings",
+        )
+
+    def _stores(self, api: ControllerApi) -> None:
+        """The quota stores (each quota's change marks its recompute)."""
         self.quotas = QuotaStore(
             api,
             on_put=lambda record: self.dirty.mark(record.namespace),
@@ -125,9 +177,15 @@ class Controller:
             page_size=self.config.page_size,
             relist_period=self.config.resync_period,
         )
-        # as of each cluster quota's last recompute: the namespaces it selects, and back
-        self.selection = cl.Selection()
-        self.synced = asyncio.Event()
+
+    def _jobs(
+        self,
+        api: ControllerApi,
+        waker: Waker | None,
+        dequeuer: Dequeuer | None,
+        namespace_api: namespaces.Patcher | None,
+    ) -> None:
+        """The jobs that follow a recompute (`jobs`), each registered only when enabled."""
         # The jobs that follow a namespace's recompute on the leader, each in a queue of its
         # own (the Kubernetes quota controller's way: a queue per job), so that a slow one
         # never holds up the recompute that releases quota: the orphan audit (binding GETs),
@@ -145,6 +203,7 @@ class Controller:
             self._can_write,
             self._released,
         )
+        self._waker = waker
         self.room_job = RoomJob(
             self.quotas.quotas,
             self.index.queued,
@@ -191,62 +250,32 @@ class Controller:
             self.room_job,
             *(j for j in (self.guards, self.enforcement, self.views) if j is not None),
         )
-        self.reconciler = Reconciler(
-            Sources(
-                self.index,
-                self.quotas,
-                self.cluster_quotas,
-                self.selection,
-                self.audit,
-                self.room_job,
-                members,
-                self.enforcement,
-                guards,
-                self.readiness,
-            ),
-            self.jobs,
-            StatusWriter(api, metrics, self.config),
-            metrics,
-            self.config,
-            clock,
-            self.synced,
-            self._can_write,
+
+    def _findings(self) -> Findings:
+        """What the jobs tell the recompute (`jobs.Findings`), read from them when it asks."""
+        enforcement, guards = self.enforcement, self.guards
+        return Findings(
+            disproved=self.audit.disproved,
+            gone=self._gone,
+            enforced=enforcement.enforced if enforcement is not None else None,
+            labels=enforcement.labels if enforcement is not None else None,
+            guards=guards.shown if guards is not None else None,
+            guard_problems=guards.problems if guards is not None else None,
         )
-        # the recompute's queues, by the names the jobs and tests know them
-        self.dirty = self.reconciler.dirty
-        self.cluster_dirty = self.reconciler.cluster_dirty
-        self.queues: tuple[DirtyQueue, ...] = (
-            self.dirty,
-            self.cluster_dirty,
-            *(j.queue for j in self.jobs),
-        )
-        if guards is not None:
-            guards.attach(api, self.quotas, self, self.config.write_timeout)
-        self.binding_informer = Informer(
-            paths.bindings(),
-            BindingFeed(
-                self.index,
-                self.templates,
-                self.template_bindings,
-                metrics.bindings_indexed,
-                self._mark,
-                self._relisted,
-            ),
-            api,
-            page_size=self.config.page_size,
-            relist_period=self.config.resync_period,
-            name="resourcebindings",
-        )
+
+    def _gone(self, namespace: str, key: str) -> bool:
+        """A waiting workload's template is gone, as the waker (if any, now) found it."""
+        return self._waker is not None and self._waker.gone(namespace, key)
 
     @property
     def waker(self) -> Waker | None:
         """Wakes refused workloads as room appears (None: they wait on Karmada's own retry
         backoff); the room job's."""
-        return self.room_job.waker
+        return self._waker
 
     @waker.setter
     def waker(self, waker: Waker | None) -> None:
-        self.room_job.waker = waker
+        self._waker = self.room_job.waker = waker
 
     @property
     def writes(self) -> int:

@@ -189,6 +189,11 @@ class MemberWatch:
             self._api = await self._client()
         return self._api
 
+    @property
+    def has_api(self) -> bool:
+        """The guards' client is built (`reset_api` closes it)."""
+        return self._api is not None
+
     async def reset_api(self) -> None:
         """Forget the guards' client: the next request re-reads the credentials."""
         api, self._api = self._api, None
@@ -297,7 +302,7 @@ class Members:
         if task is not None:
             task.cancel()
         watch = self._watches.get(name)
-        if watch is not None and watch._api is not None:
+        if watch is not None and watch.has_api:
             self._closing.add(asyncio.create_task(watch.reset_api()))
 
     async def close(self) -> None:

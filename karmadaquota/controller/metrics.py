@@ -18,6 +18,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
 from karmadaquota.api import KarmadaQuotaStatus, Reservation
+from karmadaquota.kube.status_cas import StatusWriteMetrics
 from karmadaquota.quantity import Quantity, QuantityError
 from karmadaquota.runtime_metrics import LATENCY_TOP, program_registry
 
@@ -68,18 +69,12 @@ class ControllerMetrics:
             ["reason"],
             registry=r,
         )
-        self.status_writes = Counter(
-            "karmadaquota_status_writes_total",
+        self.status_write = StatusWriteMetrics(
+            r,
             "KarmadaQuota status writes by this replica, by result.",
-            ["result"],
-            registry=r,
-        )
-        self.status_write_duration = Histogram(
-            "karmadaquota_status_write_duration_seconds",
             "Duration of one quota status write by this replica, its retries on conflict "
             "included (how long the controller waits on the API server per quota).",
-            buckets=_RECOMPUTE_BUCKETS,
-            registry=r,
+            _RECOMPUTE_BUCKETS,
         )
         self.member_up = Gauge(
             "karmadaquota_member_observed",
@@ -163,7 +158,7 @@ class ControllerMetrics:
         for reason in ("observed", "disproved"):
             self.released.labels(reason)
         for result in ("ok", "conflict", "notfound", "error"):
-            self.status_writes.labels(result)
+            self.status_write.writes.labels(result)
         for result in ("woken", "gone", "error"):
             self.wakeups.labels(result)
         for reason in ("room", "quota_refuse_mode", "quota_deleted"):
@@ -196,34 +191,45 @@ class ControllerMetrics:
             self.guard_rebalances.remove(namespace, quota)
 
 
+# the per-quota series, each named once here
+QUOTA_USED = "karmadaquota_quota_used"
+QUOTA_HARD = "karmadaquota_quota_hard"
+QUOTA_RESERVED = "karmadaquota_quota_reserved"
+QUOTA_RESERVATIONS = "karmadaquota_quota_reservations"
+MEMBER_USED = "karmadaquota_quota_member_used"
+MEMBER_OBSERVED = "karmadaquota_quota_member_observed"
+MEMBER_GUARD_HARD = "karmadaquota_quota_member_guard_hard"
+# the per-member ones, in the order of a `Member`'s lists
+MEMBER_SERIES = (MEMBER_USED, MEMBER_OBSERVED, MEMBER_GUARD_HARD)
+
 # name -> (help, labels) of every per-quota series
 _PER_MEMBER = [*QUOTA_LABELS, "member_cluster"]
 QUOTA_SERIES: dict[str, tuple[str, list[str]]] = {
-    "karmadaquota_quota_used": (
+    QUOTA_USED: (
         "Usage of a KarmadaQuota resource, as last computed (base units).",
         QUOTA_LABELS,
     ),
-    "karmadaquota_quota_hard": (
+    QUOTA_HARD: (
         "Hard limit of a KarmadaQuota resource (base units).",
         QUOTA_LABELS,
     ),
-    "karmadaquota_quota_reserved": (
+    QUOTA_RESERVED: (
         "Usage reserved by admitted bindings the controller has not counted yet (base units).",
         QUOTA_LABELS,
     ),
-    "karmadaquota_quota_reservations": (
+    QUOTA_RESERVATIONS: (
         "Reservations pending in a KarmadaQuota's status, as last computed.",
         ["quota_namespace", "quota"],
     ),
-    "karmadaquota_quota_member_used": (
+    MEMBER_USED: (
         "Usage of a KarmadaQuota resource placed in one member cluster by Karmada.",
         _PER_MEMBER,
     ),
-    "karmadaquota_quota_member_observed": (
+    MEMBER_OBSERVED: (
         "Usage of a KarmadaQuota resource summed from the pods seen in one member cluster.",
         _PER_MEMBER,
     ),
-    "karmadaquota_quota_member_guard_hard": (
+    MEMBER_GUARD_HARD: (
         "The hard of a KarmadaQuota's guard ResourceQuota in one member cluster: its usage "
         "plus its share of the headroom (memberEnforcement ResourceQuota).",
         _PER_MEMBER,
@@ -290,19 +296,19 @@ def quota_series(
 ) -> Iterator[tuple[list[str], float]]:
     """(label values, value) of one quota's figures in `series` (only its own are computed:
     each family is made in a pass of its own)."""
-    if series == "karmadaquota_quota_hard":
+    if series == QUOTA_HARD:
         for name in hard:
             yield [namespace, quota, name], hard[name].as_float()
-    elif series == "karmadaquota_quota_used":
+    elif series == QUOTA_USED:
         for name in hard:
             q = used.get(name)
             yield [namespace, quota, name], q.as_float() if q else 0.0
     if detail is None:
         return
     reservations, members = detail
-    if series == "karmadaquota_quota_reservations":
+    if series == QUOTA_RESERVATIONS:
         yield [namespace, quota], len(reservations)
-    elif series == "karmadaquota_quota_reserved":
+    elif series == QUOTA_RESERVED:
         reserved: dict[str, float] = dict.fromkeys(hard, 0.0)
         for r in reservations:
             for name, value in _parsed(r.reserved).items():
@@ -314,13 +320,6 @@ def quota_series(
         for cluster, *lists in members:
             for name, value in _parsed(lists[which] or {}).items():
                 yield [namespace, quota, name, cluster], value
-
-
-MEMBER_SERIES = (
-    "karmadaquota_quota_member_used",
-    "karmadaquota_quota_member_observed",
-    "karmadaquota_quota_member_guard_hard",
-)
 
 
 def _parsed(raw: Mapping[str, str | int]) -> dict[str, float]:

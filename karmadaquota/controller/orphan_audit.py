@@ -21,13 +21,14 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
-from karmadaquota.api import ClusterKarmadaQuota, EntryKey
+from karmadaquota.api import ClusterKarmadaQuota
 from karmadaquota.controller import recompute as rc
 from karmadaquota.controller.dirty import DirtyQueue
 from karmadaquota.controller.index import BindingIndex
 from karmadaquota.kube import paths
 from karmadaquota.kube.client import Api, NotFound
 from karmadaquota.kube.quotas import QuotaStore
+from karmadaquota.pending import EntryKey
 
 log = logging.getLogger("karmadaquota.controller")
 

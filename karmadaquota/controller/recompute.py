@@ -26,7 +26,6 @@ Ready=False, no `used` (so the webhook denies what it would charge: fail closed)
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -38,31 +37,24 @@ from karmadaquota.api import (
     ENFORCED_VALUE,
     ClusterUsage,
     Condition,
-    EntryKey,
     KarmadaQuota,
     KarmadaQuotaStatus,
     Reservation,
     WaitingWorkload,
-    entry_key,
-    format_time,
 )
 from karmadaquota.controller import guards as gd
 from karmadaquota.controller import status as st
 from karmadaquota.controller.index import IndexedBinding, Sums, aggregate
 from karmadaquota.controller.pods import Observed
+from karmadaquota.pending import EntryKey, entry_key, possible_binding, prune_reservations
 from karmadaquota.quantity import MAX_BASE_UNITS, NANO, Format, Quantity, QuantityError
 from karmadaquota.resources import ResourceList
 from karmadaquota.scopes import Expression
+from karmadaquota.times import format_time
 
-RELEASED_OBSERVED = "observed"
-# proven never created, or never stored at its generation (the orphan audit), or naming no
-# possible binding
-RELEASED_DISPROVED = "disproved"
 # a stale charge is looked at this long after the admission window: entries of one key (one
 # expiry second) were admitted within that second
 STALE_MARGIN = 1.0
-# a ResourceBinding's name: a DNS subdomain (the API server validates custom resources' names)
-_BINDING_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 REASON_CALCULATED = "Calculated"
 REASON_EVICTED_CHARGED = "EvictedReplicasCharged"
@@ -151,58 +143,6 @@ class Outcome:
     # memberEnforcement ResourceQuota: what the share policy reads (reachability and the
     # guards' current hard are the I/O shell's to fill in); None otherwise
     guard: gd.GuardInputs | None = None
-
-
-def possible_binding(name: str) -> bool:
-    """Whether a ResourceBinding can have this name (a reservation naming none is proof at
-    once that its binding was never created: only a writer bypassing the schema makes one)."""
-    return bool(_BINDING_NAME.match(name))
-
-
-def prune_reservations(
-    reservations: Sequence[Reservation],
-    bindings: Mapping[str, IndexedBinding],
-    deleted: Callable[[str], bool],
-    now: datetime,
-    disproved: Mapping[EntryKey, int] | None = None,
-) -> tuple[list[Reservation], dict[str, int], datetime | None]:
-    """(kept, released count per reason, earliest expiry yet to come among kept).
-
-    Released: a reservation whose binding the index holds at its generation or later (counted
-    in `used` by the same snapshot), or saw deleted (or the orphan audit proved absent), or
-    whose name no binding can have, or up to `disproved[key]` entries of a key the orphan audit
-    disproved (a later admission of the same key keeps its own). Everything else is kept,
-    expired or not."""
-    kept: list[Reservation] = []
-    released: dict[str, int] = {}
-    earliest: datetime | None = None
-    left = {k: n for k, n in (disproved or {}).items() if n > 0}
-    for r in reservations:
-        uid = r.reservedBy.uid
-        entry = bindings.get(uid)
-        if (entry is not None and entry.generation >= r.generation) or deleted(uid):
-            released[RELEASED_OBSERVED] = released.get(RELEASED_OBSERVED, 0) + 1
-            continue
-        if not possible_binding(r.reservedBy.name) or _take(left, r):
-            released[RELEASED_DISPROVED] = released.get(RELEASED_DISPROVED, 0) + 1
-            continue
-        kept.append(r)
-        expires = r.expires()
-        if expires is not None and not r.due(now):
-            earliest = expires if earliest is None or expires < earliest else earliest
-    return kept, released, earliest
-
-
-def _take(left: dict[EntryKey, int], r: Reservation) -> bool:
-    """Whether `r` is one of the disproved entries still to release (and count it)."""
-    if not left:
-        return False
-    key = entry_key(r)
-    n = left.get(key, 0)
-    if n <= 0:
-        return False
-    left[key] = n - 1
-    return True
 
 
 _MAX_NANOS = MAX_BASE_UNITS * NANO

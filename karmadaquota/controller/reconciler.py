@@ -18,7 +18,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -29,14 +29,10 @@ from karmadaquota.controller import guards as gd
 from karmadaquota.controller import recompute as rc
 from karmadaquota.controller import status as st
 from karmadaquota.controller.dirty import DirtyQueue
-from karmadaquota.controller.enforcement import Enforcement
-from karmadaquota.controller.guard_keeper import GuardKeeper
 from karmadaquota.controller.index import BindingIndex
-from karmadaquota.controller.jobs import Job
+from karmadaquota.controller.jobs import Findings, Job
 from karmadaquota.controller.members import Members
 from karmadaquota.controller.metrics import ControllerMetrics
-from karmadaquota.controller.orphan_audit import OrphanAudit
-from karmadaquota.controller.room import RoomJob
 from karmadaquota.controller.status_writer import StatusWriter
 from karmadaquota.evictions import Readiness
 from karmadaquota.kube import paths
@@ -103,18 +99,19 @@ class ReconcilerConfig:
 @dataclass(frozen=True)
 class Sources:
     """What a recompute reads besides the quota itself: the binding index and the quota
-    stores, each cluster quota's selection, and what its jobs know (pending charges the audit
-    disproved, templates the waker found deleted, the enforcement labels, the guards)."""
+    stores, each cluster quota's selection, and what its jobs found (`jobs.Findings`: pending
+    charges the audit disproved, templates the waker found deleted, the enforcement labels,
+    the guards)."""
 
     index: BindingIndex
     quotas: QuotaStore
     cluster_quotas: QuotaStore
     selection: cl.Selection
-    audit: OrphanAudit
-    room: RoomJob
+    found: Findings
     members: Members | None = None
-    enforcement: Enforcement | None = None
-    guards: GuardKeeper | None = None
+    # the one thing a recompute has a job do first, on the leader: put a namespace's
+    # enforcement label on when it is missing (None: the labels are not kept)
+    label_first: Callable[[str], Awaitable[None]] | None = None
     # member clusters not Ready (karmadaquota.evictions; None: every eviction is charged)
     readiness: Readiness | None = None
 
@@ -173,15 +170,14 @@ class Reconciler:
         their last recompute read (or that none has read): at a cold start 5,000 label writes
         each recomputed the cluster quota of its namespace, while only the last of its 100
         changes its status."""
-        enforcement = self.sources.enforcement
-        if enforcement is None:
+        enforced = self.sources.found.enforced
+        if enforced is None:
             return list(names)
         selection = self.sources.selection
         return [
             name
             for name in names
-            if self._enforced.get(name)
-            != all(enforcement.enforced(ns) for ns in selection.of(name))
+            if self._enforced.get(name) != all(enforced(ns) for ns in selection.of(name))
         ]
 
     def forget(self, namespace: str, quota: str) -> None:
@@ -220,26 +216,25 @@ class Reconciler:
         return {"released": r.released(now), "releasing": r.releasing(now)}
 
     def _snapshot(self, namespace: str) -> rc.NamespaceSnapshot:
+        found = self.sources.found
         snapshot = rc.NamespaceSnapshot(
             bindings=self.sources.index.bindings(namespace),
             deleted=self.sources.index.deleted,
             members=self.sources.members.views() if self.sources.members is not None else (),
             member_watch=self.config.member_watch,
-            disproved=functools.partial(self.sources.audit.disproved, namespace),
+            disproved=functools.partial(found.disproved, namespace),
             evicting=self.sources.index.evicting(namespace),
             **self._readiness(),
         )
-        if self.sources.room.waker is not None:
-            snapshot = replace(
-                snapshot, gone=functools.partial(self.sources.room.waker.gone, namespace)
-            )
-        if self.sources.enforcement is not None:
-            snapshot = replace(snapshot, enforced=self.sources.enforcement.enforced(namespace))
-        if self.sources.guards is not None:
+        if found.gone is not None:
+            snapshot = replace(snapshot, gone=functools.partial(found.gone, namespace))
+        if found.enforced is not None:
+            snapshot = replace(snapshot, enforced=found.enforced(namespace))
+        if found.guards is not None and found.guard_problems is not None:
             snapshot = replace(
                 snapshot,
-                guards=functools.partial(self.sources.guards.shown, namespace),
-                guard_problems=functools.partial(self.sources.guards.problems, namespace),
+                guards=functools.partial(found.guards, namespace),
+                guard_problems=functools.partial(found.guard_problems, namespace),
             )
         return snapshot
 
@@ -250,11 +245,11 @@ class Reconciler:
         arrives page by page; every namespace is marked again once it is complete)."""
         if not self.synced.is_set():
             return
-        enforcement = self.sources.enforcement
-        if enforcement is not None and self._may_write():
+        label_first = self.sources.label_first
+        if label_first is not None and self._may_write():
             # label first (when it is missing): the status is then written once, Enforced,
             # instead of False and again True — at a cold start 5,000 writes fewer
-            await enforcement.ensure(namespace)
+            await label_first(namespace)
         contended = False
         for record in self.sources.quotas.records(namespace):
             contended = not await self._sync_quota(record) or contended
@@ -278,7 +273,7 @@ class Reconciler:
             self._ns_sums.forget(lambda ns: bool(selection.selecting(ns)))
             return
         quota = record.quota
-        labels = self.sources.enforcement.labels if self.sources.enforcement is not None else None
+        labels = self.sources.found.labels
         selected = selection.choose(
             name,
             quota if isinstance(quota, ClusterKarmadaQuota) else None,
@@ -297,8 +292,8 @@ class Reconciler:
 
     def _cluster_snapshot(self, selected: list[str], name: str) -> cl.ClusterSnapshot:
         enforced = None
-        if self.sources.enforcement is not None:
-            enforced = all(self.sources.enforcement.enforced(ns) for ns in selected)
+        if self.sources.found.enforced is not None:
+            enforced = all(self.sources.found.enforced(ns) for ns in selected)
             self._enforced[name] = enforced
         return cl.ClusterSnapshot(
             selected=selected,
@@ -307,7 +302,7 @@ class Reconciler:
             members=self.sources.members.views() if self.sources.members is not None else (),
             member_watch=self.config.member_watch,
             enforced=enforced,
-            disproved=self.sources.audit.disproved("", name),
+            disproved=self.sources.found.disproved("", name),
             sums=self._ns_sums.of,
             evicting=self.sources.index.evicting,
             **self._readiness(),

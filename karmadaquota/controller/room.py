@@ -4,30 +4,33 @@ Two ways of waiting share it, after each recompute of the namespace: workloads t
 refused for quota (`controller.wake`: an annotation on their template makes Karmada retry them
 at once) and bindings a quota queued (`controller.dequeue`: clearing their suspension, an UPDATE
 the webhook charges). Each pass goes announce (what waits: events, gauges) → select (what fits
-now: `karmadaquota.room` against the namespace's quotas) → act (let each pick go) → retry_at
-(when to look again). The loop owns what both obey: an unreadable quota refuses everything, so
-nothing is selected; a StrictFIFO queue lets nothing past a pick that was not let go.
+now: `karmadaquota.room_selection` against the namespace's quotas) → act (let each pick go) →
+retry_at (when to look again). The loop owns what both obey: an unreadable quota refuses
+everything, so nothing is selected; a StrictFIFO queue lets nothing past a pick that was not
+let go.
 
 `RoomJob` is that loop as one of the jobs that follow a recompute: its own queue (per
 namespace), the dequeuer first, then the waker; a template found deleted marks the recompute
-(the waiting list is written without it).
+(the waiting list is written without it). It drives them through `Admits` and `Wakes`, so
+this module imports neither: they import `run`.
+
+Waiting for room, module by module, all from here: this loop and job; the one selection
+(`karmadaquota.room_selection`); the waiting list's pure rules (`karmadaquota.waiting`) and
+their I/O (`controller.wake`); the queue's pure rules (`karmadaquota.queueing`) and their I/O
+(`controller.dequeue`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from karmadaquota import queueing, waiting
 from karmadaquota.api import KarmadaQuota
 from karmadaquota.controller.dirty import DirtyQueue
 from karmadaquota.evaluate import QuotaView
 from karmadaquota.quantity import QuantityError
-
-if TYPE_CHECKING:
-    from karmadaquota.controller.dequeue import Dequeuer
-    from karmadaquota.controller.wake import Waker
 
 # admitting queued bindings: after a lost precondition or an error (its queue's rate limiter)
 ADMIT_RETRY = 0.5
@@ -43,7 +46,7 @@ class Pass(Protocol[P]):
         ...
 
     async def select(self, views: Sequence[QuotaView]) -> Sequence[P]:
-        """What to let go now, in order (`karmadaquota.room.select`)."""
+        """What to let go now, in order (`karmadaquota.room_selection.select`)."""
         ...
 
     def strict_queue(self, pick: P) -> str | None:
@@ -80,6 +83,38 @@ async def run(look: Pass[P], quotas: Sequence[KarmadaQuota]) -> float | None:
     return await look.retry_at(let_go)
 
 
+class Admits(Protocol):
+    """The queue's way of waiting (`controller.dequeue.Dequeuer`), as the job drives it."""
+
+    def publish(self, namespace: str, entries: Sequence[queueing.QueueEntry]) -> None:
+        """Publish the namespace's queue lengths (every replica)."""
+        ...
+
+    async def dequeue(
+        self,
+        namespace: str,
+        quotas: Sequence[KarmadaQuota],
+        entries: Sequence[queueing.QueueEntry],
+        now: datetime,
+    ) -> float | None:
+        """Admit the queued bindings that fit (`run`); the loop time to come back, if any."""
+        ...
+
+
+class Wakes(Protocol):
+    """The waiting list's way of waiting (`controller.wake.Waker`), as the job drives it."""
+
+    async def wake(
+        self, namespace: str, quotas: Sequence[KarmadaQuota], now: datetime
+    ) -> float | None:
+        """Wake the waiting workloads that fit (`run`); the loop time to come back, if any."""
+        ...
+
+    def gone(self, namespace: str, key: str) -> bool:
+        """The template of this waiting workload no longer exists."""
+        ...
+
+
 class RoomJob:
     """After each recompute of a namespace: publish its queue lengths; on the leader, admit
     the queued bindings that fit (`dequeuer`), then wake the waiting workloads that do
@@ -89,8 +124,8 @@ class RoomJob:
         self,
         quotas: Callable[[str], list[KarmadaQuota]],
         queued: Callable[[str], list[queueing.QueueEntry]],
-        dequeuer: Dequeuer | None,
-        waker: Waker | None,
+        dequeuer: Admits | None,
+        waker: Wakes | None,
         may_write: Callable[[], bool],
         clock: Callable[[], datetime],
         recompute: Callable[[str], None],

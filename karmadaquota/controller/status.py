@@ -15,21 +15,15 @@ the entries it meant or fails as a whole (422) and is retried like a conflict.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from karmadaquota import usage_view
-from karmadaquota.api import (
-    Condition,
-    KarmadaQuotaStatus,
-    charge_key,
-    format_time,
-    wire_reservations,
-)
+from karmadaquota.api import Condition, KarmadaQuotaStatus
+from karmadaquota.pending import held, pending_removals, wire_reservations
 from karmadaquota.quantity import Quantity, QuantityError
+from karmadaquota.times import format_time
 
 COND_READY = "Ready"
 COND_VALID = "Valid"
@@ -198,70 +192,10 @@ def fold_only(current: Mapping[str, Any] | None, desired: Mapping[str, Any]) -> 
         return False
 
 
-def held(status: Mapping[str, Any]) -> dict[str, int]:
-    """used + Σ pending charges, per resource (nanos; zeros dropped): what admission adds to."""
-    out = {n: q.nanos for n, q in usage_view.reserved(status).items()}
-    for name, value in (status.get("used") or {}).items():
-        out[name] = out.get(name, 0) + Quantity.parse(str(value)).nanos
-    return {n: v for n, v in out.items() if v}
-
-
 def pending_count(status: Mapping[str, Any] | None) -> int:
     """How many pending charges a status as read carries (the webhook rewrites them all with
     every charge it adds)."""
     return len(wire_reservations(status or {}))
-
-
-def pending_removals(current: Any, desired: Any) -> list[tuple[int, int | None, Any]] | None:
-    """What the wire `pending` of `current` holds that `desired` no longer does, in index
-    order: (group index, None, group) for a group none of whose entries `desired` holds (it
-    goes whole, as the encoder never writes an empty group), (group index, entry index, entry)
-    for every other entry it dropped. None when `desired` holds an entry `current` does not
-    (or either is not the layout `encode_pending` writes): then no patch can say it.
-
-    An entry is the same when its group's charge, `expires` (and `namespace`) are (as the
-    encoder groups).
-    """
-    if not current:
-        current = []
-    if not desired:
-        desired = []
-    if not isinstance(current, list) or not isinstance(desired, list):
-        return None
-    wanted: Counter[tuple[Any, Any]] = Counter()
-    for group in desired:
-        key = _group_key(group)
-        if key is None:
-            return None
-        for entry in group.get("bindings") or []:
-            wanted[(key, entry)] += 1
-    removals: list[tuple[int, int | None, Any]] = []
-    for g, group in enumerate(current):
-        key = _group_key(group)
-        if key is None:
-            return None
-        entries = group.get("bindings") or []
-        if not isinstance(entries, list):
-            return None
-        dropped: list[tuple[int, int | None, Any]] = []
-        for i, entry in enumerate(entries):
-            if isinstance(entry, str) and wanted[(key, entry)] > 0:
-                wanted[(key, entry)] -= 1
-            else:
-                dropped.append((g, i, entry))
-        removals += [(g, None, group)] if len(dropped) == len(entries) else dropped
-    return None if +wanted else removals
-
-
-def _group_key(group: Any) -> tuple[Any, Any, Any] | None:
-    """(charge, expires, namespace) of a wire `pending` group (a cluster quota's groups name
-    their bindings' namespace); None when it is not one."""
-    if not isinstance(group, Mapping):
-        return None
-    charge, expires = group.get("charge") or {}, group.get("expires")
-    if not isinstance(charge, Mapping) or not (expires is None or isinstance(expires, str)):
-        return None
-    return (charge_key(charge), expires, group.get("namespace"))
 
 
 def _next(revision: Any) -> int:

@@ -5,21 +5,22 @@ Every status the controller writes goes through `StatusWriter.write`: a compare-
 charges do not make it lose, or a whole PUT on resourceVersion: `status.status_write`), retried
 on conflict with the version the quota watch has usually delivered by then (`kube.retry`), the
 result folded into the store ("fold my own write", as client-go's MutationCache), and the
-write counted. What to write is the caller's (`desired`, called again on each fresh version):
-the recompute, and everything that releases quota through it (the orphan audit included).
+write timed and counted with its retries (`kube.status_cas`). What to write is the caller's
+(`desired`, called again on each fresh version): the recompute, and everything that releases
+quota through it (the orphan audit included).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Protocol
 
 from karmadaquota.controller import status as st
 from karmadaquota.controller.metrics import ControllerMetrics
-from karmadaquota.kube.client import JSON, JSON_PATCH, Api, Conflict, KubeError, NotFound
+from karmadaquota.kube.client import JSON, JSON_PATCH, Api, Conflict, KubeError
 from karmadaquota.kube.quotas import QuotaRecord, QuotaStore
-from karmadaquota.kube.retry import Backoff, retry_on_conflict
+from karmadaquota.kube.retry import Backoff
+from karmadaquota.kube.status_cas import timed_cas
 
 
 class WriterConfig(Protocol):
@@ -86,32 +87,17 @@ class StatusWriter:
                     raise Conflict(e.status, e.reason, e.message) from e
                 raise
 
-        started = time.perf_counter()
-        try:
-            result = await retry_on_conflict(
-                read,
-                mutate,
-                put,
-                first=record,
-                attempts=self.config.max_attempts,
-                backoff=self.config.conflict_backoff,
-                on_conflict=self.metrics.status_writes.labels("conflict").inc,
-            )
-        except NotFound:
-            self.metrics.status_writes.labels("notfound").inc()
-            self._took(started)
-            raise
-        except KubeError:
-            self.metrics.status_writes.labels("error").inc()
-            self._took(started)
-            raise
+        result = await timed_cas(
+            read,
+            mutate,
+            put,
+            first=record,
+            attempts=self.config.max_attempts,
+            backoff=self.config.conflict_backoff,
+            observe=self.metrics.status_write.observe,
+            retries_timed=True,
+        )
         if result is not None:
-            self._took(started)
-            self.metrics.status_writes.labels("ok").inc()
             self.writes += 1
             store.fold(result)
         return result
-
-    def _took(self, started: float) -> None:
-        """A write's time (its retries included); a status found already right is not one."""
-        self.metrics.status_write_duration.observe(time.perf_counter() - started)

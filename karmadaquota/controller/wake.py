@@ -21,12 +21,13 @@ from datetime import datetime
 from typing import Protocol
 
 from karmadaquota import waiting
-from karmadaquota.api import KarmadaQuota, WaitingWorkload, format_time, parse_time
+from karmadaquota.api import KarmadaQuota, WaitingWorkload
 from karmadaquota.controller import room
 from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.evaluate import QuotaView
 from karmadaquota.kube.client import JSON, Conflict, KubeError, NotFound
 from karmadaquota.resources import plural
+from karmadaquota.times import format_time, parse_time
 
 log = logging.getLogger("karmadaquota.wake")
 
@@ -108,7 +109,29 @@ class Waker:
             ns = quota.metadata.namespace
             self._orphans[ns] = waiting.fifo([*self._orphans.get(ns, []), *quota.status.waiting])
 
-    def _kind(self, w: WaitingWorkload) -> Kind | None:
+    def take(
+        self, namespace: str, listed: Collection[str]
+    ) -> tuple[set[str], list[WaitingWorkload]]:
+        """For one look at `namespace`, whose lists hold the keys `listed`: the keys whose
+        template is gone and still listed (kept until the list is written without them; the
+        rest were written away), and the deleted quotas' entries (taken: `keep_orphans` puts
+        back those not woken)."""
+        gone = self._gone.pop(namespace, set()) & set(listed)
+        if gone:
+            self._gone[namespace] = gone
+        return gone, self._orphans.pop(namespace, [])
+
+    def keep_orphans(self, namespace: str, left: list[WaitingWorkload]) -> None:
+        """Deleted quotas' entries not woken: no quota lists them, so they wait for the next
+        look here."""
+        if left:
+            self._orphans[namespace] = left
+
+    def woken(self) -> dict[str, int]:
+        """Key -> refusals seen when it was woken, of the workloads woken lately."""
+        return {k: n for k, (n, _) in self._woken.items()}
+
+    def kind(self, w: WaitingWorkload) -> Kind | None:
         group = w.template.apiVersion.rpartition("/")[0]
         for k in self.config.kinds:
             if k.group == group and k.kind == w.template.kind:
@@ -121,14 +144,14 @@ class Waker:
         """Wake what fits in `namespace`; the loop time to come back (audits), if any."""
         return await room.run(_WakePass(self, namespace, quotas, now), quotas)
 
-    def _count(self, namespace: str, n: int) -> None:
+    def count(self, namespace: str, n: int) -> None:
         if n:
             self._counts[namespace] = n
         else:
             self._counts.pop(namespace, None)
         self.metrics.waiting.set(sum(self._counts.values()))
 
-    def _forget(self, loop_now: float, live: Collection[str]) -> None:
+    def forget(self, loop_now: float, live: Collection[str]) -> None:
         grace = self.config.woken_grace
         for k, (_, at) in list(self._woken.items()):
             if at < loop_now - grace:
@@ -137,10 +160,10 @@ class Waker:
             if k not in live and self._checked[k] < loop_now - 10 * self.config.audit_period:
                 del self._checked[k]
 
-    async def _wake_one(
+    async def wake_one(
         self, namespace: str, w: WaitingWorkload, now: datetime, loop_now: float
     ) -> bool:
-        kind = self._kind(w)
+        kind = self.kind(w)
         if kind is None:
             return False
         k = waiting.key(w.template)
@@ -182,7 +205,7 @@ class Waker:
         self.metrics.wakeups.labels("gone").inc()
         log.info("waiting workload left the list: template gone", extra={**extra, "detail": why})
 
-    async def _audit(
+    async def audit(
         self,
         namespace: str,
         entries: Sequence[WaitingWorkload],
@@ -194,7 +217,7 @@ class Waker:
         due: float | None = None
         for w in entries:
             k = waiting.key(w.template)
-            kind = self._kind(w)
+            kind = self.kind(w)
             if k in skip or kind is None or self.gone(namespace, k):
                 continue
             seen = self._checked.setdefault(k, loop_now)
@@ -233,14 +256,8 @@ class _WakePass:
         self.now = now
         listed = waiting.of_namespace(quotas)
         self.keys = {waiting.key(w.template) for w in listed}
-        gone = waker._gone.pop(namespace, set()) & self.keys  # the rest were written away
-        if gone:
-            waker._gone[namespace] = gone
-        self.orphans = [
-            w
-            for w in waker._orphans.pop(namespace, [])
-            if waiting.key(w.template) not in self.keys | gone
-        ]
+        gone, orphans = waker.take(namespace, self.keys)
+        self.orphans = [w for w in orphans if waiting.key(w.template) not in self.keys | gone]
         self.entries = [
             w for w in waiting.fifo([*listed, *self.orphans]) if waiting.key(w.template) not in gone
         ]
@@ -249,17 +266,16 @@ class _WakePass:
         self.picked: set[str] = set()
 
     async def announce(self) -> bool:
-        self.waker._count(self.namespace, len(self.entries))
+        self.waker.count(self.namespace, len(self.entries))
         if not self.entries:
             return False
         self.loop_now = asyncio.get_running_loop().time()
-        self.waker._forget(self.loop_now, [waiting.key(w.template) for w in self.entries])
+        self.waker.forget(self.loop_now, [waiting.key(w.template) for w in self.entries])
         return True
 
     async def select(self, views: Sequence[QuotaView]) -> list[WaitingWorkload]:
-        woken = {k: n for k, (n, _) in self.waker._woken.items()}
-        self.flying = waiting.in_flight(self.entries, woken)
-        wakeable = [w for w in self.entries if self.waker._kind(w) is not None]
+        self.flying = waiting.in_flight(self.entries, self.waker.woken())
+        wakeable = [w for w in self.entries if self.waker.kind(w) is not None]
         picked = waiting.select(wakeable, views, self.flying)
         self.picked = {waiting.key(w.template) for w in picked}
         return picked
@@ -268,17 +284,16 @@ class _WakePass:
         return None  # BestEffortFIFO by first refusal
 
     async def act(self, pick: WaitingWorkload) -> bool:
-        return await self.waker._wake_one(self.namespace, pick, self.now, self.loop_now)
+        return await self.waker.wake_one(self.namespace, pick, self.now, self.loop_now)
 
     async def retry_at(self, let_go: Sequence[WaitingWorkload]) -> float | None:
         ns, waker = self.namespace, self.waker
         orphans = [w for w in self.orphans if not waker.gone(ns, waiting.key(w.template))]
         # orphans not woken have no quota listing them any more: keep them for the next round
         left = [w for w in orphans if waiting.key(w.template) not in self.picked]
-        if left:
-            waker._orphans[ns] = left
+        waker.keep_orphans(ns, left)
         still = [w for w in self.entries if waiting.key(w.template) in self.keys]
-        return await waker._audit(ns, still, self.flying | self.picked, self.loop_now)
+        return await waker.audit(ns, still, self.flying | self.picked, self.loop_now)
 
 
 def _fields(namespace: str, w: WaitingWorkload) -> dict[str, str]:

@@ -22,18 +22,13 @@ from typing import Any
 
 import orjson
 
-from karmadaquota.api import (
-    KarmadaQuota,
-    expired,
-    parse_time,
-    read_cluster_quota,
-    read_quota,
-    wire_reservations,
-)
+from karmadaquota.api import KarmadaQuota, read_cluster_quota, read_quota
 from karmadaquota.kube import paths
 from karmadaquota.kube.informer import Informer, Lister
 from karmadaquota.kube.retry import Backoff
 from karmadaquota.kube.versions import parse_rv
+from karmadaquota.pending import expired, wire_reservations
+from karmadaquota.times import parse_time
 
 RECONNECT = Backoff(1.0, 1.0)
 # the KarmadaQuotas whose parsed model the controller and the webhook keep (the most recently

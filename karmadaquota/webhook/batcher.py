@@ -4,7 +4,7 @@ Reviews for one namespace queue up while the previous batch is being written. A 
 evaluated in arrival order against a running copy of the namespace's quotas (each admission
 reserves its delta in the copy before the next is checked), then every changed quota gets ONE
 compare-and-swap status write that records the admitted deltas as reservations (on the wire,
-`status.pending`: one short entry per binding, grouped by charge; see `karmadaquota.api`).
+`status.pending`: one short entry per binding, grouped by charge; see `karmadaquota.pending`).
 
 A first pass that would refuse reads the refusing quotas live before it answers: a newer
 copy (room another writer gave back that the watch has not delivered) is evaluated again, as
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -41,17 +40,10 @@ from karmadaquota.api import (
     BINDING_API_VERSION,
     BINDING_KIND,
     ClusterKarmadaQuota,
-    EntryKey,
     KarmadaQuota,
     ObjectReference,
     Reservation,
     WaitingWorkload,
-    charge_key,
-    entry_key,
-    expiry_seconds,
-    format_time,
-    pending_entry,
-    pending_groups,
 )
 from karmadaquota.charge import Charge
 from karmadaquota.evaluate import (
@@ -64,11 +56,17 @@ from karmadaquota.evaluate import (
     charges_nothing,
     evaluate,
 )
-from karmadaquota.kube.client import JSON, Conflict, KubeError, NotFound
+from karmadaquota.kube.client import JSON, KubeError, NotFound
 from karmadaquota.kube.quotas import UnreadableQuota
-from karmadaquota.kube.retry import Backoff, ConflictsExhausted, retry_on_conflict
+from karmadaquota.kube.retry import Backoff, ConflictsExhausted
+from karmadaquota.kube.status_cas import Observe, timed_cas
+from karmadaquota.pending import (
+    append_within,
+    without_refused,
+)
 from karmadaquota.quantity import QuantityError
 from karmadaquota.resources import ResourceList
+from karmadaquota.times import format_time
 
 log = logging.getLogger("karmadaquota.batcher")
 
@@ -79,13 +77,6 @@ REASON_TOO_MANY = "TooManyRequests"
 # A status write must fit etcd's request limit (1.5 MiB by default) together with the rest of
 # the object (spec, used, conditions, metadata): `status.pending` gets at most this much of it.
 DEFAULT_RESERVATION_BYTES = 512 * 1024
-# JSON of one `status.pending[].bindings[]` entry besides its text (`pending_entry`): quotes
-# and a comma (and a space, if the JSON is spaced); plus slack.
-_RESERVATION_OVERHEAD = 6
-# JSON of one `status.pending[]` group with an empty charge and no entry (keys, braces, an
-# `expires` of 20 characters: 61 bytes, 67 spaced), plus slack; each resource of the charge
-# adds its name, value and 8 (quotes, colon, comma, spaces).
-_GROUP_OVERHEAD = 72
 
 
 class QuotaBackend(Protocol):
@@ -206,7 +197,7 @@ class Batcher:
         config: BatcherConfig | None = None,
         on_batch: Callable[[int], None] | None = None,
         on_conflict: Callable[[], None] | None = None,
-        on_write: Callable[[str, float], None] | None = None,
+        on_write: Observe | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         model: type[KarmadaQuota] = KarmadaQuota,
     ) -> None:
@@ -214,7 +205,7 @@ class Batcher:
         self.config = config or BatcherConfig()
         self._model = model
         self._kind = model.__name__
-        # a cluster quota's pending groups are per namespace too (api.encode_pending)
+        # a cluster quota's pending groups are per namespace too (pending.encode_pending)
         self._by_namespace = model is ClusterKarmadaQuota
         self._queues: dict[str, deque[ChargeRequest]] = {}
         self._workers: dict[str, asyncio.Task[None]] = {}
@@ -579,26 +570,14 @@ class Batcher:
         `read`, PUT on its resourceVersion, re-read and retried on conflict; each write timed
         and counted."""
 
-        async def write(body: JSON) -> JSON:
-            started = time.perf_counter()
-            try:
-                result = await self._store.put_status(body)
-            except Conflict:
-                self._on_write("conflict", time.perf_counter() - started)
-                raise
-            except NotFound:
-                self._on_write("notfound", time.perf_counter() - started)
-                raise
-            self._on_write("ok", time.perf_counter() - started)
-            return result
-
-        return await retry_on_conflict(
+        return await timed_cas(
             read,
             mutate,
-            write,
+            self._store.put_status,
             first=first,
             attempts=self.config.max_attempts,
             backoff=self.config.conflict_backoff,
+            observe=self._on_write,
             on_conflict=self._on_conflict,
         )
 
@@ -684,37 +663,6 @@ def _recheck(
     return kept
 
 
-def reservation_size(r: Reservation) -> int:
-    """An upper bound of the JSON size of the reservation's `status.pending` entry
-    (`name/uid[/generation]`); its group is `charge_size`.
-
-    Exact up to the constant for ASCII names and uids, which object names and uids are (the
-    API server validates them).
-    """
-    return _RESERVATION_OVERHEAD + len(pending_entry(r))
-
-
-def charge_size(reserved: Mapping[str, str | int]) -> int:
-    """An upper bound of the JSON size of a `status.pending` group for this charge, without
-    its entries (exact up to the constant for ASCII resource names and quantities)."""
-    return _GROUP_OVERHEAD + sum(len(k) + len(str(v)) + 8 for k, v in reserved.items())
-
-
-def pending_size(reservations: Sequence[Reservation], by_namespace: bool = False) -> int:
-    """An upper bound of the JSON size of `status.pending` for these reservations: every
-    entry, plus each distinct (charge, expiry[, namespace]) group once."""
-    size = sum(reservation_size(r) for r in reservations)
-    groups = pending_groups(reservations, by_namespace)
-    return size + sum(
-        charge_size(rs[0].reserved) + _namespace_size(ns) for (_, _, ns), rs in groups.items()
-    )
-
-
-def _namespace_size(namespace: str | None) -> int:
-    """A cluster quota's group names its namespace: `"namespace": "<ns>", `."""
-    return 0 if namespace is None else len(namespace) + 16
-
-
 def _stored(sent: KarmadaQuota, answer: JSON) -> KarmadaQuota:
     """What the server stored for a status write it accepted: what we sent, at the version it
     answered. The compare-and-swap guarantees the rest is the version we wrote over (a status
@@ -736,25 +684,6 @@ def full_message(name: str, held: int, config: BatcherConfig) -> str:
     )
 
 
-def without_refused(
-    reservations: Sequence[Reservation], refused: Sequence[Reservation]
-) -> list[Reservation]:
-    """`reservations` minus one entry per refused one, matched by uid, generation, charge and
-    expiry second (what `status.pending` keeps of an entry): never the binding's others."""
-    wanted: dict[EntryKey, int] = {}
-    for r in refused:
-        key = entry_key(r)
-        wanted[key] = wanted.get(key, 0) + 1
-    kept: list[Reservation] = []
-    for r in reservations:
-        key = entry_key(r)
-        if wanted.get(key, 0) > 0:
-            wanted[key] -= 1
-            continue
-        kept.append(r)
-    return kept
-
-
 def _with_reservations(
     obj: KarmadaQuota,
     entries: list[tuple[ChargeRequest, ResourceList]],
@@ -764,45 +693,44 @@ def _with_reservations(
     by_namespace: bool = False,
 ) -> tuple[KarmadaQuota, list[tuple[ChargeRequest, ResourceList]]]:
     """The quota with our reservations appended, ready for PUT status, and the entries that
-    did not fit `config.max_reservation_bytes` (not written): that bound is on the estimated
-    size of `status.pending` (`pending_size`), where a reservation costs its entry, plus its
-    group when its charge and expiry are new. Every entry already there is kept, expired or
-    not: only the controller drops one (counted, or proven never created). `written` gets
-    each written entry by its review's identity (what compensation takes back).
+    did not fit `config.max_reservation_bytes` (not written; `pending.append_within`).
+    `written` gets each written entry by its review's identity (what compensation takes
+    back).
 
     Shallow copies only: the cached quota is never mutated, and a deep copy of hundreds of
     reservations per write was the webhook's largest CPU cost under load.
     """
-    keep = list(obj.status.reservations)
-    budget = config.max_reservation_bytes - pending_size(keep, by_namespace)
-    groups = set(pending_groups(keep, by_namespace))
-    overflow: list[tuple[ChargeRequest, ResourceList]] = []
     stamp = format_time(expires)
-    second = expiry_seconds(stamp) or 0  # this batch's group: all its reservations share it
-    for p, rl in entries:
-        r = Reservation(
-            reservedBy=ObjectReference(
-                apiVersion=BINDING_API_VERSION,
-                kind=BINDING_KIND,
-                name=p.name,
-                namespace=p.namespace,
-                uid=p.uid,
+    made = [
+        (
+            p,
+            rl,
+            Reservation(
+                reservedBy=ObjectReference(
+                    apiVersion=BINDING_API_VERSION,
+                    kind=BINDING_KIND,
+                    name=p.name,
+                    namespace=p.namespace,
+                    uid=p.uid,
+                ),
+                reserved=resources.format_resource_list(rl),
+                expirationTime=stamp,
+                generation=p.generation,
             ),
-            reserved=resources.format_resource_list(rl),
-            expirationTime=stamp,
-            generation=p.generation,
         )
-        ns = p.namespace if by_namespace else None
-        key = (charge_key(r.reserved), second, ns)
-        group = charge_size(r.reserved) + _namespace_size(ns)
-        size = reservation_size(r) + (0 if key in groups else group)
-        if size > budget:
+        for p, rl in entries
+    ]
+    keep, fits = append_within(
+        obj.status.reservations,
+        [r for _, _, r in made],
+        config.max_reservation_bytes,
+        by_namespace,
+    )
+    overflow: list[tuple[ChargeRequest, ResourceList]] = []
+    for (p, rl, r), fit in zip(made, fits, strict=True):
+        if not fit:
             overflow.append((p, rl))
-            continue
-        budget -= size
-        groups.add(key)
-        keep.append(r)
-        if written is not None:
+        elif written is not None:
             written[id(p)] = r
     status = obj.status.model_copy(update={"reservations": keep})
     return obj.model_copy(update={"status": status}), overflow

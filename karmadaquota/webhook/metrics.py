@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from karmadaquota.kube.status_cas import StatusWriteMetrics
 from karmadaquota.runtime_metrics import LATENCY_TOP, program_registry
 from karmadaquota.serving.certs import CertificateError, not_after
 
@@ -72,17 +73,11 @@ class WebhookMetrics:
             "KarmadaQuota status writes that lost the compare-and-swap and were re-checked.",
             registry=r,
         )
-        self.status_writes = Counter(
-            "karmadaquota_status_writes_total",
+        self.status_write = StatusWriteMetrics(
+            r,
             "KarmadaQuota status writes by result.",
-            ["result"],
-            registry=r,
-        )
-        self.status_write_duration = Histogram(
-            "karmadaquota_status_write_duration_seconds",
             "Duration of one KarmadaQuota status write (one per changed quota per batch).",
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
+            _LATENCY_BUCKETS,
         )
         self.batch_size = Histogram(
             "karmadaquota_admission_batch_size",
@@ -162,9 +157,8 @@ class WebhookMetrics:
     def connection(self, event: str) -> None:
         self.connections.labels(event).inc()
 
-    def observe_write(self, result: str, seconds: float) -> None:
-        self.status_writes.labels(result).inc()
-        self.status_write_duration.observe(seconds)
+    def observe_write(self, result: str, seconds: float | None) -> None:
+        self.status_write.observe(result, seconds)
 
     def serving_certificate_loaded(self, cert_file: str) -> None:
         """The serving certificate was (re)loaded from `cert_file`: publish its expiry."""

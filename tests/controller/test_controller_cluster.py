@@ -13,13 +13,14 @@ from typing import Any
 
 import pytest
 
-from karmadaquota.api import ClusterKarmadaQuota, ObjectReference, Reservation, format_time
+from karmadaquota.api import ClusterKarmadaQuota, ObjectReference, Reservation
 from karmadaquota.controller.cluster import ClusterSnapshot, recompute_cluster
 from karmadaquota.controller.manager import Controller
 from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.controller.reconciler import ReconcilerConfig
 from karmadaquota.kube import paths
 from karmadaquota.kube.client import JSON
+from karmadaquota.times import format_time
 from tests.conftest import NOW, raw_binding
 from tests.controller.test_controller_pods import pod
 from tests.controller.test_controller_recompute import index_of, member

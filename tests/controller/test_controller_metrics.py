@@ -136,8 +136,8 @@ def test_the_exposition_in_pieces_is_generate_latest_s_text() -> None:
     with their `_created`, histograms, the per-quota gauges split across pieces)."""
     m = ControllerMetrics()
     many_quotas(m, 40)
-    m.status_writes.labels("ok").inc(3)
-    m.status_write_duration.observe(0.2)
+    m.status_write.writes.labels("ok").inc(3)
+    m.status_write.duration.observe(0.2)
     pieces = list(exposition(m.registry, batch=7))
     assert steady(b"".join(pieces)) == steady(generate_latest(m.registry))
     member_used = [p for p in pieces if b"karmadaquota_quota_member_used{" in p]

@@ -12,19 +12,20 @@ from typing import Any
 
 import pytest
 
-from karmadaquota.api import KarmadaQuota, entry_key, format_time
+from karmadaquota.api import KarmadaQuota
 from karmadaquota.controller import recompute as rc
 from karmadaquota.controller import status as st
 from karmadaquota.controller.index import BindingIndex, observe
 from karmadaquota.controller.members import ClusterAccess, MemberWatch
-from karmadaquota.controller.recompute import (
+from karmadaquota.controller.recompute import NamespaceSnapshot, recompute
+from karmadaquota.pending import (
     RELEASED_DISPROVED,
     RELEASED_OBSERVED,
-    NamespaceSnapshot,
+    entry_key,
     prune_reservations,
-    recompute,
 )
 from karmadaquota.quantity import MAX_BASE_UNITS, NANO, Quantity
+from karmadaquota.times import format_time
 from tests.conftest import NOW, quota, raw_binding, reservation
 from tests.controller.test_controller_pods import container, pod
 from tests.fake_api import FakeApiServer
@@ -380,7 +381,7 @@ def test_prune_releases_up_to_the_count_of_each_disproved_key() -> None:
         q.status.reservations, {}, lambda uid: False, NOW, {key: 2}
     )
     assert [r.reservedBy.name for r in kept] == ["a", "b"]
-    assert released == {rc.RELEASED_DISPROVED: 2}
+    assert released == {RELEASED_DISPROVED: 2}
 
 
 async def test_recompute_is_stable_no_second_write() -> None:

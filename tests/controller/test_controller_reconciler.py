@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from karmadaquota.api import KarmadaQuota, ObjectReference, Reservation, format_time
+from karmadaquota.api import KarmadaQuota, ObjectReference, Reservation
 from karmadaquota.controller import reconciler
 from karmadaquota.controller.manager import Controller
 from karmadaquota.controller.metrics import ControllerMetrics
@@ -21,6 +21,7 @@ from karmadaquota.kube import namespaces, paths
 from karmadaquota.kube.client import JSON, KubeError
 from karmadaquota.kube.retry import Backoff
 from karmadaquota.kube.versions import parse_rv
+from karmadaquota.times import format_time
 from tests.conftest import raw_binding
 from tests.controller.test_wake import patched, templates
 from tests.fake_api import FakeApiServer

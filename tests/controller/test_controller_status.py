@@ -12,16 +12,17 @@ import jsonpointer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from karmadaquota.api import Condition, format_time
+from karmadaquota.api import Condition
 from karmadaquota.controller.status import (
     fold_only,
-    held,
     merge_conditions,
     needs_write,
     pending_count,
     status_write,
     summary,
 )
+from karmadaquota.pending import held
+from karmadaquota.times import format_time
 from tests.conftest import NOW, rl
 
 

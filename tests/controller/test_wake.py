@@ -9,11 +9,12 @@ from typing import Any
 import pytest
 
 from karmadaquota import waiting
-from karmadaquota.api import KarmadaQuota, ObjectReference, format_time
+from karmadaquota.api import KarmadaQuota, ObjectReference
 from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.controller.wake import Kind, WakeConfig, Waker, kinds
 from karmadaquota.kube.client import Body
 from karmadaquota.scopes import BindingTraits
+from karmadaquota.times import format_time
 from tests.conftest import NOW, rl
 from tests.fake_api import FakeApiServer
 

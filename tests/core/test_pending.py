@@ -18,24 +18,29 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from karmadaquota import api, charge, kubectl_plugin, usage_view
+from karmadaquota import api, charge, kubectl_plugin, pending, usage_view
 from karmadaquota.api import (
     BINDING_API_VERSION,
     BINDING_KIND,
-    HOLD_GENERATION,
-    PENDING_ENTRY_PATTERN,
-    PENDING_EXPIRES_PATTERN,
     KarmadaQuota,
     KarmadaQuotaStatus,
     ObjectReference,
     Reservation,
-    format_time,
     read_quota,
 )
 from karmadaquota.controller import status as cst
 from karmadaquota.evaluate import QuotaView
+from karmadaquota.pending import (
+    HOLD_GENERATION,
+    PENDING_ENTRY_PATTERN,
+    PENDING_EXPIRES_PATTERN,
+    charge_key,
+    expiry_seconds,
+    pending_size,
+)
 from karmadaquota.quantity import Quantity, QuantityError
-from karmadaquota.webhook.batcher import Batcher, ChargeRequest, pending_size
+from karmadaquota.times import format_time
+from karmadaquota.webhook.batcher import Batcher, ChargeRequest
 from tests.conftest import NOW
 from tests.fake_api import Replica
 from tests.webhook_fakes import binding
@@ -92,7 +97,7 @@ def wire(reservations: list[Reservation], namespace: str = NS) -> dict[str, Any]
 
 
 def group_key(r: Reservation) -> tuple[Any, int | None]:
-    return (api.charge_key(r.reserved), api.expiry_seconds(r.expirationTime))
+    return (charge_key(r.reserved), expiry_seconds(r.expirationTime))
 
 
 def grouped(reservations: list[Reservation]) -> list[Reservation]:
@@ -682,3 +687,10 @@ def test_a_storms_status_is_small(capsys: pytest.CaptureFixture[str]) -> None:
     assert per_entry <= 61  # name 19 + uid 36 + 4, and the groups: nothing else per binding
     assert new <= first_bytes(200) * 0.85 and old / new >= 4.6
     assert fits_8k >= 110 and fits_8k > first_fits
+
+
+def test_an_entry_names_the_binding_the_models_describe() -> None:
+    """`pending` sits below `api`: what a decoded entry names is the ResourceBinding's
+    apiVersion and kind as the models have them."""
+    assert pending.ENTRY_API_VERSION == api.BINDING_API_VERSION
+    assert pending.ENTRY_KIND == api.BINDING_KIND

@@ -18,6 +18,8 @@ CORE = (
     "karmadaquota.evaluate",
     "karmadaquota.validation",
     "karmadaquota.api",
+    "karmadaquota.pending",
+    "karmadaquota.times",
     "karmadaquota.crdgen",
 )
 

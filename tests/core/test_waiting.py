@@ -9,9 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from karmadaquota import waiting
-from karmadaquota.api import KarmadaQuota, ObjectReference, WaitingWorkload, format_time
+from karmadaquota.api import KarmadaQuota, ObjectReference, WaitingWorkload
 from karmadaquota.evaluate import QuotaView
 from karmadaquota.scopes import BindingTraits
+from karmadaquota.times import format_time
 from tests.conftest import NOW, rl, view
 
 PLAIN = BindingTraits(has_replicas=True, best_effort=False, priority_class="")

@@ -98,22 +98,28 @@ def test_docs_architecture_draws_the_controllers_queues_as_the_code_has_them() -
 
 
 WHERE = re.compile(r"<!-- where to look -->\n(\|.*?)\n\n", re.S)
+# issue 43: what a newcomer asks first, each answered in two hops (the table, then a file)
+NEWCOMERS_QUESTIONS = (
+    "what does a binding cost?",
+    "who writes a quota's status, and how is a conflict handled?",
+    "how is a waiting or queued workload admitted when room appears?",
+)
+
+
+def _where_to_look() -> dict[str, str]:
+    """docs/architecture.md's first table: question -> its answer."""
+    found = WHERE.search((REPO / "docs" / "architecture.md").read_text())
+    assert found, "docs/architecture.md has no 'where to look' table"
+    return {
+        line.split("|")[1].strip(): line.split("|")[2] for line in found.group(1).splitlines()[2:]
+    }
 
 
 def test_where_to_look_answers_the_newcomers_questions_with_files_that_exist() -> None:
     """docs/architecture.md's first table answers, in two hops, what a newcomer asks first;
     every file it names exists (a moved module fails here until the table says where)."""
-    text = (REPO / "docs" / "architecture.md").read_text()
-    found = WHERE.search(text)
-    assert found, "docs/architecture.md has no 'where to look' table"
-    rows = {
-        line.split("|")[1].strip(): line.split("|")[2] for line in found.group(1).splitlines()[2:]
-    }
-    for question in (
-        "what does a binding cost?",
-        "who writes quota status?",
-        "how is a refused workload woken?",
-    ):
+    rows = _where_to_look()
+    for question in NEWCOMERS_QUESTIONS:
         assert question in rows, f"the table does not answer {question!r}"
     for question, answer in rows.items():
         files = re.findall(r"`((?:[a-z_]+/)*[a-z_]+\.py)`", answer)
@@ -122,7 +128,8 @@ def test_where_to_look_answers_the_newcomers_questions_with_files_that_exist() -
         assert not missing, f"{question!r} names files that do not exist: {missing}"
 
 
-# the one writer of quota status in each program (docs/architecture.md, "who writes quota status?")
+# the one writer of quota status in each program (docs/architecture.md, "who writes a quota's
+# status")
 STATUS_WRITERS = {"controller/status_writer.py", "webhook/backend.py"}
 # a status path of a KarmadaQuota or ClusterKarmadaQuota: `paths.quota_status(...)`,
 # `paths.cluster_quota_status(...)`, or a path built by hand ending in /status
@@ -143,3 +150,18 @@ def test_every_write_of_quota_status_goes_through_the_one_writer() -> None:
     assert not found, f"quota status written outside the one writer: {found}"
     for writer in STATUS_WRITERS:
         assert STATUS_PATH.search((package / writer).read_text()), f"{writer} writes no status"
+
+
+@pytest.mark.parametrize("question", NEWCOMERS_QUESTIONS)
+def test_where_to_look_answers_each_newcomers_question_in_two_hops(question: str) -> None:
+    """The second hop is a module that says what it does: every file the answer names exists
+    and opens with a docstring (the first named is where to start)."""
+    rows = _where_to_look()
+    assert question in rows, f"the table does not answer {question!r}"
+    files = re.findall(r"`((?:[a-z_]+/)*[a-z_]+\.py)`", rows[question])
+    assert files, f"{question!r} names no file"
+    for f in files:
+        module = REPO / "karmadaquota" / f
+        assert module.exists(), f"{question!r} names {f}, which does not exist"
+        body = module.read_text().lstrip()
+        assert body.startswith('"""'), f"{f} ({question!r}) does not say what it does"

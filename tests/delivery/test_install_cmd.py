@@ -444,7 +444,7 @@ LEASE = "/apis/coordination.k8s.io/v1/namespaces/karmada-system/leases/karmadaqu
 def lease(holder: str, rv: str, renewed_ago: float = 0.0, duration: int = 10) -> dict[str, Any]:
     from datetime import UTC, datetime, timedelta
 
-    from karmadaquota.api import format_time
+    from karmadaquota.times import format_time
 
     renew = format_time(datetime.now(UTC) - timedelta(seconds=renewed_ago), micro=True)
     spec = {"holderIdentity": holder, "leaseDurationSeconds": duration, "renewTime": renew}

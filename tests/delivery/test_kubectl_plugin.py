@@ -11,6 +11,7 @@ import pytest
 
 from karmadaquota import kubectl_plugin
 from karmadaquota.kubectl_plugin import render
+from karmadaquota.times import parse_time
 from tests.conftest import NOW
 
 
@@ -221,7 +222,7 @@ def test_describe_lists_the_queue_with_position_priority_and_wait() -> None:
         _queued("elsewhere", 1, "2026-01-01T00:00:00Z", quota="other"),
         binding_doc(1, {"cpu": "1"}, name="running"),
     ]
-    now = kubectl_plugin.api.parse_time("2026-01-01T00:20:00Z")
+    now = parse_time("2026-01-01T00:20:00Z")
     assert now is not None
     queue = kubectl_plugin.queue_of(quota, bindings, {"high": 1000}, now)
     assert [(e["position"], e["workload"], e["priority"]) for e in queue] == [

@@ -8,18 +8,16 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 from karmadaquota import charge
-from karmadaquota.api import KarmadaQuotaStatus, ObjectReference, Reservation, encode_pending
+from karmadaquota.api import KarmadaQuotaStatus, ObjectReference, Reservation
 from karmadaquota.evaluate import Decision
 from karmadaquota.kube.client import JSON
+from karmadaquota.pending import charge_size, encode_pending, pending_size, reservation_size
 from karmadaquota.webhook.batcher import (
     DEFAULT_RESERVATION_BYTES,
     REASON_TOO_MANY,
     Batcher,
     BatcherConfig,
     ChargeRequest,
-    charge_size,
-    pending_size,
-    reservation_size,
 )
 from tests.fake_api import Replica, quota_doc
 from tests.webhook_fakes import binding

@@ -383,11 +383,12 @@ async def test_per_cluster_used_follows_placement_and_observed_follows_member_po
         timeout=60,
     )
     print("\n" + out.stdout)
-    header = out.stdout.splitlines()[2]
+    # guarded by default: per member, placed/observed/guard
+    header = next(line for line in out.stdout.splitlines() if line.startswith("Resource "))
     for cluster in clusters:
-        assert f"{cluster} used/observed" in header
+        assert f"{cluster} placed/observed/guard" in header
     pods_row = next(line for line in out.stdout.splitlines() if line.startswith("pods "))
-    assert f"{placement[direct]}/{placement[direct] + 1}" in pods_row
+    assert f"{placement[direct]}/{placement[direct] + 1}/" in pods_row
 
 
 @pytest.mark.smoke

@@ -162,8 +162,11 @@ def members_within(s: Stack, ns: str, hard: int) -> contextlib.AbstractAsyncCont
     return within(pods, hard, "pods")
 
 
-async def quota(s: Stack, ns: str, **hard: str) -> None:
-    await s.bed.aapply(product.quota(ns, "team", dict(hard)))
+async def quota(s: Stack, ns: str, opt_out: bool = False, **hard: str) -> None:
+    """The namespace's quota `team` of `hard`: member guards on (the default), or, `opt_out`,
+    admission alone (`memberEnforcement: None`), whose own allow-lists are then what holds."""
+    spec = {"memberEnforcement": "None"} if opt_out else {}
+    await s.bed.aapply(product.quota(ns, "team", dict(hard), **spec))
 
     async def enforced() -> bool:
         q = await s.api.get(QUOTAS.format(ns=ns) + "/team")
@@ -308,11 +311,12 @@ def override_policy(ns: str, name: str, overriders: JSON) -> JSON:
 
 
 async def test_a_tenant_cannot_override_its_replicas(stack: Stack, ns: str) -> None:
-    """An OverridePolicy replacing /spec/replicas with 5 ran 5 pods against pods=2: refused;
-    an override of what is not charged is the tenant's to write."""
+    """An OverridePolicy replacing /spec/replicas with 5 ran 5 pods against pods=2: refused by
+    a quota that opted out of member guards; an override of what is not charged is the tenant's
+    to write."""
     s = stack
     members = list(s.members)
-    await quota(s, ns, pods="2", **{"requests.cpu": "1"})
+    await quota(s, ns, opt_out=True, pods="2", **{"requests.cpu": "1"})
     await tenant_apply(s, deployment(ns, "web", 1, CPU), divided_policy(ns, "web", members))
     await placed(s, ns, "web", 1)
 
@@ -335,6 +339,42 @@ async def test_a_tenant_cannot_override_its_replicas(stack: Stack, ns: str) -> N
     assert sum((await running(s, ns)).values()) == 1
 
 
+async def test_an_override_admission_cannot_price_is_admitted_and_bounded_by_the_guards(
+    stack: Stack, ns: str
+) -> None:
+    """Issue 42: where member guards bound the namespace (the default), an override admission
+    cannot price is admitted — 5 replicas in every member for a binding charged 1 — and the
+    members' guards hold what runs: never more than pods=2 at any poll, though the members'
+    Deployments ask for 10. A rename is still refused: it would leave the guards' name."""
+    s = stack
+    members = list(s.members)
+    await quota(s, ns, pods="2", **{"requests.cpu": "1"})
+    await tenant_apply(s, deployment(ns, "web", 1, CPU), divided_policy(ns, "web", members))
+    await placed(s, ns, "web", 1)
+    op = {"path": "/spec/replicas", "operator": "replace", "value": 5}
+    async with members_within(s, ns, 2) as w:
+        await tenant_apply(s, override_policy(ns, "more", {"plaintext": [op]}))
+
+        async def asked() -> bool:
+            found = await member_deployments(s, ns)
+            return all(
+                [d["spec"]["replicas"] for d in found[m] if d["metadata"]["name"] == "web"] == [5]
+                for m in members
+            )
+
+        await eventually(asked, 60, "5 replicas asked for in every member", interval=0.2)
+
+        async def filled() -> bool:
+            return sum((await running(s, ns)).values()) == 2
+
+        await eventually(filled, 60, "the members running up to the hard", interval=0.2)
+        renamed = {"path": "/metadata/name", "operator": "replace", "value": "web-2"}
+        doc = json.dumps(override_policy(ns, "renamed", {"plaintext": [renamed]}))
+        got = await as_tenant(s, "create", "-f", "-", input=doc)
+        assert got.returncode != 0 and "replace /metadata/name" in got.stderr, got.stderr
+    print(f"members ran at most {w.most} pods (terminating counted) over {w.polls} polls")
+
+
 async def member_deployments(s: Stack, ns: str) -> dict[str, list[JSON]]:
     """The Deployments each member holds in the namespace."""
     return await member_items(s, f"/apis/apps/v1/namespaces/{ns}/deployments")
@@ -348,10 +388,13 @@ async def test_issue_34s_overrides_are_refused_and_everyday_ones_rendered(
     imageOverrider whose predicate rewrote requests.cpu (2 x 2 cpu under requests.cpu=1), and
     one on /spec/strategy and /spec/minReadySeconds (4 pods under pods=2) are each refused by
     name; an image and a label override are still the tenant's, and Karmada renders them in the
-    member. The members never run more than hard, nor a Deployment under another name."""
+    member. The members never run more than hard, nor a Deployment under another name. (A quota
+    that opted out of member guards: under guards the predicate and surge overrides are
+    admitted and bounded in the members, `test_an_override_admission_cannot_price_is_admitted_
+    and_bounded_by_the_guards`.)"""
     s = stack
     members = list(s.members)
-    await quota(s, ns, pods="2", **{"requests.cpu": "1"})
+    await quota(s, ns, opt_out=True, pods="2", **{"requests.cpu": "1"})
     await tenant_apply(s, deployment(ns, "web", 1, CPU), divided_policy(ns, "web", members[:1]))
     await placed(s, ns, "web", 1)
     plain = lambda path, value: {  # noqa: E731
@@ -505,11 +548,12 @@ async def test_an_untrusted_writers_cluster_override_policy_is_held_to_the_list(
 
 async def test_what_karmada_cannot_count_is_refused_with_the_way_out(stack: Stack, ns: str) -> None:
     """A DaemonSet (no replicas in its binding) and a PropagationPolicy that preserves what it
-    ran after deletion: both propagated uncharged before. Refused by the quota that tracks pods,
-    with the way out in the message; nothing of either runs in a member."""
+    ran after deletion: both propagated uncharged before. Refused by the quota that tracks pods
+    and opted out of member guards, with the way out in the message; nothing of either runs in
+    a member."""
     s = stack
     members = list(s.members)
-    await quota(s, ns, pods="2", **{"requests.cpu": "1"})
+    await quota(s, ns, opt_out=True, pods="2", **{"requests.cpu": "1"})
     daemonset = {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
@@ -545,13 +589,13 @@ async def test_what_karmada_cannot_count_is_refused_with_the_way_out(stack: Stac
     assert await running(s, ns) == {m: 0 for m in members}
 
 
-async def test_a_kind_whose_pods_nothing_counts_is_refused_and_runs_nowhere(
+async def test_a_replication_controller_is_charged_its_pods_and_refused_past_the_hard(
     stack: Stack, ns: str
 ) -> None:
     """The issue's ReplicationController: its binding carries no replicas, so it ran 5 × 500m
-    in the members under pods=1, requests.cpu=1 while `status.used` said pods=0. A kind off the
-    allow-list is refused by a quota tracking pods or compute, naming both ways out (declare
-    the kind, or memberEnforcement); no member runs a pod of it at any poll."""
+    in every member under pods=1, requests.cpu=1 while `status.used` said pods=0. It is now
+    charged what each member runs (the template's 5 replicas in every cluster Karmada renders it
+    into: docs/charging.md) and refused past the hard; no member runs a pod of it at any poll."""
     s = stack
     members = list(s.members)
     await quota(s, ns, pods="1", **{"requests.cpu": "1"})
@@ -575,15 +619,14 @@ async def test_a_kind_whose_pods_nothing_counts_is_refused_and_runs_nowhere(
     policy = everywhere(ns, "v1", "ReplicationController", "rc", members)
     async with members_within(s, ns, 0):
         await tenant_apply(s, rc, policy)
+        want = "requested: pods=5"  # at its create, before Karmada places it anywhere
 
         async def refused() -> bool:
             events = await s.api.get(f"/api/v1/namespaces/{ns}/events")
-            return "ReplicationController: not a kind whose pods" in events_about(events, "rc")
+            message = events_about(events, "rc")
+            return "exceeded quota: team" in message and want in message
 
         await eventually(refused, 60, "the binding refused, in the template's events", interval=0.2)
-        message = events_about(await s.api.get(f"/api/v1/namespaces/{ns}/events"), "rc")
-        assert "--workload-kind" in message, message  # declare the kind
-        assert "set memberEnforcement: ResourceQuota" in message, message  # or guard the members
         with pytest.raises(NotFound):
             await s.api.get(BINDINGS.format(ns=ns) + "/rc-replicationcontroller")
         for client in s.members.values():
@@ -920,11 +963,11 @@ async def test_the_retain_replicas_label_is_refused_where_the_members_do_not_enf
     """With `resourcetemplate.karmada.io/retain-replicas: "true"` on the rendered workload,
     Karmada keeps each member's own replicas: a HorizontalPodAutoscaler the tenant propagates
     to the members would size the workload there, and no charge counts that. The label, on the
-    template or through an OverridePolicy, is refused unless the quota makes the members
-    enforce (memberEnforcement: ResourceQuota); a Deployment created with it is not propagated."""
+    template or through an OverridePolicy, is refused by a quota that opted out of member
+    guards (memberEnforcement: None); a Deployment created with it is not propagated."""
     s = stack
     members = list(s.members)
-    await quota(s, ns, pods="4")
+    await quota(s, ns, opt_out=True, pods="4")
     label = "resourcetemplate.karmada.io/retain-replicas"
     async with members_within(s, ns, 4):
         await tenant_apply(

@@ -13,7 +13,7 @@ Share policy, per resource name (all arithmetic in exact nano-units):
    lowered since its guard was written). The budget of the reachable members is what the fixed
    ones leave: `B = hard − Σ fixed`. Except a member Karmada reports not Ready whose evicted
    replicas the quota releases (`released`, docs/charging.md "Failover"): like its evicted
-   replicas, it keeps no share (its guard goes to 0 where it can still be written), so that a
+   replicas, it keeps no share and is not written (Karmada says it is gone), so that a
    failover starts the moved pods elsewhere at once, as admission lets it — the window in which
    a partitioned member may still run them is the failover's, documented there.
 2. Each reachable member first gets its *usage* (the larger of what Karmada placed there and
@@ -132,17 +132,14 @@ def _split(units: int, order: Sequence[str], limits: Mapping[str, int | None]) -
 
 
 def desired(inputs: GuardInputs) -> dict[str, Nanos]:
-    """The hard every *reachable* member's guard should have (see the module docstring)."""
+    """The hard every *reachable* member's guard should have, but a released one's (see the
+    module docstring)."""
     hard = inputs.hard
-    # a released member (not Ready, its evicted replicas released) holds nothing, reachable or
-    # not: its guard goes to 0 where it can be written, and the others share the whole budget
-    out: dict[str, Nanos] = {
-        m.name: dict.fromkeys(hard, 0)
-        for m in inputs.members
-        if m.reachable and m.name in inputs.released
-    }
+    # a released member (not Ready, its evicted replicas released) holds nothing of the budget,
+    # reachable or not, and is not written: Karmada says it is gone (a write to it would fail
+    # and hold up the others' increases), and what it still runs is the failover's window
     reachable = [m for m in inputs.members if m.reachable and m.name not in inputs.released]
-    out |= {m.name: {} for m in reachable}
+    out: dict[str, Nanos] = {m.name: {} for m in reachable}
     for name, limit in hard.items():
         fixed = sum(
             assumed(m, hard)[name]

@@ -22,7 +22,7 @@ from karmadaquota.api import (
     KarmadaQuotaSpec,
     QuantityValue,
 )
-from karmadaquota.pod_template import LIMITED, LIMITS_PREFIX
+from karmadaquota.pod_template import LIMITED, LIMITS_PREFIX, is_claim_name
 from karmadaquota.quantity import Quantity, QuantityError
 from karmadaquota.resources import parse_resource_list
 from karmadaquota.scopes import BEST_EFFORT, NOT_BEST_EFFORT, validate_scopes
@@ -60,6 +60,8 @@ def _chargeable_request(resource: str) -> bool:
 def validate_resource_name(name: str) -> str | None:
     """Why `name` cannot be a KarmadaQuota resource, or None when it can."""
     path = f"spec.hard[{name}]"
+    if is_claim_name(name):
+        return None  # a StatefulSet's claim templates (karmadaquota.pod_template.claims)
     if name.startswith(LIMITS_PREFIX):
         if name.removeprefix(LIMITS_PREFIX) in LIMITED:
             return None  # charged from the resource template's pod (karmadaquota.pod_template)
@@ -73,7 +75,7 @@ def validate_resource_name(name: str) -> str | None:
             return f'{path}: Invalid value: "{name}": must be requests.<resource name>'
         if _chargeable_request(rest):
             return None
-        # e.g. requests.storage, requests.pods: valid-looking, but no binding is ever charged it
+        # e.g. requests.pods: valid-looking, but no binding is ever charged it
         return f'{path}: Invalid value: "{name}": must be a standard resource for quota'
     if name.startswith(resources.COUNT_PREFIX):
         rest = name.removeprefix(resources.COUNT_PREFIX)

@@ -84,12 +84,26 @@ def test_bare_extended_name_is_rejected(name: str) -> None:
         # requests.<r> for an r that a binding can never be charged for
         "requests.foo",
         "requests.pods",
-        "requests.storage",
         "requests.kubernetes.io/something",
     ],
 )
 def test_unknown_names_are_rejected(name: str) -> None:
     assert validate_resource_name(name) == invalid(name, "must be a standard resource for quota")
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "requests.storage",
+        "persistentvolumeclaims",
+        "count/persistentvolumeclaims",
+        "fast.storageclass.storage.k8s.io/requests.storage",
+        "fast.storageclass.storage.k8s.io/persistentvolumeclaims",
+    ],
+)
+def test_the_names_a_claim_is_charged_are_accepted(name: str) -> None:
+    """Issue 42: a StatefulSet's claim templates are charged; their names can be limited."""
+    assert validate_resource_name(name) is None
 
 
 @pytest.mark.parametrize("name", ["requests.", "requests.nvidia.com/", "requests.-cpu"])

@@ -44,6 +44,7 @@ MEMBER_CONTROLLERS = (
     "root-ca-cert-publisher",
     "deployment",
     "replicaset",
+    "replicationcontroller",
     "statefulset",
     "job",
     "resourcequota",

@@ -1,24 +1,50 @@
 """The test bed's own reference charge: what docs/charging.md says a ResourceBinding costs, written
-from the document and never from the product (`karmadaquota.charge` is what is under test; an
-oracle that calls it agrees with every mistake it makes).
+from the document's tables and never from the product (`karmadaquota.charge` is what is under
+test; an oracle that calls it, or copies it, agrees with every mistake it makes).
 
-Only what the campaigns' bindings use: no resource template (so no template pod, no surge), a
-Deployment's `count/deployments.apps`, `pods` = R and R × each request under `requests.<r>` and the
-bare `<r>`, with R = max(`spec.replicas`, Σ replicas of the clusters Karmada renders a Work into:
-`spec.clusters` (a cluster listed twice: their sum), then `spec.requiredBy` clusters not among them,
-then each `gracefulEvictionTasks[].fromCluster` in neither, with the task's replicas or
-`spec.replicas`, unless the task is purged `Directly`/`Immediately`). One component is charged like
-the legacy fields it replaces; several charge Σ component replicas × requests once per target
-cluster (once before scheduling). A negative request or replica count is charged as zero; a binding
-queued by a quota (its `quota.karmada.io/queued-by` annotation, suspended, placed nowhere) is
-charged nothing. Scopes as Kubernetes' ResourceQuota reads a pod's: BestEffort is replicas without
-any request, PriorityClass the replicas' class, and a binding without replicas matches no scope.
+The rules it reads, each from docs/charging.md:
+
+* **Where Karmada renders a Work, with how many replicas** (the cluster table): every
+  `spec.clusters[]` entry (one named twice: its sum); then each cluster of
+  `spec.requiredBy[].clusters` that is not scheduled (its first listing); then each
+  `spec.gracefulEvictionTasks[].fromCluster` in neither, unless purged `Directly` (or
+  `Immediately`), with the task's `replicas`, or `spec.replicas` when it names none.
+* **R = max(`spec.replicas`, Σ over those clusters)**; a Deployment's rollout adds, in every
+  cluster, `maxSurge` of that cluster's replicas (25 % rounded up by default, none with
+  `maxSurge: 0` or `Recreate`), and before placement of its `spec.replicas`.
+* **Per replica**: `pods` 1 and `count/pods` 1 (Kubernetes' pod evaluator counts both); each
+  request under `requests.<r>` and, for cpu, memory and ephemeral-storage, the bare `<r>`;
+  with the template's pod (only when the binding names a template version: one made by hand is
+  charged from its own fields) each request is the larger of the binding's and the pod's as
+  Kubernetes charges it (containers summed plus sidecars, an init container beside the
+  sidecars started before it, the overhead added, pod-level resources setting the total) and
+  its limits under `limits.<r>`.
+* **Claim templates** (a StatefulSet's `volumeClaimTemplates`): per replica and per entry
+  `persistentvolumeclaims` 1, `count/persistentvolumeclaims` 1, `requests.storage` its request,
+  and both the claim count and the storage again under `<class>.storageclass.storage.k8s.io/`
+  when it names its `storageClassName`.
+* **Objects**: 1 of `count/<resource>.<group>` per binding (`count/<resource>` for the core
+  group) and of the legacy `services`, `secrets`, `configmaps`, `persistentvolumeclaims` for
+  those kinds — except a propagated Pod, counted under `count/pods` per replica only.
+* **Kinds**: Deployment, StatefulSet, ReplicaSet, Job, Pod and ReplicationController run their
+  replicas (a ReplicationController's binding carries none: each cluster runs its template's
+  `spec.replicas`, 1 when absent; so does any workload whose binding has no replicas while its
+  template has some); a kind known to run no pods is charged its object only, never replicas;
+  any other kind is charged its object and marked `uncounted` (what it runs, no charge counts).
+* **Multi-component** bindings (more than one component): Σ component replicas × requests,
+  once per target cluster (once before scheduling); one component like the legacy fields.
+* A negative request or replica count is charged as zero; a binding queued by a quota (its
+  `quota.karmada.io/queued-by` annotation, scheduling suspended, placed nowhere) is charged
+  nothing. Scopes as Kubernetes' ResourceQuota reads a pod's: BestEffort is replicas without
+  any cpu or memory request or limit, PriorityClass the replicas' class, and a binding without
+  replicas matches no scope.
 
 Quantities are Kubernetes' (suffixes, decimal exponents), kept exact as fractions.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -42,6 +68,49 @@ _QUANTITY = re.compile(
     r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)$"
 )
 
+# docs/charging.md, "Which kinds are charged"
+RUN_REPLICAS = {
+    ("apps", "Deployment"),
+    ("apps", "StatefulSet"),
+    ("apps", "ReplicaSet"),
+    ("batch", "Job"),
+    ("", "Pod"),
+    ("", "ReplicationController"),
+}
+RUN_NO_PODS = {
+    ("", "ConfigMap"),
+    ("", "Secret"),
+    ("", "Service"),
+    ("", "ServiceAccount"),
+    ("", "PersistentVolumeClaim"),
+    ("", "Endpoints"),
+    ("", "LimitRange"),
+    ("", "ResourceQuota"),
+    ("coordination.k8s.io", "Lease"),
+    ("discovery.k8s.io", "EndpointSlice"),
+    ("networking.k8s.io", "Ingress"),
+    ("networking.k8s.io", "NetworkPolicy"),
+    ("policy", "PodDisruptionBudget"),
+    ("rbac.authorization.k8s.io", "Role"),
+    ("rbac.authorization.k8s.io", "RoleBinding"),
+    ("multicluster.x-k8s.io", "ServiceExport"),
+    ("multicluster.x-k8s.io", "ServiceImport"),
+    ("networking.karmada.io", "MultiClusterService"),
+    ("networking.karmada.io", "MultiClusterIngress"),
+    ("gateway.networking.k8s.io", "HTTPRoute"),
+    ("gateway.networking.k8s.io", "GRPCRoute"),
+    ("gateway.networking.k8s.io", "ReferenceGrant"),
+}
+LEGACY = {
+    "Service": "services",
+    "Secret": "secrets",
+    "ConfigMap": "configmaps",
+    "PersistentVolumeClaim": "persistentvolumeclaims",
+}
+BARE = ("cpu", "memory", "ephemeral-storage")
+NOT_RENDERED = ("Directly", "Immediately")
+STORAGE_CLASS = "{}.storageclass.storage.k8s.io/{}"
+
 
 def quantity(value: Any) -> Fraction:
     """A Kubernetes quantity ("1500m", "2Gi", "1e3", "1E", 3) exactly; ValueError if it is
@@ -59,104 +128,258 @@ Usage = dict[str, Fraction]
 
 @dataclass(frozen=True)
 class Charged:
-    """One binding's charge by quota resource name, and what its scopes look at."""
+    """One binding's charge by quota resource name, and what its scopes look at; `uncounted`:
+    a kind that may run pods no charge counts (its object alone is charged)."""
 
     total: Usage
     has_replicas: bool
     best_effort: bool
     priority_class: str
+    uncounted: bool = False
 
 
-def _add(into: Usage, more: Mapping[str, Fraction], times: int = 1) -> None:
-    for name, q in more.items():
-        into[name] = into.get(name, Fraction(0)) + q * times
+def _nonneg(value: Any) -> int:
+    """A replica count; a negative or absent one is zero."""
+    return int(value) if value is not None and int(value) > 0 else 0
 
 
-def _count(n: Any) -> int:
-    return max(0, int(n or 0))
+def _plus(a: Mapping[str, Fraction], b: Mapping[str, Fraction]) -> Usage:
+    return {k: a.get(k, Fraction(0)) + b.get(k, Fraction(0)) for k in {*a, *b}}
 
 
-def _one_replica(requirements: Mapping[str, Any] | None) -> tuple[Usage, bool]:
-    """(what one replica is charged, whether it is best effort)."""
+def _times(a: Mapping[str, Fraction], n: int) -> Usage:
+    return {k: v * n for k, v in a.items()}
+
+
+def _greater(a: Mapping[str, Fraction], b: Mapping[str, Fraction]) -> Usage:
+    return {k: max(a.get(k, Fraction(0)), b.get(k, Fraction(0))) for k in {*a, *b}}
+
+
+def _plural(kind: str) -> str:
+    """The API resource of a kind, as Kubernetes names the built-in ones."""
+    low = kind.lower()
+    if low == "endpoints":
+        return low
+    if low.endswith(("s", "x", "z", "ch", "sh")):
+        return low + "es"
+    if low.endswith("y") and low[-2:-1] not in "aeiou":
+        return low[:-1] + "ies"
+    return low + "s"
+
+
+def _group(api_version: str) -> str:
+    return api_version.rpartition("/")[0]
+
+
+def object_names(api_version: str, kind: str) -> Usage:
+    """What the object itself costs (docs' first table); a Pod none (per replica instead)."""
+    group = _group(api_version)
+    if (group, kind) == ("", "Pod"):
+        return {}
+    resource = _plural(kind)
+    out: Usage = {f"count/{resource}.{group}" if group else f"count/{resource}": Fraction(1)}
+    if not group and kind in LEGACY:
+        out[LEGACY[kind]] = Fraction(1)
+    return out
+
+
+# --- one replica as Kubernetes charges its pod ------------------------------------------------
+
+
+def _resources(container: Mapping[str, Any], which: str) -> Usage:
+    values = (container.get("resources") or {}).get(which) or {}
+    return {r: max(Fraction(0), quantity(v)) for r, v in values.items()}
+
+
+def pod_charge(pod_spec: Mapping[str, Any], which: str) -> Usage:
+    """The pod's `which` ("requests" or "limits") as Kubernetes' quota charges it: the regular
+    containers summed with every sidecar (an init container with `restartPolicy: Always`); each
+    other init container must fit beside the sidecars started before it, so the pod charges the
+    larger of that and the sum; the overhead is added (to a limit only where one is set); the
+    pod's own `spec.resources` replace the total for the names they set."""
+    running: Usage = {}
+    for c in pod_spec.get("containers") or []:
+        running = _plus(running, _resources(c, which))
+    sidecars: Usage = {}
+    peak: Usage = {}
+    for c in pod_spec.get("initContainers") or []:
+        own = _resources(c, which)
+        if c.get("restartPolicy") == "Always":
+            sidecars = _plus(sidecars, own)
+            peak = _greater(peak, sidecars)
+        else:
+            peak = _greater(peak, _plus(sidecars, own))
+    total = _greater(_plus(running, sidecars), peak)
+    pod_level = {
+        r: max(Fraction(0), quantity(v))
+        for r, v in ((pod_spec.get("resources") or {}).get(which) or {}).items()
+    }
+    total.update(pod_level)
+    overhead = {
+        r: max(Fraction(0), quantity(v)) for r, v in (pod_spec.get("overhead") or {}).items()
+    }
+    for r, v in overhead.items():
+        if which == "requests" or r in total:
+            total[r] = total.get(r, Fraction(0)) + v
+    return {r: v for r, v in total.items() if v or r in pod_level}
+
+
+def _pod_template(template: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    kind = template.get("kind")
+    if kind == "Pod":
+        return template.get("spec") or {}
+    return ((template.get("spec") or {}).get("template") or {}).get("spec")
+
+
+def _template_replicas(template: Mapping[str, Any]) -> int:
+    spec = template.get("spec") or {}
+    kind = template.get("kind")
+    if kind == "Job":
+        return _nonneg(spec.get("parallelism", 1))
+    if kind == "Pod":
+        return 1
+    return _nonneg(spec.get("replicas", 1))
+
+
+def _surge(template: Mapping[str, Any] | None, replicas: int) -> int:
+    """The pods a Deployment's rollout may add beside `replicas` in one cluster."""
+    if template is None or template.get("kind") != "Deployment" or replicas <= 0:
+        return 0
+    strategy = (template.get("spec") or {}).get("strategy") or {}
+    if strategy.get("type") == "Recreate":
+        return 0
+    value = (strategy.get("rollingUpdate") or {}).get("maxSurge", "25%")
+    if isinstance(value, str) and value.endswith("%"):
+        return math.ceil(replicas * Fraction(value[:-1]) / 100)
+    return _nonneg(value)
+
+
+def claims(template: Mapping[str, Any] | None) -> Usage:
+    """What one replica's claims cost (a StatefulSet's `volumeClaimTemplates`)."""
+    if template is None or template.get("kind") != "StatefulSet":
+        return {}
+    out: Usage = {}
+    for entry in (template.get("spec") or {}).get("volumeClaimTemplates") or []:
+        spec = entry.get("spec") or {}
+        storage = ((spec.get("resources") or {}).get("requests") or {}).get("storage")
+        one: Usage = {"persistentvolumeclaims": Fraction(1)}
+        one["count/persistentvolumeclaims"] = Fraction(1)
+        one["requests.storage"] = max(Fraction(0), quantity(storage)) if storage else Fraction(0)
+        storage_class = spec.get("storageClassName")
+        if storage_class:
+            one[STORAGE_CLASS.format(storage_class, "persistentvolumeclaims")] = Fraction(1)
+            one[STORAGE_CLASS.format(storage_class, "requests.storage")] = one["requests.storage"]
+        out = _plus(out, one)
+    return out
+
+
+@dataclass(frozen=True)
+class _Replica:
+    usage: Usage
+    best_effort: bool
+    priority: str
+
+
+def _replica(
+    requirements: Mapping[str, Any] | None, template: Mapping[str, Any] | None
+) -> _Replica:
+    """One replica: `pods`, `count/pods`, its requests (the larger of the binding's and the
+    template pod's), the pod's limits, its claims."""
     requests = {
         r: max(Fraction(0), quantity(v))
         for r, v in ((requirements or {}).get("resourceRequest") or {}).items()
     }
-    usage: Usage = {"pods": Fraction(1)}
+    limits: Usage = {}
+    pod = _pod_template(template) if template is not None else None
+    if pod is not None:
+        requests = _greater(requests, pod_charge(pod, "requests"))
+        limits = pod_charge(pod, "limits")
+    usage: Usage = {"pods": Fraction(1), "count/pods": Fraction(1)}
     for r, q in requests.items():
         usage[f"requests.{r}"] = q
-        usage[r] = q
-    return usage, all(q == 0 for q in requests.values())
+        if r in BARE:
+            usage[r] = q
+    for r, q in limits.items():
+        usage[f"limits.{r}"] = q
+    usage = _plus(usage, claims(template))
+    best_effort = not any(d.get(r) for d in (requests, limits) for r in ("cpu", "memory"))
+    return _Replica(usage, best_effort, (requirements or {}).get("priorityClassName") or "")
 
 
-def _placed(spec: Mapping[str, Any]) -> dict[str, int]:
-    """Replicas per cluster Karmada renders a Work into."""
-    out: dict[str, int] = {}
-    for c in spec.get("clusters") or []:
-        out[c["name"]] = out.get(c["name"], 0) + _count(c.get("replicas"))
-    scheduled = set(out)
+# --- where Karmada renders the binding --------------------------------------------------------
+
+
+def rendered(spec: Mapping[str, Any]) -> dict[str, int]:
+    """Cluster -> replicas of every Work Karmada's binding controller renders (docs' cluster
+    table)."""
+    scheduled: dict[str, int] = {}
+    for entry in spec.get("clusters") or []:
+        scheduled[entry["name"]] = scheduled.get(entry["name"], 0) + _nonneg(entry.get("replicas"))
+    required: dict[str, int] = {}
     for snapshot in spec.get("requiredBy") or []:
-        for c in snapshot.get("clusters") or []:
-            if c["name"] not in scheduled and c["name"] not in out:
-                out[c["name"]] = _count(c.get("replicas"))
+        for entry in snapshot.get("clusters") or []:
+            required.setdefault(entry["name"], _nonneg(entry.get("replicas")))
+    targets = {**{k: v for k, v in required.items() if k not in scheduled}, **scheduled}
+    kept: dict[str, int] = {}
     for task in spec.get("gracefulEvictionTasks") or []:
-        if task["fromCluster"] not in out and task.get("purgeMode") not in (
-            "Directly",
-            "Immediately",
-        ):
-            kept = task.get("replicas")
-            out[task["fromCluster"]] = _count(spec.get("replicas") if kept is None else kept)
-    return out
+        if task.get("purgeMode") in NOT_RENDERED:
+            continue
+        n = task.get("replicas")
+        kept.setdefault(task["fromCluster"], _nonneg(spec.get("replicas") if n is None else n))
+    return {**{k: v for k, v in kept.items() if k not in targets}, **targets}
 
 
 def _queued(binding: Mapping[str, Any]) -> bool:
     spec = binding["spec"]
     annotations = binding["metadata"].get("annotations") or {}
-    placed = any(spec.get(k) for k in ("clusters", "gracefulEvictionTasks", "requiredBy"))
-    return bool(
-        annotations.get("quota.karmada.io/queued-by")
-        and (spec.get("suspension") or {}).get("scheduling") is True
-        and not placed
-    )
+    anywhere = spec.get("clusters") or spec.get("gracefulEvictionTasks") or spec.get("requiredBy")
+    suspended = (spec.get("suspension") or {}).get("scheduling") is True
+    return bool(annotations.get("quota.karmada.io/queued-by")) and suspended and not anywhere
 
 
-def charge(binding: Mapping[str, Any]) -> Charged:
-    """The binding's charge by docs/charging.md; ValueError on an unreadable quantity."""
+def charge(binding: Mapping[str, Any], template: Mapping[str, Any] | None = None) -> Charged:
+    """The binding's charge by docs/charging.md, with its resource template (the object its
+    `spec.resource` names) when one is given; ValueError on an unreadable quantity."""
     spec = binding["spec"]
     resource = spec["resource"]
-    group = resource["apiVersion"].rpartition("/")[0]
-    total: Usage = {f"count/{resource['kind'].lower()}s.{group}": Fraction(1)}
-    components = spec.get("components") or []
-    placed = _placed(spec)
-    requirements = spec.get("replicaRequirements") or {}
-    if len(components) > 1:
-        one_copy: Usage = {}
-        best_effort, has_replicas = True, False
-        priority = requirements.get("priorityClassName") or ""
-        for comp in components:
-            replicas = _count(comp.get("replicas"))
-            usage, empty = _one_replica(comp.get("replicaRequirements"))
-            if replicas:
-                _add(one_copy, usage, replicas)
-                has_replicas, best_effort = True, best_effort and empty
-            priority = priority or (comp.get("replicaRequirements") or {}).get(
-                "priorityClassName", ""
-            )
-        named = {c["name"] for c in spec.get("clusters") or []}
-        copies = max(1, len(spec.get("clusters") or []) + len(set(placed) - named))
-        _add(total, one_copy, copies)
-    else:
-        if components:
-            requirements = components[0].get("replicaRequirements") or {}
-        replicas = _count(components[0].get("replicas") if components else spec.get("replicas"))
-        r = max(replicas, sum(placed.values()))
-        usage, best_effort = _one_replica(requirements)
-        if r:
-            _add(total, usage, r)
-        has_replicas, priority = r > 0, requirements.get("priorityClassName") or ""
+    kind, group = resource["kind"], _group(resource["apiVersion"])
+    if not resource.get("resourceVersion"):
+        template = None  # a binding made by hand is charged from its own fields
+    objects = object_names(resource["apiVersion"], kind)
     if _queued(binding):
-        total = {}
-    return Charged(total, has_replicas, has_replicas and best_effort, priority)
+        return Charged({}, False, False, "")
+    if (group, kind) not in RUN_REPLICAS:
+        return Charged(objects, False, False, "", uncounted=(group, kind) not in RUN_NO_PODS)
+    components = spec.get("components") or []
+    clusters = rendered(spec)
+    if len(components) > 1:
+        copy: Usage = {}
+        some, best_effort = False, True
+        priority = (spec.get("replicaRequirements") or {}).get("priorityClassName") or ""
+        for comp in components:
+            n = _nonneg(comp.get("replicas"))
+            one = _replica(comp.get("replicaRequirements"), None)
+            copy = _plus(copy, _times(one.usage, n))
+            if n:
+                some, best_effort = True, best_effort and one.best_effort
+            priority = priority or one.priority
+        copies = max(1, len(spec.get("clusters") or []) + len(set(clusters) - _scheduled(spec)))
+        return Charged(_plus(objects, _times(copy, copies)), some, some and best_effort, priority)
+    own = components[0] if components else spec
+    replicas = _nonneg(own.get("replicas"))
+    if template is not None and replicas == 0 and _template_replicas(template):
+        # Karmada does not revise a member's replicas: each runs the template's own (once
+        # before it is placed anywhere)
+        clusters = dict.fromkeys(clusters or [""], _template_replicas(template))
+    one = _replica(own.get("replicaRequirements"), template)
+    everywhere = sum(n + _surge(template, n) for n in clusters.values())
+    r = max(replicas + _surge(template, replicas), everywhere)
+    total = _plus(objects, _times(one.usage, r)) if r else objects
+    return Charged(total, r > 0, r > 0 and one.best_effort, one.priority)
+
+
+def _scheduled(spec: Mapping[str, Any]) -> set[str]:
+    return {entry["name"] for entry in spec.get("clusters") or []}
 
 
 def matches(quota_spec: Mapping[str, Any], c: Charged) -> bool:
@@ -184,13 +407,19 @@ def matches(quota_spec: Mapping[str, Any], c: Charged) -> bool:
     return True
 
 
-def charges(bindings: Iterable[Mapping[str, Any]]) -> list[Charged]:
-    """The charge of each binding; an unreadable one is charged as zero (the controller counts
-    a binding it cannot read as nothing, and says so in the quota's status)."""
+def charges(
+    bindings: Iterable[Mapping[str, Any]],
+    templates: Mapping[tuple[str, str, str], Mapping[str, Any]] | None = None,
+) -> list[Charged]:
+    """The charge of each binding, with its template from `templates` by (kind, namespace,
+    name) when there; an unreadable one is charged as zero (the controller counts a binding it
+    cannot read as nothing, and says so in the quota's status)."""
     out = []
     for b in bindings:
+        r = b["spec"]["resource"]
+        template = (templates or {}).get((r["kind"], r.get("namespace", ""), r["name"]))
         try:
-            out.append(charge(b))
+            out.append(charge(b, template))
         except ValueError:
             continue
     return out

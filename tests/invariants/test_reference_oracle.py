@@ -52,6 +52,7 @@ def test_r_is_the_larger_of_the_replicas_and_what_the_clusters_run() -> None:
     assert reference.charge(binding(one)).total == {
         "count/deployments.apps": 1,
         "pods": 3,
+        "count/pods": 3,
         "requests.cpu": Fraction(3, 10),
         "cpu": Fraction(3, 10),
     }
@@ -93,7 +94,133 @@ def test_several_components_are_charged_once_per_target_cluster() -> None:
     }
     c = reference.charge(binding(spec))
     assert c.total["requests.cpu"] == 2 * Fraction(12, 10)
-    assert c.total["pods"] == 2 * 3
+    assert c.total["pods"] == c.total["count/pods"] == 2 * 3
+
+
+def test_count_pods_is_charged_as_pods_and_a_pod_is_not_counted_once_more_as_an_object() -> None:
+    spec = {"replicas": 2, "clusters": [{"name": "a", "replicas": 2}, {"name": "b", "replicas": 2}]}
+    assert reference.charge(binding(spec)).total["count/pods"] == 4
+    pod = binding({"replicas": 1, "clusters": [{"name": "a", "replicas": 1}]})
+    pod["spec"]["resource"] = {"apiVersion": "v1", "kind": "Pod", "name": "p", "namespace": "n"}
+    assert reference.charge(pod).total == {"pods": 1, "count/pods": 1}
+
+
+def test_core_objects_are_counted_under_their_resource_and_legacy_name_never_replicas() -> None:
+    svc = binding({"replicas": 3, "clusters": [{"name": "a", "replicas": 3}]})
+    svc["spec"]["resource"] = {"apiVersion": "v1", "kind": "Service", "name": "s"}
+    assert reference.charge(svc).total == {"count/services": 1, "services": 1}
+    ingress = binding({"replicas": 1})
+    ingress["spec"]["resource"] = {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "Ingress",
+        "name": "i",
+    }
+    assert reference.charge(ingress).total == {"count/ingresses.networking.k8s.io": 1}
+    crd = binding({"replicas": 1})
+    crd["spec"]["resource"] = {"apiVersion": "example.io/v1", "kind": "Workload", "name": "w"}
+    c = reference.charge(crd)
+    assert c.total == {"count/workloads.example.io": 1} and c.uncounted
+
+
+def with_template(spec: dict[str, Any]) -> dict[str, Any]:
+    b = binding(spec)
+    b["spec"]["resource"]["resourceVersion"] = "7"
+    return b
+
+
+def stateful_set(replicas: int, *entries: dict[str, Any]) -> dict[str, Any]:
+    pod = {"containers": [{"name": "c", "resources": {"requests": {"cpu": "100m"}}}]}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "spec": {
+            "replicas": replicas,
+            "template": {"spec": pod},
+            "volumeClaimTemplates": [{"metadata": {"name": "d"}, "spec": e} for e in entries],
+        },
+    }
+
+
+def test_claim_templates_are_charged_per_replica_and_per_entry_and_per_storage_class() -> None:
+    b = with_template(
+        {"replicas": 3, "clusters": [{"name": "a", "replicas": 2}, {"name": "b", "replicas": 1}]}
+    )
+    b["spec"]["resource"]["kind"] = "StatefulSet"
+    sts = stateful_set(
+        3,
+        {"resources": {"requests": {"storage": "1Gi"}}},
+        {"resources": {"requests": {"storage": "500Mi"}}, "storageClassName": "fast"},
+    )
+    c = reference.charge(b, sts)
+    fast = "fast.storageclass.storage.k8s.io"
+    assert {k: v for k, v in c.total.items() if "claim" in k or "storage" in k} == {
+        "persistentvolumeclaims": 6,
+        "count/persistentvolumeclaims": 6,
+        "requests.storage": 3 * (2**30 + 500 * 2**20),
+        f"{fast}/persistentvolumeclaims": 3,
+        f"{fast}/requests.storage": 3 * 500 * 2**20,
+    }
+    assert c.total["pods"] == 3 and c.total["requests.cpu"] == Fraction(3, 10)
+    # a binding made by hand names no template version: charged from its own fields
+    b["spec"]["resource"].pop("resourceVersion")
+    assert "persistentvolumeclaims" not in reference.charge(b, sts).total
+
+
+def deployment(replicas: int, strategy: dict[str, Any] | None, **pod: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {"replicas": replicas, "template": {"spec": pod}}
+    if strategy is not None:
+        spec["strategy"] = strategy
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "spec": spec}
+
+
+def test_a_deployment_is_charged_its_surge_in_every_cluster() -> None:
+    b = with_template(
+        {"replicas": 5, "clusters": [{"name": "a", "replicas": 3}, {"name": "b", "replicas": 2}]}
+    )
+    pod = {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}
+    assert reference.charge(b, deployment(5, None, **pod)).total["pods"] == 3 + 1 + 2 + 1
+    none = {"rollingUpdate": {"maxSurge": 0}}
+    assert reference.charge(b, deployment(5, none, **pod)).total["pods"] == 5
+    assert reference.charge(b, deployment(5, {"type": "Recreate"}, **pod)).total["pods"] == 5
+    two = {"rollingUpdate": {"maxSurge": 2}}
+    assert reference.charge(b, deployment(5, two, **pod)).total["count/pods"] == 9
+
+
+def test_one_replica_is_the_pod_as_kubernetes_charges_it() -> None:
+    pod = {
+        "containers": [{"name": "c", "resources": {"requests": {"cpu": "400m"}}}],
+        "initContainers": [
+            {
+                "name": "proxy",
+                "restartPolicy": "Always",
+                "resources": {"requests": {"cpu": "400m"}},
+            },
+            {"name": "setup", "resources": {"requests": {"cpu": "1"}}},
+        ],
+        "overhead": {"cpu": "50m"},
+    }
+    # max(400m + 400m, 400m + 1) + 50m
+    b = with_template({"replicas": 1, "replicaRequirements": cpu("400m")})
+    c = reference.charge(b, deployment(1, {"type": "Recreate"}, **pod))
+    assert c.total["requests.cpu"] == Fraction(1450, 1000)
+
+
+def test_a_replication_controller_runs_its_template_s_replicas_in_every_cluster() -> None:
+    b = with_template({"clusters": [{"name": "a"}, {"name": "b"}]})
+    b["spec"]["resource"] = {
+        "apiVersion": "v1",
+        "kind": "ReplicationController",
+        "name": "rc",
+        "resourceVersion": "1",
+    }
+    rc = {
+        "apiVersion": "v1",
+        "kind": "ReplicationController",
+        "spec": {"replicas": 5, "template": {"spec": {"containers": [{"name": "c"}]}}},
+    }
+    assert reference.charge(b, rc).total["pods"] == 10
+    b["spec"].pop("clusters")
+    assert reference.charge(b, rc).total["pods"] == 5  # before it is placed anywhere
 
 
 def test_scopes_select_as_kubernetes_quota_scopes_select_pods() -> None:

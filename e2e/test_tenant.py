@@ -18,6 +18,7 @@ import subprocess
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -162,10 +163,17 @@ def members_within(s: Stack, ns: str, hard: int) -> contextlib.AbstractAsyncCont
     return within(pods, hard, "pods")
 
 
-async def quota(s: Stack, ns: str, opt_out: bool = False, **hard: str) -> None:
+async def quota(
+    s: Stack, ns: str, opt_out: bool = False, guarded: bool = False, **hard: str
+) -> None:
     """The namespace's quota `team` of `hard`: member guards on (the default), or, `opt_out`,
-    admission alone (`memberEnforcement: None`), whose own allow-lists are then what holds."""
+    admission alone (`memberEnforcement: None`), whose own allow-lists are then what holds;
+    `guarded` says `memberEnforcement: ResourceQuota` explicitly, for a test whose bound the
+    members' guards hold (it must not change meaning with the default)."""
+    assert not (opt_out and guarded)
     spec = {"memberEnforcement": "None"} if opt_out else {}
+    if guarded:
+        spec = {"memberEnforcement": "ResourceQuota"}
     await s.bed.aapply(product.quota(ns, "team", dict(hard), **spec))
 
     async def enforced() -> bool:
@@ -394,14 +402,23 @@ async def test_issue_34s_overrides_are_refused_and_everyday_ones_rendered(
     imageOverrider whose predicate rewrote requests.cpu (2 x 2 cpu under requests.cpu=1), and
     one on /spec/strategy and /spec/minReadySeconds (4 pods under pods=2) are each refused by
     name; an image and a label override are still the tenant's, and Karmada renders them in the
-    member. The members never run more than hard, nor a Deployment under another name. (A quota
-    that opted out of member guards: under guards the predicate and surge overrides are
-    admitted and bounded in the members, `test_an_override_admission_cannot_price_is_admitted_
-    and_bounded_by_the_guards`.)"""
+    member. (A quota that opted out of member guards: under guards the predicate and surge
+    overrides are admitted and bounded in the members, `test_an_override_admission_cannot_
+    price_is_admitted_and_bounded_by_the_guards`.)
+
+    The bound is the workload's own, exactly: pods=1 and requests.cpu=100m for one replica of
+    100m that rolls `Recreate` (the image override's rollout stops the old pod before it starts
+    the new one), polled at every 100 ms, terminating pods counted. So each attack, had it been
+    admitted, fails it: the rename runs a second Deployment's pod beside `web`, the predicate
+    a pod of more cpu, the surge override a new pod beside the old one during the image
+    override's rollout (maxSurge 100 %, never Ready for an hour); the move is looked for in the
+    member's `default` namespace once the everyday overrides are rendered."""
     s = stack
     members = list(s.members)
-    await quota(s, ns, opt_out=True, pods="2", **{"requests.cpu": "1"})
-    await tenant_apply(s, deployment(ns, "web", 1, CPU), divided_policy(ns, "web", members[:1]))
+    await quota(s, ns, opt_out=True, pods="1", **{"requests.cpu": "100m"})
+    web = deployment(ns, "web", 1, CPU)
+    web["spec"]["strategy"] = {"type": "Recreate"}
+    await tenant_apply(s, web, divided_policy(ns, "web", members[:1]))
     await placed(s, ns, "web", 1)
     plain = lambda path, value: {  # noqa: E731
         "plaintext": [{"path": path, "operator": "replace", "value": value}]
@@ -437,7 +454,7 @@ async def test_issue_34s_overrides_are_refused_and_everyday_ones_rendered(
             "replace /spec/strategy",
         ),
     }
-    async with members_within(s, ns, 2) as w:
+    async with footprint_within(s, ns, {"pods": 1, "requests.cpu": 100}) as w:
         for name, (overriders, rule) in attacks.items():
             doc = json.dumps(override_policy(ns, name, overriders))
             got = await as_tenant(s, "create", "-f", "-", input=doc)
@@ -472,6 +489,24 @@ async def test_issue_34s_overrides_are_refused_and_everyday_ones_rendered(
             members[0]: ["web"],
             **{m: [] for m in members[1:]},
         }
+        # ... and none moved to another namespace of a member (the "moved" attack)
+        for m, client in s.members.items():
+            try:
+                await client.get("/apis/apps/v1/namespaces/default/deployments/web")
+            except NotFound:
+                continue
+            raise AssertionError(f"{m} runs web in its default namespace")
+
+        # the image override's rollout, polled to its end: one pod of the new image, Ready,
+        # the old one gone (where an admitted surge override would run two)
+        async def rolled_out() -> bool:
+            pods = [p for ps in (await member_pods(s, ns)).values() for p in ps]
+            images = [p["spec"]["containers"][0]["image"] for p in pods]
+            conditions = [c for p in pods for c in (p.get("status") or {}).get("conditions", [])]
+            ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+            return images == ["nginx:1.27"] and ready
+
+        await eventually(rolled_out, 60, "the overridden image's one pod Ready", 0.2)
         assert [
             p["metadata"]["name"]
             for p in (
@@ -730,17 +765,39 @@ def _cpu_millis(value: str) -> int:
     return int(value[:-1]) if value.endswith("m") else int(float(value) * 1000)
 
 
+def _rfc3339(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def quota_counts(pod: JSON, now: datetime | None = None) -> bool:
+    """Whether Kubernetes' ResourceQuota counts the pod (`QuotaV1Pod`, written from its rule):
+    not once it is Succeeded or Failed; a pod being deleted (`deletionTimestamp` and
+    `deletionGracePeriodSeconds` both set) until now is after deletionTimestamp + that grace
+    (a pod stuck terminating on a lost node then stops counting); every other pod, in its
+    termination grace period included, counts."""
+    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        return False
+    meta = pod["metadata"]
+    deleted, grace = meta.get("deletionTimestamp"), meta.get("deletionGracePeriodSeconds")
+    if deleted and grace is not None:
+        now = now or datetime.now(UTC)
+        return not now > _rfc3339(deleted) + timedelta(seconds=int(grace))
+    return True
+
+
 async def running_cpu(s: Stack, ns: str) -> int:
-    """Σ cpu the members' pods request, as Kubernetes charges a pod: its containers plus its
-    sidecars (restartable init containers); the test's pods have no other init containers."""
+    """Σ cpu the members' pods request, as Kubernetes' quota charges them: every pod it counts
+    (`quota_counts`: terminating ones until their grace has passed), each its containers plus
+    its sidecars (restartable init containers); the test's pods have no other init containers."""
     total = 0
     for client in s.members.values():
         try:
             pods = await client.get(f"/api/v1/namespaces/{ns}/pods")
         except NotFound:
             continue
+        now = datetime.now(UTC)
         for p in pods.get("items", []):
-            if p["metadata"].get("deletionTimestamp"):
+            if not quota_counts(p, now):
                 continue
             spec = p["spec"]
             sidecars = [c for c in spec.get("initContainers", []) if c.get("restartPolicy")]
@@ -753,7 +810,8 @@ async def running_cpu(s: Stack, ns: str) -> int:
 def cpu_within(
     s: Stack, ns: str, hard_millis: int
 ) -> contextlib.AbstractAsyncContextManager[Within]:
-    """Σ cpu the members' pods request (millicores) stays within the hard throughout."""
+    """Σ cpu the members' pods request (millicores), terminating ones counted as Kubernetes'
+    quota counts them (`running_cpu`), stays within the hard throughout."""
 
     async def cpu() -> tuple[int, int]:
         now = await running_cpu(s, ns)
@@ -883,10 +941,13 @@ async def test_a_sidecar_is_charged_as_kubernetes_charges_the_pod(stack: Stack, 
 async def test_a_template_cannot_grow_past_the_quota(stack: Stack, ns: str) -> None:
     """The template is what Karmada renders on its next sync of the binding (an OverridePolicy
     event, a restart), whatever admission said of the binding's update: a growth that does not
-    fit is refused at the template, one that fits reaches the members and `used`."""
+    fit is refused at the template, one that fits reaches the members and `used`. The rollout
+    to the grown pod (maxSurge 0) stays within the hard at every poll, the old pod counted
+    while it terminates: the member's guard (memberEnforcement: ResourceQuota, said
+    explicitly) makes the new pod wait for it, as Kubernetes' quota does."""
     s = stack
     members = list(s.members)
-    await quota(s, ns, **{"requests.cpu": "1"})
+    await quota(s, ns, guarded=True, **{"requests.cpu": "1"})
     web = deployment(ns, "web", 1, {"cpu": "400m"})  # maxSurge 0: charged its replica alone
     async with cpu_within(s, ns, 1000):
         await tenant_apply(s, web, divided_policy(ns, "web", members, "web"))
@@ -963,6 +1024,30 @@ async def test_a_scale_up_from_zero_is_charged_in_every_member(stack: Stack, ns:
         await eventually(scaled, 60, "the scale that fits counted and running", interval=0.2)
 
 
+def member_hpa(ns: str, target: str, replicas: int) -> JSON:
+    """A HorizontalPodAutoscaler holding `target` at exactly `replicas`: a member's HPA
+    controller scales to minReplicas before it reads any metric (the bed has none)."""
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": target, "namespace": ns},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target},
+            "minReplicas": replicas,
+            "maxReplicas": replicas,
+            "metrics": [
+                {
+                    "type": "Resource",
+                    "resource": {
+                        "name": "cpu",
+                        "target": {"type": "Utilization", "averageUtilization": 50},
+                    },
+                }
+            ],
+        },
+    }
+
+
 async def test_the_retain_replicas_label_is_refused_where_the_members_do_not_enforce(
     stack: Stack, ns: str
 ) -> None:
@@ -970,12 +1055,36 @@ async def test_the_retain_replicas_label_is_refused_where_the_members_do_not_enf
     Karmada keeps each member's own replicas: a HorizontalPodAutoscaler the tenant propagates
     to the members would size the workload there, and no charge counts that. The label, on the
     template or through an OverridePolicy, is refused by a quota that opted out of member
-    guards (memberEnforcement: None); a Deployment created with it is not propagated."""
+    guards (memberEnforcement: None); a Deployment created with it is not propagated.
+
+    The tenant propagates such an HPA to every member first — for `db`, at 3 replicas — while
+    the namespace has no quota yet (under one that tracks pods and opted out, an HPA is itself
+    refused); each member's HPA controller is seen at work (it finds no `db` to scale). Then,
+    under pods=2: `web` runs 1 pod; had `db` (1 replica, labelled) been admitted, it would fit
+    the charge (2) and its member's HPA would run it at 3 — 4 pods, caught at the next poll."""
     s = stack
     members = list(s.members)
-    await quota(s, ns, opt_out=True, pods="4")
     label = "resourcetemplate.karmada.io/retain-replicas"
-    async with members_within(s, ns, 4):
+    hpa = member_hpa(ns, "db", 3)
+    hpas = "autoscaling/v2", "HorizontalPodAutoscaler"
+    await tenant_apply(s, hpa, everywhere(ns, *hpas, "db", members))
+
+    async def hpa_at_work() -> bool:
+        for client in s.members.values():
+            try:
+                got = await client.get(
+                    f"/apis/autoscaling/v2/namespaces/{ns}/horizontalpodautoscalers/db"
+                )
+            except NotFound:
+                return False
+            conditions = (got.get("status") or {}).get("conditions") or []
+            if not any(c.get("reason") == "FailedGetScale" for c in conditions):
+                return False
+        return True
+
+    await eventually(hpa_at_work, 90, "every member's HPA for db, looking for db", interval=0.2)
+    await quota(s, ns, opt_out=True, pods="2")
+    async with members_within(s, ns, 2):
         await tenant_apply(
             s, deployment(ns, "web", 1, {"cpu": "100m"}), divided_policy(ns, "web", members)
         )
@@ -995,6 +1104,11 @@ async def test_the_retain_replicas_label_is_refused_where_the_members_do_not_enf
         labelled["metadata"]["labels"] = {label: "true"}
         await tenant_apply(s, labelled)
         await refused_event(s, ns, "db", f"cannot charge metadata.labels: {label}")
+        with pytest.raises(NotFound):
+            await s.api.get(BINDINGS.format(ns=ns) + "/db-deployment")
+        for client in s.members.values():
+            with pytest.raises(NotFound):
+                await client.get(f"/apis/apps/v1/namespaces/{ns}/deployments/db")
         assert sum((await running(s, ns)).values()) == 1
 
 

@@ -49,6 +49,9 @@ MEMBER_CONTROLLERS = (
     "job",
     "resourcequota",
     "podgc",
+    # A member's own HorizontalPodAutoscaler sizes its workload (at least minReplicas even
+    # without metrics): what the retain-replicas label would let run past a charge.
+    "horizontalpodautoscaling",
     # Lifts the node.kubernetes.io/not-ready taint (added at Node creation by the
     # TaintNodesByCondition admission plugin) once kwok reports the node Ready, and watches
     # the node leases kwok renews.

@@ -130,6 +130,11 @@ async def _place(
     await gi.member_namespace(members, ns, timeout=180)
     if hard is not None:
         path = campaign.QUOTA_PATH.format(ns=ns)
+        # admission's rule for failover (docs/charging.md, "Failover"): a member brought back
+        # after a failover under a full quota with guards is an open question of issue 42 (the
+        # evicted Deployment not deleted within 180 s on a third repeat), so these quotas say
+        # memberEnforcement None unless a test says otherwise
+        spec = {"memberEnforcement": "None", **spec}
         await karmada.post(path, product.quota(ns, "team", hard, **spec))
 
         async def initialised() -> bool:

@@ -532,6 +532,21 @@ async def crd_everywhere(s: Stack, crd: JSON, karmada: bool = True) -> None:
             return True
 
         await eventually(served, 60, f"{crd['metadata']['name']} served")
+    # Karmada's scheduler places a kind only in clusters whose status lists its API (the
+    # cluster status controller's next sync)
+    group_version = f"{crd['spec']['group']}/{crd['spec']['versions'][0]['name']}"
+    kind = crd["spec"]["names"]["kind"]
+    for m in s.members:
+
+        async def enabled(m: str = m) -> bool:
+            cluster = await s.api.get(f"/apis/cluster.karmada.io/v1alpha1/clusters/{m}")
+            return any(
+                e.get("groupVersion") == group_version
+                and any(r.get("kind") == kind for r in e.get("resources") or [])
+                for e in (cluster.get("status") or {}).get("apiEnablements") or []
+            )
+
+        await eventually(enabled, 120, f"{kind} in Cluster {m}'s apiEnablements", interval=0.5)
 
 
 async def test_a_service_export_and_service_and_ingress_overrides_work_under_a_quota(

@@ -211,14 +211,17 @@ class _Rules:
             return None
         if self.data_only and at and at[0] in DATA_FIELDS:
             return None
-        if self.free is not None and not _moves(at) and not self._priced(at):
+        if self.free is not None and self.unpriced(at):
             return None
         return "not on the allow-list"
 
-    def _priced(self, at: Sequence[str]) -> bool:
-        """`at` is at, beneath or above a priced path (`free`)."""
+    def unpriced(self, at: Sequence[str]) -> bool:
+        """Where the policy cannot change what runs (`free`): `at` is no move, and neither at,
+        beneath nor above a priced path. Plaintext and field overriders both ask it."""
         n = len(at)
-        return any(tuple(at[: len(p)]) == p or p[:n] == tuple(at) for p in self.free or ())
+        return not _moves(at) and not any(
+            tuple(at[: len(p)]) == p or p[:n] == tuple(at) for p in self.free or ()
+        )
 
 
 def _selected(spec: Mapping[str, Any]) -> list[tuple[str, str]] | None:
@@ -324,7 +327,7 @@ def _field_overrider(rules: _Rules, op: Mapping[str, Any]) -> str | None:
     (or any field but a move's where the policy cannot change what runs)."""
     path = str(op.get("fieldPath") or "")
     at = tokens(path) if path.startswith("/") else []
-    free = rules.free is not None and path.startswith("/") and not _moves(at)
+    free = rules.free is not None and path.startswith("/") and rules.unpriced(at)
     if not free and not (rules.data_only and len(at) == 2 and at[0] in DATA_FIELDS):
         return (
             f"fieldPath {path or '/'}: only /data/<key> of a policy selecting only ConfigMaps "

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -333,9 +333,8 @@ def recompute(quota: KarmadaQuota, inputs: NamespaceSnapshot, now: datetime) -> 
         )
     if guarded:
         placed_sum = {n: sum(p.get(n, 0) for p in totals.per_cluster.values()) for n in totals.used}
-        guard_inputs = replace(
-            _guard_inputs(quota, totals.used, placed_sum, held, seen_by, beyond, kept, hard),
-            released=away,
+        guard_inputs = _guard_inputs(
+            quota, totals.used, placed_sum, held, seen_by, beyond, kept, hard, away
         )
     wanted = [
         _condition(st.COND_READY, True, REASON_CALCULATED, _CALCULATED),
@@ -404,9 +403,11 @@ def _guard_inputs(
     beyond: Mapping[str, Mapping[str, int]],
     kept: Sequence[Reservation],
     hard: ResourceList,
+    released: frozenset[str],
 ) -> gd.GuardInputs:
     """memberEnforcement ResourceQuota: what the share policy reads (pending charges and
-    replicas not yet scheduled count as reserved: admitted, in no member)."""
+    replicas not yet scheduled count as reserved: admitted, in no member; `released`, the
+    members whose evicted replicas the quota no longer charges)."""
     unplaced = {n: max(0, charged.get(n, 0) - placed.get(n, 0)) for n in hard}
     names = gd.guarded_names(hard)
     reserved = {n: unplaced[n] for n in names}
@@ -438,6 +439,7 @@ def _guard_inputs(
         ],
         reserved=reserved,
         caps=caps,
+        released=released,
     )
     return inputs
 

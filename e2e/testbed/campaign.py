@@ -112,14 +112,15 @@ def quotas(namespace: str, on_exceed: str | None = None) -> list[JSON]:
 
 
 def guard_invariant(members: dict[str, KubeClient], namespace: str) -> gi.GuardInvariant:
-    """The Σ-of-guards check for every guarded quota of `quotas(namespace)`."""
+    """The Σ-of-guards check for every guarded quota of `quotas(namespace)` (guarded unless
+    it says memberEnforcement None: the default)."""
     return gi.GuardInvariant(
         members,
         namespace,
         [
             gi.guarded(q["metadata"]["name"], q["spec"]["hard"], q["spec"].get("clusterHard"))
             for q in quotas(namespace)
-            if q["spec"].get("memberEnforcement") == "ResourceQuota"
+            if q["spec"].get("memberEnforcement", "ResourceQuota") == "ResourceQuota"
         ],
     )
 

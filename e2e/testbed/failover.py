@@ -20,6 +20,7 @@ the pods last read from it (nothing can change them while its API server is down
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import statistics
 import time
@@ -31,7 +32,7 @@ import aiohttp
 
 from e2e.testbed import TestBed
 from e2e.testbed.aio import eventually
-from karmadaquota.kube.client import KubeClient, KubeError
+from karmadaquota.kube.client import KubeClient, KubeError, NotFound
 
 FEATURE_GATES = ("Failover=true",)
 CONTROLLER_MANAGER_ARGS = (
@@ -307,17 +308,27 @@ def application_failover(purge_mode: str, toleration_s: int = 3) -> dict[str, An
 async def make_unhealthy(member: KubeClient, namespace: str) -> float:
     """Break the workload in `member` while the member stays Ready: a ResourceQuota of no pods
     there, then its pods deleted, so that its ReplicaSets cannot make them again and its
-    Deployments report no updated replicas. Returns the monotonic time the pods went, the
-    start of an application failover's clock."""
+    Deployments report no updated replicas. Returns the monotonic time the last pod went, the
+    start of an application failover's clock.
+
+    The member's quota admission reads quotas from its own informer (and caches a live lookup
+    that found none for 30 s): a ReplicaSet may still make a pod just after the quota is
+    created. Such pods are deleted again until none is left."""
     await member.post(
         f"/api/v1/namespaces/{namespace}/resourcequotas",
         {"metadata": {"name": NO_PODS}, "spec": {"hard": {"pods": "0"}}},
     )
     path = f"/api/v1/namespaces/{namespace}/pods"
     now = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0}
-    for pod in (await member.get(path)).get("items", []):
-        await member.request("DELETE", f"{path}/{pod['metadata']['name']}", now)
-    return time.monotonic()
+
+    async def gone() -> float | None:
+        pods = (await member.get(path)).get("items", [])
+        for pod in pods:
+            with contextlib.suppress(NotFound):
+                await member.request("DELETE", f"{path}/{pod['metadata']['name']}", now)
+        return None if pods else time.monotonic()
+
+    return await eventually(gone, timeout=60, what=f"no pod left in {namespace}")
 
 
 def p50(figures: list[float]) -> float:

@@ -9,7 +9,11 @@
 5. **cluster** — the same creates spread over 5 namespaces that one ClusterKarmadaQuota
    selects (room for every create; docs/cluster-quotas.md): printed beside the quota storm,
    **cluster / quota** is what one budget over many namespaces costs more;
-6. with `--full F`, **full** — a namespace whose KarmadaQuota has room for the fraction F of
+6. **kube quota** — Kubernetes' own ResourceQuota in karmada-apiserver on the same creates
+   (`count/resourcebindings.work.karmada.io`, room for every create; our webhook skipped as in
+   *no webhook*): its quota admission charges each create and writes the quota's status by
+   compare-and-swap, as ours does; **ours / Kubernetes'** = quota / kube quota (issue 45);
+7. with `--full F`, **full** — a namespace whose KarmadaQuota has room for the fraction F of
    the creates: exactly that many admitted, the rest refused (the refusal path: each batch
    that would refuse reads the refusing quota live first); answers per second.
 
@@ -49,7 +53,9 @@ from karmadaquota.api import ClusterKarmadaQuota, KarmadaQuota
 from karmadaquota.kube.client import KubeClient
 from karmadaquota.quantity import Quantity
 
-STORMS = ("quota", "floor", "no-quota", "no-webhook", "cluster")
+KUBE = "kube-quota"
+KUBE_COUNTED = "count/resourcebindings.work.karmada.io"
+STORMS = ("quota", "floor", "no-quota", "no-webhook", "cluster", "kube-quota")
 FULL = "full"
 
 
@@ -151,10 +157,13 @@ async def prepare(bed: TestBed, ns: str, kind: str, count: int, guarded: bool = 
     if kind == "cluster":
         await prepare_cluster(bed, ns, count)
         return
-    labels = {SKIP: "true"} if kind == "no-webhook" else {}
+    labels = {SKIP: "true"} if kind in ("no-webhook", KUBE) else {}
     await bed.aapply(
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": labels}}
     )
+    if kind == KUBE:
+        await prepare_kube_quota(bed, ns, count)
+        return
     if kind in ("quota", FULL):
         hard = {"requests.cpu": f"{count * 100}m", "pods": str(count)}
         spec = {"memberEnforcement": "ResourceQuota"} if guarded else {}
@@ -176,6 +185,32 @@ async def prepare(bed: TestBed, ns: str, kind: str, count: int, guarded: bool = 
             )
 
         await eventually(ready, 60, f"KarmadaQuota in {ns} Ready")
+
+
+async def prepare_kube_quota(bed: TestBed, ns: str, count: int) -> None:
+    """Kubernetes' own ResourceQuota of `count` ResourceBindings in `ns`, ready once its quota
+    controller has written status.hard (until then its admission refuses every create)."""
+    await bed.aapply(
+        {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": "storm", "namespace": ns},
+            "spec": {"hard": {KUBE_COUNTED: str(count)}},
+        }
+    )
+
+    def ready() -> bool:
+        q = bed.get("resourcequota", "storm", namespace=ns) or {}
+        return KUBE_COUNTED in (q.get("status") or {}).get("hard", {})
+
+    await eventually(ready, 60, f"ResourceQuota in {ns} calculated")
+
+
+def kube_observed(bed: TestBed, ns: str, admitted: int) -> bool:
+    """Kubernetes' quota controller counts every admitted binding."""
+    q = bed.get("resourcequota", "storm", namespace=ns) or {}
+    used = (q.get("status") or {}).get("used", {}).get(KUBE_COUNTED)
+    return used is not None and Quantity.parse(used) == Quantity.parse(str(admitted))
 
 
 def observed(bed: TestBed, ns: str, admitted: int) -> bool:
@@ -264,6 +299,9 @@ async def one_storm(
     if kind == "cluster":
         n = len(res.admitted)
         await eventually(lambda: cluster_observed(bed, ns, n), 120, f"{ns} observed")
+    if kind == KUBE:
+        n = len(res.admitted)
+        await eventually(lambda: kube_observed(bed, ns, n), 120, f"{ns} observed")
     cpu_after = cpu_by_process(pids)
     hook_text = await hook.metrics()
     hook_after, ctl_after = product.parse_metrics(hook_text), await it.controller_metrics()
@@ -426,6 +464,12 @@ def report(
         f"**quota / no webhook {tput['quota'] / limit:.2f}** (rounds: {', '.join(per_round)}); "
         f"no quota / no webhook {tput['no-quota'] / limit:.2f}; "
         f"quota / floor {tput['quota'] / tput['floor']:.2f}; "
+        f"**ours / Kubernetes' (quota / kube quota) {tput['quota'] / tput[KUBE]:.2f}** (rounds: "
+        + ", ".join(
+            f"{q['throughput'] / k['throughput']:.2f}"
+            for q, k in zip(rows["quota"], rows[KUBE], strict=True)
+        )
+        + f"); kube quota / no webhook {tput[KUBE] / limit:.2f}; "
         f"**cluster ({SPREAD} namespaces, one ClusterKarmadaQuota) / quota "
         f"{tput['cluster'] / tput['quota']:.2f}** (rounds: "
         + ", ".join(

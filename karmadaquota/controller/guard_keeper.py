@@ -185,7 +185,7 @@ class GuardTarget(Protocol):
         """The guard as it is now (None: absent), ours or not (`is_ours`)."""
         ...
 
-    def replacing(self, current: JSON | None, body: JSON) -> JSON:
+    def replacing(self, quota: KarmadaQuota, current: JSON | None, body: JSON) -> JSON:
         """What to send so that the guard becomes `body` (`guard_body`) over `current`."""
         ...
 
@@ -232,7 +232,7 @@ class MemberQuotas:
         except NotFound:
             return None
 
-    def replacing(self, current: JSON | None, body: JSON) -> JSON:
+    def replacing(self, quota: KarmadaQuota, current: JSON | None, body: JSON) -> JSON:
         if current is None:
             return body
         meta = {**current["metadata"]}
@@ -682,7 +682,7 @@ class GuardKeeper:
             return await self._read(member, quota)
 
         def mutate(current: JSON | None) -> JSON:
-            return self._target(member).replacing(current, body)
+            return self._target(member).replacing(quota, current, body)
 
         async def write(obj: JSON) -> JSON:
             return await self._call(member, lambda t: t.send(quota, obj))

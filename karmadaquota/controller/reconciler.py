@@ -240,6 +240,7 @@ class Reconciler:
                 snapshot,
                 guards=functools.partial(self.sources.guards.shown, namespace),
                 guard_problems=functools.partial(self.sources.guards.problems, namespace),
+                guard_routes=functools.partial(self.sources.guards.routes, namespace),
             )
         return snapshot
 

@@ -33,7 +33,8 @@ Requests to a member, with the credentials Karmada holds for it (the Cluster's s
 resourcequotas get, create, update, delete in the quota's namespace; resourcequotas list and
 watch by our labels; the guards' ValidatingAdmissionPolicy and its binding get, create,
 update; a SelfSubjectReview. Nothing else (the pod watch in `controller.members` lists and
-watches pods).
+watches pods). A Pull-mode member is sent nothing: its guard is a Work on karmada-apiserver
+that karmada-agent applies there (`controller.guard_works`, the `carried` target).
 """
 
 from __future__ import annotations

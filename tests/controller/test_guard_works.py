@@ -285,3 +285,19 @@ async def test_push_and_pull_guards_never_hold_more_than_the_hard(
         clock.now += 5
         await k.sync(kq(), inputs(usage))
     assert fleet.worst.get(P, 0) <= 10 * NANO
+
+
+async def test_the_guarded_condition_says_a_pull_member_is_guarded_through_karmada() -> None:
+    from karmadaquota.controller.recompute import _guarded_condition
+
+    fleet = Fleet(MEMBERS, {P: 10 * NANO}, pull=[PULL])
+    k = keeper(fleet)
+    await k.sync(kq(), inputs({}))
+    ok = _guarded_condition(k.problems(NS, "team"), k.routes(NS, "team"))
+    assert ok.status == "True"
+    assert f"{PULL} through Karmada (Work karmada-es-{PULL}/{WORK}" in ok.message
+    # without Works (no `carried`), a Pull member is named as not guarded, and why
+    bare = GuardKeeper(fleet.registry(), ControllerMetrics(), poll=0.0, clock=Clock())
+    await bare.sync(kq(), inputs({}))
+    no = _guarded_condition(bare.problems(NS, "team"), bare.routes(NS, "team"))
+    assert no.status == "False" and f"{PULL}: Cluster {PULL} has no apiEndpoint" in no.message

@@ -7,6 +7,18 @@ their workloads. A Deployment divided over member1 and member2 runs; member1's k
 killed; the clock runs until all its replicas run Ready on member2 (as kwok reports them). Then
 member1 comes back with its old pods, and the time until they are gone is measured.
 
+The baselines run before any program of ours: each asserts that karmada-apiserver has no
+webhook of ours registered (its webhook configurations read), not merely that it was requested
+first. The quotas say `memberEnforcement: ResourceQuota` (the default) explicitly, so that the
+tests keep their meaning whatever the default. Every "never over hard" poll would pass with the
+one workload alone (its pods are the hard), so a competing Deployment (`RIVAL`, one pod for
+member2) is started inside each window — once Karmada reports member1 not Ready and its
+replicas are released, or once the workload broke in member1 — and must be refused (Karmada's
+event on it says `exceeded quota`) and run nowhere: a quota that released more than member1's
+replicas would admit it, and Σ over hard would show it. The watch reads every member once
+before member1 is taken away (what it ran, by pod UID): a member that cannot be read keeps those
+pods, and on its return only those old pods are forgiven Σ's excess.
+
 Without a quota that is the baseline, measured `REPEATS` times (`KQ_FAILOVER_REPEATS`, 3 by
 default; docs/benchmarks.md's figures are of 5). With a full quota (hard = what runs) the same
 failover, `REPEATS` times: Σ pods on the Ready members ≤ hard at every poll, each within the
@@ -27,9 +39,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import secrets
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +59,8 @@ from karmadaquota.kube.client import KubeClient
 pytestmark = pytest.mark.e2e
 
 AWAY, STAYS = "member1", "member2"
+RIVAL = "rival"
+OURS = ".quota.karmada.io"
 REPLICAS = 4
 REQUESTS = {"cpu": "100m", "memory": "64Mi"}
 REPEATS = int(os.environ.get("KQ_FAILOVER_REPEATS", "3"))
@@ -170,6 +185,66 @@ async def _place(
     await eventually(armed, 30, f"the policy's failover behaviour on the binding in {ns}")
 
 
+async def no_webhook_of_ours(karmada: KubeClient) -> None:
+    """karmada-apiserver calls no webhook of ours: none of its webhook configurations, validating
+    or mutating, holds one named `*.quota.karmada.io`."""
+    for kind in ("validatingwebhookconfigurations", "mutatingwebhookconfigurations"):
+        listed = await karmada.get(f"/apis/admissionregistration.k8s.io/v1/{kind}")
+        ours = [
+            f"{c['metadata']['name']}: {w['name']}"
+            for c in listed.get("items", [])
+            for w in c.get("webhooks") or []
+            if w.get("name", "").endswith(OURS)
+        ]
+        assert not ours, f"a baseline runs without karmadaquota, but {kind} hold {ours}"
+
+
+async def member1_not_ready(karmada: KubeClient) -> None:
+    """Until Karmada reports AWAY not Ready: from then on the quota releases its replicas."""
+
+    async def released() -> bool:
+        return not fo.cluster_ready(await karmada.get(f"{fo.CLUSTERS}/{AWAY}"))
+
+    await eventually(released, 60, f"Karmada reports {AWAY} not Ready", interval=0.2)
+
+
+async def rival_refused(
+    bed: TestBed,
+    karmada: KubeClient,
+    ns: str,
+    window: Callable[[], Awaitable[None]] | None = None,
+) -> None:
+    """Once `window` returns: a competing Deployment of one pod for STAYS, which the full quota
+    must refuse — Karmada's event on it says `exceeded quota` (the binding refused at
+    admission). That no pod of it runs is `rival_ran_nowhere` (and each poll's Σ)."""
+    if window is not None:
+        await window()
+    await bed.aapply(
+        [deployment(ns, RIVAL, 1, REQUESTS), divided_policy(ns, RIVAL, [STAYS], RIVAL)]
+    )
+
+    async def refused() -> bool:
+        events = await karmada.get(f"/api/v1/namespaces/{ns}/events")
+        return any(
+            (e.get("involvedObject") or {}).get("name") == RIVAL
+            and "exceeded quota: team" in (e.get("message") or "")
+            for e in events.get("items", [])
+        )
+
+    await eventually(refused, 90, f"the rival Deployment refused in {ns}", interval=0.2)
+
+
+async def rival_ran_nowhere(
+    members: dict[str, KubeClient], ns: str, reachable: tuple[str, ...] = (AWAY, STAYS)
+) -> None:
+    """No pod of the rival in any `reachable` member (AWAY cannot be read while it is away;
+    the rival is placed on STAYS alone)."""
+    for m in reachable:
+        client = members[m]
+        pods = await client.get(f"/api/v1/namespaces/{ns}/pods?labelSelector=app%3D{RIVAL}")
+        assert not pods.get("items"), f"{m} runs the rival the full quota refused"
+
+
 @dataclass(frozen=True)
 class Run:
     failover_s: float
@@ -195,19 +270,37 @@ async def fail_over_and_back(
     ns: str,
     timeout: float = FAILOVER_TIMEOUT_S,
     on_poll: fo.OnPoll = fo.nothing,
+    rival: bool = False,
 ) -> Run:
-    """Take AWAY away, time the failover, bring it back (always) and time its cleanup."""
+    """Take AWAY away, time the failover, bring it back (always) and time its cleanup; with
+    `rival`, a competing Deployment is started once AWAY's replicas are released, and must be
+    refused and run nowhere."""
     watch = fo.Watch(karmada, members, ns)
+    before = await watch.poll()  # what AWAY runs, kept by the watch while it cannot be read
+    assert before.pods[AWAY] == REPLICAS // 2, before
+    old_uids = before.uids[AWAY]
+    watch.polls.clear()
+    competing: asyncio.Task[None] | None = None
     try:
         watch.started = fo.take_away(bed, AWAY)
+        if rival:
+            window = functools.partial(member1_not_ready, karmada)
+            competing = asyncio.create_task(rival_refused(bed, karmada, ns, window))
         failover_s = await fo.time_until_running_elsewhere(watch, AWAY, REPLICAS, timeout, on_poll)
         assert any(p.tainted[AWAY] for p in watch.polls), (
             f"{AWAY} was never tainted NoExecute: the replicas moved some other way"
         )
+        if competing is not None:
+            await competing
+            await rival_ran_nowhere(members, ns, (STAYS,))
     except BaseException:
+        if competing is not None:
+            competing.cancel()
         await asyncio.to_thread(fo.bring_back, bed, AWAY)
         raise
-    back = await fo.watch_return(bed, watch, AWAY, REPLICAS)
+    back = await fo.watch_return(bed, watch, AWAY, REPLICAS, old_uids)
+    if rival:
+        await rival_ran_nowhere(members, ns)
     return Run(failover_s, back)
 
 
@@ -215,11 +308,14 @@ async def fail_over_and_back(
 async def baseline(
     failover_bed: TestBed, karmada: KubeClient, members: dict[str, KubeClient]
 ) -> list[Run]:
-    """The failover without a quota, `REPEATS` times, each in a fresh namespace."""
+    """The failover without a quota, `REPEATS` times, each in a fresh namespace, with no
+    webhook of ours registered before and after."""
+    await no_webhook_of_ours(karmada)
     runs: list[Run] = []
     for _ in range(REPEATS):
         async with running_everywhere(failover_bed, karmada, members, None) as ns:
             runs.append(await fail_over_and_back(failover_bed, karmada, members, ns))
+    await no_webhook_of_ours(karmada)
     return runs
 
 
@@ -263,13 +359,31 @@ async def test_a_member_taken_away_its_replicas_run_on_the_other_without_a_quota
 
 
 async def fail_over_application(
-    karmada: KubeClient, members: dict[str, KubeClient], ns: str, on_poll: fo.OnPoll
+    karmada: KubeClient,
+    members: dict[str, KubeClient],
+    ns: str,
+    on_poll: fo.OnPoll,
+    rival: TestBed | None = None,
 ) -> float:
     """Break the workload in AWAY (which stays Ready) and time Karmada's application failover:
-    seconds until all its replicas run Ready on STAYS."""
+    seconds until all its replicas run Ready on STAYS; with `rival` (the bed), a competing
+    Deployment is started once the workload broke, and must be refused and run nowhere."""
     watch = fo.Watch(karmada, members, ns)
+    before = await watch.poll()
+    assert before.pods[AWAY] == REPLICAS // 2, before
+    watch.polls.clear()
     watch.started = await fo.make_unhealthy(members[AWAY], ns)
-    took = await fo.time_until_running_elsewhere(watch, AWAY, REPLICAS, FAILOVER_TIMEOUT_S, on_poll)
+    competing = asyncio.create_task(rival_refused(rival, karmada, ns)) if rival else None
+    try:
+        took = await fo.time_until_running_elsewhere(
+            watch, AWAY, REPLICAS, FAILOVER_TIMEOUT_S, on_poll
+        )
+        if competing is not None:
+            await competing
+            await rival_ran_nowhere(members, ns)
+    finally:
+        if competing is not None:
+            competing.cancel()
     assert all(p.ready[AWAY] for p in watch.polls), f"{AWAY} was not Ready throughout"
     return took
 
@@ -278,12 +392,15 @@ async def fail_over_application(
 async def application_baseline(
     failover_bed: TestBed, karmada: KubeClient, members: dict[str, KubeClient]
 ) -> list[float]:
-    """Application failover purged Directly, without a quota, `REPEATS` times."""
+    """Application failover purged Directly, without a quota, `REPEATS` times, with no
+    webhook of ours registered before and after."""
+    await no_webhook_of_ours(karmada)
     runs: list[float] = []
     directly = fo.application_failover("Directly")
     for _ in range(REPEATS):
         async with running_everywhere(failover_bed, karmada, members, None, directly) as ns:
             runs.append(await fail_over_application(karmada, members, ns, fo.nothing))
+    await no_webhook_of_ours(karmada)
     return runs
 
 
@@ -308,14 +425,22 @@ async def test_a_failover_in_a_full_quota_is_as_fast_never_over_hard_and_back_in
     hard at every poll (`never_over` raises at once); each within the baseline's p50 × 1.5 +
     10 s (the graceful eviction's 10 minutes fail it), their p50 within the baseline's × 1.5 +
     5 s; member1 back with its old pods: its Deployment deleted within `RETURN_BOUND_S` of
-    Ready, Σ over hard only while its old pods remain."""
+    Ready, Σ over hard only while its old pods remain (by their UIDs: a new pod there counts).
+    A rival Deployment started once member1's replicas are released is refused and runs
+    nowhere."""
     bound = fast_enough(baseline)
     runs: list[Run] = []
     for i in range(REPEATS):
         hard = QUOTAS[i % len(QUOTAS)]
         async with running_everywhere(failover_bed, karmada, members, hard) as ns:
             run = await fail_over_and_back(
-                failover_bed, karmada, members, ns, timeout=bound, on_poll=never_over(REPLICAS)
+                failover_bed,
+                karmada,
+                members,
+                ns,
+                timeout=bound,
+                on_poll=never_over(REPLICAS),
+                rival=True,
             )
         print(f"failover in a full quota {hard}: {run.failover_s:.1f}s (bound {bound:.1f}s)")
         runs.append(run)
@@ -379,19 +504,24 @@ async def test_a_quota_holding_evictions_says_so_and_lets_the_failover_through_o
     """`failover.evictedReplicas: Hold`: member1 taken away, its evicted replicas stay charged,
     so the scheduler's new placement is refused — the quota's EvictionCharged condition, its
     `Evicted` column in `kubectl get kq` and Karmada's ScheduleBindingFailed events name
-    member1 — and nothing more runs; switched to Release, the failover completes."""
+    member1 — and nothing more runs; switched to Release, the failover completes. A rival
+    Deployment is refused meanwhile and runs nowhere."""
     hard = QUOTAS[0]
     held = {"failover": {"evictedReplicas": "Hold"}}
     async with running_everywhere(failover_bed, karmada, members, hard, **held) as ns:
         path = f"{campaign.QUOTA_PATH.format(ns=ns)}/team"
         watch = fo.Watch(karmada, members, ns)
         check = never_over(REPLICAS)
+        assert (await watch.poll()).pods[AWAY] == REPLICAS // 2  # kept while AWAY is down
         try:
             watch.started = fo.take_away(failover_bed, AWAY)
 
             await told_and_refused(
                 karmada, watch, ns, f"{AWAY} (1 binding): held", f"replicas evicted from {AWAY}"
             )
+            # held, the quota is full: a rival is refused and runs nowhere
+            await rival_refused(failover_bed, karmada, ns)
+            await rival_ran_nowhere(members, ns, (STAYS,))
             shown = await failover_bed.akubectl("get", "kq", "team", "-n", ns)
             assert f"{AWAY} (1 binding): held" in shown.stdout, shown.stdout
             p = await watch.poll()
@@ -403,6 +533,7 @@ async def test_a_quota_holding_evictions_says_so_and_lets_the_failover_through_o
             print(
                 f"held failover released: {AWAY}'s replicas on {STAYS} {took:.1f}s after the kill"
             )
+            await rival_ran_nowhere(members, ns, (STAYS,))
         finally:
             await asyncio.to_thread(fo.bring_back, failover_bed, AWAY)
 
@@ -419,14 +550,19 @@ async def test_an_application_failover_purged_directly_is_as_fast_in_a_full_quot
     in member1, which stays Ready; Karmada deletes its Work there before it renders the new
     placement, so the quota charges the task nothing and the failover is not held. With the
     quota full, `REPEATS` times: Σ pods on the members ≤ hard at every poll, each within the
-    baseline's p50 × 1.5 + 10 s, their p50 within the baseline's × 1.5 + 5 s."""
+    baseline's p50 × 1.5 + 10 s, their p50 within the baseline's × 1.5 + 5 s; a rival
+    Deployment started once the workload broke is refused and runs nowhere."""
     base = fo.p50(application_baseline)
     runs: list[float] = []
     directly = fo.application_failover("Directly")
     for i in range(REPEATS):
         hard = QUOTAS[i % len(QUOTAS)]
         async with running_everywhere(failover_bed, karmada, members, hard, directly) as ns:
-            runs.append(await fail_over_application(karmada, members, ns, never_over(REPLICAS)))
+            runs.append(
+                await fail_over_application(
+                    karmada, members, ns, never_over(REPLICAS), rival=failover_bed
+                )
+            )
         print(f"application failover in a full quota {hard}: {runs[-1]:.1f}s")
     _record(record_property, "quota_application_failover_s", runs)
     assert all(r <= base * 1.5 + 10 for r in runs), (runs, application_baseline)
@@ -443,12 +579,14 @@ async def test_an_application_failover_purged_gracefully_from_a_ready_member_wai
     placement is healthy: charged, the quota refuses the new placement beside it, and says
     why — the EvictionCharged condition names member1 as Ready, Karmada's scheduler events
     name it and the time left — while Σ pods on the members stays ≤ hard and nothing more
-    runs on member2 (docs/charging.md, Failover: a full quota cannot make before it breaks)."""
+    runs on member2 (docs/charging.md, Failover: a full quota cannot make before it breaks); a
+    rival Deployment is refused and runs nowhere."""
     hard = QUOTAS[0]
     gracefully = fo.application_failover("Gracefully")
     async with running_everywhere(failover_bed, karmada, members, hard, gracefully) as ns:
         watch = fo.Watch(karmada, members, ns)
         check = never_over(REPLICAS)
+        assert (await watch.poll()).pods[AWAY] == REPLICAS // 2
         await fo.make_unhealthy(members[AWAY], ns)
 
         await told_and_refused(
@@ -458,9 +596,12 @@ async def test_an_application_failover_purged_gracefully_from_a_ready_member_wai
             f"{AWAY} (1 binding): Ready",
             f"replicas evicted from {AWAY} is Ready",
         )
+        # the old Work charged, the quota is full: a rival is refused and runs nowhere
+        await rival_refused(failover_bed, karmada, ns)
         p = await watch.poll()
         check(p)
         assert p.running_except(AWAY) == REPLICAS // 2, p  # held back: only member2's own
+        await rival_ran_nowhere(members, ns)
 
 
 @pytest.fixture(scope="module")

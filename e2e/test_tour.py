@@ -5,8 +5,16 @@ Each feature is one test, written as a tenant uses it (`kubectl --as alice`, bou
 Kubernetes' `edit` plus Karmada's `karmada-edit`; e2e/testbed/tenant.py), and each asserts what
 it does without a quota: what the member clusters hold and run, read from their own API
 servers, and `status.used` where docs/charging.md says what it must be. A refusal here is a
-false refusal, as serious as an over-admission; the members' pods, terminating ones counted,
-are polled every 100 ms throughout each test and never exceed the quota's `pods`.
+false refusal, as serious as an over-admission.
+
+The members' pods, terminating ones counted, are polled every 100 ms throughout each test and
+never exceed the quota's `pods`. Where the quota has room by design (most of the tour: it is
+about false refusals) that bound is at least what the workload can ever run, and the poll is
+only a tripwire, not a claim. The claim is made where the workload fills the quota — the
+rollout (its replicas and surge pods are the hard) and the FederatedHPA (scaled to the hard):
+there the tenant also applies a competing Deployment (`rival_refused`), inside the rollout's
+window and once the FederatedHPA scaled up, which must be refused and run in no member; had it
+been admitted, its pod would be counted by the same poll.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from e2e.test_tenant import (
     override_policy,
     placed,
     quota,
+    refused_event,
     settled,
     tenant_apply,
 )
@@ -44,6 +53,7 @@ stack = test_tenant.stack
 ns = test_tenant.ns
 
 CPU = {"cpu": "100m"}
+RIVAL = "rival"
 T = TypeVar("T")
 
 
@@ -104,6 +114,23 @@ async def used_is(s: Stack, ns: str, want: dict[str, str]) -> None:
         return True
 
     await eventually(check, 30, "status.used as charged", interval=0.05)
+
+
+async def rival_refused(s: Stack, ns: str) -> None:
+    """The tenant applies a competing Deployment of one 100m pod over every member while the
+    quota is full: its binding must be refused (Karmada's event on it says `exceeded quota`)
+    and no member may run a pod of it."""
+    members = list(s.members)
+    await tenant_apply(s, deployment(ns, RIVAL, 1, CPU), divided_policy(ns, RIVAL, members, RIVAL))
+    await refused_event(s, ns, RIVAL, "exceeded quota: team")
+    pods = await member_pods(s, ns)
+    ran = [
+        f"{m}/{p['metadata']['name']}"
+        for m, ps in pods.items()
+        for p in ps
+        if (p["metadata"].get("labels") or {}).get("app") == RIVAL
+    ]
+    assert not ran, f"the members run the rival the full quota refused: {ran}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -370,7 +397,8 @@ async def test_a_rollout_completes_within_the_quota(stack: Stack, ns: str) -> No
     quota exactly the size of its charge (2 replicas over 2 members: 1 replica + 1 surge pod in
     each, docs/charging.md): the tenant changes its image, and the rollout completes in every
     member — new image, 1 pod each — without the members ever running more than `pods`,
-    terminating pods counted, at any poll."""
+    terminating pods counted, at any poll. A rival Deployment the tenant applies as the rollout
+    starts (the old pods stopping) is refused and runs nowhere."""
     s = stack
     members = list(s.members)
     await quota(s, ns, pods="4", **{"requests.cpu": "400m"})
@@ -385,6 +413,7 @@ async def test_a_rollout_completes_within_the_quota(stack: Stack, ns: str) -> No
             s, "-n", ns, "set", "image", "deployment/web", "app=registry.example.com/web:2"
         )
         assert got.returncode == 0, f"the rollout was refused: {got.stderr}"
+        await rival_refused(s, ns)
 
         async def rolled() -> bool:
             pods = await member_pods(s, ns)
@@ -460,6 +489,7 @@ async def test_federated_hpa_scales_within_the_quota(stack: Stack, ns: str) -> N
         await works(s, ns, up, 120, "the FederatedHPA scaled web up to 3")
         await settled(s, ns)
         await used_is(s, ns, {"pods": "3", "requests.cpu": "300m"})
+        await rival_refused(s, ns)  # the quota is full: scaled up to its hard
         got = await as_tenant(
             s, "-n", ns, "patch", "federatedhpa", "web", "--type", "merge",
             "-p", json.dumps({"spec": {"minReplicas": 1, "maxReplicas": 2}}),

@@ -87,6 +87,7 @@ STATUS_SUBRESOURCE = {
     "statefulsets",
     "jobs",
     "resourcequotas",
+    "works",
 }
 DELETED_AT = "2026-01-01T00:00:00Z"
 

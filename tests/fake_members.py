@@ -16,12 +16,19 @@ writing directly (no policy is enforced by the fake).
 `Fleet` is the set of members: every applied change is checked against Σ over members of what a
 guard may hold (max(spec.hard, status.hard)) ≤ the global hard, and every request is recorded as
 (member, verb, path) so a test can assert which verbs on which resources the guards use.
+
+Members named in `pull` are Pull-mode Clusters (no endpoint): their guards reach them as Works
+on `karmada` (a FakeApiServer, requests recorded as ("karmada", verb, path)), which `carry` —
+karmada-agent — applies to the member's ResourceQuotas (its quota controller following as
+above) and whose status it reflects (`reflect=False`: applied, not yet reflected). With
+`agent_lag=False` the agent carries every Work at once after each write; else only when the
+test calls `carry`.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Collection, Mapping
 from typing import Any
 
 from karmadaquota.api import KarmadaQuota
@@ -35,6 +42,7 @@ from tests.fake_api import parse as _parse
 PREFIX = "/api/v1/namespaces/"
 RQ = ("/api/v1", "resourcequotas")
 NAMESPACES = ("/api/v1", "namespaces")
+WORKS = ("/apis/work.karmada.io/v1alpha1", "works")
 VAP_RESOURCES = ["validatingadmissionpolicies", "validatingadmissionpolicybindings"]
 
 
@@ -187,11 +195,100 @@ class FakeMember:
 class Fleet:
     """Every fake member, the global hard to hold them to, and the requests they saw."""
 
-    def __init__(self, names: list[str], hard: Mapping[str, int], lag: bool = False) -> None:
+    def __init__(
+        self,
+        names: list[str],
+        hard: Mapping[str, int],
+        lag: bool = False,
+        pull: Collection[str] = (),
+        agent_lag: bool = False,
+    ) -> None:
         self.hard = dict(hard)  # nano-units
         self.members = {n: FakeMember(self, n, lag) for n in names}
         self.requests: list[tuple[str, str, str]] = []
         self.worst: dict[str, int] = {}  # the largest Σ seen per name
+        self.pull = set(pull)
+        self.agent_lag = agent_lag
+        self.karmada = FakeApiServer()
+        for name in self.pull:
+            self.karmada.create("/api/v1/namespaces", {"metadata": {"name": f"karmada-es-{name}"}})
+
+    # ---- karmada-apiserver and karmada-agent (Pull-mode members) ----------------------------
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: JSON | None = None,
+        params: Mapping[str, str] | None = None,
+        timeout: float = 10.0,
+        content_type: str = "application/json",
+    ) -> JSON:
+        """karmada-apiserver, as the guard keeper's Works reach it."""
+        self.requests.append(("karmada", method, path))
+        try:
+            return await self.karmada.request(method, path, body, params, timeout, content_type)
+        finally:
+            if method != "GET" and not self.agent_lag:
+                for name in sorted(self.pull):
+                    self.carry(name)
+
+    async def get(self, path: str, params: Mapping[str, str] | None = None) -> JSON:
+        return await self.request("GET", path, params=params)
+
+    def works(self, member: str) -> dict[str, JSON]:
+        return {
+            name: obj
+            for (ns, name), obj in self.karmada.objects(WORKS).items()
+            if ns == f"karmada-es-{member}"
+        }
+
+    def carry(self, member: str, reflect: bool = True) -> None:
+        """karmada-agent of a Pull member: apply its Works (a deleted one's ResourceQuota
+        removed, then Karmada's finalizer), then reflect each ResourceQuota's status."""
+        m = self.members[member]
+        for name, work in self.works(member).items():
+            path = f"/apis/work.karmada.io/v1alpha1/namespaces/karmada-es-{member}/works/{name}"
+            manifest = work["spec"]["workload"]["manifests"][0]
+            ns, rq = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
+            rq_path = f"{PREFIX}{ns}/resourcequotas/{rq}"
+            if work["metadata"].get("deletionTimestamp"):
+                if (ns, rq) in m.quotas:
+                    m.api.delete(rq_path)
+                self.karmada.update(path, lambda o: o["metadata"].update(finalizers=[]))
+                continue
+            if (ns, rq) in m.quotas:
+
+                def apply(o: JSON, manifest: JSON = manifest) -> None:
+                    o["spec"] = copy.deepcopy(manifest["spec"])
+                    o["metadata"]["labels"] = dict(manifest["metadata"].get("labels") or {})
+
+                m.api.update(rq_path, apply)
+            else:
+                if ("", ns) not in m.api.objects(NAMESPACES):
+                    m.api.create("/api/v1/namespaces", {"metadata": {"name": ns}})
+                m.api.create(f"{PREFIX}{ns}/resourcequotas", copy.deepcopy(manifest))
+            self.check()
+            m.sync_status()  # its quota controller (unless stuck)
+            if reflect:
+                self.reflect(member, name)
+
+    def reflect(self, member: str, work: str) -> None:
+        """The agent's work status controller: the ResourceQuota's status into its Work."""
+        manifest = self.works(member)[work]["spec"]["workload"]["manifests"][0]
+        key = (manifest["metadata"]["namespace"], manifest["metadata"]["name"])
+        rq = self.members[member].quotas.get(key)
+        if rq is None or "status" not in rq:
+            return
+        entry = {
+            "identifier": {"ordinal": 0, "version": "v1", "kind": "ResourceQuota"},
+            "status": copy.deepcopy(rq["status"]),
+        }
+        applied = {"type": "Applied", "status": "True", "reason": "AppliedSuccessful"}
+        self.karmada.update(
+            f"/apis/work.karmada.io/v1alpha1/namespaces/karmada-es-{member}/works/{work}",
+            lambda o: o.update(status={"manifestStatuses": [entry], "conditions": [applied]}),
+        )
 
     def check(self) -> None:
         for name, limit in self.hard.items():
@@ -213,6 +310,8 @@ class Fleet:
         return self.members[host.removeprefix("https://")]
 
     def cluster(self, name: str) -> JSON:
+        if name in self.pull:
+            return {"metadata": {"name": name}, "spec": {"syncMode": "Pull"}}
         return {
             "metadata": {"name": name},
             "spec": {

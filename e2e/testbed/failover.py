@@ -84,7 +84,8 @@ def bring_back(bed: TestBed, member: str, timeout: float = 120) -> float:
     return bed.restart(apiserver(member), signal.SIGKILL, timeout)
 
 
-def _ready(cluster: Mapping[str, Any]) -> bool:
+def cluster_ready(cluster: Mapping[str, Any]) -> bool:
+    """Whether Karmada reports the Cluster Ready."""
     conditions = (cluster.get("status") or {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
@@ -97,7 +98,8 @@ def _tainted(cluster: Mapping[str, Any]) -> bool:
 @dataclass(frozen=True)
 class Poll:
     """One look at the namespace: seconds since the clock started, each member's Ready (as
-    Karmada says), live pods (not Succeeded/Failed), pods Running and Ready, and Deployments."""
+    Karmada says), live pods (not Succeeded/Failed), pods Running and Ready, Deployments, and
+    the UIDs of the live pods."""
 
     at: float
     ready: Mapping[str, bool]
@@ -105,6 +107,7 @@ class Poll:
     pods: Mapping[str, int]
     running: Mapping[str, int]
     deployments: Mapping[str, int]
+    uids: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
     def pods_on_ready(self) -> int:
         """Σ live pods over the members Karmada calls Ready: what a quota can see running."""
@@ -122,10 +125,10 @@ class Watch:
     members: Mapping[str, KubeClient]
     namespace: str
     started: float = field(default_factory=time.monotonic)
-    last: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    last: dict[str, tuple[int, int, int, frozenset[str]]] = field(default_factory=dict)
     polls: list[Poll] = field(default_factory=list)
 
-    async def _member(self, name: str) -> tuple[int, int, int]:
+    async def _member(self, name: str) -> tuple[int, int, int, frozenset[str]]:
         client, ns = self.members[name], self.namespace
         try:
             pods, deployments = await asyncio.wait_for(
@@ -136,13 +139,16 @@ class Watch:
                 READ_TIMEOUT_S,
             )
         except (KubeError, aiohttp.ClientError, OSError, TimeoutError):
-            return self.last.get(name, (0, 0, 0))  # down: nothing there can change meanwhile
+            # down: nothing there can change meanwhile (poll once before taking it away)
+            return self.last.get(name, (0, 0, 0, frozenset()))
         live = running = 0
+        uids: set[str] = set()
         for p in pods.get("items", []):
             status = p.get("status") or {}
             if status.get("phase") in ("Succeeded", "Failed"):
                 continue
             live += 1
+            uids.add(p["metadata"]["uid"])
             ready = any(
                 c.get("type") == "Ready" and c.get("status") == "True"
                 for c in status.get("conditions") or []
@@ -153,7 +159,7 @@ class Watch:
                 and not p["metadata"].get("deletionTimestamp")
             ):
                 running += 1
-        self.last[name] = (live, running, len(deployments.get("items", [])))
+        self.last[name] = (live, running, len(deployments.get("items", [])), frozenset(uids))
         return self.last[name]
 
     async def poll(self) -> Poll:
@@ -164,11 +170,12 @@ class Watch:
         counts = await asyncio.gather(*(self._member(m) for m in names))
         p = Poll(
             at=time.monotonic() - self.started,
-            ready={m: _ready(clusters.get(m, {})) for m in names},
+            ready={m: cluster_ready(clusters.get(m, {})) for m in names},
             tainted={m: _tainted(clusters.get(m, {})) for m in names},
             pods={m: c[0] for m, c in zip(names, counts, strict=True)},
             running={m: c[1] for m, c in zip(names, counts, strict=True)},
             deployments={m: c[2] for m, c in zip(names, counts, strict=True)},
+            uids={m: c[3] for m, c in zip(names, counts, strict=True)},
         )
         self.polls.append(p)
         return p
@@ -206,9 +213,9 @@ class Return:
     it Ready, until Karmada has deleted the evicted Deployment there, until its pods are gone
     (the member's garbage collector: None when they outlived the `linger` watched), how long Σ
     pods on Ready members was over `hard` (from the first poll over to the first poll back at
-    or under it; to the last poll while they remain), and the most the other members' pods
-    (and the member's own beyond its old ones) ever were over `hard`: 0 when only the old pods
-    made the excess."""
+    or under it; to the last poll while they remain), and the most Σ pods on Ready members,
+    less the member's old pods (by the UIDs it ran before its outage) still there, ever was
+    over `hard`: 0 when only the old pods made the excess — a new pod in the member counts."""
 
     ready_s: float
     undeployed_s: float
@@ -227,18 +234,20 @@ async def watch_return(
     watch: Watch,
     member: str,
     hard: int,
+    old_uids: frozenset[str],
     timeout: float = 180,
     linger: float = 30,
 ) -> Return:
     """Bring `member` back and poll until it is Ready with the evicted Deployment deleted
     there (Karmada's part), then up to `linger` seconds more until its pods are gone too (the
     member's garbage collector, which on the bed may wait for its next resync: 3–90 s
-    measured); `watch.polls` keeps every poll (for an invariant over them)."""
+    measured); `watch.polls` keeps every poll (for an invariant over them). `old_uids`: the
+    member's pods before it was taken away (`Poll.uids`), the only ones whose excess is
+    forgiven."""
     watch.started = time.monotonic()
     watch.polls.clear()
     restart = asyncio.create_task(asyncio.to_thread(bring_back, bed, member, timeout))
     ready_at: list[float] = []
-    old_pods: dict[float, int] = {}  # poll time -> the member's pods (its old ones) once Ready
 
     async def looked() -> Poll:
         if restart.done():
@@ -246,8 +255,6 @@ async def watch_return(
         p = await watch.poll()
         if p.ready[member] and not ready_at:
             ready_at.append(p.at)
-        if ready_at:
-            old_pods[p.at] = p.pods[member]
         return p
 
     async def undeployed() -> float | None:
@@ -269,10 +276,17 @@ async def watch_return(
             cleaned_at = None  # the member's garbage collector has not resynced yet
     finally:
         await restart
-    excess = max((p.pods_on_ready() - old_pods.get(p.at, 0) - hard for p in watch.polls), default=0)
+    excess = max((excess_over(p, member, old_uids, hard) for p in watch.polls), default=0)
     return Return(
         ready_at[0], undeployed_at, cleaned_at, over_hard_window(watch.polls, hard), max(excess, 0)
     )
+
+
+def excess_over(p: Poll, member: str, old_uids: frozenset[str], hard: int) -> int:
+    """How far Σ pods on Ready members is over `hard` at `p`, not counting `member`'s old pods
+    (those of `old_uids` it still runs, while it is Ready: counted in Σ only then)."""
+    old = len(p.uids.get(member, frozenset()) & old_uids) if p.ready.get(member) else 0
+    return p.pods_on_ready() - old - hard
 
 
 def over_hard_window(polls: list[Poll], hard: int) -> float:

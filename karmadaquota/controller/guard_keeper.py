@@ -33,7 +33,8 @@ Requests to a member, with the credentials Karmada holds for it (the Cluster's s
 resourcequotas get, create, update, delete in the quota's namespace; resourcequotas list and
 watch by our labels; the guards' ValidatingAdmissionPolicy and its binding get, create,
 update; a SelfSubjectReview. Nothing else (the pod watch in `controller.members` lists and
-watches pods).
+watches pods). A Pull-mode member is sent nothing: its guard is a Work on karmada-apiserver
+that karmada-agent applies there (`controller.guard_works`, the `carried` target).
 """
 
 from __future__ import annotations
@@ -42,9 +43,9 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import aiohttp
 
@@ -53,7 +54,7 @@ from karmadaquota.api import KarmadaQuota
 from karmadaquota.controller import guards as gd
 from karmadaquota.controller.dirty import DirtyQueue, RateLimiter
 from karmadaquota.controller.guard_watch import GuardWatches
-from karmadaquota.controller.members import Members, describe_error
+from karmadaquota.controller.members import Members, MemberWatch, describe_error
 from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.kube import paths
 from karmadaquota.kube.client import JSON, Api, KubeError, NotFound
@@ -63,6 +64,7 @@ from karmadaquota.kube.versions import parse_rv
 from karmadaquota.quantity import Format, Quantity, QuantityError
 
 log = logging.getLogger("karmadaquota.controller.guards")
+T = TypeVar("T")
 
 GUARD_LABEL = "quota.karmada.io/guard-of"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
@@ -73,7 +75,9 @@ FINALIZER = "quota.karmada.io/member-guards"
 _PREFIX = "karmadaquota-"
 
 
-def _hashed(text: str, limit: int) -> str:
+def hashed(text: str, limit: int) -> str:
+    """`text`, or past `limit` characters its head and a digest of the whole (names stay
+    distinct and within Kubernetes' limits)."""
     if len(text) <= limit:
         return text
     digest = hashlib.sha256(text.encode()).hexdigest()[:10]
@@ -82,12 +86,12 @@ def _hashed(text: str, limit: int) -> str:
 
 def guard_name(quota: str) -> str:
     """The guard ResourceQuota's name: `karmadaquota-<quota>` (hashed past 253 characters)."""
-    return _hashed(_PREFIX + quota, 253)
+    return hashed(_PREFIX + quota, 253)
 
 
 def label_value(quota: str) -> str:
     """The guard-of label: the quota's name (hashed past 63 characters)."""
-    return _hashed(quota, 63)
+    return hashed(quota, 63)
 
 
 def rq_path(namespace: str, name: str | None = None) -> str:
@@ -168,6 +172,108 @@ class NotOurs(GuardError):
     """Another ResourceQuota holds the guard's name in a member: it is left alone."""
 
 
+class GuardTarget(Protocol):
+    """Where one member's guard is kept, shown to the keeper as a ResourceQuota whose
+    `status.hard` is what the member may enforce: on the member's API server (`MemberQuotas`,
+    Push mode), or as a Work Karmada applies there (`guard_works.GuardWorks`, Pull mode).
+    Which one is I/O only: the keeper plans and orders the writes the same way for both."""
+
+    def where(self, quota: KarmadaQuota) -> str:
+        """The guard's object, for messages."""
+        ...
+
+    async def read(self, quota: KarmadaQuota) -> JSON | None:
+        """The guard as it is now (None: absent), ours or not (`is_ours`)."""
+        ...
+
+    def replacing(self, quota: KarmadaQuota, current: JSON | None, body: JSON) -> JSON:
+        """What to send so that the guard becomes `body` (`guard_body`) over `current`."""
+        ...
+
+    async def send(self, quota: KarmadaQuota, obj: JSON) -> JSON:
+        """Create `obj` (no resourceVersion) or replace it (compare-and-swap); the guard as
+        written."""
+        ...
+
+    async def delete(self, quota: KarmadaQuota, current: JSON) -> None:
+        """Delete the guard `current` (its uid a precondition)."""
+        ...
+
+    async def reset(self) -> None:
+        """A connection failed: the next request starts afresh."""
+        ...
+
+    def route(self, namespace: str, quota: str) -> str:
+        """How the guard reaches the member, for the quota's `Guarded` condition ("": it is
+        written there directly)."""
+        ...
+
+    def problem(self, namespace: str, quota: str) -> str:
+        """Why the member does not hold the guard as written, as last read ("": nothing
+        known against it)."""
+        ...
+
+
+@dataclass(frozen=True)
+class MemberQuotas:
+    """A Push member's guard: a ResourceQuota on the member's API server, written with the
+    credentials Karmada holds for the member."""
+
+    watch: MemberWatch
+
+    def where(self, quota: KarmadaQuota) -> str:
+        meta = quota.metadata
+        return f"ResourceQuota {meta.namespace}/{guard_name(meta.name)} in {self.watch.name}"
+
+    async def read(self, quota: KarmadaQuota) -> JSON | None:
+        meta = quota.metadata
+        api = await self.watch.api()
+        try:
+            return await api.get(rq_path(meta.namespace, guard_name(meta.name)))
+        except NotFound:
+            return None
+
+    def replacing(self, quota: KarmadaQuota, current: JSON | None, body: JSON) -> JSON:
+        if current is None:
+            return body
+        meta = {**current["metadata"]}
+        meta["labels"] = {**(meta.get("labels") or {}), **body["metadata"]["labels"]}
+        return {**current, "metadata": meta, "spec": body["spec"]}
+
+    async def send(self, quota: KarmadaQuota, obj: JSON) -> JSON:
+        meta = quota.metadata
+        api = await self.watch.api()
+        if (obj.get("metadata") or {}).get("resourceVersion"):
+            return await api.request("PUT", rq_path(meta.namespace, guard_name(meta.name)), obj)
+        return await api.request("POST", rq_path(meta.namespace), obj)
+
+    async def delete(self, quota: KarmadaQuota, current: JSON) -> None:
+        meta = quota.metadata
+        api = await self.watch.api()
+        with contextlib.suppress(NotFound):
+            await api.request(
+                "DELETE", rq_path(meta.namespace, guard_name(meta.name)), delete_options(current)
+            )
+
+    async def reset(self) -> None:
+        await self.watch.reset_api()
+
+    def route(self, namespace: str, quota: str) -> str:
+        return ""
+
+    def problem(self, namespace: str, quota: str) -> str:
+        return ""
+
+
+def delete_options(current: Mapping[str, Any]) -> JSON:
+    """DeleteOptions that delete `current` and nothing made in its place since."""
+    options: JSON = {"kind": "DeleteOptions", "apiVersion": "v1"}
+    uid = (current.get("metadata") or {}).get("uid")
+    if uid:
+        options["preconditions"] = {"uid": uid}
+    return options
+
+
 @dataclass(frozen=True)
 class _Known:
     hold: dict[str, int]  # what it may hold now; {} when there is no guard
@@ -234,8 +340,13 @@ class GuardKeeper:
         watch: bool = False,
         identity: str | None = None,
         protect_period: float = 60.0,
+        carried: Callable[[str], GuardTarget] | None = None,
     ) -> None:
         self.members = members
+        # a Pull-mode member's guard, carried by Karmada (`guard_works.GuardWorks` on
+        # karmada-apiserver); None: such a member gets no guard
+        self._carry = carried
+        self._carried: dict[str, GuardTarget] = {}  # member -> its target (they keep state)
         self.metrics = metrics
         self.request_timeout = request_timeout
         self.confirm_timeout = confirm_timeout
@@ -362,12 +473,24 @@ class GuardKeeper:
         for watch in self.members.views():
             m = watch.name
             foreign = self._foreign.get((namespace, quota, m))
-            if watch.access.problem:
+            carried = self._carried.get(m) if self._is_carried(watch) else None
+            if watch.access.problem and not self._is_carried(watch):
                 out[m] = watch.access.problem
             elif foreign is not None:
                 out[m] = foreign[1]
             elif m in self.errors:
                 out[m] = f"unreachable, keeps the guard it has: {self.errors[m]}"
+            elif carried is not None and carried.problem(namespace, quota):
+                out[m] = carried.problem(namespace, quota)
+        return out
+
+    def routes(self, namespace: str, quota: str) -> dict[str, str]:
+        """How the guards of the members not written directly reach them (member -> how)."""
+        out: dict[str, str] = {}
+        for m, target in self._carried.items():
+            watch = self.members.get(m)
+            if watch is not None and self._is_carried(watch):
+                out[m] = target.route(namespace, quota)
         return out
 
     def after_recompute(self, namespace: str, leader: bool) -> None:
@@ -455,9 +578,23 @@ class GuardKeeper:
 
     def _reachable(self, member: str) -> bool:
         watch = self.members.get(member)
-        if watch is None or watch.access.problem:
+        if watch is None or (watch.access.problem and not self._is_carried(watch)):
             return False
         return self._down.get(member, 0.0) <= self._clock()
+
+    def _is_carried(self, watch: MemberWatch) -> bool:
+        """A Pull-mode member whose guard Karmada carries (no credentials of ours reach it)."""
+        return watch.access.pull and self._carry is not None
+
+    def _target(self, member: str) -> GuardTarget:
+        watch = self.members.get(member)
+        if watch is None:
+            raise GuardError(f"member {member} is not registered")
+        if self._carry is None or not self._is_carried(watch):
+            return MemberQuotas(watch)
+        if member not in self._carried:
+            self._carried[member] = self._carry(member)
+        return self._carried[member]
 
     def _failed(self, member: str, op: str, e: BaseException) -> None:
         if self.watches is not None and isinstance(e, KubeError) and e.status == 403:
@@ -491,37 +628,27 @@ class GuardKeeper:
         if self.metrics is not None:
             self.metrics.guard_writes.labels(member, op, "ok").inc()
 
-    async def _api(self, member: str) -> Api:
-        watch = self.members.get(member)
-        if watch is None:
-            raise GuardError(f"member {member} is not registered")
-        return await watch.api()
-
-    async def _call(self, member: str, what: Callable[[Api], Any]) -> Any:
+    async def _call(self, member: str, what: Callable[[GuardTarget], Awaitable[T]]) -> T:
+        """One request to the member's guard, bounded by `request_timeout`; a connection
+        error is a GuardError (the member is unreachable for its backoff)."""
+        target = self._target(member)
         try:
             async with asyncio.timeout(self.request_timeout):
-                return await what(await self._api(member))
+                return await what(target)
         except (KubeError, GuardError):
             raise
         except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as e:
-            watch = self.members.get(member)
-            if watch is not None:
-                await watch.reset_api()
+            await target.reset()
             raise GuardError(describe_error(e)) from e
 
-    async def _read(self, member: str, namespace: str, quota: str) -> JSON | None:
-        """Our guard in the member, None when absent; GuardError when another object holds
+    async def _read(self, member: str, quota: KarmadaQuota) -> JSON | None:
+        """Our guard in the member, None when absent; NotOurs when another object holds
         its name."""
-        try:
-            obj: JSON = await self._call(
-                member, lambda api: api.get(rq_path(namespace, guard_name(quota)))
-            )
-        except NotFound:
-            return None
-        if not is_ours(obj, quota):
+        obj = await self._call(member, lambda t: t.read(quota))
+        if obj is not None and not is_ours(obj, quota.metadata.name):
             raise NotOurs(
-                f"ResourceQuota {namespace}/{guard_name(quota)} in {member} is not managed by "
-                "karmadaquota: left alone, no guard there"
+                f"{self._target(member).where(quota)} is not managed by karmadaquota: left "
+                "alone, no guard there"
             )
         return obj
 
@@ -553,21 +680,13 @@ class GuardKeeper:
         )
 
         async def read() -> JSON | None:
-            return await self._read(member, ns, name)
+            return await self._read(member, quota)
 
         def mutate(current: JSON | None) -> JSON:
-            if current is None:
-                return body
-            meta = {**current["metadata"]}
-            meta["labels"] = {**(meta.get("labels") or {}), **body["metadata"]["labels"]}
-            return {**current, "metadata": meta, "spec": body["spec"]}
+            return self._target(member).replacing(quota, current, body)
 
         async def write(obj: JSON) -> JSON:
-            rv = (obj.get("metadata") or {}).get("resourceVersion")
-            if rv:
-                path = rq_path(ns, guard_name(name))
-                return await self._call(member, lambda api: api.request("PUT", path, obj))  # type: ignore[no-any-return]
-            return await self._call(member, lambda api: api.request("POST", rq_path(ns), obj))  # type: ignore[no-any-return]
+            return await self._call(member, lambda t: t.send(quota, obj))
 
         result = await retry_on_conflict(
             read, mutate, write, attempts=4, backoff=Backoff(0.02, 0.2)
@@ -590,7 +709,7 @@ class GuardKeeper:
                     f"status.hard within {self.confirm_timeout:g}s"
                 )
             await asyncio.sleep(self.poll)  # polling the member with a deadline
-            got = await self._read(member, ns, name)
+            got = await self._read(member, quota)
             if got is None:
                 raise GuardError(f"guard {ns}/{guard_name(name)} vanished from {member}")
             obj = got
@@ -611,7 +730,7 @@ class GuardKeeper:
         if foreign is not None and self._clock() - foreign[0] < self.reread_period:
             return
         try:
-            got = await self._read(member, ns, name)
+            got = await self._read(member, quota)
             self._remember(ns, name, member, got)
             self._intend((ns, name, member), got)
         except NotOurs as e:
@@ -775,18 +894,13 @@ class GuardKeeper:
                 return False
             try:
                 try:
-                    obj = await self._read(member, ns, name)
+                    obj = await self._read(member, quota)
                 except NotOurs:
                     obj = None  # not ours to delete: nothing of ours there
                 self._intend((ns, name, member), None)  # its deletion is ours
                 if obj is not None:
-                    uid = obj["metadata"].get("uid")
-                    options = {"kind": "DeleteOptions", "apiVersion": "v1"}
-                    if uid:
-                        options["preconditions"] = {"uid": uid}  # type: ignore[assignment]
-                    path = rq_path(ns, guard_name(name))
-                    with contextlib.suppress(NotFound):
-                        await self._call(member, lambda api: api.request("DELETE", path, options))
+                    current = obj
+                    await self._call(member, lambda t: t.delete(quota, current))
                     self._ok(member, "delete")
             except (KubeError, GuardError) as e:
                 self._failed(member, "delete", e)

@@ -58,3 +58,6 @@ class Findings:
     # -> member -> why it holds no guard as wanted (the member guards)
     guards: Callable[[str, str, str], Mapping[str, str] | None] | None = None
     guard_problems: Callable[[str, str], Mapping[str, str]] | None = None
+    # (namespace, quota) -> member -> how its guard reaches it, for the members not written
+    # directly (Pull mode: a Work that karmada-agent applies)
+    guard_routes: Callable[[str, str], Mapping[str, str]] | None = None

@@ -35,6 +35,7 @@ from aiohttp import web
 from karmadaquota.controller import operator
 from karmadaquota.controller.dequeue import Dequeuer
 from karmadaquota.controller.guard_keeper import GuardKeeper
+from karmadaquota.controller.guard_works import GuardWorks
 from karmadaquota.controller.leader import (
     DEFAULT_LEASE_NAME,
     AlwaysLeader,
@@ -159,7 +160,10 @@ async def serve(config: ControllerConfig) -> int:
     )
     # the guards are watched in every member and protected there by an admission policy where
     # the member allows it; a guard someone else changed is synced at once (the keeper's queue)
-    keeper = GuardKeeper(members, metrics, watch=True)
+    # ... and a Pull-mode member's guard is a Work that karmada-agent applies there
+    keeper = GuardKeeper(
+        members, metrics, watch=True, carried=functools.partial(GuardWorks, client)
+    )
     controller = Controller(
         client,
         metrics,

@@ -261,6 +261,7 @@ class Controller:
             labels=enforcement.labels if enforcement is not None else None,
             guards=guards.shown if guards is not None else None,
             guard_problems=guards.problems if guards is not None else None,
+            guard_routes=guards.routes if guards is not None else None,
         )
 
     def _gone(self, namespace: str, key: str) -> bool:

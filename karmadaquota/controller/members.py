@@ -51,6 +51,7 @@ class ClusterAccess:
     secret_name: str = ""
     insecure: bool = False
     problem: str = ""
+    pull: bool = False  # syncMode Pull: karmada-agent applies its Works (controller.guard_works)
 
 
 def cluster_access(obj: Mapping[str, Any]) -> ClusterAccess:
@@ -64,6 +65,7 @@ def cluster_access(obj: Mapping[str, Any]) -> ClusterAccess:
             name,
             problem=f"Cluster {name} has no apiEndpoint/secretRef (syncMode {mode or 'unset'}): "
             "its pods cannot be observed",
+            pull=mode == "Pull",
         )
     return ClusterAccess(
         name,

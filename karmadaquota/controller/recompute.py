@@ -113,6 +113,8 @@ class NamespaceSnapshot:
     guards: Callable[[str, str], Mapping[str, str] | None] = lambda quota, member: None
     # quota name -> member -> why it holds no guard as wanted (None: guards not kept here)
     guard_problems: Callable[[str], Mapping[str, str]] | None = None
+    # quota name -> member -> how its guard reaches it when not written there directly
+    guard_routes: Callable[[str], Mapping[str, str]] = lambda quota: {}
     # where a pending charge's binding is looked up (None: `bindings`); a cluster quota's
     # pending charges may come from namespaces it no longer selects
     lookup: Mapping[str, IndexedBinding] | None = None
@@ -359,7 +361,11 @@ def recompute(quota: KarmadaQuota, inputs: NamespaceSnapshot, now: datetime) -> 
     else:
         conditions = [c for c in conditions if c.type != st.COND_EVICTION_CHARGED]
     if guarded and inputs.guard_problems is not None:
-        wanted.append(_guarded_condition(inputs.guard_problems(quota.metadata.name)))
+        wanted.append(
+            _guarded_condition(
+                inputs.guard_problems(quota.metadata.name), inputs.guard_routes(quota.metadata.name)
+            )
+        )
     elif not guarded:
         wanted.append(_unguarded_condition())
     new_status = KarmadaQuotaStatus(
@@ -520,16 +526,21 @@ def _out_of_band_condition(
     )
 
 
-def _guarded_condition(problems: Mapping[str, str]) -> Condition:
-    """Guarded: True while every member holds its guard as the share policy wants."""
+def _guarded_condition(problems: Mapping[str, str], routes: Mapping[str, str]) -> Condition:
+    """Guarded: True while every member holds its guard as the share policy wants, saying
+    which guards Karmada carries (Pull-mode members); False naming each member that does
+    not, and why."""
     if problems:
         text = "; ".join(f"{m}: {why}" for m, why in sorted(problems.items()))
         return _condition(st.COND_GUARDED, False, REASON_NOT_GUARDED, text)
+    carried = [f"{m} {how}" for m, how in sorted(routes.items())]
     return _condition(
         st.COND_GUARDED,
         True,
         REASON_GUARDED,
-        "every member holds a guard ResourceQuota with its usage and share of the headroom",
+        "every member holds a guard ResourceQuota with its usage and share of the headroom"
+        + (f"; Pull mode, {', '.join(carried[:NAMED_MEMBERS])}" if carried else "")
+        + _more(len(carried)),
     )
 
 

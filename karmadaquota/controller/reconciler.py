@@ -230,11 +230,16 @@ class Reconciler:
             snapshot = replace(snapshot, gone=functools.partial(found.gone, namespace))
         if found.enforced is not None:
             snapshot = replace(snapshot, enforced=found.enforced(namespace))
-        if found.guards is not None and found.guard_problems is not None:
+        if (
+            found.guards is not None
+            and found.guard_problems is not None
+            and found.guard_routes is not None
+        ):
             snapshot = replace(
                 snapshot,
                 guards=functools.partial(found.guards, namespace),
                 guard_problems=functools.partial(found.guard_problems, namespace),
+                guard_routes=functools.partial(found.guard_routes, namespace),
             )
         return snapshot
 

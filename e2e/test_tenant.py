@@ -306,6 +306,44 @@ async def test_a_tenant_cannot_rewrite_its_bindings(stack: Stack, ns: str) -> No
     print(f"members ran at most {w.most} pods over {w.polls} polls")
 
 
+async def test_a_tenant_cannot_opt_its_quota_out_of_the_guards(stack: Stack, ns: str) -> None:
+    """Opting out of the member guards (`memberEnforcement: None`) is the weaker setting now
+    that guards are on by default, so it must stay the platform team's: edit and karmada-edit
+    hold no write on KarmadaQuotas, nor on ResourceQuotas Karmada could carry to a member. Each
+    write is refused by the API server's RBAC, the quota keeps its spec and its guards."""
+    s = stack
+    await quota(s, ns, pods="2")
+    before = await s.api.get(QUOTAS.format(ns=ns) + "/team")
+    own = product.quota(ns, "mine", {"pods": "100"}, memberEnforcement="None")
+    rq = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "karmadaquota-team", "namespace": ns},
+        "spec": {"hard": {"pods": "100"}},
+    }
+    tries = {
+        "patch": (
+            ("patch", "kq", "team", "-n", ns, "--type", "merge", "-p",
+             json.dumps({"spec": {"memberEnforcement": "None", "hard": {"pods": "100"}}})),
+            None,
+        ),
+        "delete": (("delete", "kq", "team", "-n", ns, "--wait=false"), None),
+        "create": (("create", "-f", "-"), json.dumps(own)),
+        "create resourcequotas": (("create", "-f", "-"), json.dumps(rq)),
+    }  # fmt: skip
+    for what, (args, doc) in tries.items():
+        got = await as_tenant(s, *args, input=doc)
+        assert got.returncode != 0, f"{what}: {got.stdout}"
+        assert f'User "{TENANT}" cannot {what.split()[0]} resource' in got.stderr, got.stderr
+    after = await s.api.get(QUOTAS.format(ns=ns) + "/team")
+    assert after["spec"] == before["spec"]
+    assert not after["metadata"].get("deletionTimestamp")
+    with pytest.raises(NotFound):
+        await s.api.get(QUOTAS.format(ns=ns) + "/mine")
+    with pytest.raises(NotFound):
+        await s.api.get(f"/api/v1/namespaces/{ns}/resourcequotas/karmadaquota-team")
+
+
 def override_policy(ns: str, name: str, overriders: JSON) -> JSON:
     return {
         "apiVersion": "policy.karmada.io/v1alpha1",

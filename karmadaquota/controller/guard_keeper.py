@@ -72,6 +72,9 @@ MANAGED_BY = "karmadaquota"
 QUOTA_UID_ANNOTATION = "quota.karmada.io/quota-uid"
 # on a KarmadaQuota while guards of it may exist in some member: removed once all are deleted
 FINALIZER = "quota.karmada.io/member-guards"
+# how long a plan of lowerings alone, within the hard, waits (guards.py): a storm's admissions
+# and placements then move no guard, where they wrote and confirmed one twice per create
+TIGHTEN_DELAY = 2.0
 _PREFIX = "karmadaquota-"
 
 
@@ -341,6 +344,7 @@ class GuardKeeper:
         identity: str | None = None,
         protect_period: float = 60.0,
         carried: Callable[[str], GuardTarget] | None = None,
+        tighten_delay: float = TIGHTEN_DELAY,
     ) -> None:
         self.members = members
         # a Pull-mode member's guard, carried by Karmada (`guard_works.GuardWorks` on
@@ -353,6 +357,9 @@ class GuardKeeper:
         self.poll = poll
         self.retry = retry
         self.reread_period = reread_period
+        self.tighten_delay = tighten_delay
+        # (ns, quota) -> since when its plan has been lowerings alone within the hard
+        self._tightening: dict[tuple[str, str], float] = {}
         self._clock = clock
         self._known: dict[tuple[str, str, str], _Known] = {}  # (ns, quota, member)
         # (ns, quota, member) -> when a ResourceQuota not ours was found holding the guard's name
@@ -514,6 +521,7 @@ class GuardKeeper:
             del self._intended[key]
         self._diverged -= set(mine(self._diverged))
         self._names.pop((namespace, guard_name(quota)), None)
+        self._tightening.pop((namespace, quota), None)
 
     async def close(self) -> None:
         if self.watches is not None:
@@ -793,7 +801,8 @@ class GuardKeeper:
                     guard=None if known is None else known.hold,
                 )
             )
-        wanted = gd.desired(replace(inputs, members=states))
+        inputs_now = replace(inputs, members=states)
+        wanted = gd.desired(inputs_now)
         current = {
             c: (self._known[(ns, name, c)].hold if (ns, name, c) in self._known else None)
             for c in wanted
@@ -804,6 +813,13 @@ class GuardKeeper:
             known = self._known.get((ns, name, c))
             if known is not None and known.hold and known.scoping != scoped:
                 plan.final.setdefault(c, dict(want))  # the quota's scopes changed: rewrite
+        if plan.lower and not plan.final and gd.within_hard(inputs_now, current):
+            # lowerings alone, and Σ ≤ hard as the guards are: they only take back headroom
+            # an admission reserved, which its placement gives back (guards.py); wait a moment
+            since = self._tightening.setdefault((ns, name), self._clock())
+            if self._clock() - since < self.tighten_delay:
+                return SyncResult(False, since + self.tighten_delay)
+        self._tightening.pop((ns, name), None)
         changed = False
         failed = False
 

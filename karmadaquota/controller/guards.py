@@ -41,6 +41,11 @@ writes must be confirmed (the member's quota controller has taken them into `sta
 which is what its admission enforces) — then every member is written its desired hard. Σ of
 the lowered values ≤ Σ desired ≤ B, and each raise only moves one member up to its desired
 value, so every intermediate state stays within the hard.
+
+A plan of lowerings alone, while the guards as they are already keep Σ ≤ hard
+(`within_hard`), only takes back headroom: an admission reserved it, and the placement that
+follows gives it back to the member it lands in. The keeper lets such a plan wait a moment
+(`GuardKeeper.tighten_delay`) instead of writing and confirming every member twice per create.
 """
 
 from __future__ import annotations
@@ -230,6 +235,28 @@ def transition(
         elif dict(have) != dict(want) or set(have) != set(want):
             final[c] = dict(want)
     return Transition(lower, final)
+
+
+def within_hard(inputs: GuardInputs, current: Mapping[str, Mapping[str, int] | None]) -> bool:
+    """Whether the guards as they are now keep Σ ≤ hard for every name: a reachable member at
+    what its guard holds (`current`; no guard, or none for that name, bounds nothing), one that
+    cannot be reached at `assumed`, a released one at nothing (as in `desired`). Then a lowering
+    only takes back headroom handed out, and may wait (`GuardKeeper.tighten_delay`)."""
+    for name, limit in inputs.hard.items():
+        held = 0
+        for m in inputs.members:
+            if m.name in inputs.released:
+                continue
+            if not m.reachable:
+                held += assumed(m, inputs.hard)[name]
+                continue
+            have = current.get(m.name)
+            if not have or name not in have:
+                return False
+            held += have[name]
+        if held > limit:
+            return False
+    return True
 
 
 def total(guards: Iterable[Mapping[str, int]], name: str) -> int:

@@ -353,3 +353,49 @@ def test_a_guards_scope_selector_is_written_as_the_api_server_returns_it() -> No
     exists = {"matchExpressions": [{"scopeName": "PriorityClass", "operator": "Exists"}]}
     body = gk.guard_body(kq(scopeSelector=exists), {P: NANO})
     assert body["spec"]["scopeSelector"] == exists
+
+
+async def test_a_reservation_s_lowering_waits_and_its_placement_gives_it_back_unwritten() -> None:
+    """A storm's admission reserves headroom (the guards' desired shares fall) and the
+    placement that follows gives it back to the members it lands in: within the tighten delay,
+    nothing is written. Writing each would lower and confirm every member, then raise them
+    again, for every create."""
+    fleet = Fleet(MEMBERS, {P: 10 * NANO})
+    clock = Clock()
+    k = keeper(fleet, clock, tighten_delay=2.0)
+    await k.sync(kq(), inputs({"member1": 1}))  # 1 + 3 each: 4, 3, 3
+    assert held(fleet) == {"member1": "4", "member2": "3", "member3": "3"}
+    fleet.requests.clear()
+    reserved = await k.sync(kq(), inputs({"member1": 1}, reserved=3))
+    assert not reserved.changed
+    assert reserved.retry_at == clock.now + 2.0  # the lowering is looked at again then
+    clock.now += 1.0
+    # the 3 reserved land one in each member (a workload divided over them)
+    placed = await k.sync(kq(), inputs({"member1": 2, "member2": 1, "member3": 1}))
+    assert not placed.changed and placed.retry_at is None
+    assert [verb for _, verb, _ in fleet.requests if verb != "GET"] == []
+    assert held(fleet) == {"member1": "4", "member2": "3", "member3": "3"}
+
+
+async def test_a_reservation_s_lowering_is_written_once_the_delay_is_over() -> None:
+    fleet = Fleet(MEMBERS, {P: 10 * NANO})
+    clock = Clock()
+    k = keeper(fleet, clock, tighten_delay=2.0)
+    await k.sync(kq(), inputs({"member1": 1}))
+    assert not (await k.sync(kq(), inputs({"member1": 1}, reserved=3))).changed
+    clock.now += 2.0
+    later = await k.sync(kq(), inputs({"member1": 1}, reserved=3))
+    assert later.changed
+    assert held(fleet) == {"member1": "3", "member2": "2", "member3": "2"}  # 1 + 2 each
+
+
+async def test_a_lowering_the_hard_needs_is_written_at_once() -> None:
+    """Σ of the guards as they are over the new hard: no wait, the guarantee comes first."""
+    fleet = Fleet(MEMBERS, {P: 10 * NANO})
+    clock = Clock()
+    k = keeper(fleet, clock, tighten_delay=60.0)
+    await k.sync(kq(), inputs({"member1": 1}))
+    result = await k.sync(kq({"pods": "4"}), inputs({"member1": 1}, hard=4))
+    assert result.changed
+    assert held(fleet) == {"member1": "2", "member2": "1", "member3": "1"}
+    assert fleet.worst[P] <= 10 * NANO

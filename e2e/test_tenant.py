@@ -27,7 +27,7 @@ from e2e.testbed import TestBed, product, tenant
 from e2e.testbed.aio import eventually
 from e2e.testbed.cluster import LINGER_ANNOTATION
 from e2e.testbed.workloads import deployment, divided_policy
-from karmadaquota.kube.client import JSON, KubeClient, NotFound
+from karmadaquota.kube.client import JSON, KubeClient, KubeError, NotFound
 
 pytestmark = pytest.mark.e2e
 
@@ -310,7 +310,7 @@ async def test_a_tenant_cannot_opt_its_quota_out_of_the_guards(stack: Stack, ns:
     """Opting out of the member guards (`memberEnforcement: None`) is the weaker setting now
     that guards are on by default, so it must stay the platform team's: edit and karmada-edit
     hold no write on KarmadaQuotas, nor on ResourceQuotas Karmada could carry to a member. Each
-    write is refused by the API server's RBAC, the quota keeps its spec and its guards."""
+    write is refused by the API server's RBAC, and the quota keeps the spec the platform wrote."""
     s = stack
     await quota(s, ns, pods="2")
     before = await s.api.get(QUOTAS.format(ns=ns) + "/team")
@@ -321,20 +321,25 @@ async def test_a_tenant_cannot_opt_its_quota_out_of_the_guards(stack: Stack, ns:
         "metadata": {"name": "karmadaquota-team", "namespace": ns},
         "spec": {"hard": {"pods": "100"}},
     }
-    tries = {
-        "patch": (
-            ("patch", "kq", "team", "-n", ns, "--type", "merge", "-p",
-             json.dumps({"spec": {"memberEnforcement": "None", "hard": {"pods": "100"}}})),
-            None,
-        ),
-        "delete": (("delete", "kq", "team", "-n", ns, "--wait=false"), None),
-        "create": (("create", "-f", "-"), json.dumps(own)),
-        "create resourcequotas": (("create", "-f", "-"), json.dumps(rq)),
-    }  # fmt: skip
-    for what, (args, doc) in tries.items():
-        got = await as_tenant(s, *args, input=doc)
-        assert got.returncode != 0, f"{what}: {got.stdout}"
-        assert f'User "{TENANT}" cannot {what.split()[0]} resource' in got.stderr, got.stderr
+    team = QUOTAS.format(ns=ns) + "/team"
+    opt_out = {"spec": {"memberEnforcement": "None", "hard": {"pods": "100"}}}
+    tries: dict[str, tuple[str, str, Any]] = {
+        "patch": ("PATCH", team, opt_out),
+        "update": ("PUT", team, {**before, "spec": {**before["spec"], **opt_out["spec"]}}),
+        "delete": ("DELETE", team, None),
+        "create": ("POST", QUOTAS.format(ns=ns), own),
+        "create resourcequotas": ("POST", f"/api/v1/namespaces/{ns}/resourcequotas", rq),
+    }
+    client = tenant.impersonating(s.api)
+    try:
+        for what, (verb, path, body) in tries.items():
+            kind = "application/merge-patch+json" if verb == "PATCH" else "application/json"
+            with pytest.raises(KubeError) as refused:
+                await client.request(verb, path, body, content_type=kind)
+            assert refused.value.status == 403, (what, refused.value)
+            assert f'User "{TENANT}" cannot {what.split()[0]} resource' in str(refused.value), what
+    finally:
+        await client.close()
     after = await s.api.get(QUOTAS.format(ns=ns) + "/team")
     assert after["spec"] == before["spec"]
     assert not after["metadata"].get("deletionTimestamp")

@@ -590,6 +590,10 @@ class GuardKeeper:
             return False
         return self._down.get(member, 0.0) <= self._clock()
 
+    def _carried_member(self, member: str) -> bool:
+        watch = self.members.get(member)
+        return watch is not None and self._is_carried(watch)
+
     def _is_carried(self, watch: MemberWatch) -> bool:
         """A Pull-mode member whose guard Karmada carries (no credentials of ours reach it)."""
         return watch.access.pull and self._carry is not None
@@ -807,7 +811,13 @@ class GuardKeeper:
             c: (self._known[(ns, name, c)].hold if (ns, name, c) in self._known else None)
             for c in wanted
         }
-        plan = gd.transition(current, wanted)
+        # a carried member enforces whatever spec its agent applies next, not what it may hold
+        applied_next = {
+            c: _nanos(self._known[(ns, name, c)].shown)
+            for c in wanted
+            if (ns, name, c) in self._known and self._carried_member(c)
+        }
+        plan = gd.transition(current, wanted, applied_next)
         scoped = scoping(guard_body(quota, {})["spec"])
         for c, want in wanted.items():
             known = self._known.get((ns, name, c))

@@ -215,10 +215,16 @@ class Transition:
 
 
 def transition(
-    current: Mapping[str, Mapping[str, int] | None], wanted: Mapping[str, Nanos]
+    current: Mapping[str, Mapping[str, int] | None],
+    wanted: Mapping[str, Nanos],
+    applied_next: Mapping[str, Mapping[str, int]] | None = None,
 ) -> Transition:
     """Decreases before increases, per name (see the module docstring). `current[c]` is what
-    member c's guard may hold now ({} or None: no guard there yet)."""
+    member c's guard may hold now ({} or None: no guard there yet). `applied_next[c]`, for a
+    member whose guard another party applies (Pull mode: karmada-agent applies the Work's
+    spec, whatever the member holds now), is the spec it will apply next: a lowering there
+    never writes more than it, since that would raise what the member enforces before the
+    others' lowerings are confirmed; the rest waits for the increases."""
     lower: dict[str, Nanos] = {}
     final: dict[str, Nanos] = {}
     for c, want in wanted.items():
@@ -228,7 +234,11 @@ def transition(
             continue
         names = set(want) | set(have)
         if any(want.get(n, 0) < have.get(n, 0) for n in names):
-            low = {n: min(want.get(n, 0), have.get(n, 0)) for n in want}
+            nxt = (applied_next or {}).get(c)
+            low = {
+                n: min(want.get(n, 0), have.get(n, 0), *([nxt.get(n, 0)] if nxt else []))
+                for n in want
+            }
             lower[c] = low
             if low != want:
                 final[c] = dict(want)

@@ -360,3 +360,12 @@ def test_a_member_karmada_reports_not_ready_keeps_no_share_where_its_replicas_ar
     reachable = [replace(members[0], reachable=True, observed={P: n(4)}), members[1]]
     got = gd.desired(replace(released, members=reachable))
     assert pods(got) == {"member2": 4}
+
+
+def test_a_carried_guard_is_lowered_no_further_than_its_next_applied_spec_then_raised() -> None:
+    """Pull mode: the member may hold the whole hard as far as we know (unreflected), but its
+    agent will apply the Work's spec, 3, next. Writing 4 there as a 'lowering' would raise
+    what it enforces before the other members' lowerings are confirmed."""
+    t = gd.transition({"member3": {P: n(10)}}, {"member3": {P: n(4)}}, {"member3": {P: n(3)}})
+    assert t.lower == {"member3": {P: n(3)}}
+    assert t.final == {"member3": {P: n(4)}}

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import secrets
 import subprocess
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -26,6 +27,7 @@ import pytest
 from e2e.testbed import TestBed, product, tenant
 from e2e.testbed.aio import eventually
 from e2e.testbed.cluster import LINGER_ANNOTATION
+from e2e.testbed.layout import KARMADA
 from e2e.testbed.workloads import deployment, divided_policy
 from karmadaquota.kube.client import JSON, KubeClient, KubeError, NotFound
 
@@ -1659,3 +1661,111 @@ async def test_a_statefulsets_claims_are_charged(stack: Stack, ns: str) -> None:
 
         await eventually(charged, 30, "its claim in status.used", interval=0.1)
     print(f"members held at most {w.most} claims over {w.polls} polls")
+
+
+async def priority_classes(s: Stack, *names: str) -> None:
+    """PriorityClasses on karmada-apiserver and in every member (their pods name them)."""
+    for name in names:
+        pc = {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": name},
+            "value": 1000,
+        }
+        for cluster in (KARMADA, *s.members):
+            await s.bed.aapply(pc, cluster=cluster)
+
+
+async def scoped_quota(s: Stack, ns: str, name: str, pods: str, priority: str) -> None:
+    """Quota `name` of `pods` pods of class `priority`, admission alone (memberEnforcement
+    None: no member guard holds it, the template gate must), enforced and its usage known."""
+    in_class = {"scopeName": "PriorityClass", "operator": "In", "values": [priority]}
+    await s.bed.aapply(
+        product.quota(
+            ns,
+            name,
+            {"pods": pods},
+            memberEnforcement="None",
+            scopeSelector={"matchExpressions": [in_class]},
+        )
+    )
+
+    async def enforced() -> bool:
+        q = await s.api.get(QUOTAS.format(ns=ns) + f"/{name}")
+        status = q.get("status") or {}
+        conditions = {c["type"]: c for c in status.get("conditions", [])}
+        return conditions.get("Enforced", {}).get("status") == "True" and "pods" in (
+            status.get("used") or {}
+        )
+
+    await eventually(enforced, 30, f"quota {name} enforced and its usage known", interval=0.05)
+
+
+async def test_a_template_cannot_move_its_pods_into_a_full_priority_class(
+    stack: Stack, ns: str
+) -> None:
+    """Issue 42: the tenant edits a Deployment of class low to class high. Karmada renders the
+    template as it is now into every member on its next sync, whatever admission says of the
+    binding's update, so the edit is charged at the template against quota high — full — and
+    refused in Kubernetes' words. The members never run more pods of class high than its hard
+    (1), at any poll, even once Karmada renders the binding again."""
+    s = stack
+    members = list(s.members)
+    token = secrets.token_hex(3)
+    low, high = f"e2e-low-{token}", f"e2e-high-{token}"
+    await priority_classes(s, low, high)
+    try:
+        await scoped_quota(s, ns, "low", "10", low)
+        await scoped_quota(s, ns, "high", "1", high)
+
+        async def high_pods() -> tuple[int, dict[str, int]]:
+            per = {
+                m: sum(1 for p in pods if p["spec"].get("priorityClassName") == high)
+                for m, pods in (await member_pods(s, ns)).items()
+            }
+            return sum(per.values()), per
+
+        async with within(high_pods, 1, f"pods of class {high}") as w:
+            await tenant_apply(
+                s,
+                deployment(ns, "busy", 1, CPU, priorityClassName=high),
+                divided_policy(ns, "busy", members, "busy"),
+            )
+            await placed(s, ns, "busy", 1)  # quota high is full
+            await tenant_apply(
+                s,
+                deployment(ns, "web", 2, CPU, priorityClassName=low),
+                divided_policy(ns, "web", members, "web"),
+            )
+            rb = await placed(s, ns, "web", 3)
+
+            async def counted() -> bool:
+                for name in ("low", "high"):
+                    q = await s.api.get(QUOTAS.format(ns=ns) + f"/{name}")
+                    if (q.get("status") or {}).get("pending"):
+                        return False
+                return True
+
+            await eventually(counted, 30, "no pending charge left", interval=0.05)
+            patch = json.dumps({"spec": {"template": {"spec": {"priorityClassName": high}}}})
+            got = await as_tenant(s, "-n", ns, "patch", "deployment", "web", "-p", patch)
+            assert got.returncode != 0, "the move into a full priority class was admitted"
+            assert "exceeded quota: high, requested: pods=2, used: pods=1, limited: pods=1" in (
+                got.stderr
+            ), got.stderr
+            # a harmless override makes Karmada render the binding again: its members still
+            # run class low (the refused edit reached no member)
+            await tenant_apply(s, label_override(ns))
+            clusters = [c["name"] for c in rb["spec"]["clusters"]]
+            for d in (await rendered_again(s, ns, "web", clusters)).values():
+                assert d["spec"]["template"]["spec"]["priorityClassName"] == low, d["spec"]
+            assert (await high_pods())[0] == 1
+        q = await s.api.get(QUOTAS.format(ns=ns) + "/high")
+        assert q["status"]["used"]["pods"] == "1"
+        print(f"members ran at most {w.most} pods of class {high} over {w.polls} polls")
+    finally:
+        for cluster in (KARMADA, *s.members):
+            for name in (low, high):
+                await s.bed.akubectl(
+                    "delete", "priorityclass", name, "--ignore-not-found", cluster=cluster
+                )

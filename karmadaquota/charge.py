@@ -20,6 +20,9 @@ each cluster's replicas are charged with them, as R is. One replica costs what t
 given by the caller that read the template) costs more as Kubernetes charges a pod: sidecars,
 pod overhead, pod-level resources; its limits are charged as limits.cpu/memory/ephemeral-storage,
 and a StatefulSet's claim templates as the claims each replica's member creates.
+The scoped quotas it is charged in are those of its own priority class and QoS and those of each
+template version's pod (`PodCharge.scopes`: a template edit that moves its pods to another class
+or QoS is charged there until the binding moves too; `BindingTraits.others`).
 A template never lowers a charge: a binding whose template is unknown or unreadable is charged
 from its own fields, and a quota that limits a resource then refuses it
 (`Charge.missing_limits`), as it refuses a pod without that limit.
@@ -340,10 +343,14 @@ def _single(spec: ResourceBindingSpec, objects: ResourceList, pod: PodCharge | N
     best_effort = _is_best_effort(requests) and not any(
         n in limits for n in ("limits.cpu", "limits.memory")
     )
+    own = (reqs_model.priorityClassName if reqs_model else "", has_replicas and best_effort)
     traits = BindingTraits(
         has_replicas=has_replicas,
-        best_effort=has_replicas and best_effort,
-        priority_class=reqs_model.priorityClassName if reqs_model else "",
+        best_effort=own[1],
+        priority_class=own[0],
+        # the template's pods fall in the scoped quotas of their own class and QoS, whatever
+        # the binding says (Karmada renders the template as it is now): charged there too
+        others=pod.scopes - {own} if pod is not None and has_replicas else frozenset(),
     )
     missing = frozenset(_missing(requests)) if has_replicas else frozenset()
     unlimited = pod.unlimited if pod is not None else frozenset(pod_template.LIMITED)

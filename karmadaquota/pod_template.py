@@ -72,6 +72,11 @@ class PodCharge:
     # the claims a StatefulSet's member creates for each replica from its volumeClaimTemplates,
     # under the quota names Kubernetes charges a claim (`claims`)
     claims: ResourceList = field(default_factory=dict)
+    # (priority class, best effort) of the pod (the set of several versions): which scoped
+    # quotas Kubernetes charges it in. A template edit that changes them moves its pods into
+    # other quotas, so it is charged there (`grows`), and the binding matches each
+    # (scopes.BindingTraits.others)
+    scopes: frozenset[tuple[str, bool]] = frozenset()
 
 
 # Kinds whose replicas their `scale` subresource sets: (group, plural) -> kind
@@ -181,7 +186,18 @@ def _unlimited(spec: Mapping[str, Any]) -> frozenset[str]:
 
 def of_spec(spec: Mapping[str, Any]) -> PodCharge:
     """One pod's charge. Raises QuantityError naming the field on a bad quantity."""
-    return PodCharge(pod_requests(spec), pod_limits(spec), _unlimited(spec))
+    requests, limits = pod_requests(spec), pod_limits(spec)
+    priority = spec.get("priorityClassName")
+    scope = (priority if isinstance(priority, str) else "", best_effort(requests, limits))
+    return PodCharge(requests, limits, _unlimited(spec), scopes=frozenset({scope}))
+
+
+def best_effort(requests: Mapping[str, Quantity], limits: Mapping[str, Quantity]) -> bool:
+    """Whether a pod is BestEffort as a binding's charge judges it (`charge._single`): no
+    request but pods, no cpu or memory limit."""
+    return all(q.is_zero for name, q in requests.items() if name != "pods") and not any(
+        n in limits for n in ("cpu", "memory")
+    )
 
 
 def of_template(
@@ -298,6 +314,7 @@ def most(pods: Iterable[PodCharge | None]) -> PodCharge | None:
         max(p.replicas for p in known),
         any(p.retained for p in known),
         claimed,
+        frozenset().union(*(p.scopes for p in known)),
     )
 
 
@@ -308,9 +325,11 @@ def limit_names(limits: Mapping[str, Any]) -> ResourceList:
 
 def grows(new: PodCharge, old: PodCharge) -> bool:
     """Whether `new` requests or limits more of anything than `old`, limits less of it, may
-    surge otherwise in a rollout, or has its members' replicas kept by Karmada."""
+    surge otherwise in a rollout, has its members' replicas kept by Karmada, or runs pods of
+    another priority class or QoS (they fall under other scoped quotas, charged in full)."""
     return (
-        _more(new.requests, old.requests)
+        not new.scopes <= old.scopes
+        or _more(new.requests, old.requests)
         or _more(new.limits, old.limits)
         or _more(new.claims, old.claims)
         or not new.unlimited <= old.unlimited

@@ -41,6 +41,10 @@ class BindingTraits:
     has_replicas: bool
     best_effort: bool
     priority_class: str
+    # (priority class, best effort) of the other pods its members may run: each version of its
+    # resource template from the one it names on (`pod_template.PodCharge.scopes`). A quota
+    # matching any of them is charged, as Kubernetes charges each of those pods where it runs.
+    others: frozenset[tuple[str, bool]] = frozenset()
 
 
 def expression(e: ScopedResourceSelectorRequirement) -> Expression:
@@ -67,20 +71,23 @@ def describe(spec: KarmadaQuotaSpec) -> list[str]:
 
 
 def matches(exprs: Sequence[Expression], traits: BindingTraits) -> bool:
-    """True when every expression matches the binding (scopes intersect)."""
+    """True when every expression matches the binding (scopes intersect) for one of the pods
+    it may run (`BindingTraits.others`: a template edit that moves its pods to another class
+    or QoS is charged where either version's pods fall)."""
     if not exprs:
         return True
     if not traits.has_replicas:
         return False
-    return all(_matches_one(e, traits) for e in exprs)
+    if all(_matches_one(e, traits.priority_class, traits.best_effort) for e in exprs):
+        return True
+    return any(all(_matches_one(e, pc, be) for e in exprs) for pc, be in traits.others)
 
 
-def _matches_one(e: Expression, traits: BindingTraits) -> bool:
+def _matches_one(e: Expression, pc: str, best_effort: bool) -> bool:
     if e.scope == BEST_EFFORT:
-        return traits.best_effort
+        return best_effort
     if e.scope == NOT_BEST_EFFORT:
-        return not traits.best_effort
-    pc = traits.priority_class
+        return not best_effort
     if e.operator == "Exists":
         return pc != ""
     if e.operator == "DoesNotExist":

@@ -29,6 +29,7 @@ from karmadaquota.kube.client import KubeError
 from karmadaquota.kube.quotas import QuotaStore
 from karmadaquota.kube.templates import TemplateStore
 from karmadaquota.pod_template import PodCharge
+from karmadaquota.scopes import BindingTraits
 from karmadaquota.webhook import review
 from karmadaquota.webhook.assumed import AssumedQueues
 from karmadaquota.webhook.batcher import Batcher, ChargeRequest
@@ -47,6 +48,9 @@ REASON_TIMEOUT = "Timeout"
 DEADLINE_SHARE = 0.9
 # what the binding routes decide
 BINDINGS = f"{api.BINDING_PLURAL}.{api.BINDING_GROUP}"
+
+# a charge as the template gate tells an API server's retry apart: its totals and scopes
+ChargeKey = tuple[tuple[tuple[str, str], ...], BindingTraits]
 
 
 def deadline_of(budget: float | None) -> float | None:
@@ -101,9 +105,7 @@ class Admission:
         self.assumed = AssumedQueues()
         # template growths admitted within GROWTH_RETRY_WINDOW: (binding uid, its generation,
         # its charge before, after) -> until when an identical review is the same write again
-        self._grown: dict[
-            tuple[str, int, tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]], float
-        ] = {}
+        self._grown: dict[tuple[str, int, ChargeKey, ChargeKey], float] = {}
         # per namespace, cumulative seconds of quota API calls (backend.KubeQuotaBackend)
         self.api_seconds: Mapping[str, float] = api_seconds if api_seconds is not None else {}
 

@@ -1,7 +1,8 @@
 """/validate-template: a resource template that grows is charged when it is written.
 
 Karmada renders the template as it is now into every member on its next sync of the binding,
-whether or not our admission of the binding's update follows: a pod that grows, a scale-up
+whether or not our admission of the binding's update follows: a pod that grows (or moves to
+another priority class or QoS, so to other scoped quotas: `pod_template.grows`), a scale-up
 while the binding has no replicas (Karmada renders the template's own replicas), or a template
 that takes the name of one deleted while its binding lingers is charged against the binding
 (reserved as its next generation) — priced by `charge.template_change` — and refused in
@@ -28,6 +29,7 @@ from karmadaquota.webhook.admission import (
     REASON_INVALID,
     REASON_NOT_READY,
     Admission,
+    ChargeKey,
     deadline_of,
 )
 from karmadaquota.webhook.batcher import ChargeRequest
@@ -39,7 +41,9 @@ GROWTH_RETRY_WINDOW = 2.0
 
 class TemplateAdmission(Admission):
     async def admit_template(self, req: review.Request, budget: float | None = None) -> Decision:
-        """A resource template's pod that grows, a template scaled up while its binding has no
+        """A resource template's pod that grows (or moves to another priority class or QoS: it
+        is charged in full in each scoped quota it enters, and the quotas of its old class keep
+        their charge until the binding's update), a template scaled up while its binding has no
         replicas (Karmada then renders the template's own replicas into every member:
         charge.unrevised), or a template that takes the name of one deleted while its binding
         lingers: Karmada renders the template as it is now into every member on its next sync
@@ -151,8 +155,10 @@ class TemplateAdmission(Admission):
         return decision
 
 
-def _charge_key(c: charge.Charge) -> tuple[tuple[str, str], ...]:
-    return tuple(sorted((name, str(q)) for name, q in c.total.items()))
+def _charge_key(c: charge.Charge) -> ChargeKey:
+    """A charge's totals and scopes: an edit to another priority class or QoS costs the same
+    totals but is charged in other quotas, so it is not the retry of an admitted one."""
+    return tuple(sorted((name, str(q)) for name, q in c.total.items())), c.traits
 
 
 def binding_name(kind: str, name: str) -> str:

@@ -91,7 +91,8 @@ def test_a_request_defaults_to_the_limit() -> None:
 def test_only_kinds_with_a_known_pod_template_have_one() -> None:
     assert of_template(deployment({"containers": [container("a", {"cpu": "1"})]})) is not None
     job = {"apiVersion": "batch/v1", "kind": "Job", "spec": {"template": {"spec": {}}}}
-    assert of_template(job) == PodCharge({}, {}, frozenset())
+    # no request: a BestEffort pod of no priority class
+    assert of_template(job) == PodCharge({}, {}, frozenset(), scopes=frozenset({("", True)}))
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -213,3 +214,57 @@ def test_replicas_as_karmada_reads_them_with_the_api_server_s_defaults() -> None
     assert pod_template.replicas_of({"kind": "Job", "spec": {"parallelism": 4}}) == 4
     assert pod_template.replicas_of({"kind": "Pod", "spec": {}}) is None
     assert pod_template.replicas_of({"kind": "Deployment", "spec": {"replicas": True}}) is None
+
+
+def test_a_pod_says_its_priority_class_and_whether_it_is_best_effort() -> None:
+    low = of_spec({"priorityClassName": "low", "containers": [container("a", {"cpu": "1"})]})
+    assert low.scopes == frozenset({("low", False)})
+    bare = of_spec({"containers": [container("a")]})
+    assert bare.scopes == frozenset({("", True)})
+    limited = of_spec({"containers": [container("a", limits={"memory": "1Gi"})]})
+    assert limited.scopes == frozenset({("", False)})  # its request defaults to the limit
+    both = pod_template.most([low, bare])
+    assert both is not None and both.scopes == frozenset({("low", False), ("", True)})
+
+
+def test_a_move_to_another_priority_class_or_qos_grows_an_image_change_does_not() -> None:
+    """Its pods fall under other scoped quotas, which charge them in full."""
+    app = container("a", {"cpu": "1"})
+    low = of_spec({"priorityClassName": "low", "containers": [app]})
+    high = of_spec({"priorityClassName": "high", "containers": [app]})
+    assert grows(high, low) and grows(low, high)
+    assert grows(of_spec({"priorityClassName": "low", "containers": [container("a")]}), low)
+    assert grows(low, of_spec({"priorityClassName": "low", "containers": [container("a")]}))
+    image = of_spec({"priorityClassName": "low", "containers": [{**app, "image": "app:2"}]})
+    assert not grows(image, low)
+
+
+def test_a_binding_is_charged_where_each_template_version_s_pods_fall() -> None:
+    """The binding names class low; its template moved to high: both classes' quotas match,
+    and a quota of high NotBestEffort is not matched by a pod of high that is BestEffort."""
+    from karmadaquota import scopes
+
+    app = container("a", {"cpu": "400m", "memory": "1Gi"})
+    low = of_spec({"priorityClassName": "low", "containers": [app]})
+    high = of_spec({"priorityClassName": "high", "containers": [app]})
+    doc = binding_doc(1, {"cpu": "400m", "memory": "1Gi"}, priority_class="low")
+    binding = ResourceBinding.model_validate(doc)
+    priced = charge.template_change(binding, low, high, 1, 1)
+    in_high = (scopes.Expression("PriorityClass", "In", frozenset({"high"})),)
+    in_low = (scopes.Expression("PriorityClass", "In", frozenset({"low"})),)
+    assert scopes.matches(in_high, priced.new.traits)
+    assert scopes.matches(in_low, priced.new.traits)  # the old pods run until the rollout ends
+    assert not scopes.matches(in_high, priced.old.traits)
+    # entering the quota of high, the binding is charged there in full
+    q = view("high", {"pods": "1"}, {"pods": "1"}, expressions=[("PriorityClass", "In", ["high"])])
+    refused = evaluate([q], priced.new, priced.old)
+    assert not refused.allowed
+    assert (
+        refused.message == "exceeded quota: high, requested: pods=1, used: pods=1, limited: pods=1"
+    )
+    q = view("high", {"pods": "2"}, {"pods": "1"}, expressions=[("PriorityClass", "In", ["high"])])
+    assert as_strings(evaluate([q], priced.new, priced.old).charges["high"]) == {"pods": "1"}
+    best_effort_high = of_spec({"priorityClassName": "high", "containers": [container("a")]})
+    mixed = charge.charge(binding, pod_template.most([low, best_effort_high]))
+    not_best_effort_high = (*in_high, scopes.Expression("NotBestEffort", "Exists"))
+    assert not scopes.matches(not_best_effort_high, mixed.traits)  # per pod, not per field

@@ -357,3 +357,24 @@ def test_expression_errors_carry_their_index() -> None:
     errors = validate_scopes(s)
     assert len(errors) == 1
     assert errors[0].startswith("spec.scopeSelector.matchExpressions[1].values: Required value")
+
+
+def test_a_binding_matches_for_any_pod_it_may_run() -> None:
+    """`others`: the pods of its template's versions (a move to another class or QoS)."""
+    moving = BindingTraits(
+        has_replicas=True,
+        best_effort=False,
+        priority_class="low",
+        others=frozenset({("high", True)}),
+    )
+    assert matches((expr("PriorityClass", "In", "low"),), moving)
+    assert matches((expr("PriorityClass", "In", "high"),), moving)
+    assert matches((expr("BestEffort", "Exists"),), moving)
+    assert matches((expr("NotBestEffort", "Exists"),), moving)
+    # every expression holds for one pod: no pod of class high is NotBestEffort
+    assert not matches(
+        (expr("PriorityClass", "In", "high"), expr("NotBestEffort", "Exists")), moving
+    )
+    assert not matches((expr("PriorityClass", "In", "mid"),), moving)
+    idle = BindingTraits(False, False, "", frozenset({("high", False)}))
+    assert not matches((expr("PriorityClass", "In", "high"),), idle)  # no replicas, no pods

@@ -16,6 +16,7 @@ from karmadaquota.webhook.batcher import Batcher
 from karmadaquota.webhook.handlers import Webhook
 from karmadaquota.webhook.metrics import WebhookMetrics
 from karmadaquota.webhook.routes import build_app
+from tests import conftest
 from tests.conftest import binding_doc
 from tests.core.test_pod_template import container, deployment
 from tests.fake_api import FakeApiServer, Replica, quota_doc
@@ -455,3 +456,199 @@ async def test_the_retain_replicas_label_is_refused_unless_the_members_enforce(
     message = body["response"]["status"]["message"]
     assert "cannot charge metadata.labels: resourcetemplate.karmada.io/retain-replicas" in message
     assert "memberEnforcement: ResourceQuota" in message
+
+
+# a template edit that moves its pods to another priority class or QoS (issue 42)
+HIGH = [("PriorityClass", "In", ["high"])]
+BINDINGS_NS = "/apis/work.karmada.io/v1alpha2/namespaces/ns/resourcebindings"
+
+
+def scoped_quota(name: str, hard: dict[str, str], used: dict[str, str], **scope: Any) -> Any:
+    return conftest.quota_doc(
+        name, hard, used, namespace="ns", uid=name, member_enforcement="None", **scope
+    )
+
+
+@pytest.fixture
+async def classes(
+    request: pytest.FixtureRequest,
+) -> AsyncIterator[tuple[TestClient[Any, Any], FakeApiServer, Replica]]:
+    """Quotas of class low (room), of class high (`request.param` pods, 1 used), of class mid
+    (room) and of BestEffort pods (full), over a webhook with the template gate."""
+    api = FakeApiServer()
+    store = Replica(
+        scoped_quota(
+            "low",
+            {"pods": "10", "requests.cpu": "10"},
+            {"pods": "0", "requests.cpu": "0"},
+            expressions=[("PriorityClass", "In", ["low"])],
+        ),
+        scoped_quota("high", {"pods": request.param}, {"pods": "1"}, expressions=HIGH),
+        scoped_quota(
+            "mid", {"pods": "5"}, {"pods": "0"}, expressions=[("PriorityClass", "In", ["mid"])]
+        ),
+        scoped_quota("best-effort", {"pods": "1"}, {"pods": "1"}, scopes=["BestEffort"]),
+        api=api,
+    )
+    webhook = Webhook(
+        store.quota_store(), Batcher(store), WebhookMetrics(), templates=TemplateStore(api)
+    )
+    client = TestClient(TestServer(build_app(webhook)))
+    await client.start_server()
+    yield client, api, store
+    await client.close()
+
+
+async def of_class(client: TestClient[Any, Any], api: FakeApiServer) -> dict[str, Any]:
+    """A Deployment of class low, 400m, whose binding was admitted (in quota low) and stored."""
+    old = deployment(
+        {"priorityClassName": "low", "containers": [container("app", {"cpu": "400m"})]}
+    )
+    old = api.create(DEPLOYMENTS, old)
+    bound = binding_doc(
+        1, {"cpu": "400m"}, namespace="ns", priority_class="low", clusters={"m1": 1}
+    )
+    bound["spec"]["resource"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+    _, body = await post(client, "/validate-resourcebinding", review(bound))
+    assert body["response"]["allowed"], body["response"]
+    api.create(BINDINGS_NS, bound)
+    return old
+
+
+def of_priority(template: dict[str, Any], priority: str) -> dict[str, Any]:
+    out = copy.deepcopy(template)
+    out["spec"]["template"]["spec"]["priorityClassName"] = priority
+    return out
+
+
+def pending(store: Replica, name: str) -> list[tuple[str, int, dict[str, Any]]]:
+    """The quota's pending charges as the API server holds them: (binding, generation, charge)."""
+    return [
+        (r.reservedBy.name, r.generation, dict(r.reserved))
+        for r in store.stored("ns", name).status.reservations
+    ]
+
+
+@pytest.mark.parametrize("classes", ["1"], indirect=True)
+async def test_a_move_to_a_full_priority_class_is_refused_in_its_quota_s_name(
+    classes: Any,
+) -> None:
+    client, api, store = classes
+    old = await of_class(client, api)
+    high = of_priority(old, "high")
+    _, body = await post(
+        client, "/validate-template", review(high, "UPDATE", old, resource=TEMPLATES)
+    )
+    assert not body["response"]["allowed"]
+    assert body["response"]["status"]["message"] == (
+        "exceeded quota: high, requested: pods=1, used: pods=1, limited: pods=1"
+    )
+    assert pending(store, "high") == []
+    assert pending(store, "low") == [("web-deployment", 1, {"pods": "1", "requests.cpu": "400m"})]
+
+
+@pytest.mark.parametrize("classes", ["2"], indirect=True)
+async def test_a_move_to_a_priority_class_with_room_is_charged_there_until_the_binding_moves(
+    classes: Any,
+) -> None:
+    """Charged in full in quota high, as the binding's next generation; quota low keeps its
+    charge (its pods run until the rollout ends: the binding's update says when); the
+    binding's update that carries the move is then charged nothing more."""
+    client, api, store = classes
+    old = await of_class(client, api)
+    high = of_priority(old, "high")
+    _, body = await post(
+        client, "/validate-template", review(high, "UPDATE", old, resource=TEMPLATES)
+    )
+    assert body["response"]["allowed"], body["response"]
+    assert pending(store, "high") == [("web-deployment", 2, {"pods": "1"})]
+    assert pending(store, "low") == [("web-deployment", 1, {"pods": "1", "requests.cpu": "400m"})]
+    assert store.stored("ns", "low").status.used == {"pods": "0", "requests.cpu": "0"}
+    # the edit is written; Karmada's detector then moves the binding to class high
+    written = api.update(
+        f"{DEPLOYMENTS}/web",
+        lambda d: d["spec"]["template"]["spec"].update(priorityClassName="high"),
+    )
+    before = api.bindings[("ns", "web-deployment")]
+    moved = copy.deepcopy(before)
+    moved["spec"]["replicaRequirements"]["priorityClassName"] = "high"
+    moved["spec"]["resource"]["resourceVersion"] = written["metadata"]["resourceVersion"]
+    _, body = await post(client, "/validate-resourcebinding", review(moved, "UPDATE", before))
+    assert body["response"]["allowed"], body["response"]
+    assert pending(store, "high") == [("web-deployment", 2, {"pods": "1"})]  # not twice
+
+
+@pytest.mark.parametrize("classes", ["1"], indirect=True)
+async def test_a_template_edit_that_moves_no_pod_is_not_charged(classes: Any) -> None:
+    client, api, store = classes
+    old = await of_class(client, api)
+    image = copy.deepcopy(old)
+    image["spec"]["template"]["spec"]["containers"][0]["image"] = "app:2"
+    reads = api.calls["GET resourcebindings"]
+    _, body = await post(
+        client, "/validate-template", review(image, "UPDATE", old, resource=TEMPLATES)
+    )
+    assert body["response"]["allowed"]
+    assert api.calls["GET resourcebindings"] == reads  # not even priced
+    assert pending(store, "high") == [] and pending(store, "best-effort") == []
+
+
+@pytest.mark.parametrize("classes", ["1"], indirect=True)
+async def test_a_template_that_drops_every_request_into_a_full_best_effort_quota_is_refused(
+    classes: Any,
+) -> None:
+    client, api, _ = classes
+    old = await of_class(client, api)
+    bare = copy.deepcopy(old)
+    bare["spec"]["template"]["spec"]["containers"][0]["resources"] = {}
+    _, body = await post(
+        client, "/validate-template", review(bare, "UPDATE", old, resource=TEMPLATES)
+    )
+    assert not body["response"]["allowed"]
+    assert body["response"]["status"]["message"] == (
+        "exceeded quota: best-effort, requested: pods=1, used: pods=1, limited: pods=1"
+    )
+
+
+@pytest.mark.parametrize("classes", ["2"], indirect=True)
+async def test_a_second_move_that_costs_the_same_is_no_retry_of_the_first(classes: Any) -> None:
+    """low -> high, then high -> mid before the watch delivers the first: the same totals
+    against the same binding generation, but charged in another quota."""
+    client, api, store = classes
+    old = await of_class(client, api)
+    high = of_priority(old, "high")
+    _, body = await post(
+        client, "/validate-template", review(high, "UPDATE", old, resource=TEMPLATES)
+    )
+    assert body["response"]["allowed"], body["response"]
+    mid = of_priority(old, "mid")
+    _, body = await post(
+        client, "/validate-template", review(mid, "UPDATE", high, resource=TEMPLATES)
+    )
+    assert body["response"]["allowed"], body["response"]
+    assert pending(store, "mid") == [("web-deployment", 2, {"pods": "1"})]
+
+
+def test_the_controller_counts_a_binding_where_its_template_s_pods_moved() -> None:
+    """Until the binding's update, its pods may be of either class: both quotas count it."""
+    from karmadaquota import scopes
+    from karmadaquota.controller.index import Interner, observe
+
+    store = TemplateStore()
+    low = deployment({"priorityClassName": "low", "containers": [container("a", {"cpu": "1"})]})
+    store.put(KEY, low)  # resourceVersion 7
+    high = of_priority(low, "high")
+    store.put(KEY, {**high, "metadata": {**high["metadata"], "resourceVersion": "9"}})
+    doc = binding_doc(1, {"cpu": "1"}, namespace="ns", priority_class="low", clusters={"m1": 1})
+    doc["spec"]["resource"]["resourceVersion"] = "7"
+    entry = observe(doc, Interner(), store).entry
+    assert entry is not None
+    for klass in ("low", "high"):
+        exprs = (scopes.Expression("PriorityClass", "In", frozenset({klass})),)
+        assert scopes.matches(exprs, entry.usage.traits)
+    doc["spec"]["resource"]["resourceVersion"] = "9"  # the binding moved: low's pods are gone
+    doc["spec"]["replicaRequirements"]["priorityClassName"] = "high"
+    entry = observe(doc, Interner(), store).entry
+    assert entry is not None
+    low_only = (scopes.Expression("PriorityClass", "In", frozenset({"low"})),)
+    assert not scopes.matches(low_only, entry.usage.traits)

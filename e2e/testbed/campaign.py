@@ -302,6 +302,10 @@ async def run(
     return stats
 
 
+def _version(obj: JSON | None) -> str | None:
+    return None if obj is None else (obj.get("metadata") or {}).get("resourceVersion")
+
+
 def _tenant_patch(rng: random.Random, namespace: str, members: Sequence[str]) -> JSON:
     """One of the binding writes issue 29 found a namespace editor could make."""
     route = rng.randrange(5)
@@ -327,7 +331,8 @@ async def tenant_writes(
     tenant: KubeClient, namespace: str, members: Sequence[str], seed: int, ops: int, names: int
 ) -> Stats:
     """`ops` seeded writes as the tenant (`e2e/testbed/tenant.py`), one at a time, over the
-    campaign's binding names: each must be refused (403) or find nothing (404)."""
+    campaign's binding names: each must be refused (403), find nothing (404), or change
+    nothing (a patch whose values the binding already had: the API server writes nothing)."""
     rng = random.Random(seed ^ 0x7E4A47)
     path = RB_PATH.format(ns=namespace)
     stats = Stats()
@@ -337,9 +342,16 @@ async def tenant_writes(
         try:
             if kind == "patch":
                 # a binding that exists now, when there is one (the tenant may list them)
-                live = sorted(b["metadata"]["name"] for b in (await tenant.get(path))["items"])
-                name = rng.choice(live) if live else name
-                await tenant.merge_patch(f"{path}/{name}", _tenant_patch(rng, namespace, members))
+                listed = {b["metadata"]["name"]: b for b in (await tenant.get(path))["items"]}
+                name = rng.choice(sorted(listed)) if listed else name
+                got = await tenant.merge_patch(
+                    f"{path}/{name}", _tenant_patch(rng, namespace, members)
+                )
+                if _version(got) == _version(listed.get(name)):
+                    # the patch changed nothing (a value drawn equal to the binding's own):
+                    # the API server wrote nothing, there was nothing to refuse
+                    stats.record("tenant-patch", "unchanged")
+                    continue
             elif kind == "create":
                 body = {
                     "apiVersion": "work.karmada.io/v1alpha2",

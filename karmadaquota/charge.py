@@ -170,10 +170,6 @@ def _missing(requests: Mapping[str, Quantity]) -> set[str]:
     return {r for r in REQUIRED_REQUESTS if r not in given}
 
 
-def _is_best_effort(requests: Mapping[str, Quantity]) -> bool:
-    return all(q.is_zero for name, q in requests.items() if name != "pods")
-
-
 def charge(
     binding: ResourceBinding, pod: PodCharge | None = None, kinds: Kinds = BUILTIN
 ) -> Charge:
@@ -340,7 +336,7 @@ def _single(spec: ResourceBindingSpec, objects: ResourceList, pod: PodCharge | N
     total = usage(total_replicas)
     per_cluster = {name: usage(n) for name, n in placed.items()}
     has_replicas = total_replicas > 0
-    best_effort = _is_best_effort(requests) and not any(
+    best_effort = pod_template.requests_nothing(requests) and not any(
         n in limits for n in ("limits.cpu", "limits.memory")
     )
     own = (reqs_model.priorityClassName if reqs_model else "", has_replicas and best_effort)
@@ -385,7 +381,7 @@ def _multi_component(spec: ResourceBindingSpec, objects: ResourceList) -> Charge
         if replicas > 0:
             has_replicas = True
             missing |= _missing(requests)
-            best_effort = best_effort and _is_best_effort(requests)
+            best_effort = best_effort and pod_template.requests_nothing(requests)
         if not priority and reqs_model is not None:
             priority = reqs_model.priorityClassName
     placed = _placed(spec, invalid)

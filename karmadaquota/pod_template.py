@@ -192,12 +192,15 @@ def of_spec(spec: Mapping[str, Any]) -> PodCharge:
     return PodCharge(requests, limits, _unlimited(spec), scopes=frozenset({scope}))
 
 
+def requests_nothing(requests: Mapping[str, Quantity]) -> bool:
+    """No request but `pods`: the requests side of BestEffort, for a pod and a binding alike."""
+    return all(q.is_zero for name, q in requests.items() if name != "pods")
+
+
 def best_effort(requests: Mapping[str, Quantity], limits: Mapping[str, Quantity]) -> bool:
     """Whether a pod is BestEffort as a binding's charge judges it (`charge._single`): no
     request but pods, no cpu or memory limit."""
-    return all(q.is_zero for name, q in requests.items() if name != "pods") and not any(
-        n in limits for n in ("cpu", "memory")
-    )
+    return requests_nothing(requests) and not any(n in limits for n in ("cpu", "memory"))
 
 
 def of_template(

@@ -493,12 +493,11 @@ class GuardKeeper:
 
     def routes(self, namespace: str, quota: str) -> dict[str, str]:
         """How the guards of the members not written directly reach them (member -> how)."""
-        out: dict[str, str] = {}
-        for m, target in self._carried.items():
-            watch = self.members.get(m)
-            if watch is not None and self._is_carried(watch):
-                out[m] = target.route(namespace, quota)
-        return out
+        return {
+            m: target.route(namespace, quota)
+            for m, target in self._carried.items()
+            if self._carried_member(m)
+        }
 
     def after_recompute(self, namespace: str, leader: bool) -> None:
         if leader:

@@ -215,6 +215,26 @@ class KarmadaQuotaSpec(_Lenient):
         default=None,
         description='How a cluster failover is charged (docs/charging.md, "Failover").',
     )
+    cohort: str = Field(
+        default="",
+        description="The cohort this quota shares unused hard with (docs/cohorts.md): quotas "
+        "naming the same cohort lend each other what they leave unused, as Kueue's cohorts "
+        "do; for every cohort Σ used ≤ Σ hard. Empty: none.",
+    )
+    borrowingLimit: RawResourceList | None = Field(
+        default=None,
+        description="With a cohort: the most this quota may use beyond its hard, per name of "
+        "hard, borrowed from the cohort. Absent: all the cohort may lend; a name left out may "
+        "borrow without limit.",
+        json_schema_extra={"x-kq-resource-list": True},
+    )
+    lendingLimit: RawResourceList | None = Field(
+        default=None,
+        description="With a cohort: the most of its unused hard others may borrow, per name of "
+        "hard, at most hard; hard − lendingLimit is always its own. Absent: all of its unused "
+        "hard may be lent; a name left out may be lent in full.",
+        json_schema_extra={"x-kq-resource-list": True},
+    )
 
     @property
     def guarded(self) -> bool:
@@ -318,6 +338,14 @@ class ClusterUsage(_Lenient):
     )
 
 
+class Loan(_Lenient):
+    """What one quota of a cohort lends another (in the lender's `lent`, the borrower's
+    `borrowed`): written by the controller, lender first (docs/cohorts.md)."""
+
+    quota: str = Field(description="The other quota of the loan: namespace/name.")
+    resources: RawResourceList = _resource_list("The amount lent, per name of hard.")
+
+
 class Condition(_Lenient):
     type: str = Field(
         description="Ready, Valid, MemberObserved, BindingsCharged, Enforced, OutOfBandUsage or "
@@ -380,6 +408,10 @@ def _pending_schema(schema: dict[str, Any]) -> None:
 # writer uses it); on the wire they are `status.pending` (`pending.encode_pending`), and a wire
 # `status.reservations` is only read, from a status an earlier version wrote
 # (`pending.decode_pending`).
+# status fields of a quota in a cohort (karmadaquota.cohorts), omitted when empty
+LOAN_FIELDS = ("borrowed", "lent", "loans")
+
+
 class KarmadaQuotaStatus(_Lenient):
     model_config = ConfigDict(json_schema_extra=_pending_schema)
 
@@ -407,6 +439,19 @@ class KarmadaQuotaStatus(_Lenient):
         description="ResourceBindings this quota queued that wait, suspended, to be admitted.",
     )
     summary: str = Field(default="", description="used/hard per resource, for kubectl get.")
+    borrowed: list[Loan] = Field(
+        default_factory=list,
+        description="spec.cohort: what this quota borrows from each lender of its cohort (it "
+        "may use hard + borrowed − lent).",
+    )
+    lent: list[Loan] = Field(
+        default_factory=list,
+        description="spec.cohort: what this quota lends each borrower of its cohort.",
+    )
+    loans: str = Field(
+        default="",
+        description="spec.cohort: borrowed and lent in short, for kubectl get (empty: none).",
+    )
     conditions: list[Condition] = Field(
         default_factory=list,
         description="Ready, Valid, MemberObserved, BindingsCharged, Enforced, OutOfBandUsage, "
@@ -436,6 +481,9 @@ class KarmadaQuotaStatus(_Lenient):
         # `reservations` is never written (Field(exclude=True)): `pending` says it all, and a
         # status write replaces the whole status, so the first one drops an old layout's list
         out: dict[str, Any] = handler(self)
+        for name in LOAN_FIELDS:  # a quota in no cohort carries none of them
+            if not out.get(name, True):
+                out.pop(name)
         groups = pending.encode_pending(self.reservations)
         if not groups:  # omitted when empty, as the API server drops an empty list anyway
             return out
@@ -567,7 +615,7 @@ def _cluster_status_schema(schema: dict[str, Any]) -> None:
 
 # fields of KarmadaQuotaStatus a cluster quota never fills (onExceed Queue is refused for it,
 # and refused workloads are retried by Karmada's own backoff): not in its schema, never written
-CLUSTER_STATUS_UNUSED = ("waiting", "queued")
+CLUSTER_STATUS_UNUSED = ("waiting", "queued", "borrowed", "lent", "loans")
 
 
 class ClusterKarmadaQuotaStatus(KarmadaQuotaStatus):

@@ -128,6 +128,10 @@ CLUSTER_SPEC_RULES: list[dict[str, str]] = [
         "bindings against that namespace's quotas)",
     },
     {
+        "rule": "!has(self.cohort) || self.cohort == ''",
+        "message": "cohort: a ClusterKarmadaQuota does not join a cohort yet",
+    },
+    {
         "rule": "!has(self.memberEnforcement) || self.memberEnforcement == 'None'",
         "message": "memberEnforcement: a member guard is a ResourceQuota, which holds one "
         "namespace: a ClusterKarmadaQuota cannot have guards",

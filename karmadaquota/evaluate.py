@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from karmadaquota import resources, scopes
+from karmadaquota import cohorts, resources, scopes
 from karmadaquota.api import KarmadaQuota
 from karmadaquota.charge import Charge
 from karmadaquota.pod_template import LIMITS_PREFIX
@@ -19,6 +19,12 @@ from karmadaquota.resources import ResourceList
 from karmadaquota.scopes import Expression
 
 REASON_EXCEEDED = "QuotaExceeded"
+# a refusal by a quota of a cohort: `limited` is its hard with its loans (hard + borrowed −
+# lent), and the cohort may lend it more for a waiting workload
+COHORT_NOTE = (
+    " (with its loans in cohort {0}; cohort {0} has no room to lend it yet: the workload "
+    "waits, and is woken if the cohort lends it room)"
+)
 REASON_FORBIDDEN = "Forbidden"
 # quota names that no pod consumes: Kubernetes' object counts besides count/<resource>.<group>,
 # and storage (claimed by PersistentVolumeClaims)
@@ -50,6 +56,8 @@ class QuotaView:
     guarded: bool = False
     # spec.failover.evictedReplicas Release: charged `Charge.if_released` where there is one
     releases_evicted: bool = True
+    # spec.cohort: `hard` is the effective hard, hard + borrowed − lent (karmadaquota.cohorts)
+    cohort: str = ""
 
     @classmethod
     def of(cls, quota: KarmadaQuota) -> QuotaView:
@@ -60,14 +68,16 @@ class QuotaView:
             resources.parse_resource_list(r.reserved, f"status.reservations[{i}].reserved")
             for i, r in enumerate(quota.status.reservations)
         )
+        hard = resources.parse_resource_list(quota.spec.hard, "spec.hard")
         return cls(
             name=quota.metadata.name,
-            hard=resources.parse_resource_list(quota.spec.hard, "spec.hard"),
+            hard=cohorts.effective_hard(quota, hard),
             used=resources.parse_resource_list(quota.status.used, "status.used"),
             reserved=reserved,
             scopes=scopes.expressions(quota.spec),
             guarded=quota.spec.guarded,
             releases_evicted=quota.spec.releases_evicted,
+            cohort=quota.spec.cohort,
         )
 
     def with_reserved(self, more: ResourceList) -> QuotaView:
@@ -203,7 +213,8 @@ def evaluate(
             return Decision(
                 False,
                 f"exceeded quota: {q.name}, requested: {fmt(tracked, exceeded)}, "
-                f"used: {fmt(in_use, exceeded)}, limited: {fmt(q.hard, exceeded)}",
+                f"used: {fmt(in_use, exceeded)}, limited: {fmt(q.hard, exceeded)}"
+                + (f"{COHORT_NOTE.format(q.cohort)}" if q.cohort else ""),
                 REASON_EXCEEDED,
                 quota=q.name,
             )

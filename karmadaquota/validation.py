@@ -133,8 +133,49 @@ def validate_spec(spec: KarmadaQuotaSpec) -> list[str]:
             f'spec.failover.evictedReplicas: Unsupported value: "{spec.failover.evictedReplicas}"'
             f": supported values: {supported}"
         )
+    errors.extend(validate_cohort(spec))
     if isinstance(spec, ClusterKarmadaQuotaSpec):
         errors.extend(validate_cluster_spec(spec))
+    return errors
+
+
+_COHORT = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def validate_cohort(spec: KarmadaQuotaSpec) -> list[str]:
+    """`cohort` is a DNS label; the limits need one, name only names of `hard`, are at least
+    0, and a lending limit is at most hard (Kueue's rules, in Kubernetes' words)."""
+    errors: list[str] = []
+    if spec.cohort and (not _COHORT.match(spec.cohort) or len(spec.cohort) > 63):
+        errors.append(
+            f'spec.cohort: Invalid value: "{spec.cohort}": a lowercase RFC 1123 label must '
+            "consist of lower case alphanumeric characters or '-', and must start and end "
+            "with an alphanumeric character (at most 63 characters)"
+        )
+    for field in ("borrowingLimit", "lendingLimit"):
+        limit = getattr(spec, field)
+        if limit is None:
+            continue
+        if not spec.cohort:
+            errors.append(f"spec.{field}: Forbidden: must be empty when spec.cohort is empty")
+        for name in sorted(limit):
+            if name not in spec.hard:
+                errors.append(
+                    f'spec.{field}[{name}]: Invalid value: "{name}": must be a name of spec.hard'
+                )
+                continue
+            value = _amount(limit, name, f"spec.{field}", errors)
+            if field != "lendingLimit" or value is None:
+                continue
+            try:
+                hard = parse_resource_list({name: spec.hard[name]}, "spec.hard")[name]
+            except QuantityError:
+                continue  # reported for spec.hard
+            if value > hard:
+                errors.append(
+                    f'spec.lendingLimit[{name}]: Invalid value: "{value}": must be less than or '
+                    f"equal to spec.hard[{name}] ({hard})"
+                )
     return errors
 
 
@@ -153,6 +194,11 @@ def validate_cluster_spec(spec: ClusterKarmadaQuotaSpec) -> list[str]:
         errors.append(
             f'spec.queueingStrategy: Unsupported value: "{spec.queueingStrategy}": supported '
             f'values: "{STRATEGY_BEST_EFFORT}" (a ClusterKarmadaQuota keeps no queue to order)'
+        )
+    if spec.cohort:
+        errors.append(
+            "spec.cohort: Forbidden: a ClusterKarmadaQuota does not join a cohort yet (the "
+            "namespaces' own KarmadaQuotas may)"
         )
     if spec.memberEnforcement == ENFORCEMENT_RESOURCE_QUOTA:
         errors.append(

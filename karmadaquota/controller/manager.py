@@ -40,6 +40,7 @@ from karmadaquota.controller.guard_keeper import GuardKeeper
 from karmadaquota.controller.index import BindingIndex
 from karmadaquota.controller.jobs import Findings, Job
 from karmadaquota.controller.leader import Leadership, may_lead
+from karmadaquota.controller.loans import CohortBook
 from karmadaquota.controller.members import Members
 from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.controller.orphan_audit import OrphanAudit
@@ -118,6 +119,7 @@ class Controller:
                 members,
                 self.enforcement.ensure if self.enforcement is not None else None,
                 self.readiness,
+                self.cohorts,
             ),
             self.jobs,
             StatusWriter(api, metrics, self.config),
@@ -157,13 +159,15 @@ class Controller:
         """The quota stores (each quota's change marks its recompute)."""
         self.quotas = QuotaStore(
             api,
-            on_put=lambda record: self.dirty.mark(record.namespace),
+            on_put=self._quota_put,
             on_delete=self._quota_deleted,
             on_relisted=lambda _: self._relisted(),
             page_size=self.config.page_size,
             relist_period=self.config.resync_period,
             parsed=PARSED_KEPT,
         )
+        # which quotas share a cohort: a member's change marks the others (controller.loans)
+        self.cohorts = CohortBook(self.quotas)
         # ClusterKarmadaQuotas (all under namespace ""), each recomputed from its own queue
         # (keyed by its name) over the namespaces its selector picks (controller.cluster)
         self.cluster_quotas = cluster_quota_store(
@@ -369,8 +373,13 @@ class Controller:
             for ns in namespaces:
                 self._mark(ns)
 
+    def _quota_put(self, record: QuotaRecord) -> None:
+        self.dirty.mark(record.namespace)
+        self.dirty.mark_many(self.cohorts.put(record))
+
     def _quota_deleted(self, record: QuotaRecord) -> None:
         ns, name = record.namespace, record.name
+        self.dirty.mark_many(self.cohorts.delete(record))
         self.metrics.forget_quota(ns, name)
         self.reconciler.forget(ns, name)
         if self.guards is not None:

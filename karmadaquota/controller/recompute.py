@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
 
-from karmadaquota import resources, scopes, validation, waiting
+from karmadaquota import cohorts, resources, scopes, validation, waiting
 from karmadaquota.api import (
     ENFORCED_LABEL,
     ENFORCED_VALUE,
@@ -97,6 +97,10 @@ class MemberView(Protocol):
         ...
 
 
+# (borrowed: lender -> amounts, lent: borrower -> amounts)
+Loans = tuple[Mapping[str, cohorts.Amounts], Mapping[str, cohorts.Amounts]]
+
+
 @dataclass(frozen=True)
 class NamespaceSnapshot:
     """Everything a namespace's recompute reads, as one snapshot."""
@@ -131,6 +135,9 @@ class NamespaceSnapshot:
     releasing: Mapping[str, float] = field(default_factory=dict)
     # the bindings with graceful eviction tasks (`BindingIndex.evicting`)
     evicting: Sequence[IndexedBinding] = ()
+    # spec.cohort: a quota (as being written) -> what it is to record as (borrowed, lent);
+    # None: its loans stay as they are (karmadaquota.cohorts)
+    loans: Callable[[KarmadaQuota], Loans | None] = lambda quota: None
 
 
 @dataclass(frozen=True)
@@ -263,12 +270,22 @@ def recompute(quota: KarmadaQuota, inputs: NamespaceSnapshot, now: datetime) -> 
             reservations=kept,
             waiting=still_waiting,
             queued=queued,
+            borrowed=current.borrowed,
+            lent=current.lent,
+            loans=current.loans,
             summary="invalid spec: see the Valid condition",
             conditions=st.merge_conditions(current.conditions, _at(wanted, generation), now),
             observedGeneration=generation,
         )
         return Outcome(new_status, {}, {}, released, next_expiry)
 
+    loans = inputs.loans(quota)
+    if loans is None:
+        borrowed, lent = current.borrowed, current.lent
+    else:
+        borrowed, lent = cohorts.loan_entries(loans[0], hard), cohorts.loan_entries(loans[1], hard)
+    # what it may use: hard + Σ borrowed − Σ lent (its guards hold that much)
+    may_use = cohorts.effective(hard, cohorts.loans_of(borrowed), cohorts.loans_of(lent))
     exprs = scopes.expressions(quota.spec)
     away = inputs.released if quota.spec.releases_evicted else frozenset()
     if inputs.sums is not None:
@@ -336,7 +353,7 @@ def recompute(quota: KarmadaQuota, inputs: NamespaceSnapshot, now: datetime) -> 
     if guarded:
         placed_sum = {n: sum(p.get(n, 0) for p in totals.per_cluster.values()) for n in totals.used}
         guard_inputs = _guard_inputs(
-            quota, totals.used, placed_sum, held, seen_by, beyond, kept, hard, away
+            quota, totals.used, placed_sum, held, seen_by, beyond, kept, may_use, away
         )
     wanted = [
         _condition(st.COND_READY, True, REASON_CALCULATED, _CALCULATED),
@@ -375,6 +392,9 @@ def recompute(quota: KarmadaQuota, inputs: NamespaceSnapshot, now: datetime) -> 
         reservations=kept,
         waiting=still_waiting,
         queued=queued,
+        borrowed=borrowed,
+        lent=lent,
+        loans=cohorts.summary(borrowed, lent, hard),
         summary=st.summary(used, hard),
         conditions=st.merge_conditions(conditions, _at(wanted, generation), now),
         observedGeneration=generation,

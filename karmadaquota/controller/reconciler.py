@@ -31,6 +31,7 @@ from karmadaquota.controller import status as st
 from karmadaquota.controller.dirty import DirtyQueue
 from karmadaquota.controller.index import BindingIndex
 from karmadaquota.controller.jobs import Findings, Job
+from karmadaquota.controller.loans import CohortBook
 from karmadaquota.controller.members import Members
 from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.controller.status_writer import StatusWriter
@@ -114,6 +115,8 @@ class Sources:
     label_first: Callable[[str], Awaitable[None]] | None = None
     # member clusters not Ready (karmadaquota.evictions; None: every eviction is charged)
     readiness: Readiness | None = None
+    # which quotas share a cohort, and what each is to record as lent and borrowed
+    cohorts: CohortBook | None = None
 
 
 class Reconciler:
@@ -226,6 +229,8 @@ class Reconciler:
             evicting=self.sources.index.evicting(namespace),
             **self._readiness(),
         )
+        if self.sources.cohorts is not None:
+            snapshot = replace(snapshot, loans=self.sources.cohorts.loans)
         if found.gone is not None:
             snapshot = replace(snapshot, gone=functools.partial(found.gone, namespace))
         if found.enforced is not None:
@@ -315,7 +320,20 @@ class Reconciler:
 
     async def _sync_quota(self, record: QuotaRecord, selected: list[str] | None = None) -> bool:
         """Recompute one quota and write it if needed; False when every CAS attempt lost.
-        With `selected` (the namespaces it picks), a cluster quota."""
+        With `selected` (the namespaces it picks), a cluster quota. A quota of a cohort holds
+        its cohort's lock through the write (`loans.CohortBook.lock`)."""
+        cohorts = self.sources.cohorts
+        lock = (
+            None
+            if cohorts is None or selected is not None
+            else cohorts.lock(record.namespace, record.name)
+        )
+        if lock is None:
+            return await self._sync_one(record, selected)
+        async with lock:
+            return await self._sync_one(record, selected)
+
+    async def _sync_one(self, record: QuotaRecord, selected: list[str] | None) -> bool:
         ns, name = record.namespace, record.name
         cluster = selected is not None
         store = self.sources.cluster_quotas if cluster else self.sources.quotas

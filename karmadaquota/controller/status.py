@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from karmadaquota import cohorts
 from karmadaquota.api import Condition, KarmadaQuotaStatus
 from karmadaquota.pending import held, pending_removals, wire_reservations
 from karmadaquota.quantity import Quantity, QuantityError
@@ -141,6 +142,8 @@ def status_write(
     put = StatusWrite(status={**desired, REVISION: _next(revision)})
     if not isinstance(revision, int) or isinstance(revision, bool) or "reservations" in current:
         return put
+    if cohorts.narrows(current, desired):
+        return put  # lends or gives back only what no charge took since it was read (cohorts)
     removals = pending_removals(current.get("pending"), desired.get("pending"))
     if removals is None:
         return put

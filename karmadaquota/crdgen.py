@@ -264,13 +264,17 @@ def crd() -> dict[str, Any]:
     queued = _column(
         "Queued", "integer", ".status.queued", "workloads queued by this quota (onExceed: Queue)"
     )
+    loans = _column(
+        "Loans", "string", ".status.loans", "what it borrows and lends in its cohort (spec.cohort)"
+    )
+    columns = [_ENFORCED_COLUMN, _GUARDED_COLUMN, _SUMMARY_COLUMN, queued, loans]
     return _crd(
         api.KIND,
         api.PLURAL,
         api.SINGULAR,
         api.SHORT_NAMES,
         "Namespaced",
-        [_ENFORCED_COLUMN, _GUARDED_COLUMN, _SUMMARY_COLUMN, queued, _EVICTED_COLUMN, _AGE_COLUMN],
+        [*columns, _EVICTED_COLUMN, _AGE_COLUMN],
         _schema(api.KarmadaQuota),
     )
 

@@ -589,6 +589,23 @@ class GuardKeeper:
             return False
         return self._down.get(member, 0.0) <= self._clock()
 
+    def _carried_caps(
+        self, quota: KarmadaQuota, inputs: gd.GuardInputs
+    ) -> Mapping[str, Mapping[str, int]]:
+        """The caps, with a carried member held to the quota's own hard: a Work not reflected
+        yet is assumed to hold at most that (guard_works), so a borrower's loan goes to the
+        members written directly."""
+        carried = [m for m in self._carried if self._carried_member(m)]
+        if not carried or not (quota.status.borrowed or quota.spec.cohort):
+            return inputs.caps
+        own = _nanos(quota.spec.hard)
+        caps = {c: dict(v) for c, v in inputs.caps.items()}
+        for c in carried:
+            cap = caps.setdefault(c, {})
+            for n in inputs.hard:
+                cap[n] = min(cap.get(n, own.get(n, 0)), own.get(n, 0))
+        return caps
+
     def _carried_member(self, member: str) -> bool:
         watch = self.members.get(member)
         return watch is not None and self._is_carried(watch)
@@ -804,7 +821,7 @@ class GuardKeeper:
                     guard=None if known is None else known.hold,
                 )
             )
-        inputs_now = replace(inputs, members=states)
+        inputs_now = replace(inputs, members=states, caps=self._carried_caps(quota, inputs))
         wanted = gd.desired(inputs_now)
         current = {
             c: (self._known[(ns, name, c)].hold if (ns, name, c) in self._known else None)

@@ -10,12 +10,14 @@ lender writes its side and the borrower follows (`peers`).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from karmadaquota import cohorts, resources
 from karmadaquota.api import KarmadaQuota
 from karmadaquota.kube.quotas import QuotaRecord, QuotaStore
 from karmadaquota.quantity import QuantityError
+from karmadaquota.queueing import QueueEntry
+from karmadaquota.resources import ResourceList
 
 Key = tuple[str, str]  # (namespace, name)
 
@@ -23,8 +25,15 @@ Key = tuple[str, str]  # (namespace, name)
 class CohortBook:
     """cohort -> its quotas, kept from the quota store's events."""
 
-    def __init__(self, store: QuotaStore) -> None:
+    def __init__(
+        self,
+        store: QuotaStore,
+        queued: Callable[[str], Iterable[QueueEntry]] = lambda namespace: (),
+    ) -> None:
         self.store = store
+        # a namespace's bindings its quotas queued (onExceed Queue): what they wait for is
+        # asked of the cohort, as a refused workload's is
+        self.queued = queued
         self._members: dict[str, set[Key]] = {}
         self._cohort: dict[Key, str] = {}
         self._locks: dict[str, asyncio.Lock] = {}
@@ -58,6 +67,12 @@ class CohortBook:
         cohort = self._cohort.get(k, "")
         self._leave(k)
         return self._peers(k, {cohort})
+
+    def others(self, namespace: str, name: str) -> list[str]:
+        """The namespaces of the other quotas of its cohort: what a write of this quota's
+        status may move (the store reports no write of ours to `put`)."""
+        k = (namespace, name)
+        return self._peers(k, {self._cohort.get(k, "")})
 
     def _leave(self, k: Key) -> None:
         cohort = self._cohort.pop(k, "")
@@ -98,7 +113,7 @@ class CohortBook:
         members = [
             m
             for q in ([quota, *others.values()] if cohort else [])
-            if q.spec.cohort == cohort and (m := member(q)) is not None
+            if q.spec.cohort == cohort and (m := member(q, self._queued_for(q))) is not None
         ]
         planned = cohorts.plan(members)
         lent_to_me = {k: cohorts.loans_of(q.status.lent).get(me, {}) for k, q in others.items()}
@@ -110,10 +125,18 @@ class CohortBook:
             cohorts.lent(me, planned, borrowed_from_me),
         )
 
+    def _queued_for(self, quota: KarmadaQuota) -> ResourceList:
+        """Σ of what the bindings `quota` queued cost once admitted."""
+        name = quota.metadata.name
+        return resources.total(
+            e.charge.total for e in self.queued(quota.metadata.namespace) if e.quota == name
+        )
 
-def member(quota: KarmadaQuota) -> cohorts.Member | None:
-    """A quota as the plan reads it; None when a value of it cannot be read (validation and
-    admission report and refuse it; it neither lends nor borrows)."""
+
+def member(quota: KarmadaQuota, queued: ResourceList | None = None) -> cohorts.Member | None:
+    """A quota as the plan reads it (`queued`: what the bindings it queued ask for); None
+    when a value of it cannot be read (validation and admission report and refuse it; it
+    neither lends nor borrows)."""
     try:
         hard = resources.parse_resource_list(quota.spec.hard, "spec.hard")
         used = resources.parse_resource_list(quota.status.used, "status.used")
@@ -121,7 +144,13 @@ def member(quota: KarmadaQuota) -> cohorts.Member | None:
             resources.parse_resource_list(r.reserved, "pending") for r in quota.status.reservations
         )
         wanted = resources.total(
-            resources.parse_resource_list(w.requested, "waiting") for w in quota.status.waiting
+            [
+                *(
+                    resources.parse_resource_list(w.requested, "waiting")
+                    for w in quota.status.waiting
+                ),
+                queued or {},
+            ]
         )
     except QuantityError:
         return None

@@ -128,6 +128,15 @@ class ControllerMetrics:
             ["result"],
             registry=r,
         )
+        # spec.cohort: per quota and resource, what it borrows and lends (docs/cohorts.md)
+        self.loans = Gauge(
+            "karmadaquota_quota_loans",
+            "What a KarmadaQuota borrows from (direction borrowed) or lends to (direction lent) "
+            "the other quotas of its cohort, summed (base units).",
+            ["quota_namespace", "quota", "cohort", "direction", "resource"],
+            registry=r,
+        )
+        self._loans: dict[tuple[str, str], set[tuple[str, str, str]]] = {}
         self.queue_length = Gauge(
             "karmadaquota_queue_length",
             "ResourceBindings a KarmadaQuota queued (onExceed: Queue), waiting suspended.",
@@ -173,6 +182,7 @@ class ControllerMetrics:
         used: Mapping[str, Quantity],
         hard: Mapping[str, Quantity],
         status: KarmadaQuotaStatus | None = None,
+        cohort: str = "",
     ) -> None:
         """Publish a quota's figures (with `status`: reservations and the per-member
         breakdown too); the series it no longer has go with the next scrape. Only what the
@@ -183,9 +193,38 @@ class ControllerMetrics:
                 (c.clusterName, c.used, c.observed, c.guard) for c in status.aggregatedStatus
             )
             detail = (tuple(status.reservations), members)
+            self._set_loans(namespace, quota, status, cohort)
         self.quotas.latest[(namespace, quota)] = (used, hard, detail)
 
+    def _set_loans(
+        self, namespace: str, quota: str, status: KarmadaQuotaStatus, cohort: str
+    ) -> None:
+        """The quota's loans as series; those it no longer has removed."""
+        now: dict[tuple[str, str, str], float] = {}
+        for direction, entries in (("borrowed", status.borrowed), ("lent", status.lent)):
+            for e in entries:
+                for name, raw in e.resources.items():
+                    try:
+                        value = Quantity.parse(str(raw)).as_float()
+                    except QuantityError:
+                        continue
+                    key = (cohort, direction, name)
+                    now[key] = now.get(key, 0.0) + value
+        before = self._loans.get((namespace, quota), set())
+        for key in before - now.keys():
+            with contextlib.suppress(KeyError):
+                self.loans.remove(namespace, quota, *key)
+        for key, value in now.items():
+            self.loans.labels(namespace, quota, *key).set(value)
+        if now:
+            self._loans[(namespace, quota)] = set(now)
+        else:
+            self._loans.pop((namespace, quota), None)
+
     def forget_quota(self, namespace: str, quota: str) -> None:
+        for key in self._loans.pop((namespace, quota), set()):
+            with contextlib.suppress(KeyError):
+                self.loans.remove(namespace, quota, *key)
         self.quotas.latest.pop((namespace, quota), None)
         with contextlib.suppress(KeyError):
             self.guard_rebalances.remove(namespace, quota)

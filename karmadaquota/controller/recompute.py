@@ -152,6 +152,8 @@ class Outcome:
     # memberEnforcement ResourceQuota: what the share policy reads (reachability and the
     # guards' current hard are the I/O shell's to fill in); None otherwise
     guard: gd.GuardInputs | None = None
+    # spec.cohort, for the loans' metrics
+    cohort: str = ""
 
 
 _MAX_NANOS = MAX_BASE_UNITS * NANO
@@ -399,7 +401,7 @@ def recompute(quota: KarmadaQuota, inputs: NamespaceSnapshot, now: datetime) -> 
         conditions=st.merge_conditions(conditions, _at(wanted, generation), now),
         observedGeneration=generation,
     )
-    return Outcome(new_status, used, hard, released, next_expiry, guard_inputs)
+    return Outcome(new_status, used, hard, released, next_expiry, guard_inputs, quota.spec.cohort)
 
 
 def _beyond(

@@ -388,6 +388,9 @@ class Reconciler:
             queue.mark_at(name if cluster else ns, folding)
         if result is None or outcome is None:
             return True
+        if self.sources.cohorts is not None and not cluster:
+            # its usage, waiting list or loans moved: the others of its cohort plan again
+            self.dirty.mark_many(self.sources.cohorts.others(ns, name))
         self._folding.pop((ns, name), None)
         for reason, n in outcome.released.items():
             self.metrics.released.labels(reason).inc(n)
@@ -416,7 +419,7 @@ class Reconciler:
         if outcome is None:
             return
         self.metrics.recompute_duration.observe(seconds)
-        self.metrics.set_quota(ns, name, outcome.used, outcome.hard, outcome.status)
+        self.metrics.set_quota(ns, name, outcome.used, outcome.hard, outcome.status, outcome.cohort)
         if outcome.next_expiry is not None:
             loop = asyncio.get_running_loop()
             due = loop.time() + (outcome.next_expiry - now).total_seconds() + 0.05

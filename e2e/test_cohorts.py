@@ -1,0 +1,205 @@
+"""Cohorts on the real bed (issue 44): a team borrows what another leaves unused, across two
+members, and gives it back through the queue — judged by the pods the members run.
+
+Two namespaces, each with a guarded quota of one cohort: `lender` (pods=4, lendingLimit 2,
+onExceed Queue) and `borrower` (pods=2). The borrower's Deployment of 4 is refused, listed as
+waiting, lent 2 by the controller and woken; the lender's own Deployment of 3 then does not fit
+(4 − 2 lent) and is queued; when the borrower scales down, the loan comes back and the queued
+Deployment is admitted. Throughout, the pods both namespaces run in the members (those in
+their grace period included) never pass Σ hard = 6, and the lender's rival is the competitor
+that must wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import pytest
+
+from e2e.testbed import TestBed, product
+from e2e.testbed.aio import eventually
+from e2e.testbed.guards import member_clients
+from e2e.testbed.workloads import deployment, divided_policy
+from karmadaquota.kube.client import JSON, KubeClient, NotFound
+
+pytestmark = pytest.mark.e2e
+
+CPU = {"cpu": "100m"}
+QUOTAS = "/apis/quota.karmada.io/v1alpha1/namespaces/{ns}/karmadaquotas"
+BINDINGS = "/apis/work.karmada.io/v1alpha2/namespaces/{ns}/resourcebindings"
+
+
+@dataclass
+class Stack:
+    bed: TestBed
+    api: KubeClient
+    members: dict[str, KubeClient]
+
+
+@pytest.fixture(scope="module")
+async def stack(testbed: TestBed) -> AsyncIterator[Stack]:
+    await asyncio.to_thread(product.install_crd, testbed)
+    controller, _ = product.start_controller(testbed, "controller-cohorts")
+    hook = await product.start_webhook(testbed, "webhook-cohorts")
+    api = await KubeClient.connect(str(testbed.karmada_kubeconfig))
+    try:
+        await asyncio.to_thread(product.register, testbed, hook.base, hook.ca_bundle)
+        async with member_clients(testbed) as members:
+            yield Stack(testbed, api, members)
+    finally:
+        await asyncio.to_thread(product.unregister, testbed)
+        hook.proc.stop()
+        controller.stop()
+        await api.close()
+
+
+@contextlib.asynccontextmanager
+async def namespaces(bed: TestBed, *names: str) -> AsyncIterator[list[str]]:
+    token = secrets.token_hex(3)
+    made = [f"e2e-cohort-{n}-{token}" for n in names]
+    for ns in made:
+        await bed.akubectl("create", "namespace", ns)
+    try:
+        yield made
+    finally:
+        for ns in made:
+            await bed.akubectl("delete", "namespace", ns, "--ignore-not-found", "--wait=false")
+
+
+async def status(s: Stack, ns: str) -> JSON:
+    got: JSON = (await s.api.get(QUOTAS.format(ns=ns) + "/team")).get("status") or {}
+    return got
+
+
+def loan(entries: list[JSON] | None, other: str) -> str:
+    for e in entries or []:
+        if e["quota"] == other:
+            return str(e["resources"].get("pods", "0"))
+    return "0"
+
+
+async def pods_running(s: Stack, namespaces: list[str]) -> tuple[int, dict[str, int]]:
+    """Pods of `namespaces` in every member, those in their grace period included."""
+    out: dict[str, int] = {}
+    for m, client in s.members.items():
+        for ns in namespaces:
+            try:
+                items = (await client.get(f"/api/v1/namespaces/{ns}/pods")).get("items", [])
+            except NotFound:
+                items = []
+            out[f"{m}/{ns}"] = len(items)
+    return sum(out.values()), out
+
+
+async def placed(s: Stack, ns: str, name: str) -> int:
+    try:
+        rb = await s.api.get(BINDINGS.format(ns=ns) + f"/{name}-deployment")
+    except NotFound:
+        return 0
+    if (rb["spec"].get("suspension") or {}).get("scheduling"):
+        return 0
+    return sum(int(c.get("replicas", 0)) for c in rb["spec"].get("clusters") or [])
+
+
+async def test_a_team_borrows_idle_budget_and_the_lender_gets_it_back_through_its_queue(
+    stack: Stack,
+) -> None:
+    s = stack
+    cohort = f"research-{secrets.token_hex(2)}"
+    async with namespaces(s.bed, "lender", "borrower") as (lender, borrower):
+        members = list(s.bed.members)[:2]
+        for ns in (lender, borrower):
+            await s.bed.aapply(divided_policy(ns, "all", members))
+        await s.bed.aapply(
+            product.quota(
+                lender,
+                "team",
+                {"pods": "4"},
+                cohort=cohort,
+                lendingLimit={"pods": "2"},
+                onExceed="Queue",
+            )
+        )
+        await s.bed.aapply(product.quota(borrower, "team", {"pods": "2"}, cohort=cohort))
+        for ns in (lender, borrower):
+
+            async def known(ns: str = ns) -> bool:
+                return "pods" in (await status(s, ns)).get("used", {})
+
+            await eventually(known, 60, f"{ns}'s usage known")
+
+        most = 0
+        seen: dict[str, int] = {}
+
+        async def poll() -> None:
+            nonlocal most, seen
+            while True:
+                total, detail = await pods_running(s, [lender, borrower])
+                if total > most:
+                    most, seen = total, detail
+                assert total <= 6, f"the members run {detail}: more than the cohort's Σ hard 6"
+                await asyncio.sleep(0.1)  # the poll period, not synchronisation
+
+        watcher = asyncio.create_task(poll())
+        try:
+            # the borrower asks for 4 of its 2: refused, then lent 2 of the lender's idle 4
+            await s.bed.aapply(deployment(borrower, "big", 4, CPU))
+
+            async def lent_and_running() -> bool:
+                b, lt = await status(s, borrower), await status(s, lender)
+                total, _ = await pods_running(s, [borrower])
+                return (
+                    loan(b.get("borrowed"), f"{lender}/team") == "2"
+                    and loan(lt.get("lent"), f"{borrower}/team") == "2"
+                    and await placed(s, borrower, "big") == 4
+                    and total == 4
+                )
+
+            await eventually(lent_and_running, 120, "the borrower lent 2 and running 4 pods")
+            told = await status(s, borrower)
+            assert told["loans"] == "borrowed pods: 2", told
+            assert (await status(s, lender))["loans"] == "lent pods: 2"
+
+            # the lender's own 3 do not fit beside its loan (4 − 2): queued, not run
+            await s.bed.aapply(deployment(lender, "own", 3, CPU))
+
+            async def queued() -> bool:
+                return int((await status(s, lender)).get("queued", 0)) == 1
+
+            await eventually(queued, 60, "the lender's Deployment queued")
+            assert await placed(s, lender, "own") == 0
+            # nothing new is lent while the lender waits, and the loan in use stays
+            assert loan((await status(s, lender)).get("lent"), f"{borrower}/team") == "2"
+
+            # the borrower needs its loan no more: it comes back, the lender's queue admits
+            await s.bed.akubectl("scale", "deployment", "big", "--replicas=2", "-n", borrower)
+
+            async def returned() -> bool:
+                return not (await status(s, lender)).get("lent")
+
+            await eventually(returned, 60, "the loan given back to the lender", interval=0.05)
+            back = time.monotonic()
+
+            async def admitted() -> bool:
+                return await placed(s, lender, "own") == 3
+
+            await eventually(admitted, 30, "the lender's queued Deployment admitted", 0.05)
+            took = time.monotonic() - back
+            print(f"\nloan back -> lender's queued Deployment admitted: {took:.2f} s")
+            assert took < 5.0, took
+
+            async def all_running() -> bool:
+                total, _ = await pods_running(s, [lender])
+                return total == 3
+
+            await eventually(all_running, 60, "the lender's 3 pods running")
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+        assert 4 <= most <= 6, seen

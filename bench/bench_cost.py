@@ -16,6 +16,9 @@
 7. with `--full F`, **full** — a namespace whose KarmadaQuota has room for the fraction F of
    the creates: exactly that many admitted, the rest refused (the refusal path: each batch
    that would refuse reads the refusing quota live first); answers per second.
+8. with `--cohort`, **cohort** — the quota storm's quota in a cohort with a second, idle quota
+   of another namespace (docs/cohorts.md): each of its status writes has the controller plan
+   the cohort again; **cohort / quota** is what a cohort costs a plain quota.
 
 Each round runs the four storms one after the other (the order rotated per round, so that
 machine noise hits all alike), every storm `--count` ResourceBinding creates with
@@ -57,11 +60,12 @@ KUBE = "kube-quota"
 KUBE_COUNTED = "count/resourcebindings.work.karmada.io"
 STORMS = ("quota", "floor", "no-quota", "no-webhook", "cluster", "kube-quota")
 FULL = "full"
+COHORT = "cohort"
 
 
 def kinds(args: argparse.Namespace) -> tuple[str, ...]:
-    """The storms of a round: `STORMS`, and `full` with `--full`."""
-    return (*STORMS, FULL) if args.full else STORMS
+    """The storms of a round: `STORMS`, `full` with `--full`, `cohort` with `--cohort`."""
+    return (*STORMS, *((FULL,) if args.full else ()), *((COHORT,) if args.cohort else ()))
 
 
 def room(args: argparse.Namespace, kind: str) -> int:
@@ -164,9 +168,16 @@ async def prepare(bed: TestBed, ns: str, kind: str, count: int, guarded: bool = 
     if kind == KUBE:
         await prepare_kube_quota(bed, ns, count)
         return
-    if kind in ("quota", FULL):
+    if kind in ("quota", FULL, COHORT):
         hard = {"requests.cpu": f"{count * 100}m", "pods": str(count)}
-        spec = {"memberEnforcement": "ResourceQuota"} if guarded else {}
+        spec: dict[str, Any] = {"memberEnforcement": "ResourceQuota"} if guarded else {}
+        if kind == COHORT:  # an idle second quota of the cohort, in a namespace of its own
+            spec["cohort"] = ns
+            lender = f"{ns}-lender"
+            await bed.aapply(
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": lender}}
+            )
+            await bed.aapply(product.quota(lender, "storm", hard, cohort=ns))
         await bed.aapply(product.quota(ns, "storm", hard, **spec))
     elif kind == "floor":
         scope = {
@@ -175,7 +186,7 @@ async def prepare(bed: TestBed, ns: str, kind: str, count: int, guarded: bool = 
             ]
         }
         await bed.aapply(product.quota(ns, "storm", {"pods": str(count)}, scopeSelector=scope))
-    if kind in ("quota", "floor", FULL):
+    if kind in ("quota", "floor", FULL, COHORT):
 
         def ready() -> bool:
             q = bed.get("karmadaquota", "storm", namespace=ns) or {}
@@ -293,7 +304,7 @@ async def one_storm(
             f"{kind}: {len(res.admitted)} of {args.count} admitted, "
             f"room for {room(args, kind)}: {res.failures()}"
         )
-    if kind in ("quota", "floor", FULL):
+    if kind in ("quota", "floor", FULL, COHORT):
         n = len(res.admitted) if kind != "floor" else 0
         await eventually(lambda: kind == "floor" or observed(bed, ns, n), 120, f"{ns} observed")
     if kind == "cluster":
@@ -429,6 +440,10 @@ def report(
     storms = kinds(args)
     tput = {k: med(k, lambda r: r["throughput"]) for k in storms}
     machine = {k: med(k, lambda r: sum(r["cpu"].values())) for k in storms}
+
+    def ctl(kind: str) -> float:
+        return med(kind, lambda r: r["cpu"]["karmadaquota controller"])
+
     limit = tput["no-webhook"]
     lines = [
         f"{args.count} creates × {args.concurrency} in flight per storm, {args.rounds} rounds, "
@@ -493,6 +508,17 @@ def report(
             )
             + f"); machine CPU per create, full minus no webhook: "
             f"{machine[FULL] - machine['no-webhook']:+.2f} ms.",
+        ]
+    if args.cohort:
+        lines += [
+            "",
+            f"**cohort / quota {tput[COHORT] / tput['quota']:.2f}** (rounds: "
+            + ", ".join(
+                f"{c['throughput'] / q['throughput']:.2f}"
+                for c, q in zip(rows[COHORT], rows["quota"], strict=True)
+            )
+            + "); controller CPU per create, cohort minus quota: "
+            + f"{ctl(COHORT) - ctl('quota'):+.2f} ms.",
         ]
     lines += [
         "",
@@ -573,6 +599,11 @@ def main() -> None:
         type=float,
         default=0.0,
         help="and a storm into a quota with room for this fraction of the creates",
+    )
+    p.add_argument(
+        "--cohort",
+        action="store_true",
+        help="and a quota storm into a quota of a cohort (with an idle second quota)",
     )
     p.add_argument(
         "--guarded",

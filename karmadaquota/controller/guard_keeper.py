@@ -474,6 +474,19 @@ class GuardKeeper:
         known = self._known.get((namespace, quota, member))
         return None if known is None or not known.shown else known.shown
 
+    def held(self, namespace: str, quota: str) -> dict[str, int] | None:
+        """Σ of what the quota's guards may let pods use now, over every registered member;
+        None while some member's guard is not known (a cohort's borrower then uses none of
+        this lender's loan in its own guards: controller.loans)."""
+        out: dict[str, int] = {}
+        for watch in self.members.views():
+            known = self._known.get((namespace, quota, watch.name))
+            if known is None:
+                return None
+            for n, v in known.hold.items():
+                out[n] = out.get(n, 0) + v
+        return out
+
     def problems(self, namespace: str, quota: str) -> dict[str, str]:
         """Why some member holds no guard of this quota as wanted (member -> reason)."""
         out: dict[str, str] = {}

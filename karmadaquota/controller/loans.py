@@ -10,7 +10,7 @@ lender writes its side and the borrower follows (`peers`).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from karmadaquota import cohorts, resources
 from karmadaquota.api import KarmadaQuota
@@ -31,6 +31,10 @@ class CohortBook:
         queued: Callable[[str], Iterable[QueueEntry]] = lambda namespace: (),
     ) -> None:
         self.store = store
+        # (namespace, quota) -> Σ of what its member guards may hold now (None: unknown), from
+        # the guard job when it runs: a borrower's guards use a loan once the lender's guards
+        # gave it up (`loans`); None: no guards kept here, loans are used as written
+        self.guards_held: Callable[[str, str], Mapping[str, int] | None] | None = None
         # a namespace's bindings its quotas queued (onExceed Queue): what they wait for is
         # asked of the cohort, as a refused workload's is
         self.queued = queued
@@ -88,9 +92,13 @@ class CohortBook:
 
     def loans(
         self, quota: KarmadaQuota
-    ) -> tuple[dict[str, cohorts.Amounts], dict[str, cohorts.Amounts]] | None:
-        """What `quota` (as being written) is to record as (borrowed, lent); None when it is in
-        no cohort and holds no loan (nothing to change)."""
+    ) -> (
+        tuple[dict[str, cohorts.Amounts], dict[str, cohorts.Amounts], dict[str, cohorts.Amounts]]
+        | None
+    ):
+        """What `quota` (as being written) is to record as (borrowed, lent), and what of its
+        borrowed its member guards may use (`usable`); None when it is in no cohort and holds
+        no loan (nothing to change)."""
         me = cohorts.key(quota)
         cohort = quota.spec.cohort
         if not cohort and not quota.status.borrowed and not quota.status.lent:
@@ -120,10 +128,34 @@ class CohortBook:
         borrowed_from_me = {
             k: cohorts.loans_of(q.status.borrowed).get(me, {}) for k, q in others.items()
         }
-        return (
-            cohorts.borrowed(me, planned, lent_to_me),
-            cohorts.lent(me, planned, borrowed_from_me),
-        )
+        borrowed = cohorts.borrowed(me, planned, lent_to_me)
+        return borrowed, cohorts.lent(me, planned, borrowed_from_me), self._usable(me, borrowed)
+
+    def _usable(
+        self, me: str, borrowed: Mapping[str, cohorts.Amounts]
+    ) -> dict[str, cohorts.Amounts]:
+        """Of each loan, what the lender's guards gave up: its hard less what they may hold
+        now, shared among its borrowers in the order of their names. Until then the lender's
+        members may still run it, so the borrower's members may not (Σ guards ≤ Σ hard)."""
+        out: dict[str, cohorts.Amounts] = {}
+        for lender, amounts in borrowed.items():
+            record = self.store.get(*lender.split("/", 1)) if "/" in lender else None
+            quota = record.quota if record is not None else None
+            if quota is None or not quota.spec.guarded or self.guards_held is None:
+                out[lender] = dict(amounts)  # no guards there: admission alone holds it
+                continue
+            held = self.guards_held(quota.metadata.namespace, quota.metadata.name)
+            if held is None:
+                continue  # not known yet: none of it
+            hard = cohorts.amounts(quota.spec.hard)
+            lent = cohorts.loans_of(quota.status.lent)
+            got: cohorts.Amounts = {}
+            for n, v in amounts.items():
+                freed = max(0, hard.get(n, 0) - held.get(n, 0))
+                before = sum(a.get(n, 0) for b, a in lent.items() if b < me)
+                got[n] = min(v, max(0, freed - before))
+            out[lender] = got
+        return out
 
     def _queued_for(self, quota: KarmadaQuota) -> ResourceList:
         """Σ of what the bindings `quota` queued cost once admitted."""

@@ -258,6 +258,8 @@ class Controller:
     def _findings(self) -> Findings:
         """What the jobs tell the recompute (`jobs.Findings`), read from them when it asks."""
         enforcement, guards = self.enforcement, self.guards
+        if guards is not None:
+            self.cohorts.guards_held = guards.held
         return Findings(
             disproved=self.audit.disproved,
             gone=self._gone,

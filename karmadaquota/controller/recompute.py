@@ -97,8 +97,10 @@ class MemberView(Protocol):
         ...
 
 
-# (borrowed: lender -> amounts, lent: borrower -> amounts)
-Loans = tuple[Mapping[str, cohorts.Amounts], Mapping[str, cohorts.Amounts]]
+# (borrowed: lender -> amounts, lent: borrower -> amounts, of borrowed what its guards use)
+Loans = tuple[
+    Mapping[str, cohorts.Amounts], Mapping[str, cohorts.Amounts], Mapping[str, cohorts.Amounts]
+]
 
 
 @dataclass(frozen=True)
@@ -284,10 +286,12 @@ def recompute(quota: KarmadaQuota, inputs: NamespaceSnapshot, now: datetime) -> 
     loans = inputs.loans(quota)
     if loans is None:
         borrowed, lent = current.borrowed, current.lent
+        usable: Mapping[str, cohorts.Amounts] = cohorts.loans_of(borrowed)
     else:
         borrowed, lent = cohorts.loan_entries(loans[0], hard), cohorts.loan_entries(loans[1], hard)
-    # what it may use: hard + Σ borrowed − Σ lent (its guards hold that much)
-    may_use = cohorts.effective(hard, cohorts.loans_of(borrowed), cohorts.loans_of(lent))
+        usable = loans[2]
+    # what its guards may hold: hard − Σ lent + what of Σ borrowed the lenders' guards gave up
+    may_use = cohorts.effective(hard, usable, cohorts.loans_of(lent))
     exprs = scopes.expressions(quota.spec)
     away = inputs.released if quota.spec.releases_evicted else frozenset()
     if inputs.sums is not None:

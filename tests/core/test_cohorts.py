@@ -333,3 +333,25 @@ def _check(store: _Store) -> None:
         if limit is not None:
             lent = sum(v.get("pods", 0) for v in cohorts.loans_of(q.status.lent).values()) // N
             assert lent <= int(limit["pods"])
+
+
+def test_a_borrowers_guards_use_a_loan_once_the_lenders_guards_gave_it_up() -> None:
+    store = _Store()
+    book = CohortBook(store)  # type: ignore[arg-type]
+    lender = quota_of("b", 6)
+    lender.status.lent = [
+        Loan(quota="a/a", resources={"pods": "2"}),
+        Loan(quota="c/c", resources={"pods": "2"}),
+    ]
+    store.quotas["b"] = lender
+    held: dict[str, int] | None = {"pods": 6 * N}  # the lender's guards, Σ over its members
+    book.guards_held = lambda ns, name: held
+    loan = {"b/b": {"pods": 2 * N}}
+    assert book._usable("a/a", loan) == {"b/b": {"pods": 0}}  # not given up yet
+    held = {"pods": 3 * N}  # 3 given up: a (first by name) uses 2, c the 1 left
+    assert book._usable("a/a", loan) == {"b/b": {"pods": 2 * N}}
+    assert book._usable("c/c", loan) == {"b/b": {"pods": 1 * N}}
+    held = None  # a member's guard not known
+    assert book._usable("a/a", loan) == {}
+    lender.spec = lender.spec.model_copy(update={"memberEnforcement": "None"})
+    assert book._usable("a/a", loan) == loan  # no guards there: admission alone holds it

@@ -207,3 +207,80 @@ async def test_a_team_borrows_idle_budget_and_the_lender_gets_it_back_through_it
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
         assert 4 <= most <= 6, seen
+
+
+async def test_a_cohort_storm_never_runs_more_than_its_hards_together(stack: Stack) -> None:
+    """Three teams of pods=2: two storm with three Deployments of 2 each while the third is
+    idle (its 2 lent), then the third asks for its own (it waits: its loan is in use), then one
+    stormer leaves (its hard comes free: the third's loan comes back, the other stormer may
+    borrow the rest). At every poll the members run at most Σ hard = 6 pods of the three."""
+    s = stack
+    cohort = f"storm-{secrets.token_hex(2)}"
+    async with namespaces(s.bed, "a", "b", "c") as teams:
+        members = list(s.bed.members)[:2]
+        for ns in teams:
+            await s.bed.aapply(divided_policy(ns, "all", members))
+            await s.bed.aapply(product.quota(ns, "team", {"pods": "2"}, cohort=cohort))
+        for ns in teams:
+
+            async def known(ns: str = ns) -> bool:
+                return "pods" in (await status(s, ns)).get("used", {})
+
+            await eventually(known, 60, f"{ns}'s usage known")
+        a, b, c = teams
+        most = 0
+
+        async def poll() -> None:
+            nonlocal most
+            while True:
+                total, detail = await pods_running(s, teams)
+                most = max(most, total)
+                assert total <= 6, f"the members run {detail}: more than the cohort's Σ hard 6"
+                await asyncio.sleep(0.1)  # the poll period, not synchronisation
+
+        watcher = asyncio.create_task(poll())
+        try:
+            await asyncio.gather(
+                *(s.bed.aapply(deployment(ns, f"d{i}", 2, CPU)) for ns in (a, b) for i in range(3))
+            )
+
+            async def full() -> bool:
+                total, _ = await pods_running(s, teams)
+                lent = loan((await status(s, c)).get("lent"), f"{a}/team")
+                lent2 = loan((await status(s, c)).get("lent"), f"{b}/team")
+                return total == 6 and {lent, lent2} == {"2", "0"}
+
+            await eventually(full, 120, "a and b run 6 pods, c's idle 2 lent to one of them")
+            borrower = a if loan((await status(s, c)).get("lent"), f"{a}/team") == "2" else b
+            other = b if borrower == a else a
+
+            # c's own workload waits while its loan is in use
+            await s.bed.aapply(deployment(c, "own", 2, CPU))
+
+            async def listed() -> bool:
+                return bool((await status(s, c)).get("waiting"))
+
+            await eventually(listed, 60, "c's workload refused and waiting")
+            assert await placed(s, c, "own") == 0
+
+            # the borrower leaves: its 2 come free; c gets its loan back and runs
+            for i in range(3):
+                await s.bed.akubectl("delete", "deployment", f"d{i}", "-n", borrower)
+
+            async def c_runs() -> bool:
+                total, _ = await pods_running(s, [c])
+                return total == 2 and not (await status(s, c)).get("lent")
+
+            await eventually(c_runs, 120, "c's loan back and its own 2 pods running")
+
+            async def other_borrows() -> bool:
+                total, _ = await pods_running(s, [other])
+                got = loan((await status(s, other)).get("borrowed"), f"{borrower}/team")
+                return total == 4 and got == "2"
+
+            await eventually(other_borrows, 120, "the other stormer borrows the leaver's 2")
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+        assert most == 6

@@ -171,10 +171,10 @@ def test_any_of_only_in_the_int_or_string_quantity_form() -> None:
             assert node["pattern"] == crdgen.QUANTITY_PATTERN, path
         if node.get("x-kubernetes-int-or-string"):
             assert "anyOf" in node, path
-    # spec.hard, spec.clusterHard[*], status.hard, status.used,
-    # aggregatedStatus[].used/observed/guard, pending[].charge, reservations[].reserved
-    # (deprecated), waiting[].requested
-    assert quantities == 10
+    # spec.hard, spec.clusterHard[*], spec.borrowingLimit, spec.lendingLimit, status.hard,
+    # status.used, aggregatedStatus[].used/observed/guard, pending[].charge,
+    # reservations[].reserved (deprecated), waiting[].requested, borrowed[]/lent[].resources
+    assert quantities == 14
 
 
 def test_properties_and_additional_properties_never_together() -> None:

@@ -187,6 +187,8 @@ def render(
         for cluster, caps in sorted((spec.get("clusterHard") or {}).items()):
             text = ",".join(f"{k}={caps[k]}" for k in sorted(caps))
             lines.append(f"  clusterHard {cluster}: {text}")
+    if parsed.cohort:
+        lines.extend(_cohort(parsed, status))
     column = "placed/observed/guard" if guarded else "used/observed"
     header = ["Resource", "Used", "Hard", *(f"{c['clusterName']} {column}" for c in clusters)]
     rows: list[list[str]] = [header, ["-" * len(h) for h in header]]
@@ -242,6 +244,22 @@ def render(
     if applied is not None:
         lines.extend(cluster_quotas(applied))
     return "\n".join(lines) + "\n"
+
+
+def _cohort(spec: api.KarmadaQuotaSpec, status: Mapping[str, Any]) -> list[str]:
+    """The cohort, its limits and every loan (docs/cohorts.md)."""
+
+    def listed(rl: Mapping[str, Any] | None) -> str:
+        return ",".join(f"{k}={rl[k]}" for k in sorted(rl)) if rl else "none"
+
+    lines = [
+        f"Cohort:       {spec.cohort} (borrowingLimit: {listed(spec.borrowingLimit)}; "
+        f"lendingLimit: {listed(spec.lendingLimit)})"
+    ]
+    for direction, word in (("borrowed", "from"), ("lent", "to")):
+        for e in status.get(direction) or []:
+            lines.append(f"  {direction} {word} {e.get('quota', '')}: {listed(e.get('resources'))}")
+    return lines
 
 
 def describe_data(

@@ -104,6 +104,22 @@ def test_render_like_kubectl_describe_quota() -> None:
     assert "MemberUnreachable   member2: refused" in out
 
 
+def test_describe_names_the_cohort_its_limits_and_every_loan() -> None:
+    q = kq(
+        used={"pods": "6"},
+        borrowed=[{"quota": "team-b/team", "resources": {"pods": "2"}}],
+        lent=[{"quota": "team-c/team", "resources": {"requests.cpu": "500m"}}],
+    )
+    q["spec"] |= {"cohort": "research", "borrowingLimit": {"pods": "4"}}
+    lines = render(q, NOW).splitlines()
+    at = lines.index("Cohort:       research (borrowingLimit: pods=4; lendingLimit: none)")
+    assert lines[at + 1 : at + 3] == [
+        "  borrowed from team-b/team: pods=2",
+        "  lent to team-c/team: requests.cpu=500m",
+    ]
+    assert not any(line.startswith("Cohort:") for line in render(kq(), NOW).splitlines())
+
+
 def test_render_a_fresh_quota_without_status() -> None:
     out = render(kq(), NOW)
     assert "requests.cpu             -      100" in out

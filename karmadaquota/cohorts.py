@@ -210,10 +210,20 @@ def loan_entries(loans: Mapping[str, Amounts], hard: Mapping[str, Quantity]) -> 
 
 
 def effective_hard(quota: KarmadaQuota, hard: ResourceList) -> ResourceList:
-    """What the quota may use: hard + Σ borrowed − Σ lent, per name of hard (never below 0)."""
+    """What the quota may use: hard + Σ borrowed − Σ lent, per name of hard (never below 0);
+    Σ borrowed at most its borrowingLimit as the spec says now (a lowered limit holds at once,
+    before the controller gives anything back)."""
     if not quota.status.borrowed and not quota.status.lent:
         return hard
-    return effective(hard, loans_of(quota.status.borrowed), loans_of(quota.status.lent))
+    borrowed = loans_of(quota.status.borrowed)
+    limit = quota.spec.borrowingLimit
+    if limit:
+        capped = amounts(limit)
+        totals = {n: _total(borrowed.values(), n) for n in capped}
+        borrowed = {"": {n: min(totals[n], capped[n]) for n in capped}} | {
+            k: {n: v for n, v in a.items() if n not in capped} for k, a in borrowed.items()
+        }
+    return effective(hard, borrowed, loans_of(quota.status.lent))
 
 
 def effective(

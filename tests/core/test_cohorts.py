@@ -116,6 +116,12 @@ def test_admission_checks_the_hard_with_the_quotas_loans() -> None:
     )
 
 
+def test_a_lowered_borrowing_limit_holds_at_admission_at_once() -> None:
+    q = quota_of("a", hard=4, used=4, borrowing=1)
+    q.status.borrowed = [Loan(quota="b/b", resources={"pods": "3"})]
+    assert _may_use(q) == 5  # 4 + min(3 borrowed, limit 1), before any loan is given back
+
+
 # ---------------------------------------------------------------------------------------------
 # validation, in Kubernetes' words
 
@@ -226,6 +232,12 @@ step = st.one_of(
     # and its write (`race`)
     st.tuples(st.just("write"), st.sampled_from(NAMES), st.booleans()),
     st.tuples(st.just("leave"), st.sampled_from(NAMES), st.just(0)),
+    st.tuples(st.just("join"), st.sampled_from(NAMES), st.just(0)),
+    # a platform team changes a limit (None: removes it)
+    st.tuples(st.just("lending"), st.sampled_from(NAMES), st.one_of(st.none(), st.integers(0, 6))),
+    st.tuples(
+        st.just("borrowing"), st.sampled_from(NAMES), st.one_of(st.none(), st.integers(0, 4))
+    ),
 )
 
 
@@ -258,6 +270,7 @@ def test_a_cohort_never_lets_its_quotas_use_more_than_their_hards(
             return True
         return False
 
+    limits_changed = False
     for op, name, arg in steps:
         q = store.quotas[name]
         if op == "admit":
@@ -290,9 +303,15 @@ def test_a_cohort_never_lets_its_quotas_use_more_than_their_hards(
                     )
                 ]
             )
-        elif op == "leave":
-            q.spec = q.spec.model_copy(update={"cohort": ""})
+        elif op in ("leave", "join"):
+            q.spec = q.spec.model_copy(update={"cohort": "" if op == "leave" else "research"})
             book.put(_Record(q))  # type: ignore[arg-type]
+        elif op in ("lending", "borrowing"):
+            if op == "lending" and arg is not None:
+                arg = min(arg, _hard(q))
+            limit = None if arg is None else {"pods": str(arg)}
+            q.spec = q.spec.model_copy(update={f"{op}Limit": limit})
+            limits_changed = True
         else:  # write: computed from the statuses as written, one quota of the cohort at a time
             read = q.model_copy(deep=True)
             got = book.loans(read)
@@ -313,10 +332,10 @@ def test_a_cohort_never_lets_its_quotas_use_more_than_their_hards(
             if cohorts.narrows(wire_read, wire_desired) and changed_since:
                 continue  # compare-and-swap on resourceVersion: lost, computed again later
             q.status.borrowed, q.status.lent = desired.borrowed, desired.lent
-        _check(store)
+        _check(store, limits_changed)
 
 
-def _check(store: _Store) -> None:
+def _check(store: _Store, limits_changed: bool) -> None:
     qs = list(store.quotas.values())
     # the guarantee: what the quotas use never passes what they hold together
     assert sum(_used(q) for q in qs) <= sum(_hard(q) for q in qs)
@@ -328,9 +347,9 @@ def _check(store: _Store) -> None:
         for other in qs:
             # a borrower never holds more than its lender lends it
             assert _loan(other.status.borrowed, key) <= _loan(q.status.lent, cohorts.key(other))
-        # a lender keeps hard − lendingLimit
+        # a lender keeps hard − lendingLimit (a lowered limit: once its loans in use end)
         limit = q.spec.lendingLimit
-        if limit is not None:
+        if limit is not None and not limits_changed:
             lent = sum(v.get("pods", 0) for v in cohorts.loans_of(q.status.lent).values()) // N
             assert lent <= int(limit["pods"])
 

@@ -24,6 +24,7 @@ import pytest
 from e2e.testbed import TestBed, product
 from e2e.testbed.aio import eventually
 from e2e.testbed.guards import member_clients
+from e2e.testbed.layout import KARMADA
 from e2e.testbed.workloads import deployment, divided_policy
 from karmadaquota.kube.client import JSON, KubeClient, NotFound
 
@@ -284,3 +285,106 @@ async def test_a_cohort_storm_never_runs_more_than_its_hards_together(stack: Sta
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
         assert most == 6
+
+
+LOW, HIGH = "kq-e2e-cohort-low", "kq-e2e-cohort-high"
+
+
+@contextlib.asynccontextmanager
+async def priority_classes(bed: TestBed) -> AsyncIterator[None]:
+    """Two PriorityClasses, in karmada-apiserver and every member (their pods name them)."""
+    for name, value in ((LOW, 10), (HIGH, 1000)):
+        body = {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": name},
+            "value": value,
+        }
+        for cluster in (KARMADA, *bed.members):
+            await bed.aapply(body, cluster=cluster)
+    try:
+        yield
+    finally:
+        for cluster in (KARMADA, *bed.members):
+            await bed.akubectl(
+                "delete", "priorityclass", LOW, HIGH, "--ignore-not-found", cluster=cluster
+            )
+
+
+async def test_a_lender_that_reclaims_takes_its_loan_back_from_the_lowest_priority_borrower(
+    stack: Stack,
+) -> None:
+    """The lender (pods=4, reclaimWithinCohort: Any) lent 2 to the borrower (pods=2), which
+    runs a high-priority Deployment of 2 and a low-priority one of 2. The lender's own 3 wait:
+    the low-priority Deployment's binding is queued (its pods leave the members, a Reclaimed
+    event says why), the loan comes back, the lender's 3 run; the high-priority one keeps
+    running. At every poll the members run at most Σ hard = 6 pods of the two."""
+    s = stack
+    cohort = f"reclaim-{secrets.token_hex(2)}"
+    async with (
+        priority_classes(s.bed),
+        namespaces(s.bed, "lender", "borrower") as (lender, borrower),
+    ):
+        members = list(s.bed.members)[:2]
+        for ns in (lender, borrower):
+            await s.bed.aapply(divided_policy(ns, "all", members))
+        await s.bed.aapply(
+            product.quota(lender, "team", {"pods": "4"}, cohort=cohort, reclaimWithinCohort="Any")
+        )
+        await s.bed.aapply(product.quota(borrower, "team", {"pods": "2"}, cohort=cohort))
+        for ns in (lender, borrower):
+
+            async def known(ns: str = ns) -> bool:
+                return "pods" in (await status(s, ns)).get("used", {})
+
+            await eventually(known, 60, f"{ns}'s usage known")
+        await s.bed.aapply(deployment(borrower, "high", 2, CPU, priorityClassName=HIGH))
+
+        async def high_runs() -> bool:
+            return (await pods_running(s, [borrower]))[0] == 2
+
+        await eventually(high_runs, 60, "the borrower's high-priority 2 running")
+        await s.bed.aapply(deployment(borrower, "low", 2, CPU, priorityClassName=LOW))
+
+        async def borrowing() -> bool:
+            got = loan((await status(s, borrower)).get("borrowed"), f"{lender}/team")
+            return got == "2" and (await pods_running(s, [borrower]))[0] == 4
+
+        await eventually(borrowing, 120, "the borrower lent 2, running 4 pods")
+
+        most = 0
+
+        async def poll() -> None:
+            nonlocal most
+            while True:
+                total, detail = await pods_running(s, [lender, borrower])
+                most = max(most, total)
+                assert total <= 6, f"the members run {detail}: more than the cohort's Σ hard 6"
+                await asyncio.sleep(0.1)  # the poll period, not synchronisation
+
+        watcher = asyncio.create_task(poll())
+        try:
+            await s.bed.aapply(deployment(lender, "own", 3, CPU))
+
+            async def reclaimed() -> bool:
+                rb = await s.api.get(BINDINGS.format(ns=borrower) + "/low-deployment")
+                annotations = rb["metadata"].get("annotations") or {}
+                return annotations.get("quota.karmada.io/queued-by") == "team"
+
+            await eventually(reclaimed, 60, "the low-priority binding queued (reclaimed)")
+
+            async def lender_runs() -> bool:
+                return (await pods_running(s, [lender]))[0] == 3
+
+            await eventually(lender_runs, 120, "the loan back and the lender's 3 pods running")
+            assert await placed(s, borrower, "high") == 2, "the high-priority one is untouched"
+            assert await placed(s, borrower, "low") == 0
+            events = await s.api.get(f"/api/v1/namespaces/{borrower}/events")
+            told = [e for e in events.get("items", []) if e.get("reason") == "Reclaimed"]
+            assert told and told[0]["involvedObject"]["name"] == "low", told
+            assert f"quota {lender}/team reclaims" in told[0]["message"]
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+        assert most >= 4

@@ -88,6 +88,10 @@ ENFORCEMENT_ENUM: list[JsonValue] = [ENFORCEMENT_NONE, ENFORCEMENT_RESOURCE_QUOT
 EVICTED_RELEASE = "Release"
 EVICTED_HOLD = "Hold"
 EVICTED_ENUM: list[JsonValue] = [EVICTED_RELEASE, EVICTED_HOLD]
+# spec.reclaimWithinCohort (Kueue's name): whether a lender takes its loans back by force
+RECLAIM_NEVER = "Never"
+RECLAIM_ANY = "Any"
+RECLAIM_ENUM: list[JsonValue] = [RECLAIM_NEVER, RECLAIM_ANY]
 
 
 def describe(e: ValidationError) -> str:
@@ -227,6 +231,15 @@ class KarmadaQuotaSpec(_Lenient):
         "hard, borrowed from the cohort. Absent: all the cohort may lend; a name left out may "
         "borrow without limit.",
         json_schema_extra={"x-kq-resource-list": True},
+    )
+    reclaimWithinCohort: str = Field(
+        default=RECLAIM_NEVER,
+        description="With a cohort: Never (the default): a loan in use comes back when the "
+        "borrower stops using it. Any: when a workload of this quota waits because what it "
+        "lent is in use, the controller takes it back — the borrowers' bindings queued "
+        "(their workloads leave the members), lowest priority first, then the most recently "
+        "written, each with a Reclaimed event on its resource template.",
+        json_schema_extra={"enum": RECLAIM_ENUM},
     )
     lendingLimit: RawResourceList | None = Field(
         default=None,

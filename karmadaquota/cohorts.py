@@ -20,7 +20,11 @@ a time (`controller.loans`), each from the others' statuses as last written.
 
 The plan (`plan`) is Kueue's, per resource name:
 - a borrower keeps, from the lenders it has, all it uses beyond its hard (a loan in use is
-  never taken back, not even by a lender that left the cohort: forced reclaim is not built);
+  never taken back, not even by a lender that left the cohort), from the lenders with no
+  workload waiting first (so what it stops using goes back to a waiting lender first);
+- a lender with `reclaimWithinCohort: Any` whose workloads wait because its loans are in use
+  has borrowers' bindings queued (`reclaim`, done by `controller.reclaim`): their usage ends,
+  and the loans come back as above;
 - it is lent, beyond that, what its waiting workloads ask for past its hard, up to its
   borrowing limit; borrowers with the smallest dominant share of their hard go first;
 - a lender lends at most its lending limit and what it leaves unused after its own waiting
@@ -85,6 +89,12 @@ def plan(members: Sequence[Member]) -> Loans:
     names = sorted({n for m in members for n in m.hard})
     by_key = {m.key: m for m in members}
     order = sorted(members, key=lambda m: (dominant_share(m), m.key))
+
+    def waits(lender: str) -> bool:
+        """A lender with workloads of its own waiting gets its loans back first."""
+        m = by_key.get(lender)
+        return m is not None and any(v > 0 for v in m.wanted.values())
+
     for n in names:
         keep: dict[str, int] = {}
         extra: dict[str, int] = {}
@@ -93,6 +103,8 @@ def plan(members: Sequence[Member]) -> Loans:
             hard = m.hard.get(n, 0)
             used = m.used.get(n, 0)
             keep[m.key] = max(0, used - hard)
+            if not m.known:  # its usage unknown: it keeps every loan it has, asks for no more
+                keep[m.key] = max(keep[m.key], _total(m.borrowed.values(), n))
             want = max(0, used + m.wanted.get(n, 0) - hard)
             if m.borrowing_limit is not None and n in m.borrowing_limit:
                 want = min(want, m.borrowing_limit[n])
@@ -108,7 +120,7 @@ def plan(members: Sequence[Member]) -> Loans:
         # in the lenders' order
         for b in order:
             left = keep[b.key]
-            for lender in sorted(b.borrowed, key=lambda lk: (lk not in by_key, lk)):
+            for lender in sorted(b.borrowed, key=lambda lk: (lk not in by_key, waits(lk), lk)):
                 if left <= 0:
                     break
                 take = min(b.borrowed[lender].get(n, 0), left)
@@ -134,6 +146,53 @@ def plan(members: Sequence[Member]) -> Loans:
                     room[lender] -= take
                     left -= take
     return loans
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A binding of a borrower that a reclaim may queue (`reclaim`)."""
+
+    borrower: str  # its quota: namespace/name
+    namespace: str
+    name: str
+    charge: Amounts  # as the borrower's quota counts it
+    priority: int
+    written: int  # its resourceVersion: the most recently written goes first
+
+
+def reclaim(
+    lender: Member,
+    lent: Mapping[str, Amounts],
+    coming: Amounts,
+    candidates: Iterable[Candidate],
+) -> list[Candidate]:
+    """The borrowers' bindings a lender with `reclaimWithinCohort: Any` queues now: what its
+    waiting workloads ask for past hard − Σ lent, less what is on its way back already
+    (`coming`: the part of its loans no binding of the borrowers holds any more, their pods
+    ending), at most Σ lent; from the borrowers of its loans only, lowest priority first, then
+    the most recently written, until that is covered."""
+    need: Amounts = {}
+    for n, hard in lender.hard.items():
+        if lender.wanted.get(n, 0) <= 0:
+            continue
+        out = _total(lent.values(), n)
+        short = lender.used.get(n, 0) + lender.wanted[n] - (hard - out) - coming.get(n, 0)
+        if short > 0:
+            need[n] = min(short, out)
+    chosen: list[Candidate] = []
+    order = sorted(
+        (c for c in candidates if c.borrower in lent),
+        key=lambda c: (c.priority, -c.written, c.namespace, c.name),
+    )
+    for c in order:
+        if all(v <= 0 for v in need.values()):
+            break
+        if not any(c.charge.get(n, 0) > 0 and v > 0 for n, v in need.items()):
+            continue
+        chosen.append(c)
+        for n in need:
+            need[n] -= c.charge.get(n, 0)
+    return chosen
 
 
 def _add(loans: Loans, lender: str, borrower: str, name: str, amount: int) -> None:

@@ -17,6 +17,8 @@ from karmadaquota.api import (
     EVICTED_ENUM,
     ON_EXCEED_QUEUE,
     ON_EXCEED_REFUSE,
+    RECLAIM_ENUM,
+    RECLAIM_NEVER,
     STRATEGY_BEST_EFFORT,
     ClusterKarmadaQuotaSpec,
     KarmadaQuotaSpec,
@@ -151,6 +153,16 @@ def validate_cohort(spec: KarmadaQuotaSpec) -> list[str]:
             f'spec.cohort: Invalid value: "{spec.cohort}": a lowercase RFC 1123 label must '
             "consist of lower case alphanumeric characters or '-', and must start and end "
             "with an alphanumeric character (at most 63 characters)"
+        )
+    if spec.reclaimWithinCohort not in RECLAIM_ENUM:
+        supported = ", ".join(f'"{v}"' for v in RECLAIM_ENUM)
+        errors.append(
+            f'spec.reclaimWithinCohort: Unsupported value: "{spec.reclaimWithinCohort}": '
+            f"supported values: {supported}"
+        )
+    elif spec.reclaimWithinCohort != RECLAIM_NEVER and not spec.cohort:
+        errors.append(
+            "spec.reclaimWithinCohort: Forbidden: must be Never when spec.cohort is empty"
         )
     for field in ("borrowingLimit", "lendingLimit"):
         limit = getattr(spec, field)

@@ -91,14 +91,14 @@ class CohortBook:
         return sorted(out)
 
     def loans(
-        self, quota: KarmadaQuota
+        self, quota: KarmadaQuota, used: ResourceList | None = None
     ) -> (
         tuple[dict[str, cohorts.Amounts], dict[str, cohorts.Amounts], dict[str, cohorts.Amounts]]
         | None
     ):
-        """What `quota` (as being written) is to record as (borrowed, lent), and what of its
-        borrowed its member guards may use (`usable`); None when it is in no cohort and holds
-        no loan (nothing to change)."""
+        """What `quota` (as being written; `used`: its usage as just computed, else its status')
+        is to record as (borrowed, lent), and what of its borrowed its member guards may use
+        (`usable`); None when it is in no cohort and holds no loan (nothing to change)."""
         me = cohorts.key(quota)
         cohort = quota.spec.cohort
         if not cohort and not quota.status.borrowed and not quota.status.lent:
@@ -121,7 +121,8 @@ class CohortBook:
         members = [
             m
             for q in ([quota, *others.values()] if cohort else [])
-            if q.spec.cohort == cohort and (m := member(q, self._queued_for(q))) is not None
+            if q.spec.cohort == cohort
+            and (m := member(q, self.queued_for(q), used if q is quota else None)) is not None
         ]
         planned = cohorts.plan(members)
         lent_to_me = {k: cohorts.loans_of(q.status.lent).get(me, {}) for k, q in others.items()}
@@ -157,7 +158,7 @@ class CohortBook:
             out[lender] = got
         return out
 
-    def _queued_for(self, quota: KarmadaQuota) -> ResourceList:
+    def queued_for(self, quota: KarmadaQuota) -> ResourceList:
         """Σ of what the bindings `quota` queued cost once admitted."""
         name = quota.metadata.name
         return resources.total(
@@ -165,13 +166,16 @@ class CohortBook:
         )
 
 
-def member(quota: KarmadaQuota, queued: ResourceList | None = None) -> cohorts.Member | None:
-    """A quota as the plan reads it (`queued`: what the bindings it queued ask for); None
-    when a value of it cannot be read (validation and admission report and refuse it; it
-    neither lends nor borrows)."""
+def member(
+    quota: KarmadaQuota, queued: ResourceList | None = None, used: ResourceList | None = None
+) -> cohorts.Member | None:
+    """A quota as the plan reads it (`queued`: what the bindings it queued ask for; `used`:
+    its usage as just computed, else its status'); None when a value of it cannot be read
+    (validation and admission report and refuse it; it neither lends nor borrows)."""
     try:
         hard = resources.parse_resource_list(quota.spec.hard, "spec.hard")
-        used = resources.parse_resource_list(quota.status.used, "status.used")
+        if used is None:
+            used = resources.parse_resource_list(quota.status.used, "status.used")
         pending = resources.total(
             resources.parse_resource_list(r.reserved, "pending") for r in quota.status.reservations
         )

@@ -44,6 +44,7 @@ from karmadaquota.controller.loans import CohortBook
 from karmadaquota.controller.members import Members
 from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.controller.orphan_audit import OrphanAudit
+from karmadaquota.controller.reclaim import Reclaimer
 from karmadaquota.controller.reconciler import Reconciler, ReconcilerConfig, Sources
 from karmadaquota.controller.room import RoomJob
 from karmadaquota.controller.status_writer import StatusWriter
@@ -248,10 +249,19 @@ class Controller:
             if self.config.tenant_views
             else None
         )
+        # a lender's forced reclaim within its cohort (spec.reclaimWithinCohort: Any)
+        self.reclaim = Reclaimer(
+            api,
+            self.index,
+            self.cohorts,
+            dequeuer.class_values if dequeuer is not None else _no_classes,
+            lambda: self.synced.is_set() and self._can_write(),
+        )
         # the jobs that follow a recompute (controller.jobs), each registered only when enabled
         self.jobs: tuple[Job, ...] = (
             self.audit,
             self.room_job,
+            self.reclaim,
             *(j for j in (self.guards, self.enforcement, self.views) if j is not None),
         )
 
@@ -531,3 +541,8 @@ async def _together(jobs: Mapping[str, Coroutine[Any, Any, None]]) -> None:
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _no_classes(names: set[str]) -> dict[str, int]:
+    """Without the queue job no PriorityClass is read: every binding ranks at 0."""
+    return {}

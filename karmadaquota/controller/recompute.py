@@ -137,9 +137,9 @@ class NamespaceSnapshot:
     releasing: Mapping[str, float] = field(default_factory=dict)
     # the bindings with graceful eviction tasks (`BindingIndex.evicting`)
     evicting: Sequence[IndexedBinding] = ()
-    # spec.cohort: a quota (as being written) -> what it is to record as (borrowed, lent);
-    # None: its loans stay as they are (karmadaquota.cohorts)
-    loans: Callable[[KarmadaQuota], Loans | None] = lambda quota: None
+    # spec.cohort: a quota (as being written) and its usage just computed -> what it is to
+    # record as (borrowed, lent, usable); None: its loans stay as they are (karmadaquota.cohorts)
+    loans: Callable[[KarmadaQuota, ResourceList], Loans | None] = lambda quota, used: None
 
 
 @dataclass(frozen=True)
@@ -283,15 +283,6 @@ def recompute(quota: KarmadaQuota, inputs: NamespaceSnapshot, now: datetime) -> 
         )
         return Outcome(new_status, {}, {}, released, next_expiry)
 
-    loans = inputs.loans(quota)
-    if loans is None:
-        borrowed, lent = current.borrowed, current.lent
-        usable: Mapping[str, cohorts.Amounts] = cohorts.loans_of(borrowed)
-    else:
-        borrowed, lent = cohorts.loan_entries(loans[0], hard), cohorts.loan_entries(loans[1], hard)
-        usable = loans[2]
-    # what its guards may hold: hard − Σ lent + what of Σ borrowed the lenders' guards gave up
-    may_use = cohorts.effective(hard, usable, cohorts.loans_of(lent))
     exprs = scopes.expressions(quota.spec)
     away = inputs.released if quota.spec.releases_evicted else frozenset()
     if inputs.sums is not None:
@@ -356,6 +347,16 @@ def recompute(quota: KarmadaQuota, inputs: NamespaceSnapshot, now: datetime) -> 
             {n: totals.used.get(n, 0) + sum(b.get(n, 0) for b in beyond.values()) for n in hard},
             hard,
         )
+    # the loans, planned with the usage just computed (the status as read may lag it)
+    loans = inputs.loans(quota, used)
+    if loans is None:
+        borrowed, lent = current.borrowed, current.lent
+        usable: Mapping[str, cohorts.Amounts] = cohorts.loans_of(borrowed)
+    else:
+        borrowed, lent = cohorts.loan_entries(loans[0], hard), cohorts.loan_entries(loans[1], hard)
+        usable = loans[2]
+    # what its guards may hold: hard − Σ lent + what of Σ borrowed the lenders' guards gave up
+    may_use = cohorts.effective(hard, usable, cohorts.loans_of(lent))
     if guarded:
         placed_sum = {n: sum(p.get(n, 0) for p in totals.per_cluster.values()) for n in totals.used}
         guard_inputs = _guard_inputs(

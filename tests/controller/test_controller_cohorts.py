@@ -12,7 +12,7 @@ from karmadaquota.api import KarmadaQuota
 from karmadaquota.controller.manager import Controller
 from karmadaquota.evaluate import QuotaView
 from karmadaquota.kube.client import JSON
-from tests.conftest import reservation
+from tests.conftest import raw_binding, reservation
 from tests.controller.test_controller_reconciler import Lead, env, listed  # noqa: F401
 from tests.fake_api import QUOTAS, FakeApiServer
 from tests.polling import until
@@ -103,3 +103,47 @@ async def test_a_lender_lends_only_what_is_unused_when_it_is_written(
             view = QuotaView.of(KarmadaQuota.model_validate(obj))
             ok, _ = resources.less_or_equal(resources.add(view.used, view.reserved), view.hard)
             assert ok, obj["status"]
+
+
+async def test_a_lender_that_reclaims_queues_the_borrowers_newest_binding(
+    env: tuple[FakeApiServer, Controller, Lead],  # noqa: F811
+) -> None:
+    api, c, _ = env
+    # a runs 4 pods of its hard 2, 2 of them lent by b; b (reclaimWithinCohort: Any) now has a
+    # workload of 3 waiting, and may use 4 − 2
+    for name, rv in (("old", 1), ("new", 2)):
+        api.put_binding(
+            raw_binding(name, namespace="a", replicas=2, clusters={"member1": 2}, rv=rv)
+        )
+    add(api, "a", 2)
+    add(api, "b", 4, reclaimWithinCohort="Any")
+    api.bump(
+        "a",
+        "team",
+        lambda o: o.setdefault("status", {}).update(
+            borrowed=[{"quota": "b/team", "resources": {"pods": "2"}}]
+        ),
+    )
+    api.bump(
+        "b",
+        "team",
+        lambda o: o.setdefault("status", {}).update(
+            lent=[{"quota": "a/team", "resources": {"pods": "2"}}],
+            waiting=[{**WAITING, "requested": {"pods": "3"}}],
+        ),
+    )
+    await listed(c)
+
+    def queued(name: str) -> bool:
+        rb = api.bindings[("a", f"{name}-deployment")]
+        annotations = rb["metadata"].get("annotations") or {}
+        return annotations.get("quota.karmada.io/queued-by") == "team" and not rb["spec"].get(
+            "clusters"
+        )
+
+    await until(lambda: queued("new"), what="a's most recently written binding queued")
+    rb = api.bindings[("a", "new-deployment")]
+    assert rb["spec"]["suspension"]["scheduling"] is True
+    assert not queued("old"), "one binding of 2 covers what b is short (1)"
+    # and the loan follows the usage: a uses its own 2 now, b may use 4 − what it still lends
+    await until(lambda: status(api, "a").get("used", {}).get("pods") == "2", what="a's usage")

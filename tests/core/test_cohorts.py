@@ -374,3 +374,56 @@ def test_a_borrowers_guards_use_a_loan_once_the_lenders_guards_gave_it_up() -> N
     assert book._usable("a/a", loan) == {}
     lender.spec = lender.spec.model_copy(update={"memberEnforcement": "None"})
     assert book._usable("a/a", loan) == loan  # no guards there: admission alone holds it
+
+
+# ---------------------------------------------------------------------------------------------
+# forced reclaim (reclaimWithinCohort: Any)
+
+
+def cand(
+    borrower: str, name: str, pods: int, priority: int = 0, written: int = 1
+) -> cohorts.Candidate:
+    ns = borrower.split("/")[0]
+    return cohorts.Candidate(borrower, ns, name, {"pods": pods * N}, priority, written)
+
+
+def test_a_reclaim_queues_the_lowest_priority_then_the_newest_until_covered() -> None:
+    # b lent 4 to a (all in use); b's own workload of 3 waits: 3 to take back
+    lender = m("b/b", 4, 0, wanted={"pods": 3 * N})
+    lent = {"a/a": {"pods": 4 * N}}
+    picks = cohorts.reclaim(
+        lender,
+        lent,
+        {},
+        [
+            cand("a/a", "high", 2, priority=100),
+            cand("a/a", "low-old", 1, written=5),
+            cand("a/a", "low-new", 1, written=9),
+            cand("c/c", "not-a-borrower", 5),
+        ],
+    )
+    assert [c.name for c in picks] == ["low-new", "low-old", "high"]
+
+
+def test_a_reclaim_counts_what_is_coming_back_and_takes_no_more_than_was_lent() -> None:
+    lender = m("b/b", 4, 0, wanted={"pods": 4 * N})
+    lent = {"a/a": {"pods": 2 * N}}
+    many = [cand("a/a", f"x{i}", 1, written=i) for i in range(5)]
+    # it may use 4 − 2: 2 short, of which 1 is on its way back already
+    assert [c.name for c in cohorts.reclaim(lender, lent, {"pods": 1 * N}, many)] == ["x4"]
+    assert [c.name for c in cohorts.reclaim(lender, lent, {}, many)] == ["x4", "x3"]
+    # 6 wanted: 4 short, but no more than the 2 lent is taken back
+    greedy = m("b/b", 4, 0, wanted={"pods": 6 * N})
+    assert [c.name for c in cohorts.reclaim(greedy, lent, {}, many)] == ["x4", "x3"]
+    # nothing waits: nothing reclaimed
+    idle = m("b/b", 4, 0)
+    assert cohorts.reclaim(idle, lent, {}, many) == []
+
+
+def test_what_a_borrower_stops_using_goes_back_first_to_a_lender_that_waits() -> None:
+    # a uses 5 of 2, borrowing 2 from b and 2 from c; it drops to 4: one loan unit goes back,
+    # to c (its workload waits), not b (first by name)
+    a = m("a/a", 2, 4, borrowed={"b/b": {"pods": 2 * N}, "c/c": {"pods": 2 * N}})
+    b = m("b/b", 4, 2, lent={"a/a": {"pods": 2 * N}})
+    c = m("c/c", 4, 2, wanted={"pods": 2 * N}, lent={"a/a": {"pods": 2 * N}})
+    assert pods(cohorts.plan([a, b, c])) == {("b/b", "a/a"): 2}

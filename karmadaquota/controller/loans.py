@@ -10,10 +10,11 @@ lender writes its side and the borrower follows (`peers`).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from karmadaquota import cohorts, resources
-from karmadaquota.api import KarmadaQuota
+from karmadaquota import cohorts, resources, waiting
+from karmadaquota.api import KarmadaQuota, WaitingWorkload
+from karmadaquota.controller.index import IndexedBinding
 from karmadaquota.kube.quotas import QuotaRecord, QuotaStore
 from karmadaquota.quantity import QuantityError
 from karmadaquota.queueing import QueueEntry
@@ -29,8 +30,12 @@ class CohortBook:
         self,
         store: QuotaStore,
         queued: Callable[[str], Iterable[QueueEntry]] = lambda namespace: (),
+        bindings: Callable[[str], Mapping[str, IndexedBinding]] = lambda namespace: {},
     ) -> None:
         self.store = store
+        # a namespace's bindings: a waiting create whose binding exists as another object was
+        # admitted since (waiting.settled) and asks for nothing any more
+        self.bindings = bindings
         # (namespace, quota) -> Σ of what its member guards may hold now (None: unknown), from
         # the guard job when it runs: a borrower's guards use a loan once the lender's guards
         # gave it up (`loans`); None: no guards kept here, loans are used as written
@@ -122,7 +127,7 @@ class CohortBook:
             m
             for q in ([quota, *others.values()] if cohort else [])
             if q.spec.cohort == cohort
-            and (m := member(q, self.queued_for(q), used if q is quota else None)) is not None
+            and (m := self.member(q, used if q is quota else None)) is not None
         ]
         planned = cohorts.plan(members)
         lent_to_me = {k: cohorts.loans_of(q.status.lent).get(me, {}) for k, q in others.items()}
@@ -158,20 +163,30 @@ class CohortBook:
             out[lender] = got
         return out
 
-    def queued_for(self, quota: KarmadaQuota) -> ResourceList:
-        """Σ of what the bindings `quota` queued cost once admitted."""
-        name = quota.metadata.name
-        return resources.total(
-            e.charge.total for e in self.queued(quota.metadata.namespace) if e.quota == name
-        )
+    def member(
+        self, quota: KarmadaQuota, used: ResourceList | None = None
+    ) -> cohorts.Member | None:
+        """A quota as the plan reads it: what waits in it are its waiting workloads not
+        admitted since and the bindings it queued (`used`: its usage as just computed)."""
+        ns, name = quota.metadata.namespace, quota.metadata.name
+        holders: dict[str, set[str]] = {}
+        for uid, b in self.bindings(ns).items():
+            holders.setdefault(b.name, set()).add(uid)
+        still = [w for w in quota.status.waiting if not waiting.settled(w, holders)]
+        queued = resources.total(e.charge.total for e in self.queued(ns) if e.quota == name)
+        return member(quota, still, queued, used)
 
 
 def member(
-    quota: KarmadaQuota, queued: ResourceList | None = None, used: ResourceList | None = None
+    quota: KarmadaQuota,
+    waits: Sequence[WaitingWorkload] | None = None,
+    queued: ResourceList | None = None,
+    used: ResourceList | None = None,
 ) -> cohorts.Member | None:
-    """A quota as the plan reads it (`queued`: what the bindings it queued ask for; `used`:
-    its usage as just computed, else its status'); None when a value of it cannot be read
-    (validation and admission report and refuse it; it neither lends nor borrows)."""
+    """A quota as the plan reads it (`waits`: its waiting workloads, else its status'; `queued`:
+    what the bindings it queued ask for; `used`: its usage as just computed, else its status');
+    None when a value of it cannot be read (validation and admission report and refuse it; it
+    neither lends nor borrows)."""
     try:
         hard = resources.parse_resource_list(quota.spec.hard, "spec.hard")
         if used is None:
@@ -183,7 +198,7 @@ def member(
             [
                 *(
                     resources.parse_resource_list(w.requested, "waiting")
-                    for w in quota.status.waiting
+                    for w in (quota.status.waiting if waits is None else waits)
                 ),
                 queued or {},
             ]

@@ -168,7 +168,7 @@ class Controller:
             parsed=PARSED_KEPT,
         )
         # which quotas share a cohort: a member's change marks the others (controller.loans)
-        self.cohorts = CohortBook(self.quotas, self.index.queued)
+        self.cohorts = CohortBook(self.quotas, self.index.queued, self.index.bindings)
         # ClusterKarmadaQuotas (all under namespace ""), each recomputed from its own queue
         # (keyed by its name) over the namespaces its selector picks (controller.cluster)
         self.cluster_quotas = cluster_quota_store(

@@ -77,7 +77,7 @@ class Reclaimer:
 
     async def _reclaim(self, quota: KarmadaQuota) -> None:
         lent = cohorts.loans_of(quota.status.lent)
-        lender = member(quota, self.book.queued_for(quota))
+        lender = self.book.member(quota)
         if lender is None or not lent or not any(lender.wanted.values()):
             return
         candidates: list[tuple[cohorts.Candidate, str]] = []  # with the class it names

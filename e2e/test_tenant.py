@@ -311,7 +311,8 @@ async def test_a_tenant_cannot_rewrite_its_bindings(stack: Stack, ns: str) -> No
 async def test_a_tenant_cannot_opt_its_quota_out_of_the_guards(stack: Stack, ns: str) -> None:
     """Opting out of the member guards (`memberEnforcement: None`) is the weaker setting now
     that guards are on by default, so it must stay the platform team's: edit and karmada-edit
-    hold no write on KarmadaQuotas, nor on ResourceQuotas Karmada could carry to a member. Each
+    hold no write on KarmadaQuotas, nor on ResourceQuotas Karmada could carry to a member; nor
+    may a tenant put its quota in a cohort or write itself a loan (docs/cohorts.md). Each
     write is refused by the API server's RBAC, and the quota keeps the spec the platform wrote."""
     s = stack
     await quota(s, ns, pods="2")
@@ -331,6 +332,17 @@ async def test_a_tenant_cannot_opt_its_quota_out_of_the_guards(stack: Stack, ns:
         "delete": ("DELETE", team, None),
         "create": ("POST", QUOTAS.format(ns=ns), own),
         "create resourcequotas": ("POST", f"/api/v1/namespaces/{ns}/resourcequotas", rq),
+        # borrowing is the platform's too: joining a cohort, and the loans in the status
+        "patch into a cohort": (
+            "PATCH",
+            team,
+            {"spec": {"cohort": "everyone", "borrowingLimit": {"pods": "100"}}},
+        ),
+        "patch a loan": (
+            "PATCH",
+            team + "/status",
+            {"status": {"borrowed": [{"quota": "other/team", "resources": {"pods": "100"}}]}},
+        ),
     }
     client = tenant.impersonating(s.api)
     try:
@@ -344,6 +356,7 @@ async def test_a_tenant_cannot_opt_its_quota_out_of_the_guards(stack: Stack, ns:
         await client.close()
     after = await s.api.get(QUOTAS.format(ns=ns) + "/team")
     assert after["spec"] == before["spec"]
+    assert not (after.get("status") or {}).get("borrowed")
     assert not after["metadata"].get("deletionTimestamp")
     with pytest.raises(NotFound):
         await s.api.get(QUOTAS.format(ns=ns) + "/mine")

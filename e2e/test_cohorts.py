@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import pytest
 
 from e2e.testbed import TestBed, product
-from e2e.testbed.aio import eventually
+from e2e.testbed.aio import Within, eventually, within
 from e2e.testbed.guards import member_clients
 from e2e.testbed.layout import KARMADA
 from e2e.testbed.workloads import deployment, divided_policy
@@ -97,6 +97,18 @@ async def pods_running(s: Stack, namespaces: list[str]) -> tuple[int, dict[str, 
     return sum(out.values()), out
 
 
+def within_hard(
+    s: Stack, namespaces: list[str], hard: int
+) -> contextlib.AbstractAsyncContextManager[Within]:
+    """The pods `namespaces` run in the members (those ending included) stay within `hard`
+    (the cohort's Σ hard) at every poll of the block."""
+
+    async def pods() -> tuple[int, dict[str, int]]:
+        return await pods_running(s, namespaces)
+
+    return within(pods, hard, "the cohort's Σ hard")
+
+
 async def placed(s: Stack, ns: str, name: str) -> int:
     try:
         rb = await s.api.get(BINDINGS.format(ns=ns) + f"/{name}-deployment")
@@ -134,20 +146,7 @@ async def test_a_team_borrows_idle_budget_and_the_lender_gets_it_back_through_it
 
             await eventually(known, 60, f"{ns}'s usage known")
 
-        most = 0
-        seen: dict[str, int] = {}
-
-        async def poll() -> None:
-            nonlocal most, seen
-            while True:
-                total, detail = await pods_running(s, [lender, borrower])
-                if total > most:
-                    most, seen = total, detail
-                assert total <= 6, f"the members run {detail}: more than the cohort's Σ hard 6"
-                await asyncio.sleep(0.1)  # the poll period, not synchronisation
-
-        watcher = asyncio.create_task(poll())
-        try:
+        async with within_hard(s, [lender, borrower], 6) as most:
             # the borrower asks for 4 of its 2: refused, then lent 2 of the lender's idle 4
             await s.bed.aapply(deployment(borrower, "big", 4, CPU))
 
@@ -203,11 +202,7 @@ async def test_a_team_borrows_idle_budget_and_the_lender_gets_it_back_through_it
                 f"\nloan back -> the lender's queued Deployment admitted {took:.2f} s, "
                 f"its 3 pods in the members {ran:.2f} s"
             )
-        finally:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
-        assert 4 <= most <= 6, seen
+        assert 4 <= most.most <= 6
 
 
 async def test_a_cohort_storm_never_runs_more_than_its_hards_together(stack: Stack) -> None:
@@ -229,18 +224,7 @@ async def test_a_cohort_storm_never_runs_more_than_its_hards_together(stack: Sta
 
             await eventually(known, 60, f"{ns}'s usage known")
         a, b, c = teams
-        most = 0
-
-        async def poll() -> None:
-            nonlocal most
-            while True:
-                total, detail = await pods_running(s, teams)
-                most = max(most, total)
-                assert total <= 6, f"the members run {detail}: more than the cohort's Σ hard 6"
-                await asyncio.sleep(0.1)  # the poll period, not synchronisation
-
-        watcher = asyncio.create_task(poll())
-        try:
+        async with within_hard(s, teams, 6) as most:
             await asyncio.gather(
                 *(s.bed.aapply(deployment(ns, f"d{i}", 2, CPU)) for ns in (a, b) for i in range(3))
             )
@@ -280,11 +264,7 @@ async def test_a_cohort_storm_never_runs_more_than_its_hards_together(stack: Sta
                 return total == 4 and got == "2"
 
             await eventually(other_borrows, 120, "the other stormer borrows the leaver's 2")
-        finally:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
-        assert most == 6
+        assert most.most == 6
 
 
 LOW, HIGH = "kq-e2e-cohort-low", "kq-e2e-cohort-high"
@@ -352,18 +332,7 @@ async def test_a_lender_that_reclaims_takes_its_loan_back_from_the_lowest_priori
 
         await eventually(borrowing, 120, "the borrower lent 2, running 4 pods")
 
-        most = 0
-
-        async def poll() -> None:
-            nonlocal most
-            while True:
-                total, detail = await pods_running(s, [lender, borrower])
-                most = max(most, total)
-                assert total <= 6, f"the members run {detail}: more than the cohort's Σ hard 6"
-                await asyncio.sleep(0.1)  # the poll period, not synchronisation
-
-        watcher = asyncio.create_task(poll())
-        try:
+        async with within_hard(s, [lender, borrower], 6) as most:
             await s.bed.aapply(deployment(lender, "own", 3, CPU))
 
             async def reclaimed() -> bool:
@@ -383,8 +352,4 @@ async def test_a_lender_that_reclaims_takes_its_loan_back_from_the_lowest_priori
             told = [e for e in events.get("items", []) if e.get("reason") == "Reclaimed"]
             assert told and told[0]["involvedObject"]["name"] == "low", told
             assert f"quota {lender}/team reclaims" in told[0]["message"]
-        finally:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
-        assert most >= 4
+        assert most.most >= 4

@@ -17,15 +17,15 @@ import json
 import secrets
 import subprocess
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from e2e.testbed import TestBed, product, tenant
-from e2e.testbed.aio import eventually
+from e2e.testbed.aio import Within, eventually, within
 from e2e.testbed.cluster import LINGER_ANNOTATION
 from e2e.testbed.layout import KARMADA
 from e2e.testbed.workloads import deployment, divided_policy
@@ -114,44 +114,6 @@ async def running(s: Stack, ns: str, terminating: bool = False) -> dict[str, int
         m: sum(1 for p in pods if terminating or not p["metadata"].get("deletionTimestamp"))
         for m, pods in (await member_pods(s, ns)).items()
     }
-
-
-@dataclass
-class Within:
-    """The largest measure the poller saw (with what it was made of), and how many polls."""
-
-    hard: int
-    most: int = 0
-    polls: int = 0
-    seen: list[Any] = field(default_factory=list)
-
-
-@contextlib.asynccontextmanager
-async def within(
-    measure: Callable[[], Awaitable[tuple[int, Any]]], hard: int, what: str
-) -> AsyncIterator[Within]:
-    """Poll `measure` (what the members run) every 100 ms for the block; fail if it ever
-    exceeds `hard`."""
-    w = Within(hard)
-
-    async def poll() -> None:
-        while True:
-            total, detail = await measure()
-            w.polls += 1
-            if total > w.most:
-                w.most, w.seen = total, [*w.seen, detail]
-            assert total <= hard, f"members run {detail} > {what}={hard}"
-            await asyncio.sleep(0.1)  # the poll period, not synchronisation
-
-    task = asyncio.create_task(poll())
-    try:
-        yield w
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-    assert w.polls > 0
-    assert w.most <= hard, w.seen
 
 
 def members_within(s: Stack, ns: str, hard: int) -> contextlib.AbstractAsyncContextManager[Within]:

@@ -7,9 +7,11 @@ calls (kubectl, the sync REST client) run in a worker thread here.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any, TypeVar, overload
 
 T = TypeVar("T")
@@ -73,3 +75,41 @@ async def eventually(
             detail = f"; last error: {last!r}" if last is not None else ""
             raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}{detail}")
         await asyncio.sleep(interval)
+
+
+@dataclass
+class Within:
+    """The largest measure the poller saw (with what it was made of), and how many polls."""
+
+    hard: int
+    most: int = 0
+    polls: int = 0
+    seen: list[Any] = field(default_factory=list)
+
+
+@contextlib.asynccontextmanager
+async def within(
+    measure: Callable[[], Awaitable[tuple[int, Any]]], hard: int, what: str
+) -> AsyncIterator[Within]:
+    """Poll `measure` (what the members run) every 100 ms for the block; fail if it ever
+    exceeds `hard`."""
+    w = Within(hard)
+
+    async def poll() -> None:
+        while True:
+            total, detail = await measure()
+            w.polls += 1
+            if total > w.most:
+                w.most, w.seen = total, [*w.seen, detail]
+            assert total <= hard, f"members run {detail} > {what}={hard}"
+            await asyncio.sleep(0.1)  # the poll period, not synchronisation
+
+    task = asyncio.create_task(poll())
+    try:
+        yield w
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert w.polls > 0
+    assert w.most <= hard, w.seen

@@ -25,16 +25,14 @@ from datetime import datetime
 
 from karmadaquota import queueing
 from karmadaquota.api import KarmadaQuota
-from karmadaquota.controller import room
+from karmadaquota.controller import events, room
 from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.evaluate import QuotaView
 from karmadaquota.kube import paths
-from karmadaquota.kube.client import JSON, MERGE_PATCH, Api, Conflict, KubeError, NotFound
-from karmadaquota.times import format_time
+from karmadaquota.kube.client import MERGE_PATCH, Api, Conflict, KubeError, NotFound
 
 log = logging.getLogger("karmadaquota.admit")
 
-COMPONENT = "karmadaquota-controller"
 EVENT_QUEUED = "Queued"
 EVENT_ADMITTED = "Admitted"
 
@@ -183,40 +181,8 @@ class Dequeuer:
     async def _event(
         self, namespace: str, e: queueing.QueueEntry, reason: str, message: str, now: datetime
     ) -> None:
-        if not self.config.events:
-            return
-        stamp = format_time(now)
-        t = e.template
-        body: JSON = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{t.name}.", "namespace": namespace},
-            "involvedObject": {
-                "apiVersion": t.api_version,
-                "kind": t.kind,
-                "name": t.name,
-                "namespace": namespace,
-                "uid": t.uid,
-            },
-            "reason": reason,
-            "message": message,
-            "type": "Normal",
-            "source": {"component": COMPONENT},
-            "reportingComponent": COMPONENT,
-            "reportingInstance": COMPONENT,
-            "firstTimestamp": stamp,
-            "lastTimestamp": stamp,
-            "count": 1,
-        }
-        try:
-            await self.api.request(
-                "POST", f"/api/v1/namespaces/{namespace}/events", body, timeout=2.0
-            )
-        except (KubeError, TimeoutError, OSError) as err:
-            log.warning(
-                "event not recorded",
-                extra={"namespace": namespace, "reason": reason, "error": str(err)},
-            )
+        if self.config.events:
+            await events.record(self.api, namespace, e.template, reason, message, now)
 
     async def class_values(self, names: set[str]) -> dict[str, int]:
         """PriorityClass values by name (a missing class counts as 0), cached."""

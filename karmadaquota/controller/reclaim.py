@@ -24,16 +24,16 @@ from datetime import UTC, datetime
 from karmadaquota import cohorts, queued, scopes
 from karmadaquota.api import RECLAIM_ANY, KarmadaQuota
 from karmadaquota.api import ClusterKarmadaQuota as _ClusterQuota
+from karmadaquota.controller import events
 from karmadaquota.controller.dirty import DirtyQueue
 from karmadaquota.controller.index import BindingIndex
 from karmadaquota.controller.loans import CohortBook, member
 from karmadaquota.kube import paths
 from karmadaquota.kube.client import JSON, MERGE_PATCH, Api, Conflict, KubeError, NotFound
-from karmadaquota.times import format_time
+from karmadaquota.queueing import Template
 
 log = logging.getLogger("karmadaquota.reclaim")
 
-COMPONENT = "karmadaquota-controller"
 EVENT_RECLAIMED = "Reclaimed"
 
 
@@ -158,44 +158,23 @@ class Reclaimer:
         await self._event(rb, lender, c)
 
     async def _event(self, rb: JSON, lender: KarmadaQuota, c: cohorts.Candidate) -> None:
-        resource = (rb.get("spec") or {}).get("resource") or {}
-        stamp = format_time(self._clock())
+        r = (rb.get("spec") or {}).get("resource") or {}
+        template = Template(
+            str(r.get("apiVersion", "")),
+            str(r.get("kind", "")),
+            str(r.get("name", "")),
+            str(r.get("uid", "")),
+        )
         wanted = ",".join(f"{n}={v / 1e9:g}" for n, v in sorted(c.charge.items()) if v)
-        body: JSON = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {
-                "generateName": f"{resource.get('name', c.name)}.",
-                "namespace": c.namespace,
-            },
-            "involvedObject": {
-                "apiVersion": resource.get("apiVersion", ""),
-                "kind": resource.get("kind", ""),
-                "name": resource.get("name", ""),
-                "namespace": c.namespace,
-                "uid": resource.get("uid", ""),
-            },
-            "reason": EVENT_RECLAIMED,
-            "message": (
-                f"cohort {lender.spec.cohort}: quota {cohorts.key(lender)} reclaims what it lent "
-                f"to {c.borrower} (reclaimWithinCohort: Any) for its waiting workloads; "
-                f"{c.name} ({wanted}, priority {c.priority}) is queued until {c.borrower} has "
-                "room again"
-            ),
-            "type": "Warning",
-            "source": {"component": COMPONENT},
-            "reportingComponent": COMPONENT,
-            "reportingInstance": COMPONENT,
-            "firstTimestamp": stamp,
-            "lastTimestamp": stamp,
-            "count": 1,
-        }
-        try:
-            await self.api.request(
-                "POST", f"/api/v1/namespaces/{c.namespace}/events", body, timeout=2.0
-            )
-        except (KubeError, TimeoutError, OSError) as err:
-            log.warning("event not recorded", extra={"namespace": c.namespace, "error": str(err)})
+        message = (
+            f"cohort {lender.spec.cohort}: quota {cohorts.key(lender)} reclaims what it lent "
+            f"to {c.borrower} (reclaimWithinCohort: Any) for its waiting workloads; "
+            f"{c.name} ({wanted}, priority {c.priority}) is queued until {c.borrower} has "
+            "room again"
+        )
+        await events.record(
+            self.api, c.namespace, template, EVENT_RECLAIMED, message, self._clock(), warning=True
+        )
 
 
 def _reclaims(quota: KarmadaQuota) -> bool:

@@ -45,11 +45,15 @@ class Member:
     def __init__(self) -> None:
         self.api = FakeApiServer()
         self.clients: list[tuple[str, str, bytes | None, bool]] = []
-        self.lists: list[dict[str, str]] = []  # the parameters of every LIST
+        self.lists: list[dict[str, str]] = []  # the parameters of every LIST of pods
+        self.claim_lists: list[dict[str, str]] = []  # and of claims
         self.api.before_read = self._read
 
     def _read(self, verb: str, ref: Ref, params: Mapping[str, str]) -> None:
-        if verb == "LIST":
+        if verb == "LIST" and ref.plural == "persistentvolumeclaims":
+            self.claim_lists.append(dict(params))  # every claim counts, whatever its phase
+            assert "fieldSelector" not in params, params
+        elif verb == "LIST":
             self.lists.append(dict(params))
             # the watch lists only what may still run (the field selector every list carries)
             assert params.get("fieldSelector") == NON_TERMINAL, params
@@ -109,7 +113,8 @@ async def test_lists_then_follows_the_watch(watch: Any) -> None:
     member.start()
     await until(lambda: w.synced)
     assert w.error == "" and pods_in(w) == "2" and pods_in(w, "other") == "1"
-    assert member.clients == [("https://member1.example:6443", "abc", b"PEM", False)]
+    # one client per informer (pods, claims), each from the Secret as it is
+    assert member.clients == [("https://member1.example:6443", "abc", b"PEM", False)] * 2
     assert [p["fieldSelector"] for p in member.lists] == [NON_TERMINAL] * 2
     await until(lambda: member.api.watching("pods"))
     member.add(pod("d"))

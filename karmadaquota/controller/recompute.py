@@ -226,7 +226,8 @@ def _member_condition(inputs: NamespaceSnapshot) -> Condition:
             type=st.COND_MEMBER_OBSERVED,
             status="Unknown",
             reason=REASON_SYNCING,
-            message=f"listing pods and claims in {', '.join(syncing[:NAMED_MEMBERS])}{_more(len(syncing))}",
+            message="listing pods and claims in "
+            f"{', '.join(syncing[:NAMED_MEMBERS])}{_more(len(syncing))}",
         )
     return Condition(
         type=st.COND_MEMBER_OBSERVED,
@@ -522,9 +523,7 @@ def _out_of_band_condition(
             True,
             REASON_OBSERVED_EXCEEDS_PLACED,
             "member pods and claims use more than Karmada placed (terminating pods, retained "
-            "claims, or created around it) in "
-            + "; ".join(found)
-            + " (counted in used)",
+            "claims, or created around it) in " + "; ".join(found) + " (counted in used)",
         )
     return _condition(
         st.COND_OUT_OF_BAND,

@@ -25,6 +25,7 @@ from karmadaquota.kube.templates import TemplateStore
 from karmadaquota.scopes import Expression
 from tests.conftest import NOW, as_strings, quota, raw_binding
 from tests.controller.test_controller_pods import pod
+from tests.controller.test_controller_recompute import member
 from tests.controller.test_controller_reconciler import (
     NS,
     Lead,
@@ -33,7 +34,6 @@ from tests.controller.test_controller_reconciler import (
     listed,
     used,
 )
-from tests.controller.test_controller_recompute import member
 from tests.fake_api import FakeApiServer
 from tests.polling import until
 
@@ -180,9 +180,7 @@ def index_with(store: TemplateStore, *docs: JSON) -> BindingIndex:
     return index
 
 
-async def test_retained_claims_count_until_deleted_and_a_live_replicas_claim_counts_once() -> (
-    None
-):
+async def test_retained_claims_count_until_deleted_and_a_live_replicas_claim_counts_once() -> None:
     store = TemplateStore()
     store.put(KEY, stateful_set(2, 5))
     m1 = await member("member1", claims=[claim("data-db-0"), claim("data-db-1")])
@@ -229,7 +227,9 @@ async def test_claims_held_where_nothing_is_placed_count_and_scoped_quotas_ignor
     # a StatefulSet deleted with whenDeleted: Retain (or moved to another member) leaves its
     # claims behind: nothing is placed there any more, all of them count
     m1 = await member("member1", claims=[claim("data-old-0"), claim("data-old-1", "3Gi")])
-    q = quota(name="q", namespace=NS, hard={"persistentvolumeclaims": "5", "requests.storage": "9Gi"})
+    q = quota(
+        name="q", namespace=NS, hard={"persistentvolumeclaims": "5", "requests.storage": "9Gi"}
+    )
     out = recompute(q, NamespaceSnapshot({}, members=[m1]), NOW)
     assert out.status.used == {"persistentvolumeclaims": "2", "requests.storage": "4Gi"}
     # a member whose claims are not known yet counts nothing of them (what is not seen)
@@ -324,4 +324,3 @@ def _observed(api: FakeApiServer) -> dict[str, str]:
         if c.clusterName == "member1" and c.observed is not None:
             return dict(c.observed)
     return {}
-

@@ -249,7 +249,9 @@ async def test_claims_are_watched_beside_the_pods(watch: Any) -> None:
     await until(lambda: held()["persistentvolumeclaims"] == "2")
     assert held()["requests.storage"] == "3Gi" and {"team-a"} in changes.seen
     member.api.delete("/api/v1/namespaces/team-a/persistentvolumeclaims/data-0")
-    await until(lambda: held() == {"pods": "1", "persistentvolumeclaims": "1", "requests.storage": "2Gi"})
+    await until(
+        lambda: held() == {"pods": "1", "persistentvolumeclaims": "1", "requests.storage": "2Gi"}
+    )
 
 
 async def test_a_member_whose_claims_cannot_be_listed_still_counts_its_pods(watch: Any) -> None:

@@ -1729,11 +1729,18 @@ async def test_a_scaled_down_statefulsets_retained_claim_holds_the_quota_until_d
             return used, now
 
         async with within(used_covers_what_the_members_hold, 2, "used claims"):
-            q = await status()
-            by = {c["clusterName"]: c for c in q.get("aggregatedStatus", [])}
+
+            async def recomputed() -> JSON | None:
+                """The status once it shows the scale-down: 1 claim placed, 2 held."""
+                q = await status()
+                by = {c["clusterName"]: c for c in q.get("aggregatedStatus", [])}
+                there = by.get(one) or {}
+                placed_one = (there.get("used") or {}).get("persistentvolumeclaims") == "1"
+                held_two = (there.get("observed") or {}).get("persistentvolumeclaims") == "2"
+                return q if placed_one and held_two else None
+
+            q = await eventually(recomputed, 30, "the status showing the scale-down", interval=0.1)
             assert q["used"]["persistentvolumeclaims"] == "2", q["used"]
-            assert by[one]["used"]["persistentvolumeclaims"] == "1", by[one]
-            assert (by[one].get("observed") or {}).get("persistentvolumeclaims") == "2", by[one]
 
             # a competitor asking for 1 claim is refused while the retained claim exists
             await tenant_apply(

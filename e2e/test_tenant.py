@@ -1708,6 +1708,16 @@ async def test_a_scaled_down_statefulsets_retained_claim_holds_the_quota_until_d
             return (await held())[one] == ["data-db-0", "data-db-1"]
 
         await eventually(both_claims, 90, f"db's 2 claims in {one}", interval=0.2)
+
+        async def observed_two() -> JSON | None:
+            q = await status()
+            by = {c["clusterName"]: c for c in q.get("aggregatedStatus", [])}
+            held_two = ((by.get(one) or {}).get("observed") or {}).get("persistentvolumeclaims")
+            return q if held_two == "2" else None
+
+        # each live replica's claim is charged and held: counted once (2, not 4)
+        q = await eventually(observed_two, 30, "the 2 claims observed", interval=0.1)
+        assert q["used"]["persistentvolumeclaims"] == "2", q["used"]
         got = await as_tenant(s, "-n", ns, "scale", "statefulset", "db", "--replicas=1")
         assert got.returncode == 0, got.stderr
 

@@ -324,3 +324,53 @@ def _observed(api: FakeApiServer) -> dict[str, str]:
         if c.clusterName == "member1" and c.observed is not None:
             return dict(c.observed)
     return {}
+
+
+async def test_the_guards_cover_the_claims_a_member_keeps_before_sharing_the_rest() -> None:
+    """Guarded: claims member1 retained (nothing of them placed any more) are what it holds, so
+    its guard covers them first and the others share only what is left — without them counted,
+    the 2 claims of headroom would be shared out and member2 could make a third."""
+    from karmadaquota.controller.guard_keeper import GuardKeeper
+    from karmadaquota.quantity import NANO
+    from tests.fake_members import Fleet
+
+    api = FakeApiServer()
+    names = ["member1", "member2", "member3"]
+    fleet = Fleet(names, {"persistentvolumeclaims": 2 * NANO})
+    members = fleet.registry()
+    for w in members.views():
+        w._synced = w._claims_settled = True  # the watches are played by the test
+    c = Controller(
+        api,
+        ControllerMetrics(),
+        Lead(),
+        ReconcilerConfig(quiet=0.01, max_delay=0.1, member_watch=True),
+        members=members,
+        guards=GuardKeeper(members, poll=0.0),
+    )
+
+    def guards() -> dict[str, str | None]:
+        out: dict[str, str | None] = {}
+        for m in names:
+            g = fleet.guard(m, NS, "q")
+            out[m] = None if g is None else g["spec"]["hard"]["persistentvolumeclaims"]
+        return out
+
+    async with controlling(c):
+        add_quota(api, "q", {"persistentvolumeclaims": "2"})  # guarded: the default
+        await listed(c)
+        await until(lambda: all(v is not None for v in guards().values()), what="guards")
+        one = members.get("member1")
+        assert one is not None
+        for n in ("data-db-0", "data-db-1"):
+            one.claims.apply("ADDED", claim(n))
+        c.member_changed([NS])
+        await until(lambda: used(api).get("persistentvolumeclaims") == "2", what="counted")
+        await until(lambda: guards() == {"member1": "2", "member2": "0", "member3": "0"})
+        # one deleted in member1: its share is handed out again
+        one.claims.apply("DELETED", claim("data-db-1"))
+        c.member_changed([NS])
+        await until(lambda: used(api).get("persistentvolumeclaims") == "1", what="released")
+        await until(lambda: sum(int(v or 0) for v in guards().values()) == 2)
+        assert int(guards()["member1"] or 0) >= 1
+    assert fleet.worst["persistentvolumeclaims"] <= 2 * NANO

@@ -473,8 +473,9 @@ async def test_the_guards_need_only_resourcequotas_in_the_namespace_and_pods_to_
     stack: Stack, namespace: str
 ) -> None:
     """Least privilege, on a real member API server: a credential allowed only resourcequotas
-    get/create/update/delete in the namespace and list/watch everywhere, pods list/watch, and
-    the guards' policy (create; get/update by name) runs the member pod watch, watches the
+    get/create/update/delete in the namespace and list/watch everywhere, pods and
+    persistentvolumeclaims list/watch, and the guards' policy (create; get/update by name) runs
+    the member pod and claim watch, watches the
     guards, installs and updates the policy, and moves, confirms and removes guards (any other
     request would be refused 403)."""
     s, ns = stack, namespace
@@ -526,7 +527,9 @@ async def test_the_guards_need_only_resourcequotas_in_the_namespace_and_pods_to_
     )
     watching = asyncio.create_task(guard_informer.run())
     try:
-        await eventually(lambda: watch.synced and not watch.error, 30, "pods listed and watched")
+        await eventually(
+            lambda: watch.synced and not watch.error, 30, "pods and claims listed and watched"
+        )
         await eventually(lambda: ("relisted", "") in seen, 30, "guards listed and watched")
         review = await client.post(
             gp.SELF_SUBJECT_REVIEWS,
@@ -787,7 +790,11 @@ async def restricted_token(
         {
             "metadata": {"name": name},
             "rules": [
-                {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
+                {
+                    "apiGroups": [""],
+                    "resources": ["pods", "persistentvolumeclaims"],
+                    "verbs": ["list", "watch"],
+                },
                 {"apiGroups": [""], "resources": ["resourcequotas"], "verbs": ["list", "watch"]},
                 {
                     "apiGroups": ["admissionregistration.k8s.io"],

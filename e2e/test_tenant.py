@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from e2e.testbed import TestBed, product, tenant
-from e2e.testbed.aio import Within, eventually, within
+from e2e.testbed.aio import InvariantViolation, Within, eventually, within
 from e2e.testbed.cluster import LINGER_ANNOTATION
 from e2e.testbed.layout import KARMADA
 from e2e.testbed.workloads import deployment, divided_policy
@@ -1635,6 +1635,134 @@ async def test_a_statefulsets_claims_are_charged(stack: Stack, ns: str) -> None:
             return (q.get("status") or {}).get("used", {}).get("persistentvolumeclaims") == "1"
 
         await eventually(charged, 30, "its claim in status.used", interval=0.1)
+    print(f"members held at most {w.most} claims over {w.polls} polls")
+
+
+async def test_a_scaled_down_statefulsets_retained_claim_holds_the_quota_until_deleted(
+    stack: Stack, ns: str
+) -> None:
+    """Issue 42's leftover: a StatefulSet scaled down keeps the claims of its removed replicas
+    in the member (`persistentVolumeClaimRetentionPolicy.whenScaled: Retain`, the default), and
+    Kubernetes' quota — the member's guard — counts them, but `status.used` dropped with the
+    binding's charge, so admission let in a claim the members then held past the quota. As the
+    tenant: a StatefulSet of 2 replicas with one claim template, under persistentvolumeclaims=2,
+    is scaled to 1; the retained claim stays in status.used (read from the API server, never
+    below what the members hold, at every poll), a second StatefulSet asking for 1 claim is
+    refused while it exists, and once the retained claim is deleted in the member it is let in.
+    The members never hold more than 2 claims of the namespace."""
+    s = stack
+    one = sorted(s.members)[0]
+    await quota(s, ns, persistentvolumeclaims="2", pods="10")
+    claims_path = f"/api/v1/namespaces/{ns}/persistentvolumeclaims"
+
+    async def held() -> dict[str, list[str]]:
+        """The claims each member holds (what Kubernetes' quota there counts)."""
+        return {
+            m: sorted(c["metadata"]["name"] for c in items)
+            for m, items in (await member_items(s, claims_path)).items()
+        }
+
+    async def claims() -> tuple[int, dict[str, list[str]]]:
+        now = await held()
+        return sum(len(v) for v in now.values()), now
+
+    async def status() -> JSON:
+        return (await s.api.get(QUOTAS.format(ns=ns) + "/team")).get("status") or {}
+
+    async def counted() -> int:
+        return int((await status()).get("used", {}).get("persistentvolumeclaims", "-1"))
+
+    # the bed's members bind no volume (no provisioner): a pod with a claim stays Pending, so
+    # the StatefulSet makes its replicas in parallel (OrderedReady would wait for db-0 Ready)
+    db = stateful_set(ns, "db", 2, "1Gi")
+    db["spec"]["podManagementPolicy"] = "Parallel"
+    async with within(claims, 2, "persistentvolumeclaims") as w:
+        await tenant_apply(s, db, stateful_policy(ns, "db", [one]))
+
+        async def both_claims() -> bool:
+            return (await held())[one] == ["data-db-0", "data-db-1"]
+
+        await eventually(both_claims, 90, f"db's 2 claims in {one}", interval=0.2)
+
+        async def observed_two() -> JSON | None:
+            q = await status()
+            by = {c["clusterName"]: c for c in q.get("aggregatedStatus", [])}
+            held_two = ((by.get(one) or {}).get("observed") or {}).get("persistentvolumeclaims")
+            return q if held_two == "2" else None
+
+        # each live replica's claim is charged and held: counted once (2, not 4)
+        q = await eventually(observed_two, 30, "the 2 claims observed", interval=0.1)
+        assert q["used"]["persistentvolumeclaims"] == "2", q["used"]
+        got = await as_tenant(s, "-n", ns, "scale", "statefulset", "db", "--replicas=1")
+        assert got.returncode == 0, got.stderr
+
+        async def scaled_down() -> bool:
+            rb = await s.api.get(BINDINGS.format(ns=ns) + "/db-statefulset")
+            placed_there = sum(c.get("replicas", 0) for c in rb["spec"].get("clusters", []))
+            pods = (await running(s, ns, terminating=True))[one]
+            return placed_there == 1 and pods == 1
+
+        await eventually(scaled_down, 90, "db scaled to 1 replica in the member", interval=0.2)
+        assert (await held())[one] == ["data-db-0", "data-db-1"], "the claim is retained"
+
+        # the retained claim stays counted: used is never below what the members hold
+        async def used_covers_what_the_members_hold() -> tuple[int, dict[str, list[str]]]:
+            used = await counted()
+            total, now = await claims()
+            if used < total:
+                raise InvariantViolation(f"status.used persistentvolumeclaims={used} < {now}")
+            return used, now
+
+        async with within(used_covers_what_the_members_hold, 2, "used claims"):
+
+            async def recomputed() -> JSON | None:
+                """The status once it shows the scale-down: 1 claim placed, 2 held."""
+                q = await status()
+                by = {c["clusterName"]: c for c in q.get("aggregatedStatus", [])}
+                there = by.get(one) or {}
+                placed_one = (there.get("used") or {}).get("persistentvolumeclaims") == "1"
+                held_two = (there.get("observed") or {}).get("persistentvolumeclaims") == "2"
+                return q if placed_one and held_two else None
+
+            q = await eventually(recomputed, 30, "the status showing the scale-down", interval=0.1)
+            assert q["used"]["persistentvolumeclaims"] == "2", q["used"]
+
+            # a competitor asking for 1 claim is refused while the retained claim exists
+            await tenant_apply(
+                s, stateful_set(ns, "other", 1, "1Gi"), stateful_policy(ns, "other", [one])
+            )
+
+            async def refused() -> bool:
+                events = await s.api.get(f"/api/v1/namespaces/{ns}/events")
+                return any(
+                    "exceeded quota: team, requested: persistentvolumeclaims=1, "
+                    "used: persistentvolumeclaims=2" in (e.get("message") or "")
+                    for e in events.get("items", [])
+                )
+
+            await eventually(refused, 60, "the competing StatefulSet refused", interval=0.2)
+            assert (await held())[one] == ["data-db-0", "data-db-1"]
+            assert await counted() == 2
+
+        # the retained claim deleted in the member: released, and the competitor let in. The
+        # member's API server puts the kubernetes.io/pvc-protection finalizer on every claim and
+        # the bed runs no controller that takes it off (the member's pvc-protection controller
+        # does, once no pod uses the claim): the test takes it off, and until then the claim
+        # being deleted still counts, as Kubernetes' quota counts it
+        member = s.members[one]
+        await member.request("DELETE", f"{claims_path}/data-db-1")
+        with contextlib.suppress(NotFound):
+            await member.merge_patch(f"{claims_path}/data-db-1", {"metadata": {"finalizers": None}})
+
+        async def competitor_in() -> bool:
+            return (await held())[one] == ["data-db-0", "data-other-0"]
+
+        await eventually(competitor_in, 120, "the competitor's claim once room was made")
+
+        async def charged_two() -> bool:
+            return await counted() == 2
+
+        await eventually(charged_two, 30, "status.used back at the 2 claims held", interval=0.1)
     print(f"members held at most {w.most} claims over {w.polls} polls")
 
 

@@ -1,9 +1,16 @@
-"""Member clusters' pods, watched through the shared informer as Karmada reaches them.
+"""Member clusters' pods and claims, watched through the shared informer as Karmada reaches them.
 
 A `Cluster` (cluster.karmada.io/v1alpha1) gives `spec.apiEndpoint` and `spec.secretRef`
 {namespace, name}; that Secret on the Karmada API server holds `token` and `caBundle`
 (`spec.insecureSkipTLSVerification` is honoured; `spec.proxyURL` is not supported). Each member
-gets one task that lists the non-terminal pods of every namespace, then watches them.
+gets one task that lists the non-terminal pods of every namespace, then watches them, and
+beside it one informer that does the same for its PersistentVolumeClaims (`controller.claims`:
+the claims a StatefulSet's scale-down or deletion retained are still counted by the member's
+own quota, so they are by ours).
+
+The member counts as observed (`synced`) once its pods are listed and its claims are listed
+or could not be (a credential that may not list claims must not stop its pods from counting:
+its error names the claims, and its claims count as last seen, nothing before their first list).
 
 A member that cannot be reached keeps its last figures, reports the error (the quotas'
 MemberObserved condition turns False naming it) and is retried with a capped backoff; nothing
@@ -21,6 +28,7 @@ from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
+from karmadaquota.controller.claims import CLAIMS_PATH, ClaimTable
 from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.controller.pods import NON_TERMINAL_FIELD_SELECTOR, Observed, PodTable
 from karmadaquota.kube.client import JSON, KubeClient
@@ -113,9 +121,12 @@ class MemberWatch:
         self._metrics = metrics
         self._client_factory = client_factory
         self.table = PodTable()
+        self.claims = ClaimTable()
         self._api: KubeClient | None = None  # requests of the member guards (not the watch)
         self._synced = False
+        self._claims_settled = False  # listed once, or failed to
         self._error = access.problem
+        self._claims_error = ""
         self.informer = Informer(
             PODS_PATH,
             self,
@@ -128,6 +139,17 @@ class MemberWatch:
             on_error=self._failed,
             name=f"pods of member {access.name}",
         )
+        self.claim_informer = Informer(
+            CLAIMS_PATH,
+            _ClaimFeed(self),
+            connect=self._client,
+            disconnect=self._disconnect,
+            page_size=page_size,
+            watch_timeout=watch_timeout,
+            backoff=Backoff(min_backoff, max_backoff),
+            on_error=self._claims_failed,
+            name=f"persistentvolumeclaims of member {access.name}",
+        )
 
     @property
     def name(self) -> str:
@@ -135,29 +157,54 @@ class MemberWatch:
 
     @property
     def synced(self) -> bool:
-        return self._synced
+        """Its pods are listed, and its claims listed or could not be (module docstring)."""
+        return self._synced and self._claims_settled
 
     @property
     def error(self) -> str:
-        return self._error
+        if self._error or not self._claims_error:
+            return self._error
+        return f"persistentvolumeclaims: {self._claims_error}"
 
     def observed(
         self, namespace: str, names: Collection[str], exprs: tuple[Expression, ...], now: float
     ) -> Observed:
-        return self.table.observed(namespace, names, exprs, now)
+        """What its pods use (`PodTable.observed`), with what its claims hold beside it in
+        `running` (never terminating: compared with the placement, `recompute._beyond`)."""
+        pods = self.table.observed(namespace, names, exprs, now)
+        claims = self.claims.observed(namespace, names, exprs)
+        if not claims:
+            return pods
+        return Observed({**pods.running, **claims}, pods.terminating)
 
-    def _set_error(self, error: str) -> None:
+    def _set_error(self, error: str) -> bool:
+        return self._report(error, self._claims_error)
+
+    def _set_claims_error(self, error: str) -> bool:
+        return self._report(self._error, error)
+
+    def _report(self, error: str, claims_error: str) -> bool:
+        """Record the errors; True when what `error` says changed (every quota was told)."""
+        was = self.error
+        self._error, self._claims_error = error, claims_error
+        now = self.error
         if self._metrics is not None:
-            self._metrics.member_up.labels(self.name).set(0 if error else 1)
-        if error != self._error:
-            if error:
-                log.warning(
-                    "member cluster unreachable; keeping its last figures",
-                    extra={"cluster": self.name, "error": error},
-                )
-            else:
-                log.info("member cluster observed", extra={"cluster": self.name})
-            self._error = error
+            self._metrics.member_up.labels(self.name).set(0 if now else 1)
+        if now == was:
+            return False
+        if now:
+            log.warning(
+                "member cluster unreachable; keeping its last figures",
+                extra={"cluster": self.name, "error": now},
+            )
+        else:
+            log.info("member cluster observed", extra={"cluster": self.name})
+        self._on_change(None)
+        return True
+
+    def _settled(self, was: bool, told: bool) -> None:
+        """First observed (pods and claims): every namespace's figures are news."""
+        if self.synced and not was and not told:
             self._on_change(None)
 
     def _publish(self, namespaces: Collection[str]) -> None:
@@ -208,6 +255,11 @@ class MemberWatch:
     def _failed(self, e: BaseException) -> None:
         self._set_error(describe_error(e))
 
+    def _claims_failed(self, e: BaseException) -> None:
+        was = self.synced
+        self._claims_settled = True  # its pods count without them (module docstring)
+        self._settled(was, self._set_claims_error(describe_error(e)))
+
     # ---- informer.Handler ------------------------------------------------------------------
 
     def added(self, obj: Mapping[str, Any]) -> None:
@@ -223,16 +275,47 @@ class MemberWatch:
             self._publish((ns,))
 
     def relisted(self, resource_version: int) -> None:
+        was = self.synced
         self._synced = True
         self._publish(())
-        self._set_error("")
+        self._settled(was, self._set_error(""))
+
+    def claims_relisted(self) -> None:
+        was = self.synced
+        self._claims_settled = True
+        self._settled(was, self._set_claims_error(""))
+
+    def claims_changed(self, namespace: str | None) -> None:
+        if self._metrics is not None:
+            self._metrics.member_claims.labels(self.name).set(len(self.claims))
+        if namespace is not None:
+            self._on_change((namespace,))
 
     async def run(self) -> None:
-        """List and watch until cancelled; errors are reported, never raised."""
+        """List and watch its pods and its claims until cancelled; errors are reported,
+        never raised."""
         if self.access.problem:
             self._set_error(self.access.problem)
             return
-        await self.informer.run()
+        await asyncio.gather(self.informer.run(), self.claim_informer.run())
+
+
+class _ClaimFeed:
+    """The claim informer's handler for one member (`informer.Handler`)."""
+
+    def __init__(self, watch: MemberWatch) -> None:
+        self.watch = watch
+
+    def added(self, obj: Mapping[str, Any]) -> None:
+        self.watch.claims_changed(self.watch.claims.apply("ADDED", obj))
+
+    modified = added
+
+    def deleted(self, obj: Mapping[str, Any]) -> None:
+        self.watch.claims_changed(self.watch.claims.apply("DELETED", obj))
+
+    def relisted(self, resource_version: int) -> None:
+        self.watch.claims_relisted()
 
 
 class Members:
@@ -293,7 +376,11 @@ class Members:
             self._stop(name)
             del self._watches[name]
             if self._metrics is not None:
-                for g in (self._metrics.member_up, self._metrics.member_pods):
+                for g in (
+                    self._metrics.member_up,
+                    self._metrics.member_pods,
+                    self._metrics.member_claims,
+                ):
                     with contextlib.suppress(KeyError):
                         g.remove(name)
             log.info("member cluster removed", extra={"cluster": name})

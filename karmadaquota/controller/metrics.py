@@ -88,6 +88,12 @@ class ControllerMetrics:
             ["member_cluster"],
             registry=r,
         )
+        self.member_claims = Gauge(
+            "karmadaquota_member_claims",
+            "PersistentVolumeClaims indexed for a member cluster.",
+            ["member_cluster"],
+            registry=r,
+        )
         self.resyncs = Counter(
             "karmadaquota_resyncs_total", "Full relists of bindings and quotas.", registry=r
         )

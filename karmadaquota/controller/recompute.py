@@ -1,13 +1,15 @@
 """A quota's desired status, recomputed from scratch (pure).
 
-From the binding index, the member pod tables and the quota as last read:
+From the binding index, the member pod and claim tables and the quota as last read:
 
 - `used`: Σ charge of the namespace's bindings whose traits match the quota's scopes, masked to
   the quota's hard names, every name present (zero when unused) — the webhook reads a missing
-  name as "status unknown" — plus, per observed member, what its pods use past that: every
-  terminating pod and the rest beyond the placement (`_beyond`; docs/charging.md).
+  name as "status unknown" — plus, per observed member, what its pods and claims use past
+  that: every terminating pod and the rest beyond the placement, the claims it holds beyond
+  the placement (`_beyond`; docs/charging.md).
 - `aggregatedStatus[]`: per cluster (every known member, plus any cluster a binding is placed
-  in), `used` from the bindings' placement and `observed` from the member's own pods.
+  in), `used` from the bindings' placement and `observed` from the member's own pods and
+  claims.
 - `reservations`: those of the object as read, minus the ones the index now accounts for (the
   binding is indexed at the reservation's generation or later, or was seen deleted, or the
   orphan audit proved it absent), those the orphan audit disproved (an UPDATE admitted but
@@ -235,13 +237,14 @@ def _member_condition(inputs: NamespaceSnapshot) -> Condition:
             type=st.COND_MEMBER_OBSERVED,
             status="Unknown",
             reason=REASON_SYNCING,
-            message=f"listing pods in {', '.join(syncing[:NAMED_MEMBERS])}{_more(len(syncing))}",
+            message="listing pods and claims in "
+            f"{', '.join(syncing[:NAMED_MEMBERS])}{_more(len(syncing))}",
         )
     return Condition(
         type=st.COND_MEMBER_OBSERVED,
         status="True",
         reason=REASON_ALL_OBSERVED,
-        message=f"pods observed in {len(members)} member cluster(s)",
+        message=f"pods and claims observed in {len(members)} member cluster(s)",
     )
 
 
@@ -418,7 +421,12 @@ def _beyond(
     """Per name, what one member's pods use past what Karmada placed there, counted in `used`
     on top of the bindings' charges: every terminating pod (no binding's charge covers it: a
     scale-down, a rollout's old pods, a deleted workload's), and the pods that are not
-    terminating beyond the placement (created around Karmada, or kept by the member)."""
+    terminating beyond the placement (created around Karmada, or kept by the member).
+
+    Claims (`controller.claims`) are in `running`, never in `terminating`: the claims a member
+    holds beyond what Karmada placed there count (retained by a scale-down or a deleted
+    StatefulSet, made around Karmada), those within it are the placed replicas' own claims and
+    count once, in the charge."""
     out: dict[str, int] = {}
     for n in hard:
         going = terminating[n].nanos if n in terminating else 0
@@ -525,8 +533,8 @@ def _clock(epoch: float) -> str:
 def _out_of_band_condition(
     beyond: Mapping[str, Mapping[str, int]], hard: ResourceList
 ) -> Condition:
-    """OutOfBandUsage: True naming the members whose pods use more than Karmada placed
-    (terminating pods included)."""
+    """OutOfBandUsage: True naming the members whose pods and claims use more than Karmada
+    placed (terminating pods and retained claims included)."""
     found = []
     for cluster in sorted(beyond):
         over = {n: v for n, v in sorted(beyond[cluster].items()) if v > 0}
@@ -541,15 +549,14 @@ def _out_of_band_condition(
             st.COND_OUT_OF_BAND,
             True,
             REASON_OBSERVED_EXCEEDS_PLACED,
-            "member pods use more than Karmada placed (terminating, or created around it) in "
-            + "; ".join(found)
-            + " (counted in used)",
+            "member pods and claims use more than Karmada placed (terminating pods, retained "
+            "claims, or created around it) in " + "; ".join(found) + " (counted in used)",
         )
     return _condition(
         st.COND_OUT_OF_BAND,
         False,
         REASON_WITHIN_PLACEMENT,
-        "no member's pods use more than Karmada placed there",
+        "no member's pods or claims use more than Karmada placed there",
     )
 
 

@@ -55,7 +55,8 @@ async def env() -> AsyncIterator[tuple[FakeApiServer, Controller, Fleet, Members
     fleet = Fleet(MEMBERS, {"pods": 10 * NANO, "requests.cpu": 10 * NANO})
     members = fleet.registry()
     for w in members.views():
-        w._synced = True  # the pod watch is played by the test (w.table)
+        # the pod and claim watches are played by the test (w.table, w.claims)
+        w._synced = w._claims_settled = True
     c = Controller(
         api,
         ControllerMetrics(),

@@ -45,11 +45,15 @@ class Member:
     def __init__(self) -> None:
         self.api = FakeApiServer()
         self.clients: list[tuple[str, str, bytes | None, bool]] = []
-        self.lists: list[dict[str, str]] = []  # the parameters of every LIST
+        self.lists: list[dict[str, str]] = []  # the parameters of every LIST of pods
+        self.claim_lists: list[dict[str, str]] = []  # and of claims
         self.api.before_read = self._read
 
     def _read(self, verb: str, ref: Ref, params: Mapping[str, str]) -> None:
-        if verb == "LIST":
+        if verb == "LIST" and ref.plural == "persistentvolumeclaims":
+            self.claim_lists.append(dict(params))  # every claim counts, whatever its phase
+            assert "fieldSelector" not in params, params
+        elif verb == "LIST":
             self.lists.append(dict(params))
             # the watch lists only what may still run (the field selector every list carries)
             assert params.get("fieldSelector") == NON_TERMINAL, params
@@ -109,7 +113,8 @@ async def test_lists_then_follows_the_watch(watch: Any) -> None:
     member.start()
     await until(lambda: w.synced)
     assert w.error == "" and pods_in(w) == "2" and pods_in(w, "other") == "1"
-    assert member.clients == [("https://member1.example:6443", "abc", b"PEM", False)]
+    # one client per informer (pods, claims), each from the Secret as it is
+    assert member.clients == [("https://member1.example:6443", "abc", b"PEM", False)] * 2
     assert [p["fieldSelector"] for p in member.lists] == [NON_TERMINAL] * 2
     await until(lambda: member.api.watching("pods"))
     member.add(pod("d"))
@@ -222,3 +227,45 @@ async def test_disabled_members_are_known_but_not_watched() -> None:
     assert [v.name for v in m.views()] == ["member1"] and not m.views()[0].synced
     assert member.clients == []
     await m.close()
+
+
+async def test_claims_are_watched_beside_the_pods(watch: Any) -> None:
+    from tests.controller.test_controller_claims import claim
+
+    w, member, changes = watch
+    member.add(pod("a"))
+    member.api.create("/api/v1/namespaces/team-a/persistentvolumeclaims", claim("data-0"))
+    member.start()
+    await until(lambda: w.synced and member.api.watching("persistentvolumeclaims"))
+    names = {"pods", "persistentvolumeclaims", "requests.storage"}
+
+    def held() -> dict[str, str]:
+        return {n: str(q) for n, q in w.observed("team-a", names, (), time.time()).running.items()}
+
+    assert held() == {"pods": "1", "persistentvolumeclaims": "1", "requests.storage": "1Gi"}
+    assert member.claim_lists == [{"limit": "2"}]
+    changes.seen.clear()
+    member.api.create("/api/v1/namespaces/team-a/persistentvolumeclaims", claim("data-1", "2Gi"))
+    await until(lambda: held()["persistentvolumeclaims"] == "2")
+    assert held()["requests.storage"] == "3Gi" and {"team-a"} in changes.seen
+    member.api.delete("/api/v1/namespaces/team-a/persistentvolumeclaims/data-0")
+    await until(
+        lambda: held() == {"pods": "1", "persistentvolumeclaims": "1", "requests.storage": "2Gi"}
+    )
+
+
+async def test_a_member_whose_claims_cannot_be_listed_still_counts_its_pods(watch: Any) -> None:
+    from karmadaquota.kube.client import KubeError
+
+    w, member, changes = watch
+    member.add(pod("a"))
+    member.api.refuse["persistentvolumeclaims"] = KubeError(
+        403, "Forbidden", "persistentvolumeclaims is forbidden"
+    )
+    member.start()
+    await until(lambda: w.synced, what="observed without its claims")
+    await until(lambda: "persistentvolumeclaims: " in w.error)
+    assert "forbidden" in w.error and pods_in(w) == "1"
+    assert None in changes.seen  # every quota's MemberObserved condition says so
+    member.api.refuse.clear()
+    await until(lambda: w.error == "", what="the claims listed at last")

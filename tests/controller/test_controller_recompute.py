@@ -6,7 +6,7 @@ import asyncio
 import json
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -33,14 +33,21 @@ from tests.polling import until
 
 
 async def member(
-    name: str, *pods: dict[str, Any], synced: bool = True, error: str = ""
+    name: str,
+    *pods: dict[str, Any],
+    synced: bool = True,
+    error: str = "",
+    claims: Sequence[dict[str, Any]] = (),
 ) -> MemberWatch:
-    """A member cluster's pod watch as the controller runs it (`members.MemberWatch`), over a
-    FakeApiServer standing for that member's kube-apiserver and holding `pods`: listed once
-    (`synced`), then, with `error`, the server failing and the watch saying why."""
+    """A member cluster's pod and claim watch as the controller runs it
+    (`members.MemberWatch`), over a FakeApiServer standing for that member's kube-apiserver and
+    holding `pods` and `claims`: listed once (`synced`), then, with `error`, the server failing
+    and the watch saying why."""
     api = FakeApiServer()
     for p in pods:
         api.create(f"/api/v1/namespaces/{p['metadata']['namespace']}/pods", p)
+    for c in claims:
+        api.create(f"/api/v1/namespaces/{c['metadata']['namespace']}/persistentvolumeclaims", c)
 
     async def secrets(namespace: str, secret: str) -> dict[str, Any]:
         return {"data": {"token": "dG9rZW4="}}
@@ -49,6 +56,7 @@ async def member(
     watch = MemberWatch(access, secrets, lambda _: None, client_factory=lambda *_: api)
     if synced:
         await watch.informer.relist(api)
+        await watch.claim_informer.relist(api)
     if error:
         await fail(watch, error)
     return watch

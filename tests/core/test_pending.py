@@ -591,7 +591,7 @@ def storm_quota() -> KarmadaQuota:
     conditions = [
         ("Ready", "Calculated", "usage recomputed from the ResourceBindings"),
         ("Valid", "Valid", ""),
-        ("MemberObserved", "AllMembersObserved", "pods observed in 3 member cluster(s)"),
+        ("MemberObserved", "AllMembersObserved", "pods and claims observed in 3 member cluster(s)"),
     ]
     return KarmadaQuota.model_validate(
         {

@@ -823,9 +823,12 @@ async def run(args: argparse.Namespace) -> str:
         except TimeoutError as e:  # reported with the figures measured before it
             fig.errors.append(str(e))
         fig.rss_end = {"controller": rss_mib(pid), "webhook": rss_mib(hook.proc.popen.pid)}
-        fig.restart, again = await restarted(bed, api, size, controller, args.controller_arg)
-        procs.append(again)
-        note(f"restart {fig.restart}")
+        try:
+            fig.restart, again = await restarted(bed, api, size, controller, args.controller_arg)
+            procs.append(again)
+            note(f"restart {fig.restart}")
+        except Exception as e:  # reported with the figures measured before it
+            fig.errors.append(f"restart: {e!r}")
         fig.load = (fig.load[0], loadavg())
         fig.list_pages = {page: await list_time(api, page) for page in (500, 2000, 5000)}
         note(f"binding list by the bench, by page size: {fig.list_pages}")

@@ -389,7 +389,9 @@ async def probe(
     return out
 
 
-async def stopwatch(api: KubeClient, paths: dict[str, int], deadline: float = 60) -> float:
+async def stopwatch(
+    api: KubeClient, paths: dict[str, int], deadline: float = 60, poll: float = 0.005
+) -> float:
     """Seconds until every object at `paths` reports `used.pods` equal to its value (polled
     back to back, each path in parallel)."""
     t0 = time.perf_counter()
@@ -398,7 +400,7 @@ async def stopwatch(api: KubeClient, paths: dict[str, int], deadline: float = 60
         while pods_used(await api.get(path)) != pods:
             if time.perf_counter() - t0 > deadline:
                 raise TimeoutError(f"{path}: used.pods never reached {pods}")
-            await asyncio.sleep(0.005)  # polling with a deadline
+            await asyncio.sleep(poll)  # polling with a deadline
 
     await asyncio.gather(*(one(p, n) for p, n in paths.items()))
     return time.perf_counter() - t0
@@ -452,7 +454,12 @@ def spare(size: Size) -> list[str]:
 
 
 async def release_one(
-    api: KubeClient, size: Size, ns: str, readiness: Readiness | None = None, deadline: float = 150
+    api: KubeClient,
+    size: Size,
+    ns: str,
+    readiness: Readiness | None = None,
+    deadline: float = 150,
+    poll: float = 0.005,
 ) -> float:
     """Delete the last of `ns`'s populated bindings; seconds until its quota's `used` (and its
     cluster quota's) drop by it."""
@@ -465,11 +472,11 @@ async def release_one(
     team = size.team_of(ns)
     if team:
         want[f"{CLUSTER_QUOTAS}/{team}"] = expected(size, team)
-    return await stopwatch(api, want, deadline)
+    return await stopwatch(api, want, deadline, poll)
 
 
 async def cold_releases(
-    api: KubeClient, size: Size, readiness: Readiness, into: list[float], every: float = 3.0
+    api: KubeClient, size: Size, readiness: Readiness, into: list[float], every: float = 5.0
 ) -> None:
     """Through the cold start (until cancelled): one delete at a time, in a namespace whose
     quota (and cluster quota) is Ready with exact usage already, timed until both say so —
@@ -488,7 +495,8 @@ async def cold_releases(
         ns = ready[0]
         left.remove(ns)
         with contextlib.suppress(TimeoutError):
-            into.append(await release_one(api, size, ns, readiness))
+            # polled every 50 ms: the cold start's API server is what is measured
+            into.append(await release_one(api, size, ns, readiness, poll=0.05))
             continue
         into.append(float("inf"))
 

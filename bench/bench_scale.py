@@ -295,8 +295,9 @@ class Readiness:
 
     def want(self, kind: str, obj: JSON) -> int:
         meta = obj["metadata"]
-        if kind == "q":
-            return self.size.counts.get(meta["namespace"], -1)
+        if kind == "q":  # FLOOR's quota counts nothing (its scope matches no binding)
+            ns = meta["namespace"]
+            return 0 if ns == FLOOR else self.size.counts.get(ns, -1)
         return sum(self.size.counts[ns] for ns in self.size.teams.get(meta["name"], []))
 
     def see(self, kind: str, obj: JSON) -> None:

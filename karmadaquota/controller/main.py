@@ -139,10 +139,14 @@ async def serve(config: ControllerConfig) -> int:
     async def read_secret(namespace: str, name: str) -> JSON:
         return await client.get(f"/api/v1/namespaces/{namespace}/secrets/{name}")
 
+    # Connection pools by job (`KubeClient.lane`; watches have one of their own): the Lease
+    # renewals every write waits on, and the quota status writes (with the enforcement label
+    # each first write puts on), never wait for a connection behind the other jobs' requests.
+    writes = client.lane(2 * config.reconciler.concurrency + 8)
     elector: LeaderElector | None = None
     if config.leader_elect:
         elector = LeaderElector(
-            client,
+            client.lane(2),
             config.lease_namespace,
             name=config.lease_name,
             lease_duration=config.lease_duration,
@@ -167,10 +171,11 @@ async def serve(config: ControllerConfig) -> int:
         config.reconciler,
         members,
         waker=Waker(client, metrics, config.wake) if config.wake is not None else None,
-        namespace_api=client,
+        namespace_api=writes,
         dequeuer=Dequeuer(client, metrics),
         guards=keeper,
         templates=TemplateStore(client, kinds=config.workload_kinds),
+        status_api=writes,
     )
     # what the controller hears of: members and leadership (both built before it, and
     # started after)

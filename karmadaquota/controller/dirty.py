@@ -81,8 +81,12 @@ class DirtyQueue:
         retry_delay: float = 1.0,
         name: str = "recompute",
         retry_cap: float = RETRY_CAP,
+        listed: asyncio.Event | None = None,
     ) -> None:
         self._flush = flush
+        # set once what the flushes read is listed in full: the marks a first list makes
+        # (100,000 binding events) are a sweep, not events to hurry
+        self._listed = listed
         self.name = name  # the job, in task names and logs
         self.quiet = quiet
         self.max_delay = max_delay
@@ -107,6 +111,9 @@ class DirtyQueue:
 
     def mark(self, namespace: str) -> None:
         """Something `namespace` depends on changed (an event): flushed before swept keys."""
+        if self._listed is not None and not self._listed.is_set():
+            self._mark(namespace)
+            return
         self._urgent.add(namespace)
         self._slots.promote(namespace)  # its flush may be waiting for a slot already
         self._mark(namespace)

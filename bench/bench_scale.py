@@ -516,16 +516,37 @@ def longest_gap(times: list[float], start: float, end: float) -> tuple[float, fl
 
 
 async def restarted(
-    bed: TestBed, api: KubeClient, size: Size, old: product.Proc, extra: list[str]
+    bed: TestBed,
+    api: KubeClient,
+    size: Size,
+    old: product.Proc,
+    extra: list[str],
+    name: str,
+    standby: bool,
 ) -> tuple[dict[str, float], product.Proc]:
-    """The controller stopped (SIGTERM: it gives the Lease up) and another started, every
-    status already written: seconds until it is synced and leading, until a delete made as it
-    started is released (it enforces again), the status writes it made meanwhile, and how many
-    quotas were not Ready with exact usage then."""
-    old.stop()
-    t0 = time.perf_counter()
-    proc, port = product.start_controller(bed, "scale-controller-restarted", *extra)
+    """The leader replaced, every status already written. `standby`: another replica is started
+    and listed first (a follower), then the leader stops (SIGTERM: it gives the Lease up), as
+    when the leader moves; else the leader stops, then a new one starts (one replica). Seconds
+    from then until the new one is synced and leading, and until a delete made then is
+    released (it enforces again); the status writes it made meanwhile, and how many quotas were
+    not Ready with exact usage then."""
     out: dict[str, float] = {}
+    t0 = time.perf_counter()
+    if standby:
+        proc, port = product.start_controller(bed, name, *extra)
+        while True:
+            with contextlib.suppress(OSError, asyncio.TimeoutError, aiohttp.ClientError):
+                m = await product.controller_metrics(port, timeout=5)
+                if m.get("karmadaquota_controller_synced") == 1:
+                    break
+            await asyncio.sleep(0.5)  # polling the new process's /metrics
+        out["standby synced"] = time.perf_counter() - t0
+        await asyncio.to_thread(old.stop)
+        t0 = time.perf_counter()
+    else:
+        await asyncio.to_thread(old.stop)
+        t0 = time.perf_counter()
+        proc, port = product.start_controller(bed, name, *extra)
 
     async def leading() -> None:
         while True:
@@ -594,8 +615,9 @@ class Figures:
     cold_release: list[float] = field(default_factory=list)
     # the longest window without a status write until every quota was Ready: (s, began at s)
     gap: tuple[float, float] = (0.0, 0.0)
-    # the controller restarted with every status written (`restarted`)
-    restart: dict[str, float] = field(default_factory=dict)
+    # the leader replaced with every status written (`restarted`): by a new process, and by a
+    # standby replica (True)
+    restart: dict[bool, dict[str, float]] = field(default_factory=dict)
     load: tuple[float, float] = (0.0, 0.0)  # 1-min load average before / after
     errors: list[str] = field(default_factory=list)
     writes: int = 0  # quota status writes by the controller until every quota was Ready
@@ -832,12 +854,18 @@ async def run(args: argparse.Namespace) -> str:
         except TimeoutError as e:  # reported with the figures measured before it
             fig.errors.append(str(e))
         fig.rss_end = {"controller": rss_mib(pid), "webhook": rss_mib(hook.proc.popen.pid)}
-        try:
-            fig.restart, again = await restarted(bed, api, size, controller, args.controller_arg)
-            procs.append(again)
-            note(f"restart {fig.restart}")
-        except Exception as e:  # reported with the figures measured before it
-            fig.errors.append(f"restart: {e!r}")
+        leader = controller
+        for standby in (False, True):
+            try:
+                fig.restart[standby], leader = await restarted(
+                    bed, api, size, leader, args.controller_arg,
+                    f"scale-controller-{'standby' if standby else 'restarted'}", standby,
+                )  # fmt: skip
+                procs.append(leader)
+                note(f"restart (standby {standby}) {fig.restart[standby]}")
+            except Exception as e:  # reported with the figures measured before it
+                fig.errors.append(f"restart: {e!r}")
+                break
         fig.load = (fig.load[0], loadavg())
         fig.list_pages = {page: await list_time(api, page) for page in (500, 2000, 5000)}
         note(f"binding list by the bench, by page size: {fig.list_pages}")
@@ -912,11 +940,15 @@ def report(args: argparse.Namespace, size: Size, fig: Figures) -> str:
         f"| — release after delete through the cold start, p50 / p99 ({len(fig.cold_release)} "
         f"deletes in namespaces already Ready) | "
         f"{ms(statistics.median(fig.cold_release or [nan]))} / {ms(pct(fig.cold_release, 0.99))} |",
-        f"| controller restarted, statuses written: synced and leading / a delete made at its "
-        f"start released / status writes meanwhile / quotas not Ready then | "
-        f"{fig.restart.get('synced and leading', nan):.1f} s / "
-        f"{fig.restart.get('release', nan):.1f} s / {fig.restart.get('writes', nan):.0f} / "
-        f"{fig.restart.get('not ready', nan):.0f} |",
+        *(
+            f"| leader replaced by {'a standby replica (listed first in ' if standby else ''}"
+            f"{format(r.get('standby synced', nan), '.1f') + ' s)' if standby else 'a new process'}"
+            f", statuses written: synced and leading / a delete made then released / status "
+            f"writes meanwhile / quotas not Ready then | "
+            f"{r.get('synced and leading', nan):.1f} s / {r.get('release', nan):.1f} s / "
+            f"{r.get('writes', nan):.0f} / {r.get('not ready', nan):.0f} |"
+            for standby, r in fig.restart.items()
+        ),
         f"| webhook start until cache synced (/readyz) | {fig.sync:.1f} s |",
         f"| webhook RSS after sync / at the end (peak) | {mib['webhook']} / {end['webhook']} |",
         *(f"| **not measured** | {e} |" for e in fig.errors),

@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+import aiohttp
+
 from karmadaquota.controller import status as st
 from karmadaquota.controller.metrics import ControllerMetrics
 from karmadaquota.kube.client import JSON, JSON_PATCH, Api, Conflict, KubeError, NotFound
@@ -101,7 +103,9 @@ class StatusWriter:
             self.metrics.status_writes.labels("notfound").inc()
             self._took(started)
             raise
-        except KubeError:
+        except (KubeError, aiohttp.ClientError, TimeoutError):
+            # a deadline passed (a connection waited for, a slow answer) counts as an error
+            # too: before, the cold start's 217 timed-out writes counted nowhere (issue 46)
             self.metrics.status_writes.labels("error").inc()
             self._took(started)
             raise

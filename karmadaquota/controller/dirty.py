@@ -218,6 +218,14 @@ class DirtyQueue:
                 self._slots.release()
         except asyncio.CancelledError:
             raise
+        except TimeoutError as e:
+            # a request's deadline passed: expected under load, and a traceback per flush
+            # (formatted on the loop) cost the busy cold start more CPU (issue 46)
+            log.warning(
+                "flush timed out; retrying",
+                extra={"job": self.name, "namespace": namespace, "error": repr(e)},
+            )
+            self.retry(namespace)
         except Exception:
             log.exception(
                 "flush failed; retrying", extra={"job": self.name, "namespace": namespace}

@@ -50,6 +50,7 @@ from karmadaquota.heap import freeze_startup_heap
 from karmadaquota.kinds import BUILTIN, Kinds
 from karmadaquota.kube.client import JSON, CredentialsError, KubeClient, user_agent
 from karmadaquota.kube.templates import TemplateStore
+from karmadaquota.loop_lag import watch_lag
 from karmadaquota.serving import aux_port, metrics_auth, server
 from karmadaquota.serving.aux_port import aux_app
 from karmadaquota.serving.server import AUX_LIMITS, ServerConfig
@@ -212,6 +213,8 @@ async def serve(config: ControllerConfig) -> int:
         asyncio.create_task(controller.run(), name="controller"),
         # what a cold start or a resync freed goes back to the system (docs/benchmarks.md)
         asyncio.create_task(trim_every(TRIM_PERIOD), name="heap-trim"),
+        # how late the loop runs what is due: what a lapsed Lease is explained with
+        asyncio.create_task(watch_lag(metrics.loop_lag.observe), name="loop-lag"),
     ]
     if elector is not None:
         tasks.append(asyncio.create_task(elector.run(), name="leader-election"))

@@ -465,10 +465,12 @@ async def release_one(
     """Delete the last of `ns`'s populated bindings; seconds until its quota's `used` (and its
     cluster quota's) drop by it."""
     n = size.counts[ns]
-    await api.request("DELETE", f"{RB.format(ns=ns)}/b-{n - 1:05d}")
+    # counted (and expected) before the delete: a status written before the DELETE answers
+    # would otherwise be judged against the old count and stay pending for good
     size.counts[ns] -= 1
     if readiness is not None:
         readiness.expect(ns)
+    await api.request("DELETE", f"{RB.format(ns=ns)}/b-{n - 1:05d}")
     want = {f"{QUOTAS.format(ns=ns)}/q": size.counts[ns]}
     team = size.team_of(ns)
     if team:

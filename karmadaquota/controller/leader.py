@@ -221,7 +221,9 @@ class LeaderElector:
             except Exception as e:  # network, 5xx: keep leadership until it runs out
                 log.warning(
                     "leader election round failed",
-                    extra={"namespace": self.namespace, "lease": self.name, "error": str(e)},
+                    # repr: a TimeoutError's str is empty, and which request timed out is
+                    # what a lapse is explained with (issue 46)
+                    extra={"namespace": self.namespace, "lease": self.name, "error": repr(e)},
                 )
             self._notify()
             delay = self.retry_period

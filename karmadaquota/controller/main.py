@@ -159,7 +159,7 @@ async def serve(config: ControllerConfig) -> int:
     elector: LeaderElector | None = None
     if config.leader_elect:
         elector = LeaderElector(
-            client.lane(2),
+            client.lane(2),  # used by the elector's thread alone (its loop's connections)
             config.lease_namespace,
             name=config.lease_name,
             lease_duration=config.lease_duration,
@@ -234,7 +234,9 @@ async def serve(config: ControllerConfig) -> int:
         asyncio.create_task(watch_lag(metrics.loop_lag.observe), name="loop-lag"),
     ]
     if elector is not None:
-        tasks.append(asyncio.create_task(elector.run(), name="leader-election"))
+        # renewed from a thread of its own: a busy loop cannot lapse it (controller.leader);
+        # cancelled, the thread releases the Lease
+        tasks.append(asyncio.create_task(elector.run_on_thread(), name="leader-election"))
     logging.getLogger("kopf").setLevel(config.kopf_log_level.upper())
     code = 0
     try:
@@ -254,8 +256,6 @@ async def serve(config: ControllerConfig) -> int:
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        if elector is not None:
-            await elector.release()
         await keeper.close()
         await members.close()
         await listener.close()

@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+import aiohttp
 import orjson
 
 from bench.bench_admission import cpu_seconds, histogram, quantile
@@ -279,10 +280,24 @@ class Readiness:
         self.climb: list[float] = []  # [k]: when k + 1 were Ready at once for the first time
         self.writes: list[float] = []  # when each status write's watch event arrived
 
+    def expect(self, ns: str) -> None:
+        """The bench changed `ns`'s bindings: its quota (and its cluster quota) are pending
+        until a status with the new count is seen."""
+        team = self.size.team_of(ns)
+        for key in (("q", ns), *((("c", team),) if team else ())):
+            if key not in self.pending:
+                self.pending.add(key)
+                self.left[key[0]] += 1
+        self.done.clear()
+
+    def ready(self, ns: str) -> bool:
+        return ("q", ns) not in self.pending
+
     def want(self, kind: str, obj: JSON) -> int:
         meta = obj["metadata"]
-        if kind == "q":
-            return self.size.counts.get(meta["namespace"], -1)
+        if kind == "q":  # FLOOR's quota counts nothing (its scope matches no binding)
+            ns = meta["namespace"]
+            return 0 if ns == FLOOR else self.size.counts.get(ns, -1)
         return sum(self.size.counts[ns] for ns in self.size.teams.get(meta["name"], []))
 
     def see(self, kind: str, obj: JSON) -> None:
@@ -375,7 +390,9 @@ async def probe(
     return out
 
 
-async def stopwatch(api: KubeClient, paths: dict[str, int], deadline: float = 60) -> float:
+async def stopwatch(
+    api: KubeClient, paths: dict[str, int], deadline: float = 60, poll: float = 0.005
+) -> float:
     """Seconds until every object at `paths` reports `used.pods` equal to its value (polled
     back to back, each path in parallel)."""
     t0 = time.perf_counter()
@@ -384,7 +401,7 @@ async def stopwatch(api: KubeClient, paths: dict[str, int], deadline: float = 60
         while pods_used(await api.get(path)) != pods:
             if time.perf_counter() - t0 > deadline:
                 raise TimeoutError(f"{path}: used.pods never reached {pods}")
-            await asyncio.sleep(0.005)  # polling with a deadline
+            await asyncio.sleep(poll)  # polling with a deadline
 
     await asyncio.gather(*(one(p, n) for p, n in paths.items()))
     return time.perf_counter() - t0
@@ -429,6 +446,135 @@ async def releases(api: KubeClient, size: Size, trials: int) -> tuple[list[float
     return released, removed
 
 
+def spare(size: Size) -> list[str]:
+    """Namespaces no probe, release or relabel touches (the cold start's and the restart's
+    deletes go there), in a cluster quota or not."""
+    used = {size.namespaces[0], size.namespaces[1] if len(size.namespaces) > 1 else ""}
+    used |= {names[-1] for names in size.teams.values() if names}
+    return [ns for ns in reversed(size.namespaces[2:]) if ns not in used]
+
+
+async def release_one(
+    api: KubeClient,
+    size: Size,
+    ns: str,
+    readiness: Readiness | None = None,
+    deadline: float = 150,
+    poll: float = 0.005,
+) -> float:
+    """Delete the last of `ns`'s populated bindings; seconds until its quota's `used` (and its
+    cluster quota's) drop by it."""
+    n = size.counts[ns]
+    # counted (and expected) before the delete: a status written before the DELETE answers
+    # would otherwise be judged against the old count and stay pending for good
+    size.counts[ns] -= 1
+    if readiness is not None:
+        readiness.expect(ns)
+    await api.request("DELETE", f"{RB.format(ns=ns)}/b-{n - 1:05d}")
+    want = {f"{QUOTAS.format(ns=ns)}/q": size.counts[ns]}
+    team = size.team_of(ns)
+    if team:
+        want[f"{CLUSTER_QUOTAS}/{team}"] = expected(size, team)
+    return await stopwatch(api, want, deadline, poll)
+
+
+async def cold_releases(
+    api: KubeClient, size: Size, readiness: Readiness, into: list[float], every: float = 5.0
+) -> None:
+    """Through the cold start (until cancelled): one delete at a time, in a namespace whose
+    quota (and cluster quota) is Ready with exact usage already, timed until both say so —
+    a release must not wait for the rest of the cold start."""
+    left = spare(size)
+    while left:
+        await asyncio.sleep(every)  # pacing the deletes, not synchronising
+        ready = [
+            ns
+            for ns in left
+            if readiness.ready(ns)
+            and (size.team_of(ns) is None or ("c", size.team_of(ns)) not in readiness.pending)
+        ]
+        if not ready:
+            continue
+        ns = ready[0]
+        left.remove(ns)
+        with contextlib.suppress(TimeoutError):
+            # polled every 50 ms: the cold start's API server is what is measured
+            into.append(await release_one(api, size, ns, readiness, poll=0.05))
+            continue
+        into.append(float("inf"))
+
+
+def longest_gap(times: list[float], start: float, end: float) -> tuple[float, float]:
+    """The longest window with no status write between the first write and `end`, and when it
+    began (s from `start`)."""
+    xs = sorted(t for t in times if start <= t <= end)
+    if not xs:
+        return (end - start, 0.0)
+    best = (0.0, xs[0] - start)
+    for a, b in zip(xs, [*xs[1:], end], strict=True):
+        if b - a > best[0]:
+            best = (b - a, a - start)
+    return best
+
+
+async def restarted(
+    bed: TestBed,
+    api: KubeClient,
+    size: Size,
+    old: product.Proc,
+    extra: list[str],
+    name: str,
+    standby: bool,
+) -> tuple[dict[str, float], product.Proc]:
+    """The leader replaced, every status already written. `standby`: another replica is started
+    and listed first (a follower), then the leader stops (SIGTERM: it gives the Lease up), as
+    when the leader moves; else the leader stops, then a new one starts (one replica). Seconds
+    from then until the new one is synced and leading, and until a delete made then is
+    released (it enforces again); the status writes it made meanwhile, and how many quotas were
+    not Ready with exact usage then."""
+    out: dict[str, float] = {}
+    t0 = time.perf_counter()
+    if standby:
+        proc, port = product.start_controller(bed, name, *extra)
+        while True:
+            with contextlib.suppress(OSError, asyncio.TimeoutError, aiohttp.ClientError):
+                m = await product.controller_metrics(port, timeout=5)
+                if m.get("karmadaquota_controller_synced") == 1:
+                    break
+            await asyncio.sleep(0.5)  # polling the new process's /metrics
+        out["standby synced"] = time.perf_counter() - t0
+        await asyncio.to_thread(old.stop)
+        t0 = time.perf_counter()
+    else:
+        await asyncio.to_thread(old.stop)
+        t0 = time.perf_counter()
+        proc, port = product.start_controller(bed, name, *extra)
+
+    async def leading() -> None:
+        while True:
+            with contextlib.suppress(OSError, asyncio.TimeoutError, aiohttp.ClientError):
+                m = await product.controller_metrics(port, timeout=5)
+                if m.get("karmadaquota_controller_synced") == 1 and m.get("karmadaquota_leader"):
+                    out["synced and leading"] = time.perf_counter() - t0
+                    return
+            await asyncio.sleep(0.2)  # polling the new process's /metrics
+
+    ns = spare(size)[-1]
+    try:
+        took, _ = await asyncio.gather(release_one(api, size, ns, deadline=120), leading())
+        out["release"] = took
+    except TimeoutError:
+        out["release"] = float("inf")
+    counted = await product.controller_metrics(port)
+    out["writes"] = counted.get('karmadaquota_status_writes_total{result="ok"}', 0.0)
+    readiness = Readiness(api, size)
+    for kind, path in (("q", ALL_QUOTAS), ("c", CLUSTER_QUOTAS)):
+        for obj in (await api.get(path)).get("items", []):
+            readiness.see(kind, obj)
+    out["not ready"] = float(len(readiness.pending))
+    return out, proc
+
+
 async def relabels(api: KubeClient, size: Size, trials: int) -> list[float]:
     """Move a namespace from one cluster quota to the next and back, `trials` times each way:
     until both quotas' `used` say so."""
@@ -467,6 +613,13 @@ class Figures:
     release: list[float] = field(default_factory=list)
     gone: list[float] = field(default_factory=list)  # until the deleted binding is gone
     relabel: list[float] = field(default_factory=list)
+    # releases timed through the cold start (a delete in a namespace already Ready)
+    cold_release: list[float] = field(default_factory=list)
+    # the longest window without a status write until every quota was Ready: (s, began at s)
+    gap: tuple[float, float] = (0.0, 0.0)
+    # the leader replaced with every status written (`restarted`): by a new process, and by a
+    # standby replica (True)
+    restart: dict[bool, dict[str, float]] = field(default_factory=dict)
     load: tuple[float, float] = (0.0, 0.0)  # 1-min load average before / after
     errors: list[str] = field(default_factory=list)
     writes: int = 0  # quota status writes by the controller until every quota was Ready
@@ -605,9 +758,11 @@ async def run(args: argparse.Namespace) -> str:
         pid = controller.popen.pid
         spy = Profiler(pid, Path(args.profile) / "controller-cold.txt") if args.profile else None
         sampler = asyncio.create_task(sample_rss(pid, fig.rss_trace))
+        deletes = asyncio.create_task(cold_releases(api, size, readiness, fig.cold_release))
         fig.not_ready = await readiness.wait(args.ready_timeout)
-        sampler.cancel()
-        await asyncio.gather(sampler, return_exceptions=True)
+        for task in (sampler, deletes):
+            task.cancel()
+        await asyncio.gather(sampler, deletes, return_exceptions=True)
         fig.rss_trace = [(at - t0, mib) for at, mib in fig.rss_trace]
         fig.cold_start = time.perf_counter() - t0
         fig.ready_at = {k: at - t0 for k, at in readiness.ready_at.items()}
@@ -623,6 +778,8 @@ async def run(args: argparse.Namespace) -> str:
         fig.cold_cpu = cpu_seconds(pid)
         fig.timeline = lists_ended(controller.log, wall0) | climb(readiness, t0)
         fig.write_rate = per_10s(readiness.writes, t0, t0 + fig.cold_start)
+        fig.gap = longest_gap(readiness.writes, t0, t0 + fig.cold_start)
+        note(f"longest window without a status write {fig.gap}; releases {fig.cold_release}")
         took = bucketed(counted, "karmadaquota_status_write_duration_seconds")
         if took:
             fig.write_time = (
@@ -699,6 +856,18 @@ async def run(args: argparse.Namespace) -> str:
         except TimeoutError as e:  # reported with the figures measured before it
             fig.errors.append(str(e))
         fig.rss_end = {"controller": rss_mib(pid), "webhook": rss_mib(hook.proc.popen.pid)}
+        leader = controller
+        for standby in (False, True):
+            try:
+                fig.restart[standby], leader = await restarted(
+                    bed, api, size, leader, args.controller_arg,
+                    f"scale-controller-{'standby' if standby else 'restarted'}", standby,
+                )  # fmt: skip
+                procs.append(leader)
+                note(f"restart (standby {standby}) {fig.restart[standby]}")
+            except Exception as e:  # reported with the figures measured before it
+                fig.errors.append(f"restart: {e!r}")
+                break
         fig.load = (fig.load[0], loadavg())
         fig.list_pages = {page: await list_time(api, page) for page in (500, 2000, 5000)}
         note(f"binding list by the bench, by page size: {fig.list_pages}")
@@ -768,6 +937,20 @@ def report(args: argparse.Namespace, size: Size, fig: Figures) -> str:
         f"| — controller status write time p50 / p90 / p99 (bucket bounds, retries included; "
         f"{fig.write_time[3]:.0f} writes) | ≤ {fig.write_time[0] * 1000:g} / "
         f"≤ {fig.write_time[1] * 1000:g} / ≤ {fig.write_time[2] * 1000:g} ms |",
+        f"| — the longest window without a status write (from the first; began at) | "
+        f"{fig.gap[0]:.1f} s (at {fig.gap[1]:.1f} s) |",
+        f"| — release after delete through the cold start, p50 / p99 ({len(fig.cold_release)} "
+        f"deletes in namespaces already Ready) | "
+        f"{ms(statistics.median(fig.cold_release or [nan]))} / {ms(pct(fig.cold_release, 0.99))} |",
+        *(
+            f"| leader replaced by {'a standby replica (listed first in ' if standby else ''}"
+            f"{format(r.get('standby synced', nan), '.1f') + ' s)' if standby else 'a new process'}"
+            f", statuses written: synced and leading / a delete made then released / status "
+            f"writes meanwhile / quotas not Ready then | "
+            f"{r.get('synced and leading', nan):.1f} s / {r.get('release', nan):.1f} s / "
+            f"{r.get('writes', nan):.0f} / {r.get('not ready', nan):.0f} |"
+            for standby, r in fig.restart.items()
+        ),
         f"| webhook start until cache synced (/readyz) | {fig.sync:.1f} s |",
         f"| webhook RSS after sync / at the end (peak) | {mib['webhook']} / {end['webhook']} |",
         *(f"| **not measured** | {e} |" for e in fig.errors),

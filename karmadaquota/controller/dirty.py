@@ -6,6 +6,9 @@ first marked — so a storm of 500 binding events becomes a few recomputes/write
 delete is reflected within tens of milliseconds. One flush per namespace runs at a time (a mark
 during a flush schedules another one after it); different namespaces flush concurrently, up to
 `concurrency`. `mark_at(ns, when)` schedules a flush at a loop time (a reservation expiry).
+`sweep(keys)` marks many keys at once (a relist, a member's state, a new leader): a key an event
+marked (`mark`, and the timers) takes the next free slot before every swept one (`slots`), so a
+release never waits for a sweep of thousands.
 
 Each queue is its job's only retry path, with client-go's workqueue contract: a flush that
 raises, or that calls `retry(ns)` (AddRateLimited), runs again after that key's backoff
@@ -22,6 +25,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
+from karmadaquota.controller.slots import Slots
 from karmadaquota.kube.retry import Backoff
 
 log = logging.getLogger("karmadaquota.controller.dirty")
@@ -77,8 +81,12 @@ class DirtyQueue:
         retry_delay: float = 1.0,
         name: str = "recompute",
         retry_cap: float = RETRY_CAP,
+        listed: asyncio.Event | None = None,
     ) -> None:
         self._flush = flush
+        # set once what the flushes read is listed in full: the marks a first list makes
+        # (100,000 binding events) are a sweep, not events to hurry
+        self._listed = listed
         self.name = name  # the job, in task names and logs
         self.quiet = quiet
         self.max_delay = max_delay
@@ -90,7 +98,11 @@ class DirtyQueue:
         self._running: dict[str, asyncio.Task[None]] = {}
         self._wake = asyncio.Event()
         self.concurrency = concurrency
-        self._slots = asyncio.Semaphore(concurrency)
+        self._slots = Slots(concurrency)
+        # keys an event marked since their flush last started (they go first: `slots`)
+        self._urgent: set[str] = set()
+        # keys whose flush waits for a slot: a mark meanwhile is theirs (nothing read yet)
+        self._waiting: set[str] = set()
         self.flushes = 0
 
     @staticmethod
@@ -98,6 +110,22 @@ class DirtyQueue:
         return asyncio.get_running_loop().time()
 
     def mark(self, namespace: str) -> None:
+        """Something `namespace` depends on changed (an event): flushed before swept keys."""
+        if self._listed is not None and not self._listed.is_set():
+            self._mark(namespace)
+            return
+        self._urgent.add(namespace)
+        self._slots.promote(namespace)  # its flush may be waiting for a slot already
+        self._mark(namespace)
+
+    def sweep(self, namespaces: Iterable[str]) -> None:
+        """Mark many keys for a flush that need not hurry (every quota after a list)."""
+        for ns in namespaces:
+            self._mark(ns)
+
+    def _mark(self, namespace: str) -> None:
+        if namespace in self._waiting:
+            return  # its flush has not started: it reads what this mark says changed
         now = self._now()
         # a key marked while its flush runs waits aside until that flush ends: the loop then
         # never walks past it (5,000 keys marked again mid-flush made each wake-up walk them all)
@@ -176,12 +204,28 @@ class DirtyQueue:
 
     async def _one(self, namespace: str) -> None:
         try:
-            async with self._slots:
+            self._waiting.add(namespace)
+            try:
+                await self._slots.acquire(namespace, namespace in self._urgent)
+            finally:
+                self._waiting.discard(namespace)
+            try:
+                self._urgent.discard(namespace)  # a mark from now on is for the next flush
                 self.flushes += 1
                 self._retried.discard(namespace)
                 await self._flush(namespace)
+            finally:
+                self._slots.release()
         except asyncio.CancelledError:
             raise
+        except TimeoutError as e:
+            # a request's deadline passed: expected under load, and a traceback per flush
+            # (formatted on the loop) cost the busy cold start more CPU (issue 46)
+            log.warning(
+                "flush timed out; retrying",
+                extra={"job": self.name, "namespace": namespace, "error": repr(e)},
+            )
+            self.retry(namespace)
         except Exception:
             log.exception(
                 "flush failed; retrying", extra={"job": self.name, "namespace": namespace}

@@ -8,14 +8,30 @@ leader only until `renew_deadline` seconds after the start of its last successfu
 with `renew_deadline` < `lease_duration` minus the write timeout, a deposed or partitioned
 leader stops writing before anybody else may start. On a graceful stop the Lease is released
 (holder cleared) so that a successor takes over at once.
+
+**A thread of its own** (`run_on_thread`, what the controller runs; issue 46). The controller's
+event loop runs up to a queue's whole concurrency of recomputes a turn: at Karmada's size a turn
+took seconds, the renewal's answer waited past its 2 s deadline behind them, and the leader
+lapsed while the API server answered in 0.1 s. client-go renews from a goroutine of its own;
+here the rounds run on a thread with an event loop of its own (its client's connections made
+and used there only), which the interpreter schedules between the loop's bytecodes however
+long a recompute runs. It stays fail-safe without any help from the busy loop: leadership is
+one number, `_leader_until` (the start of the last successful renewal + `renew_deadline`),
+written by the thread and read against the clock by every `may_lead` before a write. A thread
+that cannot renew (API server unreachable, or itself starved) lets it pass like any failed
+renewal, and the next write asks and finds no leadership, whether or not the loop has heard
+of the change yet (`on_change` is handed to the loop with `call_soon_threadsafe`). Only that
+number and the notification cross threads: nothing else is shared, so no lock is needed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -221,7 +237,9 @@ class LeaderElector:
             except Exception as e:  # network, 5xx: keep leadership until it runs out
                 log.warning(
                     "leader election round failed",
-                    extra={"namespace": self.namespace, "lease": self.name, "error": str(e)},
+                    # repr: a TimeoutError's str is empty, and which request timed out is
+                    # what a lapse is explained with (issue 46)
+                    extra={"namespace": self.namespace, "lease": self.name, "error": repr(e)},
                 )
             self._notify()
             delay = self.retry_period
@@ -229,3 +247,52 @@ class LeaderElector:
                 # wake up in time to notice a lapse even if renewals keep failing
                 delay = max(0.0, min(delay, self.remaining()))
             await asyncio.sleep(delay)  # the election period, not synchronisation
+
+    async def run_on_thread(self) -> None:
+        """`run` on a thread with an event loop of its own, so that a busy loop here cannot
+        lapse leadership (module docstring); `on_change` is called on this loop. Cancel to
+        stop: the thread releases the Lease (`release`), closes its client and ends.
+        `self.api` must be used by that thread only (a client of its own, or a lane)."""
+        loop = asyncio.get_running_loop()
+        told = self.on_change
+
+        def tell(leader: bool) -> None:
+            with contextlib.suppress(RuntimeError):  # this loop closed: nobody to tell
+                loop.call_soon_threadsafe(told, leader)
+
+        self.on_change = tell
+        started: asyncio.Future[tuple[asyncio.AbstractEventLoop, asyncio.Task[None]]] = (
+            loop.create_future()
+        )
+        ended: asyncio.Future[None] = loop.create_future()
+
+        async def rounds() -> None:
+            task = asyncio.current_task()
+            assert task is not None
+            loop.call_soon_threadsafe(started.set_result, (asyncio.get_running_loop(), task))
+            try:
+                await self.run()
+            finally:  # cancelled: give the Lease up, from here (its client's loop)
+                await self.release()
+                close = getattr(self.api, "close", None)
+                if close is not None:
+                    await close()
+
+        def main() -> None:
+            try:
+                with contextlib.suppress(asyncio.CancelledError):
+                    asyncio.run(rounds())
+            finally:
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(ended.set_result, None)
+
+        threading.Thread(target=main, name="leader-election", daemon=True).start()
+        try:
+            await asyncio.shield(ended)
+        except asyncio.CancelledError:
+            thread_loop, task = await started
+            thread_loop.call_soon_threadsafe(task.cancel)
+            await ended  # the release: within its requests' deadlines
+            raise
+        finally:
+            self.on_change = told

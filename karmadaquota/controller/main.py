@@ -49,8 +49,15 @@ from karmadaquota.controller.reconciler import DEFAULT_ADMISSION_WINDOW, Reconci
 from karmadaquota.controller.wake import DEFAULT_KINDS, WakeConfig, Waker, kinds
 from karmadaquota.heap import freeze_startup_heap
 from karmadaquota.kinds import BUILTIN, Kinds
-from karmadaquota.kube.client import JSON, CredentialsError, KubeClient, user_agent
+from karmadaquota.kube.client import (
+    JSON,
+    POOL_LIMIT,
+    CredentialsError,
+    KubeClient,
+    user_agent,
+)
 from karmadaquota.kube.templates import TemplateStore
+from karmadaquota.loop_lag import watch_lag
 from karmadaquota.serving import aux_port, metrics_auth, server
 from karmadaquota.serving.aux_port import aux_app
 from karmadaquota.serving.server import AUX_LIMITS, ServerConfig
@@ -140,10 +147,19 @@ async def serve(config: ControllerConfig) -> int:
     async def read_secret(namespace: str, name: str) -> JSON:
         return await client.get(f"/api/v1/namespaces/{namespace}/secrets/{name}")
 
+    # Connection pools by job (`KubeClient.lane`; watches have one of their own): the Lease
+    # renewals every write waits on, the quota status writes (with the enforcement label
+    # each first write puts on), and the guard job's writes on karmada-apiserver (the quotas'
+    # guard finalizers, a Pull-mode member's guard Works: up to a request per Pull member for
+    # each of its queue's flushes) never wait for a connection behind the other jobs'
+    # requests, nor take theirs. A Push member's guards and pods have that member's own
+    # client (`members`): a slow member holds up no other.
+    writes = client.lane(2 * config.reconciler.concurrency + 8)
+    guard_writes = client.lane(POOL_LIMIT)  # as many as the other jobs share
     elector: LeaderElector | None = None
     if config.leader_elect:
         elector = LeaderElector(
-            client,
+            client.lane(2),  # used by the elector's thread alone (its loop's connections)
             config.lease_namespace,
             name=config.lease_name,
             lease_duration=config.lease_duration,
@@ -162,7 +178,7 @@ async def serve(config: ControllerConfig) -> int:
     # the member allows it; a guard someone else changed is synced at once (the keeper's queue)
     # ... and a Pull-mode member's guard is a Work that karmada-agent applies there
     keeper = GuardKeeper(
-        members, metrics, watch=True, carried=functools.partial(GuardWorks, client)
+        members, metrics, watch=True, carried=functools.partial(GuardWorks, guard_writes)
     )
     controller = Controller(
         client,
@@ -171,10 +187,12 @@ async def serve(config: ControllerConfig) -> int:
         config.reconciler,
         members,
         waker=Waker(client, metrics, config.wake) if config.wake is not None else None,
-        namespace_api=client,
+        namespace_api=writes,
         dequeuer=Dequeuer(client, metrics),
         guards=keeper,
         templates=TemplateStore(client, kinds=config.workload_kinds),
+        status_api=writes,
+        guard_api=guard_writes,
     )
     # what the controller hears of: members and leadership (both built before it, and
     # started after)
@@ -212,9 +230,13 @@ async def serve(config: ControllerConfig) -> int:
         asyncio.create_task(controller.run(), name="controller"),
         # what a cold start or a resync freed goes back to the system (docs/benchmarks.md)
         asyncio.create_task(trim_every(TRIM_PERIOD), name="heap-trim"),
+        # how late the loop runs what is due: what a lapsed Lease is explained with
+        asyncio.create_task(watch_lag(metrics.loop_lag.observe), name="loop-lag"),
     ]
     if elector is not None:
-        tasks.append(asyncio.create_task(elector.run(), name="leader-election"))
+        # renewed from a thread of its own: a busy loop cannot lapse it (controller.leader);
+        # cancelled, the thread releases the Lease
+        tasks.append(asyncio.create_task(elector.run_on_thread(), name="leader-election"))
     logging.getLogger("kopf").setLevel(config.kopf_log_level.upper())
     code = 0
     try:
@@ -234,8 +256,6 @@ async def serve(config: ControllerConfig) -> int:
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        if elector is not None:
-            await elector.release()
         await keeper.close()
         await members.close()
         await listener.close()

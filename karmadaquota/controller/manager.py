@@ -83,6 +83,8 @@ class Controller:
         dequeuer: Dequeuer | None = None,
         guards: GuardKeeper | None = None,
         templates: TemplateStore | None = None,
+        status_api: Api | None = None,
+        guard_api: Api | None = None,
     ) -> None:
         self.api = api
         # the resource templates' pods a binding is charged with (None: the binding's fields)
@@ -123,7 +125,9 @@ class Controller:
                 self.cohorts,
             ),
             self.jobs,
-            StatusWriter(api, metrics, self.config),
+            # the quota status writes: a connection pool of their own in the product
+            # (`KubeClient.lane`), so that no job's slow request holds up a release
+            StatusWriter(status_api or api, metrics, self.config),
             metrics,
             self.config,
             clock,
@@ -139,7 +143,9 @@ class Controller:
             *(j.queue for j in self.jobs),
         )
         if guards is not None:
-            guards.attach(api, self.quotas, self, self.config.write_timeout)
+            # the quotas' guard finalizers: in the product on the guard job's connection pool
+            # (`KubeClient.lane`), with its guard Works
+            guards.attach(guard_api or api, self.quotas, self, self.config.write_timeout)
         self.binding_informer = Informer(
             paths.bindings(),
             BindingFeed(
@@ -176,7 +182,7 @@ class Controller:
             on_put=lambda record: self.cluster_dirty.mark(record.name),
             on_delete=self._cluster_quota_deleted,
             # each only reads its own record: no need to wait for the others' list
-            on_relisted=lambda _: self.cluster_dirty.mark_many(
+            on_relisted=lambda _: self.cluster_dirty.sweep(
                 [r.name for r in self.cluster_quotas.records("")]
             ),
             page_size=self.config.page_size,
@@ -337,9 +343,10 @@ class Controller:
                 )
 
     def mark_all(self) -> None:
-        self.dirty.mark_many(self.quotas.namespaces())
-        self.dirty.mark_many(self.index.queued_namespaces())
-        self.cluster_dirty.mark_many([r.name for r in self.cluster_quotas.records("")])
+        """Every quota recomputed, after what an event marks (`DirtyQueue.sweep`)."""
+        self.dirty.sweep(self.quotas.namespaces())
+        self.dirty.sweep(self.index.queued_namespaces())
+        self.cluster_dirty.sweep([r.name for r in self.cluster_quotas.records("")])
 
     def _relabelled(self, namespace: str) -> None:
         """A namespace's labels changed (or it came or went): every cluster quota whose

@@ -76,6 +76,13 @@ class ControllerMetrics:
             "included (how long the controller waits on the API server per quota).",
             _RECOMPUTE_BUCKETS,
         )
+        self.loop_lag = Histogram(
+            "karmadaquota_event_loop_lag_seconds",
+            "How late the event loop ran a timer due every 0.5 s: every request's answer and "
+            "the Lease's renewals wait that long too (karmadaquota.loop_lag).",
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30),
+            registry=r,
+        )
         self.member_up = Gauge(
             "karmadaquota_member_observed",
             "1 while the member cluster's pods are being watched.",

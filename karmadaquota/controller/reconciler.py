@@ -160,6 +160,7 @@ class Reconciler:
             concurrency=config.concurrency,
             retry_delay=RECOMPUTE_RETRY,
             retry_cap=RECOMPUTE_RETRY_CAP,
+            listed=synced,
         )
         self.dirty = recompute(self.flush)
         self.cluster_dirty = recompute(self.flush_cluster, name="cluster-recompute")

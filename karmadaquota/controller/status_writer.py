@@ -49,7 +49,8 @@ class StatusWriter:
     ) -> JSON | None:
         """Write what `desired(current)` says of the quota at `path` (the object's path); None
         when it says nothing is to be written. Raises `ConflictsExhausted` when every attempt
-        lost, `NotFound` when the quota is gone, `KubeError` otherwise (each counted)."""
+        lost, `NotFound` when the quota is gone, `KubeError`, a connection error or a
+        `TimeoutError` (its deadline passed) otherwise (each counted)."""
         ns, name = record.namespace, record.name
         tried = 0  # resourceVersion of the last version a write was computed from
 

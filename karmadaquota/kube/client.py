@@ -34,6 +34,12 @@ APPLY_PATCH = "application/apply-patch+yaml"  # server-side apply (JSON is YAML)
 USER_AGENT = f"karmadaquota/{__version__}"
 # a 429 whose Retry-After is not a number of seconds waits this long
 _DEFAULT_RETRY_AFTER = 1.0
+# connections of a client's request pool: its requests beyond that wait (within their deadline)
+POOL_LIMIT = 64
+# a watch's connection and headers arrive within this, and it ends this long after the
+# server's own timeoutSeconds at the latest
+WATCH_CONNECT = 10.0
+WATCH_SLACK = 30.0
 
 log = logging.getLogger("karmadaquota.kube")
 
@@ -198,6 +204,7 @@ class KubeClient:
         credentials: Credentials | None = None,
         user_agent: str = USER_AGENT,
         source: tuple[str | None, str | None] | None = None,
+        pool_limit: int = POOL_LIMIT,
     ) -> None:
         self.credentials = credentials or Credentials(host)
         self.host = host.rstrip("/")
@@ -205,7 +212,14 @@ class KubeClient:
         self._headers = {"Accept": "application/json", "User-Agent": user_agent}
         self._auth = dict(headers)
         self._source = source  # (kubeconfig, context) to load again on a 401; None: fixed
+        self._pool_limit = pool_limit
         self._session: aiohttp.ClientSession | None = None
+        # watches hold their connection for minutes: a pool of their own, so that they never
+        # take the requests' connections (nor wait for one)
+        self._watch_session: aiohttp.ClientSession | None = None
+        # lanes (`lane`) share this client's credentials: the root holds them
+        self._root: KubeClient = self
+        self._lanes: list[KubeClient] = []
 
     @classmethod
     async def connect(
@@ -235,24 +249,55 @@ class KubeClient:
         ctx = _tls(cadata=ca_pem.decode() if ca_pem else None, insecure=insecure)
         return cls(host, ctx, _bearer(token), user_agent=user_agent)
 
+    def lane(self, pool_limit: int) -> KubeClient:
+        """A client with a connection pool of its own and this client's credentials: a job
+        whose requests must never wait behind another job's (the leader's Lease behind 5,000
+        status writes) gets one."""
+        child = KubeClient(
+            self.host,
+            self._ssl,
+            {},
+            self.credentials,
+            self._headers["User-Agent"],
+            self._source,
+            pool_limit,
+        )
+        child._root = self._root
+        self._root._lanes.append(child)
+        return child
+
     @property
     def session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
                 headers=self._headers,
-                connector=aiohttp.TCPConnector(ssl=self._ssl, limit=64),
+                connector=aiohttp.TCPConnector(ssl=self._ssl, limit=self._pool_limit),
             )
         return self._session
 
+    @property
+    def watch_session(self) -> aiohttp.ClientSession:
+        if self._watch_session is None or self._watch_session.closed:
+            self._watch_session = aiohttp.ClientSession(
+                headers=self._headers, connector=aiohttp.TCPConnector(ssl=self._ssl, limit=0)
+            )
+        return self._watch_session
+
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        for lane in self._lanes:
+            await lane.close()
+        for session in (self._session, self._watch_session):
+            if session is not None:
+                await session.close()
 
     async def refresh_credentials(self) -> bool:
         """Load the credentials again from where they came from; True when the token changed.
 
         Only the bearer token is replaced: a client certificate is part of the TLS context of
         open connections (rotate it by restarting the process)."""
+        root = self._root
+        if root is not self:
+            return await root.refresh_credentials()
         if self._source is None:
             return False
         creds = await load_credentials(*self._source)
@@ -276,7 +321,7 @@ class KubeClient:
         deadline = time.monotonic() + timeout
         refreshed = False
         while True:
-            headers = dict(self._auth)
+            headers = dict(self._root._auth)
             if data is not None:
                 headers["Content-Type"] = content_type
             async with self.session.request(
@@ -319,22 +364,35 @@ class KubeClient:
     async def watch(
         self, path: str, resource_version: str, timeout_seconds: int = 300
     ) -> AsyncIterator[tuple[str, JSON]]:
-        """Yield (type, object) events; raises Gone when the version has been compacted."""
+        """Yield (type, object) events; raises Gone when the version has been compacted.
+
+        From the watch pool, with a deadline: connected within WATCH_CONNECT, over
+        WATCH_SLACK after the server's `timeoutSeconds` (a watch the server never ends, or a
+        half-open connection, is given up and resumed by its informer)."""
         params = {
             "watch": "1",
             "resourceVersion": resource_version,
             "allowWatchBookmarks": "true",
             "timeoutSeconds": str(timeout_seconds),
         }
-        async with self.session.get(
+        async with self.watch_session.get(
             self.host + path,
             params=params,
-            headers=self._auth,
-            timeout=aiohttp.ClientTimeout(total=None, sock_read=timeout_seconds + 30),
+            headers=self._root._auth,
+            timeout=aiohttp.ClientTimeout(
+                total=timeout_seconds + WATCH_SLACK,
+                connect=WATCH_CONNECT,
+                sock_read=timeout_seconds + WATCH_SLACK,
+            ),
         ) as resp:
             if resp.status >= 400:
                 raise _error(resp.status, await resp.text())
-            async for line in resp.content:
+            lines = aiter(resp.content)
+            while True:
+                try:
+                    line = await anext(lines)
+                except (StopAsyncIteration, TimeoutError):
+                    return  # ended, or past its deadline: resumed from the last version seen
                 if not line.strip():
                     continue
                 event = orjson.loads(line)

@@ -13,6 +13,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
+import aiohttp
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from karmadaquota.kube.client import Conflict, KubeError, NotFound
@@ -110,7 +111,9 @@ async def timed_cas(
     except NotFound:
         observe("notfound", time.perf_counter() - started)
         raise
-    except KubeError:
+    except (KubeError, aiohttp.ClientError, TimeoutError):
+        # a deadline passed (a connection waited for, a slow answer) counts as an error too:
+        # before, the cold start's 217 timed-out writes counted nowhere (issue 46)
         observe("error", time.perf_counter() - started)
         raise
     if result is not None:

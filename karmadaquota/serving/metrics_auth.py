@@ -19,6 +19,7 @@ does the two requests.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import ipaddress
 import logging
@@ -224,6 +225,10 @@ def metrics_handler(
         await response.prepare(request)
         for piece in exposition(registry):  # never the whole text at once (serving.exposition)
             await response.write(piece)
+            # and never the whole scrape in one go of the loop: at 5,000 quotas over 100
+            # clusters it held the controller's loop for seconds, Lease renewals included
+            # (docs/benchmarks.md, issue 46)
+            await asyncio.sleep(0)
         await response.write_eof()
         return response
 

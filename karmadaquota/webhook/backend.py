@@ -16,6 +16,12 @@ from karmadaquota.kube import paths
 from karmadaquota.kube.client import JSON, Api
 from karmadaquota.kube.quotas import QuotaStore
 
+# A charge's read and write end within the API server's webhook timeout (the chart registers
+# 3 s): a review is answered by then or not at all, so a write still running after it holds
+# its batch, and the namespace's next reviews, for nothing. A write cut short refuses its
+# reviews (fail closed); a pending charge it stored anyway is disproved by the orphan audit.
+REQUEST_TIMEOUT = 3.0
+
 
 class KubeQuotaBackend:
     """`Batcher`'s `QuotaBackend` over the API server; `cluster`: the store holds
@@ -42,7 +48,7 @@ class KubeQuotaBackend:
         path = paths.cluster_quota(name) if self._cluster else paths.quota(key, name)
         started = time.perf_counter()
         try:
-            return await self._client.get(path)
+            return await self._client.request("GET", path, timeout=REQUEST_TIMEOUT)
         finally:
             self._spent(key, started)
 
@@ -56,7 +62,7 @@ class KubeQuotaBackend:
         )
         started = time.perf_counter()
         try:
-            return await self._client.request("PUT", path, quota)
+            return await self._client.request("PUT", path, quota, timeout=REQUEST_TIMEOUT)
         finally:
             self._spent(key, started)
 

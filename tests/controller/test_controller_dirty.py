@@ -235,3 +235,22 @@ async def test_at_most_concurrency_flushes_run_at_once() -> None:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
     assert most == 2
+
+
+async def test_a_key_an_event_marks_goes_before_every_swept_key() -> None:
+    """A sweep marks a thousand keys (every quota after a list); a key an event marks after it
+    — a binding deleted: quota to release — takes the next free slot, and so does a swept key
+    an event marks while it waits (issue 46: a release waited for a whole cold start)."""
+    rec = Recorder()
+    rec.gate = asyncio.Event()
+    async with running(DirtyQueue(rec, quiet=0.0, max_delay=0.0, concurrency=2)) as q:
+        q.sweep(f"s{i:04d}" for i in range(1000))
+        await until(lambda: len(rec.calls) == 2)  # two slots, both held
+        q.mark("release")
+        q.mark("s0999")  # swept, waiting last in line: an event makes it urgent
+        await asyncio.sleep(0.01)  # every mark taken in, before a slot frees
+        rec.gate.set()
+        await until(lambda: q.idle() and not q.marked())
+    order = [ns for ns, _ in rec.calls]
+    assert set(order[2:4]) == {"release", "s0999"}
+    assert sorted(order) == sorted({*order}) and len(order) == 1001

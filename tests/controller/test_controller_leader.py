@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
 
 import pytest
 
-from karmadaquota.controller.leader import LeaderElector, lease_path
-from karmadaquota.kube.client import JSON
+from karmadaquota.controller.leader import LeaderElector, lease_path, may_lead
+from karmadaquota.kube.client import JSON, KubeError
 from tests.fake_api import FakeApiServer
+from tests.polling import until
 
 
 def leases() -> FakeApiServer:
@@ -135,3 +138,75 @@ async def test_missing_namespace_is_reported_not_raised() -> None:
 def test_deadline_must_leave_room() -> None:
     with pytest.raises(ValueError):
         LeaderElector(FakeApiServer(), "ns", lease_duration=5, renew_deadline=4, request_timeout=2)
+
+
+def hold_the_loop(seconds: float) -> None:
+    """A recompute that never awaits: the loop runs nothing else meanwhile (issue 46)."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+
+
+def fast_elector(api: FakeApiServer) -> LeaderElector:
+    # renewals every 0.1 s, leadership for 1 s past the start of the last one
+    return LeaderElector(
+        api,
+        "karmada-system",
+        holder="a",
+        lease_duration=3.0,
+        renew_deadline=1.0,
+        retry_period=0.1,
+        request_timeout=1.0,
+    )
+
+
+@pytest.mark.parametrize("threaded", [True, False], ids=["own-thread", "on-the-loop"])
+async def test_a_loop_held_past_the_renew_deadline_lapses_no_lease_renewed_from_a_thread(
+    threaded: bool,
+) -> None:
+    """Issue 46: a turn of the controller's loop ran recomputes for seconds, the renewal's
+    answer waited behind them past its deadline, and the leader lapsed. Renewed from a
+    thread of its own, the Lease is held through a loop held for twice the renew deadline;
+    renewed on the loop (before), it lapses."""
+    api = leases()
+    e = fast_elector(api)
+    changes: list[bool] = []
+    e.on_change = changes.append
+    task = asyncio.create_task(e.run_on_thread() if threaded else e.run())
+    try:
+        await until(lambda: changes == [True], what="leading")
+        hold_the_loop(2.0)
+        assert e.is_leader() is threaded
+        if threaded:
+            assert holder(api) == "a" and changes == [True]  # never lost
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    if threaded:
+        assert holder(api) == ""  # released by the thread as it stopped
+        assert changes == [True, False]
+
+
+async def test_a_thread_that_cannot_renew_stops_the_writes_of_a_busy_loop() -> None:
+    """Fail safe: renewals failing (the API server refuses them) end leadership at its
+    deadline, while the loop is held and has heard nothing: the next write finds no
+    leadership (`may_lead` reads the clock), whatever the loop was told."""
+    api = leases()
+    e = fast_elector(api)
+    changes: list[bool] = []
+    e.on_change = changes.append
+    task = asyncio.create_task(e.run_on_thread())
+    try:
+        await until(lambda: changes == [True], what="leading")
+
+        def refuse(*_: Any) -> None:
+            raise KubeError(500, "InternalError", "etcd unavailable")
+
+        api.intercept(refuse, times=10_000, match="/leases/")
+        hold_the_loop(2.0)
+        assert not e.is_leader() and not may_lead(e, 0.1)
+        assert changes == [True]  # not heard yet: the clock alone stopped the writes
+        await until(lambda: changes == [True, False])
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

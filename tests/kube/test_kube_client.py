@@ -7,10 +7,13 @@ server only asked to retry later.
 
 from __future__ import annotations
 
+import asyncio
+import ssl
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
+import orjson
 import pytest
 import yaml
 from aiohttp import web
@@ -165,3 +168,63 @@ async def test_no_writable_temp_dir_is_a_clear_start_up_error(
     with pytest.raises(CredentialsError, match=r"mount an emptyDir at /tmp") as e:
         await load_credentials(path)
     assert path in str(e.value)
+
+
+async def test_requests_that_never_answer_hold_up_no_watch_and_no_lane() -> None:
+    """Issue 46: at Karmada's size the controller's one pool of 64 connections was held by
+    watches and by status writes the API server answered slowly; the Lease's renewals waited
+    for a connection past their 2 s deadline, the leader lapsed, and nothing was written
+    (103 of the cold start's 217 timed-out writes waited in `_wait_for_available_connection`).
+    With the pool full of requests that never answer, a watch still connects (watches have a
+    pool of their own) and a lane's request (the Lease's) still answers at once."""
+    answer = asyncio.Event()
+    hanging = 0
+
+    async def slow(_: web.Request) -> web.Response:
+        nonlocal hanging
+        hanging += 1
+        await answer.wait()  # an API server that does not answer, not synchronisation
+        return web.json_response({})
+
+    async def lease(_: web.Request) -> web.Response:
+        return web.json_response({"kind": "Lease"})
+
+    async def watch(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse()
+        await resp.prepare(request)
+        obj = {"metadata": {"name": "q", "resourceVersion": "2"}}
+        await resp.write(orjson.dumps({"type": "ADDED", "object": obj}) + b"\n")
+        await answer.wait()
+        return resp
+
+    app = web.Application()
+    app.router.add_get("/slow", slow)
+    app.router.add_get("/lease", lease)
+    app.router.add_get("/quotas", watch)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    client = KubeClient(f"http://127.0.0.1:{port}", ssl.create_default_context(), {})
+    lane = client.lane(2)
+    pool = 64  # the requests' pool, full
+    hung = [asyncio.create_task(client.request("GET", "/slow", timeout=30)) for _ in range(pool)]
+    try:
+        deadline = time.monotonic() + 5
+        while hanging < pool:
+            assert time.monotonic() < deadline, hanging
+            await asyncio.sleep(0.01)  # polling the server's count, with a deadline
+        async with asyncio.timeout(2):
+            assert await lane.get("/lease") == {"kind": "Lease"}
+            events = client.watch("/quotas", "1")
+            kind, obj = await anext(events)
+            assert (kind, obj["metadata"]["name"]) == ("ADDED", "q")
+            await events.aclose()
+    finally:
+        answer.set()
+        for t in hung:
+            t.cancel()
+        await asyncio.gather(*hung, return_exceptions=True)
+        await client.close()
+        await runner.cleanup()

@@ -315,3 +315,40 @@ async def test_the_cap_holds_against_a_burst_accepted_in_one_loop_turn() -> None
         for _, w in conns:
             w.close()
         await listener.close()
+
+
+async def test_a_large_scrape_never_holds_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 46: a scrape of 5,000 quotas' series (250,000 samples) was written without
+    yielding to the loop (a fast reader never makes `write` wait), and held the controller's
+    loop for seconds: its Lease renewals timed out. The loop runs other tasks between the
+    pieces of a scrape."""
+    registry = CollectorRegistry()
+    gauge = Gauge("many", "many series", ["i"], registry=registry)
+    for i in range(20_000):
+        gauge.labels(str(i)).set(i)
+    written: list[bytes] = []
+
+    class Response:  # a reader that never makes the writer wait
+        def __init__(self, **_: Any) -> None: ...
+
+        async def prepare(self, _: Any) -> None: ...
+
+        async def write(self, piece: bytes) -> None:
+            written.append(piece)
+
+        async def write_eof(self) -> None: ...
+
+    class Allow:
+        async def check(self, _: Any) -> Any:
+            return metrics_auth.Verdict(200, "")
+
+    monkeypatch.setattr(metrics_auth.web, "StreamResponse", Response)
+    handle = metrics_auth.metrics_handler(registry, Allow())  # type: ignore[arg-type]
+    scrape = asyncio.ensure_future(handle(None))  # type: ignore[arg-type]
+    ticks = 0
+    while not scrape.done():
+        ticks += 1
+        await asyncio.sleep(0)  # counting the loop's turns during the scrape
+    await scrape
+    assert b"".join(written).count(b"\nmany{") == 20_000
+    assert ticks >= 5, ticks  # several turns of the loop while it was written

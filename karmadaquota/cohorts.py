@@ -22,14 +22,15 @@ The plan (`plan`) is Kueue's, per resource name:
 - a borrower keeps, from the lenders it has, all it uses beyond its hard (a loan in use is
   never taken back, not even by a lender that left the cohort), from the lenders with no
   workload waiting first (so what it stops using goes back to a waiting lender first);
-- a lender with `reclaimWithinCohort: Any` whose workloads wait because its loans are in use
-  has borrowers' bindings queued (`reclaim`, done by `controller.reclaim`): their usage ends,
-  and the loans come back as above;
 - it is lent, beyond that, what its waiting workloads ask for past its hard, up to its
   borrowing limit; borrowers with the smallest dominant share of their hard go first;
 - a lender lends at most its lending limit and what it leaves unused after its own waiting
-  workloads: a lender with workloads waiting lends nothing new, and its loans come back as its
-  borrowers stop using them — its workloads are then woken, ahead of further borrowing.
+  workloads: one whose waiting workloads do not fit lends nothing new, and its loans come back
+  as its borrowers stop using them — its workloads are then woken, ahead of further borrowing;
+- a lender with `reclaimWithinCohort: Any` whose waiting workloads do not fit because its loans
+  are in use has borrowers' bindings queued (`reclaim`, done by `controller.reclaim`): their
+  usage ends, and the loans come back as above;
+- a quota whose usage is not known yet keeps its loans and lends nothing.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ class Member:
     # as committed: lender -> amounts, borrower -> amounts
     borrowed: Mapping[str, Amounts] = field(default_factory=dict)
     lent: Mapping[str, Amounts] = field(default_factory=dict)
-    # its status counts every name of hard (a quota not computed yet lends nothing)
+    # its usage counts every name of hard (one not computed yet keeps its loans, lends nothing)
     known: bool = True
 
 
@@ -117,7 +118,7 @@ def plan(members: Sequence[Member]) -> Loans:
                 unused = 0  # short of its own hard, or its usage unknown: lends nothing new
             room[m.key] = max(0, min(lendable, unused))
         # loans in use stay with the lenders that made them (one that left the cohort too),
-        # in the lenders' order
+        # those of lenders whose workloads wait last
         for b in order:
             left = keep[b.key]
             for lender in sorted(b.borrowed, key=lambda lk: (lk not in by_key, waits(lk), lk)):

@@ -18,12 +18,11 @@ its pods ending) counts as coming back (`coming`), so a reclaim is not repeated 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 
 from karmadaquota import cohorts, queued, scopes
-from karmadaquota.api import RECLAIM_ANY, KarmadaQuota
-from karmadaquota.api import ClusterKarmadaQuota as _ClusterQuota
+from karmadaquota.api import RECLAIM_ANY, ClusterKarmadaQuota, KarmadaQuota
 from karmadaquota.controller import events
 from karmadaquota.controller.dirty import DirtyQueue
 from karmadaquota.controller.index import BindingIndex
@@ -59,14 +58,17 @@ class Reclaimer:
         self.timeout = timeout
         self._clock = clock
         self.queue = DirtyQueue(self.sync, quiet=0.2, max_delay=1.0, name="reclaim")
-        self.reclaimed = 0
 
     def after_recompute(self, namespace: str, leader: bool) -> None:
         if leader and any(_reclaims(q) for q in self.book.store.quotas(namespace)):
             self.queue.mark(namespace)
 
     def after_cluster_recompute(
-        self, name: str, quota: _ClusterQuota | None, selected: object, leader: bool
+        self,
+        name: str,
+        quota: ClusterKarmadaQuota | None,
+        selected: Sequence[str],
+        leader: bool,
     ) -> None:
         """A cluster quota joins no cohort."""
 
@@ -145,7 +147,6 @@ class Reclaimer:
             )
             self.queue.retry(lender.metadata.namespace)
             return
-        self.reclaimed += 1
         log.info(
             "binding queued to reclaim a loan",
             extra={

@@ -27,6 +27,7 @@ import logging
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from karmadaquota.controller.pods import UidTable
 from karmadaquota.pod_template import (
     COUNT_PVCS,
     PVCS,
@@ -92,37 +93,11 @@ def claim_usage(claim: Mapping[str, Any]) -> ResourceList:
     return usage
 
 
-class ClaimTable:
+class ClaimTable(UidTable[ResourceList]):
     """The claims of one member cluster: namespace -> uid -> usage."""
 
-    def __init__(self) -> None:
-        self._by_ns: dict[str, dict[str, ResourceList]] = {}
-
-    def __len__(self) -> int:
-        return sum(len(b) for b in self._by_ns.values())
-
-    def put(self, namespace: str, uid: str, usage: ResourceList | None) -> bool:
-        """Record (or, with None, forget) a claim; True if the table changed."""
-        bucket = self._by_ns.get(namespace)
-        if usage is None:
-            if bucket is None or uid not in bucket:
-                return False
-            del bucket[uid]
-            if not bucket:
-                del self._by_ns[namespace]
-            return True
-        if bucket is None:
-            bucket = self._by_ns[namespace] = {}
-        old = bucket.get(uid)
-        bucket[uid] = usage
-        return old != usage
-
-    def apply(self, event_type: str, claim: Mapping[str, Any]) -> str | None:
-        """Fold in one watch event; the namespace when it changed the table."""
-        meta = claim.get("metadata") or {}
-        ns, uid = str(meta.get("namespace", "")), str(meta.get("uid", ""))
-        usage = None if event_type == "DELETED" else claim_usage(claim)
-        return ns if self.put(ns, uid, usage) else None
+    def usage(self, obj: Mapping[str, Any]) -> ResourceList | None:
+        return claim_usage(obj)
 
     def observed(
         self, namespace: str, names: Collection[str], exprs: tuple[Expression, ...]

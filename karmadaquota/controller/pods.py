@@ -31,13 +31,15 @@ import logging
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from karmadaquota import resources, scopes
 from karmadaquota.pod_template import LIMITS_PREFIX, limit_names, pod_limits, pod_requests
 from karmadaquota.quantity import Quantity, QuantityError
 from karmadaquota.resources import ResourceList
 from karmadaquota.scopes import BindingTraits, Expression
+
+U = TypeVar("U")
 
 log = logging.getLogger("karmadaquota.controller.pods")
 
@@ -128,11 +130,13 @@ def pod_usage(pod: Mapping[str, Any]) -> PodUsage | None:
     return PodUsage(traits, usage, grace_ends(pod.get("metadata") or {}))
 
 
-class PodTable:
-    """The counted pods of one member cluster: namespace -> uid -> PodUsage."""
+class UidTable(Generic[U]):
+    """One member cluster's objects of one kind, by watch events: namespace -> uid -> what
+    each uses (`usage`, None: not counted). The pod table and the claim table
+    (`controller.claims`) are this with their own `usage` and sums."""
 
     def __init__(self) -> None:
-        self._by_ns: dict[str, dict[str, PodUsage]] = {}
+        self._by_ns: dict[str, dict[str, U]] = {}
 
     def __len__(self) -> int:
         return sum(len(b) for b in self._by_ns.values())
@@ -140,8 +144,11 @@ class PodTable:
     def namespaces(self) -> set[str]:
         return set(self._by_ns)
 
-    def put(self, namespace: str, uid: str, usage: PodUsage | None) -> bool:
-        """Record (or, with None, forget) a pod; True if the table changed."""
+    def usage(self, obj: Mapping[str, Any]) -> U | None:
+        raise NotImplementedError
+
+    def put(self, namespace: str, uid: str, usage: U | None) -> bool:
+        """Record (or, with None, forget) an object; True if the table changed."""
         bucket = self._by_ns.get(namespace)
         if usage is None:
             if bucket is None or uid not in bucket:
@@ -156,12 +163,19 @@ class PodTable:
         bucket[uid] = usage
         return old != usage
 
-    def apply(self, event_type: str, pod: Mapping[str, Any]) -> str | None:
+    def apply(self, event_type: str, obj: Mapping[str, Any]) -> str | None:
         """Fold in one watch event; the namespace when it changed the table."""
-        meta = pod.get("metadata") or {}
+        meta = obj.get("metadata") or {}
         ns, uid = str(meta.get("namespace", "")), str(meta.get("uid", ""))
-        usage = None if event_type == "DELETED" else pod_usage(pod)
+        usage = None if event_type == "DELETED" else self.usage(obj)
         return ns if self.put(ns, uid, usage) else None
+
+
+class PodTable(UidTable[PodUsage]):
+    """The counted pods of one member cluster: namespace -> uid -> PodUsage."""
+
+    def usage(self, obj: Mapping[str, Any]) -> PodUsage | None:
+        return pod_usage(obj)
 
     def observed(
         self,

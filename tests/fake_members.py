@@ -125,7 +125,7 @@ class FakeMember:
         timeout: float = 10.0,
         content_type: str = "application/json",
     ) -> JSON:
-        return self.serve(method, path, body, params)
+        return self.serve(method, path, body, params, content_type)
 
     async def get(self, path: str, params: Mapping[str, str] | None = None) -> JSON:
         return self.serve("GET", path, None, params)
@@ -134,11 +134,16 @@ class FakeMember:
         return None
 
     def serve(
-        self, method: str, path: str, body: JSON | None, params: Mapping[str, str] | None
+        self,
+        method: str,
+        path: str,
+        body: JSON | None,
+        params: Mapping[str, str] | None,
+        content_type: str = "application/json",
     ) -> JSON:
         """Any request: a guard's by name (`handle`), or the keeper's other requests."""
         if path.startswith(PREFIX):
-            return self.handle(method, path, body)
+            return self.handle(method, path, body, content_type)
         self.fleet.requests.append((self.name, method, path))
         if self.down:
             raise OSError(f"connect {self.name}: connection refused")
@@ -163,7 +168,9 @@ class FakeMember:
         async for event in self.api.watch(path, resource_version, timeout_seconds):
             yield event
 
-    def handle(self, method: str, path: str, body: JSON | None) -> JSON:
+    def handle(
+        self, method: str, path: str, body: JSON | None, content_type: str = "application/json"
+    ) -> JSON:
         """A guard's request: the member's API server (the FakeApiServer's rules), then its
         quota controller."""
         self.fleet.requests.append((self.name, method, path))
@@ -176,7 +183,7 @@ class FakeMember:
             self.sync_status()
         if method == "POST" and ("", ns) not in self.api.objects(NAMESPACES):
             self.api.create("/api/v1/namespaces", {"metadata": {"name": ns}})  # it exists
-        result = self.api.handle(method, _parse(path), body, {}, "application/json")
+        result = self.api.handle(method, _parse(path), body, {}, content_type)
         self.fleet.check()  # before the quota controller: the spec alone must fit
         if method in ("POST", "PUT") and not self.lag and not self.stuck:
             key_name = result["metadata"]["name"]

@@ -29,8 +29,16 @@ wants; while that watch is listed, the keeper reads guards from it rather than r
 every `reread_period`. Where the member allows it, a ValidatingAdmissionPolicy refuses such
 changes in the first place (`controller.guard_policy`).
 
+A guard is only as exact as the member's own quota, and Kubernetes' quota controller may
+recount a guard short of the pods that exist (`guards.undercounted`): the member then admits
+that many pods past it until its next recount. The keeper compares each guard's `status.used`
+with the member's pods not being deleted, as its pod watch has them, and restores a count that
+stays short for `mend_delay` (`_mend`): a guard watch event that lowers `status.used` brings the
+namespace's guards to the job at once.
+
 Requests to a member, with the credentials Karmada holds for it (the Cluster's secret):
-resourcequotas get, create, update, delete in the quota's namespace; resourcequotas list and
+resourcequotas get, create, update, delete in the quota's namespace, and patch of their
+`status` (a count restored); resourcequotas list and
 watch by our labels; the guards' ValidatingAdmissionPolicy and its binding get, create,
 update; a SelfSubjectReview. Nothing else (the pod watch in `controller.members` lists and
 watches pods). A Pull-mode member is sent nothing: its guard is a Work on karmada-apiserver
@@ -43,21 +51,23 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
 import aiohttp
 
-from karmadaquota import resources
+from karmadaquota import resources, scopes
 from karmadaquota.api import KarmadaQuota
 from karmadaquota.controller import guards as gd
 from karmadaquota.controller.dirty import DirtyQueue, RateLimiter
 from karmadaquota.controller.guard_watch import GuardWatches
 from karmadaquota.controller.members import Members, MemberWatch, describe_error
 from karmadaquota.controller.metrics import ControllerMetrics
+from karmadaquota.controller.pods import is_pod_observable
 from karmadaquota.kube import paths
-from karmadaquota.kube.client import JSON, Api, KubeError, NotFound
+from karmadaquota.kube.client import JSON, MERGE_PATCH, Api, Conflict, KubeError, NotFound
 from karmadaquota.kube.quotas import QuotaStore
 from karmadaquota.kube.retry import Backoff, retry_on_conflict
 from karmadaquota.kube.versions import parse_rv
@@ -75,6 +85,9 @@ FINALIZER = "quota.karmada.io/member-guards"
 # how long a plan of lowerings alone, within the hard, waits (guards.py): a storm's admissions
 # and placements then move no guard, where they wrote and confirmed one twice per create
 TIGHTEN_DELAY = 2.0
+# how long a guard's status.used may count short of the member's pods before the keeper
+# restores it (`GuardKeeper._mend`): both watches have caught up by then
+MEND_DELAY = 0.25
 _PREFIX = "karmadaquota-"
 
 
@@ -97,9 +110,11 @@ def label_value(quota: str) -> str:
     return hashed(quota, 63)
 
 
-def rq_path(namespace: str, name: str | None = None) -> str:
+def rq_path(namespace: str, name: str | None = None, subresource: str = "") -> str:
+    """A member ResourceQuota's path (its `status` subresource: the member quota's own)."""
     base = f"/api/v1/namespaces/{namespace}/resourcequotas"
-    return base if name is None else f"{base}/{name}"
+    path = base if name is None else f"{base}/{name}"
+    return f"{path}/{subresource}" if subresource else path
 
 
 def _nanos(raw: Any) -> dict[str, int]:
@@ -112,6 +127,13 @@ def _nanos(raw: Any) -> dict[str, int]:
         except QuantityError:
             continue
     return out
+
+
+def _shown(nanos: Mapping[str, int]) -> dict[str, str]:
+    """Nano-units as Kubernetes quantities."""
+    return resources.format_resource_list(
+        {n: Quantity(v, Format.DECIMAL_SI) for n, v in nanos.items()}
+    )
 
 
 def may_hold(obj: Mapping[str, Any] | None) -> dict[str, int]:
@@ -250,6 +272,12 @@ class MemberQuotas:
             return await api.request("PUT", rq_path(meta.namespace, guard_name(meta.name)), obj)
         return await api.request("POST", rq_path(meta.namespace), obj)
 
+    async def mend(self, quota: KarmadaQuota, patch: JSON) -> JSON:
+        meta = quota.metadata
+        api = await self.watch.api()
+        path = rq_path(meta.namespace, guard_name(meta.name), "status")
+        return await api.request("PATCH", path, patch, content_type=MERGE_PATCH)
+
     async def delete(self, quota: KarmadaQuota, current: JSON) -> None:
         meta = quota.metadata
         api = await self.watch.api()
@@ -284,6 +312,7 @@ class _Known:
     read_at: float
     scoping: tuple[Any, Any] = (None, None)  # its spec.scopes and spec.scopeSelector
     rv: int = 0  # the resourceVersion it was read at (0: unknown); older events are stale
+    used: dict[str, int] = field(default_factory=dict)  # its status.used
 
 
 @dataclass(frozen=True)
@@ -345,6 +374,7 @@ class GuardKeeper:
         protect_period: float = 60.0,
         carried: Callable[[str], GuardTarget] | None = None,
         tighten_delay: float = TIGHTEN_DELAY,
+        mend_delay: float = MEND_DELAY,
     ) -> None:
         self.members = members
         # a Pull-mode member's guard, carried by Karmada (`guard_works.GuardWorks` on
@@ -358,6 +388,9 @@ class GuardKeeper:
         self.retry = retry
         self.reread_period = reread_period
         self.tighten_delay = tighten_delay
+        self.mend_delay = mend_delay
+        # (ns, quota, member) -> since when its guard's status.used has counted short
+        self._short: dict[tuple[str, str, str], float] = {}
         # (ns, quota) -> since when its plan has been lowerings alone within the hard
         self._tightening: dict[tuple[str, str], float] = {}
         self._clock = clock
@@ -565,6 +598,9 @@ class GuardKeeper:
             gone = True
         else:
             self._remember(ns, quota, member, None if gone else dict(obj), rv)
+            after = self._known.get(key)
+            if after is not None and any(v < known.used.get(n, v) for n, v in after.used.items()):
+                self.on_change(ns)  # the member's quota controller recounted: check it (`_mend`)
         intent = self._intended.get(key)
         if intent is None:
             return
@@ -706,8 +742,9 @@ class GuardKeeper:
             # older than what the watch already showed: a write's answer read after the event
             # of a later change (the guard written, then deleted before we read the answer)
             return
+        used = _nanos(((obj or {}).get("status") or {}).get("used"))
         self._known[(namespace, quota, member)] = _Known(
-            may_hold(obj), shown, self._clock(), scoping(spec), version
+            may_hold(obj), shown, self._clock(), scoping(spec), version, used
         )
 
     async def _write(self, member: str, quota: KarmadaQuota, hard: Mapping[str, int]) -> JSON:
@@ -794,10 +831,25 @@ class GuardKeeper:
         inputs: gd.GuardInputs,
         may_write: Callable[[], bool] = lambda: True,
     ) -> SyncResult:
-        """Move every reachable member's guard to its share (decreases confirmed first).
+        """Move every reachable member's guard to its share (decreases confirmed first), then
+        restore a guard's usage its member counted short (`_mend`).
 
         `may_write` is asked before each phase: a leader whose Lease is running out raises
         nothing (its successor plans from what the members hold then)."""
+        moved = await self._move(quota, inputs, may_write)
+        mend_at = await self._mend(quota) if may_write() else None
+        if mend_at is None:
+            return moved
+        retry_at = mend_at if moved.retry_at is None else min(moved.retry_at, mend_at)
+        return SyncResult(moved.changed, retry_at)
+
+    async def _move(
+        self,
+        quota: KarmadaQuota,
+        inputs: gd.GuardInputs,
+        may_write: Callable[[], bool],
+    ) -> SyncResult:
+        """`sync`'s moves of the guards' hard."""
         ns, name = quota.metadata.namespace, quota.metadata.name
         self._names[(ns, guard_name(name))] = name
         if self.watches is not None:
@@ -931,6 +983,96 @@ class GuardKeeper:
             if s.name in registered and (ns, name, s.name) not in self._foreign
         )
         return SyncResult(changed, self._next_try(registered) if failed or unreachable else None)
+
+    async def _mend(self, quota: KarmadaQuota) -> float | None:
+        """Restore a guard's `status.used` that the member's quota controller recounted short
+        of the pods that exist (`guards.undercounted`), once it has stayed short for
+        `mend_delay`; when to look again, else None.
+
+        The restore is a merge patch of `status.used` at the resourceVersion that counted
+        short, raising only: an admission or a recount in between makes it conflict, and it
+        is looked at again. The member's next recount replaces it with its own count."""
+        ns, name = quota.metadata.namespace, quota.metadata.name
+        again: float | None = None
+        for member in sorted(m.name for m in self.members.views()):
+            key = (ns, name, member)
+            known = self._known.get(key)
+            live = self._live(member, quota)
+            short = (
+                gd.undercounted(live, known.used)
+                if live is not None
+                and known is not None
+                and known.hold
+                and self._reachable(member)
+                and not self._carried_member(member)
+                else {}
+            )
+            if not short:
+                self._short.pop(key, None)
+                continue
+            since = self._short.setdefault(key, self._clock())
+            due = since + self.mend_delay
+            if self._clock() < due:
+                again = due if again is None else min(again, due)
+                continue
+            assert known is not None
+            try:
+                got = await self._restore(member, quota, known.rv, short)
+            except (KubeError, GuardError) as e:
+                if self.metrics is not None:
+                    self.metrics.guard_writes.labels(member, "mend", "error").inc()
+                log.warning(
+                    "member guard's usage not restored; looking again",
+                    extra={
+                        "cluster": member,
+                        "namespace": ns,
+                        "quota": name,
+                        "error": describe_error(e),
+                    },
+                )
+                soon = self._clock() + (self.poll if isinstance(e, Conflict) else self.retry)
+                again = soon if again is None else min(again, soon)
+                continue
+            self._remember(ns, name, member, got)
+            self._short.pop(key, None)
+            self._ok(member, "mend")
+            log.warning(
+                "member quota controller counted the guard short of the member's pods; "
+                "its used restored",
+                extra={
+                    "cluster": member,
+                    "namespace": ns,
+                    "quota": name,
+                    "counted": _shown({n: known.used[n] for n in short}),
+                    "restored": _shown(short),
+                },
+            )
+        return again
+
+    def _live(self, member: str, quota: KarmadaQuota) -> dict[str, int] | None:
+        """What the member's counted pods of the quota that are not being deleted hold, per
+        guarded name pods show, as its pod watch has them now (None: not listed yet)."""
+        watch = self.members.get(member)
+        if watch is None or not watch.synced:
+            return None
+        names = [n for n in gd.guarded_names(quota.spec.hard) if is_pod_observable(n)]
+        pods = watch.table.observed(
+            quota.metadata.namespace, names, scopes.expressions(quota.spec), time.time()
+        )
+        going = pods.terminating
+        return {n: q.nanos - (going[n].nanos if n in going else 0) for n, q in pods.running.items()}
+
+    async def _restore(
+        self, member: str, quota: KarmadaQuota, rv: int, used: Mapping[str, int]
+    ) -> JSON:
+        """Merge `used` into the guard's status.used at resourceVersion `rv` (a Push member's)."""
+        target = self._target(member)
+        assert isinstance(target, MemberQuotas)  # a carried member is never mended
+        patch = {
+            "metadata": {"resourceVersion": str(rv)},
+            "status": {"used": _shown(used)},
+        }
+        return await self._call(member, lambda _: target.mend(quota, patch))
 
     def _next_try(self, registered: Iterable[str]) -> float:
         """When the first of these members that is down may be tried again (else `retry`

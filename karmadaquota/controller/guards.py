@@ -273,6 +273,19 @@ def total(guards: Iterable[Mapping[str, int]], name: str) -> int:
     return sum(g.get(name, 0) for g in guards)
 
 
+def undercounted(live: Mapping[str, int], used: Mapping[str, int]) -> Nanos:
+    """The names a guard's `status.used` counts below the pods that exist and are not being
+    deleted (`live`), each with what it should count at least; only names `used` already
+    counts (the member's quota controller has synced them).
+
+    Kubernetes' quota controller recounts from its informer caches while admission adds to
+    `used` before the pod is stored: a recount in between writes a `used` short of pods that
+    exist, and until its next recount (a pod deleted, or its periodic resync) the member admits
+    that many pods past the guard (kubernetes/kubernetes#123434, open). A pod being deleted
+    leaves this floor before it goes, so a pod gone from the member cannot hold it up."""
+    return {n: v for n, v in live.items() if n in used and v > used[n]}
+
+
 def to_nanos(rl: resources.ResourceList, names: Iterable[str]) -> Nanos:
     """A parsed resource list as nano-units, masked to `names` (absent names are 0)."""
     return {n: rl[n].nanos if n in rl else 0 for n in names}

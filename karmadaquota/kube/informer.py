@@ -13,7 +13,10 @@ is not a number is always accepted), a version already held is not delivered aga
 our own write), and a relist is delivered as the difference to what is held — additions,
 modifications, and deletions of what the list no longer holds unless it is newer than the list.
 Writers fold the objects their writes return in with `offer`, so a late watch event never rolls
-them back.
+them back; and the last version of each deleted object is remembered (`gone`), so a write's
+answer read after the deletion reached us never brings it back (a KarmadaQuota whose status
+write crossed its deletion stayed in the store until the next relist, and the namespace it
+named was patched thirty times a second meanwhile).
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ class Handler(Protocol):
 
 
 RECONNECT = Backoff(0.5, 15.0)  # between failed list/watch attempts
+GONE_KEPT = 10_000  # deleted keys remembered against late folds (`Informer.gone`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +111,9 @@ class Informer:
         self._on_error = on_error
         self.name = name or path
         self.held: dict[tuple[str, str], Held] = {}
+        # the last deleted version of each key (oldest first, at most GONE_KEPT): a write of
+        # ours answered after the deletion reached us must not bring the object back
+        self.gone: dict[tuple[str, str], Held] = {}
         self.synced = asyncio.Event()
         self.relists = 0
 
@@ -116,11 +123,18 @@ class Informer:
         """Record a version a write of ours returned; True when it is newer than the one held
         (the caller then stores it itself: no handler is called)."""
         key, rv = (namespace, name), parse_rv(resource_version)
-        have = self.held.get(key)
-        if have is not None and have.uid == uid and rv and have.rv >= rv:
-            return False
+        have = self.held.get(key) or self.gone.get(key)
+        if have is not None and rv and have.rv >= rv:
+            return False  # resourceVersions are etcd's one revision: older whatever the uid
         self.held[key] = Held(rv, uid)
+        self.gone.pop(key, None)
         return True
+
+    def _gone(self, key: tuple[str, str], have: Held, rv: int) -> None:
+        self.gone.pop(key, None)
+        self.gone[key] = Held(max(rv, have.rv), have.uid)
+        while len(self.gone) > GONE_KEPT:
+            del self.gone[next(iter(self.gone))]
 
     def offer(self, kind: str, obj: Mapping[str, Any]) -> bool:
         """Deliver one event unless a newer version is held; True when it was delivered."""
@@ -133,17 +147,23 @@ class Informer:
             if rv and have.rv > rv:
                 return False  # a newer version is held: this deletion is stale
             del self.held[key]
+            self._gone(key, have, rv)
             self.handler.deleted(obj)
             return True
         if have is not None and rv and have.rv >= rv:
             return False
+        gone = self.gone.get(key) if have is None else None
+        if gone is not None and rv and gone.rv >= rv:
+            return False  # a write of ours answered after its deletion reached us
         uid = str(meta.get("uid") or "")
         if have is not None and have.uid != uid:
             # the name now belongs to another object: the one held was deleted meanwhile
             del self.held[key]
+            self._gone(key, have, rv)
             self.handler.deleted(_stub(key, have, rv))
             have = None
         self.held[key] = Held(rv, uid)
+        self.gone.pop(key, None)
         if have is None:
             self.handler.added(obj)
         else:
@@ -167,6 +187,7 @@ class Informer:
         for key, have in list(self.held.items()):
             if key not in listed and (not list_rv or not have.rv or have.rv <= list_rv):
                 del self.held[key]
+                self._gone(key, have, list_rv)
                 self.handler.deleted(_stub(key, have, list_rv))
         self.relists += 1
         self.synced.set()

@@ -7,6 +7,7 @@ resources the guards use are asserted too (docs/security.md lists them).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -399,3 +400,129 @@ async def test_a_lowering_the_hard_needs_is_written_at_once() -> None:
     assert result.changed
     assert held(fleet) == {"member1": "2", "member2": "1", "member3": "1"}
     assert fleet.worst[P] <= 10 * NANO
+
+
+# ---- a guard its member counted short (kubernetes/kubernetes#123434) ----------------------
+
+
+def pod(name: str, deleting: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": NS, "uid": f"uid-{name}"}
+    if deleting:  # in its grace period until far in the future: still counted
+        meta |= {"deletionTimestamp": "2999-01-01T00:00:00Z", "deletionGracePeriodSeconds": 30}
+    return {
+        "metadata": meta,
+        "spec": {"containers": [{"name": "c"}]},
+        "status": {"phase": "Running"},
+    }
+
+
+def runs(k: GuardKeeper, member: str, *pods: dict[str, Any]) -> None:
+    """The member's pod watch lists `pods`."""
+    watch = k.members.get(member)
+    assert watch is not None
+    for p in pods:
+        watch.added(p)
+    watch.relisted(1)
+    watch.claims_relisted()
+
+
+def recount(fleet: Fleet, member: str, used: str) -> None:
+    """The member's quota controller writes status.used (a recount from its caches)."""
+    path = f"/api/v1/namespaces/{NS}/resourcequotas/{guard_name('team')}"
+    fleet.members[member].api.update(
+        path, lambda o: o.setdefault("status", {}).update(used={P: used})
+    )
+
+
+def used(fleet: Fleet, member: str) -> str:
+    g = fleet.guard(member, NS, "team")
+    assert g is not None
+    return str(g["status"]["used"][P])
+
+
+def patches(fleet: Fleet) -> list[tuple[str, str, str]]:
+    return [r for r in fleet.requests if r[1] == "PATCH"]
+
+
+def test_undercounted_names_only_what_the_member_counts_short() -> None:
+    live = {P: 4 * NANO, "requests.cpu": 2 * NANO, "count/pods": 4 * NANO}
+    counted = {P: 3 * NANO, "requests.cpu": 5 * NANO}  # count/pods not synced by the member yet
+    assert gd.undercounted(live, counted) == {P: 4 * NANO}
+    assert gd.undercounted(live, {P: 4 * NANO}) == {}
+
+
+async def test_a_guard_counted_short_of_the_member_s_pods_is_restored_after_the_delay() -> None:
+    """The member recounted 3 where 4 pods run (the 5th, being deleted, is not in the floor):
+    left alone for `mend_delay` (both watches catch up), then status.used is patched to 4 at
+    the resourceVersion that counted short, and the member's next recount is its own."""
+    fleet = Fleet(MEMBERS, {P: 10 * NANO})
+    clock = Clock()
+    k = keeper(fleet, clock, reread_period=0.0, mend_delay=0.25)
+    await k.sync(kq(), inputs({"member1": 5}))
+    runs(k, "member1", *(pod(f"p{i}") for i in range(4)), pod("old", deleting=True))
+    recount(fleet, "member1", "3")
+    first = await k.sync(kq(), inputs({"member1": 5}))
+    assert first.retry_at == clock.now + 0.25
+    assert patches(fleet) == [] and used(fleet, "member1") == "3"
+    clock.now += 0.25
+    await k.sync(kq(), inputs({"member1": 5}))
+    assert patches(fleet) == [
+        ("member1", "PATCH", f"/api/v1/namespaces/{NS}/resourcequotas/{guard_name('team')}/status")
+    ]
+    assert used(fleet, "member1") == "4"
+    # counted right (or more than the floor: a pod still being stored): nothing is written
+    recount(fleet, "member1", "5")
+    clock.now += 1.0
+    await k.sync(kq(), inputs({"member1": 5}))
+    await k.sync(kq(), inputs({"member1": 5}))
+    assert len(patches(fleet)) == 1 and used(fleet, "member1") == "5"
+
+
+async def test_a_short_count_the_member_corrects_itself_within_the_delay_is_not_written() -> None:
+    fleet = Fleet(MEMBERS, {P: 10 * NANO})
+    clock = Clock()
+    k = keeper(fleet, clock, reread_period=0.0, mend_delay=0.25)
+    await k.sync(kq(), inputs({"member1": 2}))
+    runs(k, "member1", pod("a"), pod("b"))
+    recount(fleet, "member1", "1")
+    await k.sync(kq(), inputs({"member1": 2}))
+    recount(fleet, "member1", "2")
+    clock.now += 0.25
+    result = await k.sync(kq(), inputs({"member1": 2}))
+    assert result.retry_at is None and patches(fleet) == []
+
+
+async def test_a_restore_that_loses_to_another_write_is_tried_again() -> None:
+    """An admission (or a recount) between the read and the patch: the patch carries the
+    resourceVersion that counted short, so it conflicts and nothing is overwritten."""
+    fleet = Fleet(MEMBERS, {P: 10 * NANO})
+    clock = Clock()
+    k = keeper(fleet, clock, reread_period=60.0, mend_delay=0.0)
+    await k.sync(kq(), inputs({"member1": 3}))
+    runs(k, "member1", pod("a"), pod("b"), pod("c"))
+    recount(fleet, "member1", "2")
+    clock.now += 61.0  # read again: it counts 2
+    await k.sync(kq(), inputs({"member1": 3}))  # ... and restored
+    assert used(fleet, "member1") == "3"
+    k.reread_period = 1e9  # what the keeper knows is now older than the member's guard
+    known = k._known[(NS, "team", "member1")]
+    k._known[(NS, "team", "member1")] = dataclasses.replace(known, used={P: NANO})
+    recount(fleet, "member1", "2")  # another write: the resourceVersion moved
+    result = await k.sync(kq(), inputs({"member1": 3}))
+    assert used(fleet, "member1") == "2"  # not overwritten by a stale patch
+    assert result.retry_at is not None and result.retry_at <= clock.now + k.poll + 1e-9
+
+
+async def test_a_recount_the_guard_watch_shows_lowering_used_brings_the_namespace_at_once() -> None:
+    fleet = Fleet(MEMBERS, {P: 10 * NANO})
+    k = keeper(fleet)
+    await k.sync(kq(), inputs({"member1": 3}))
+    marked: list[str] = []
+    k.on_change = marked.append
+    g = fleet.guard("member1", NS, "team")
+    assert g is not None
+    for value, rv in (("3", 100), ("3", 101), ("2", 102)):
+        event = {**g, "status": {**g["status"], "used": {P: value}}}
+        event["metadata"] = {**g["metadata"], "resourceVersion": str(rv)}
+        k.observed("member1", event, False)
+    assert marked == [NS]  # the first event raised used (3 > none), the last lowered it

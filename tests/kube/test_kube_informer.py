@@ -7,6 +7,8 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
+import pytest
+
 from karmadaquota.kube.client import JSON
 from karmadaquota.kube.informer import Informer
 from karmadaquota.kube.retry import Backoff
@@ -88,6 +90,32 @@ def test_our_own_write_is_held_and_its_echo_not_delivered() -> None:
     assert not inf.hold("ns", "a", "uid-a", "8")
     assert not inf.offer("MODIFIED", obj("a", 9))
     assert h.calls == [("added", "a", "5")]
+
+
+def test_a_write_answered_after_the_deletion_reached_us_never_brings_the_object_back() -> None:
+    """A status write crossed the object's deletion: its answer (version 6) is folded in
+    after the DELETED event (version 7). It must not be held (the store would keep a deleted
+    quota until the next relist); an object made again under the name (version 9) is."""
+    h = Record()
+    inf = informer(FakeApiServer(), h)
+    inf.offer("ADDED", obj("a", 5))
+    inf.offer("DELETED", obj("a", 7))
+    assert not inf.hold("ns", "a", "uid-a", "6")
+    assert not inf.offer("MODIFIED", obj("a", 6))
+    assert not inf.hold("ns", "a", "uid-b", "7")  # older than the deletion, whatever the uid
+    assert inf.offer("ADDED", obj("a", 9, uid="uid-b"))
+    assert inf.hold("ns", "a", "uid-b", "10")
+    assert h.calls == [("added", "a", "5"), ("deleted", "a", "7"), ("added", "a", "9")]
+
+
+def test_deleted_keys_remembered_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("karmadaquota.kube.informer.GONE_KEPT", 2)
+    inf = informer(FakeApiServer(), Record())
+    for i, name in enumerate("abc"):
+        inf.offer("ADDED", obj(name, 10 + i))
+        inf.offer("DELETED", obj(name, 20 + i))
+    assert list(inf.gone) == [("ns", "b"), ("ns", "c")]
+    assert inf.hold("ns", "a", "uid-a", "15")  # forgotten: the oldest goes first
 
 
 def test_a_name_taken_by_another_object_deletes_the_one_held() -> None:

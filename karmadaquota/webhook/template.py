@@ -11,6 +11,7 @@ Kubernetes' words when it does not fit.
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import aiohttp
@@ -32,6 +33,7 @@ from karmadaquota.webhook.admission import (
     ChargeKey,
     deadline_of,
 )
+from karmadaquota.webhook.backend import REQUEST_TIMEOUT as READ_TIMEOUT
 from karmadaquota.webhook.batcher import ChargeRequest
 
 # the API server's own retries of a write that lost a compare-and-swap run within milliseconds;
@@ -98,14 +100,18 @@ class TemplateAdmission(Admission):
         if isinstance(selecting, Decision):
             return Decision(True) if selecting.allowed else selecting
         assert self.templates.client is not None
+        # the reads within the review's budget (the client's own deadline is 10 s: the API
+        # server would have given up on the review long before, and its retry waits behind it)
+        limit = READ_TIMEOUT if deadline is None else max(0.0, deadline - time.monotonic())
         try:
-            got = await self.templates.client.get(
-                paths.binding(req.namespace, binding_name(kind, name))
-            )
-            binding = ResourceBinding.model_validate(got)
-            # what the binding is charged now (the most of the template versions from the one
-            # it names on: kube.templates), and once this version is among them
-            charged = await self.templates.fetch(binding.spec.resource, req.namespace)
+            async with asyncio.timeout(limit):
+                got = await self.templates.client.get(
+                    paths.binding(req.namespace, binding_name(kind, name))
+                )
+                binding = ResourceBinding.model_validate(got)
+                # what the binding is charged now (the most of the template versions from the
+                # one it names on: kube.templates), and once this version is among them
+                charged = await self.templates.fetch(binding.spec.resource, req.namespace)
             priced = charge.template_change(
                 binding, charged, new_pod, replicas, old_replicas, self.kinds
             )
@@ -117,9 +123,10 @@ class TemplateAdmission(Admission):
         except (ValidationError, QuantityError):
             return Decision(True)  # its binding is refused as invalid, whatever it costs
         except (KubeError, aiohttp.ClientError, TimeoutError, paths.InvalidName) as e:
+            why = str(e) or f"no answer within {limit:.1f}s"
             return Decision(
                 False,
-                f"karmadaquota webhook: the binding of {name} cannot be read: {e}",
+                f"karmadaquota webhook: the binding of {name} cannot be read: {why}",
                 REASON_NOT_READY,
             )
         if binding.spec.resource.name != name or binding.spec.resource.kind != kind:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -166,6 +168,34 @@ async def test_a_template_whose_pod_grows_past_the_quota_is_refused(gate: Any) -
         client, "/validate-template", review(shrunk, "UPDATE", grown, resource=TEMPLATES)
     )
     assert body["response"]["allowed"]
+
+
+async def test_a_binding_read_that_hangs_is_refused_within_the_review_s_budget(
+    gated: Any,
+) -> None:
+    """The API server gives the review 1 s (`?timeout=1s`): a binding read that does not answer
+    is refused, fail closed, before that, not after the client's own 10 s deadline."""
+    client, api, templates = gated
+    old = await propagated(client, api)
+
+    class Hanging:
+        async def get(self, path: str, params: Any = None) -> dict[str, Any]:
+            await asyncio.sleep(60)
+            raise AssertionError("never answered")
+
+    templates.client = Hanging()
+    started = time.monotonic()
+    _, body = await post(
+        client,
+        "/validate-template?timeout=1s",
+        review(with_cpu(old, "500m"), "UPDATE", old, resource=TEMPLATES),
+    )
+    took = time.monotonic() - started
+    assert not body["response"]["allowed"]
+    assert body["response"]["status"]["message"].startswith(
+        "karmadaquota webhook: the binding of web cannot be read: no answer within"
+    ), body["response"]["status"]["message"]
+    assert took < 1.0, took
 
 
 async def test_a_template_without_a_binding_may_grow(gate: Any) -> None:

@@ -112,7 +112,8 @@ class ControllerMetrics:
         )
         self.guard_writes = Counter(
             "karmadaquota_guard_writes_total",
-            "Requests writing member guards: lower, raise, create, delete; result ok or error.",
+            "Requests writing member guards: lower, raise, create, delete, mend (a status.used "
+            "the member counted short, restored); result ok or error.",
             ["member_cluster", "operation", "result"],
             registry=r,
         )

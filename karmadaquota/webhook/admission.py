@@ -32,6 +32,7 @@ from karmadaquota.pod_template import PodCharge
 from karmadaquota.scopes import BindingTraits
 from karmadaquota.webhook import review
 from karmadaquota.webhook.assumed import AssumedQueues
+from karmadaquota.webhook.backend import REQUEST_TIMEOUT as READ_TIMEOUT
 from karmadaquota.webhook.batcher import Batcher, ChargeRequest
 from karmadaquota.webhook.cluster import ClusterQuotas, combined, for_cluster_quota
 from karmadaquota.webhook.metrics import WebhookMetrics
@@ -56,6 +57,18 @@ ChargeKey = tuple[tuple[tuple[str, str], ...], BindingTraits]
 def deadline_of(budget: float | None) -> float | None:
     """The `time.monotonic()` by which a review with `budget` seconds must be answered."""
     return None if budget is None else time.monotonic() + budget
+
+
+def read_limit(deadline: float | None) -> float:
+    """Seconds a read on a review's path may take: what is left of its deadline, else the
+    webhook's request timeout (the client's own 10 s would outlive the API server's wait, and
+    its retry would queue behind the read)."""
+    return READ_TIMEOUT if deadline is None else max(0.0, deadline - time.monotonic())
+
+
+def why(e: BaseException, limit: float) -> str:
+    """What a failed read says: its error, or that it did not answer within `limit`."""
+    return str(e) or f"no answer within {limit:.1f}s"
 
 
 def review_budget(timeout: str | None) -> float | None:
@@ -110,13 +123,19 @@ class Admission:
         self.api_seconds: Mapping[str, float] = api_seconds if api_seconds is not None else {}
 
     async def _pod(
-        self, binding: ResourceBinding, namespace: str, fresh: bool = False
+        self,
+        binding: ResourceBinding,
+        namespace: str,
+        fresh: bool = False,
+        deadline: float | None = None,
     ) -> PodCharge | None:
         """One replica of the binding's template (karmadaquota.kube.templates); `fresh`: with
-        the template's replicas as the API server has them now."""
+        the template's replicas as the API server has them now. A read takes at most
+        `read_limit(deadline)` (TimeoutError)."""
         if self.templates is None:
             return None
-        return await self.templates.fetch(binding.spec.resource, namespace, fresh)
+        async with asyncio.timeout(read_limit(deadline)):
+            return await self.templates.fetch(binding.spec.resource, namespace, fresh)
 
     def api_spent(self, namespace: str) -> dict[str, float]:
         """Cumulative seconds of quota API calls of each writer a review in `namespace` waits
@@ -135,7 +154,9 @@ class Admission:
         none (fail closed)."""
         return self.quotas.synced.is_set() and (self.cluster is None or self.cluster.synced())
 
-    async def _selecting(self, namespace: str) -> list[str] | Decision:
+    async def _selecting(
+        self, namespace: str, deadline: float | None = None
+    ) -> list[str] | Decision:
         """The ClusterKarmadaQuotas selecting the namespace, to charge with its own quotas; or
         the answer at once: allowed when nothing limits the namespace, refused when that is
         unknown."""
@@ -143,24 +164,28 @@ class Admission:
         if selecting is None:
             return Decision(False, self._unknown_selection(namespace), REASON_NOT_READY)
         if not selecting:
-            unlimited = await self._unlimited(namespace)
+            unlimited = await self._unlimited(namespace, deadline)
             if unlimited is not None:
                 return unlimited
         return list(selecting)
 
-    async def _unlimited(self, namespace: str) -> Decision | None:
+    async def _unlimited(self, namespace: str, deadline: float | None) -> Decision | None:
         """The answer for a namespace no quota of its own limits, and no cluster quota selects
         (None: one does, charge the review): a miss in the store is read live (the watch may
         not have delivered a quota created a moment ago); a read that fails refuses, never
         admits unchecked."""
+        limit = read_limit(deadline)
         try:
-            holds = await self.quotas.lookup(namespace)
+            async with asyncio.timeout(limit):
+                holds = await self.quotas.lookup(namespace)
         except (KubeError, aiohttp.ClientError, TimeoutError, RuntimeError) as e:
-            log.warning("cannot read quotas live", extra={"namespace": namespace, "error": str(e)})
+            log.warning(
+                "cannot read quotas live", extra={"namespace": namespace, "error": why(e, limit)}
+            )
             return Decision(
                 False,
                 f"karmadaquota webhook cannot tell whether namespace {namespace} holds a quota "
-                f"(none cached, live read failed: {e}); try again",
+                f"(none cached, live read failed: {why(e, limit)}); try again",
                 REASON_NOT_READY,
             )
         return None if holds else Decision(True)
@@ -239,7 +264,7 @@ def written(req: review.Request) -> dict[str, Any] | None:
 def unreadable_template(ref: BindingResource, e: BaseException) -> str:
     return (
         f"karmadaquota webhook: the resource template {ref.kind} {ref.namespace}/{ref.name} "
-        f"cannot be read to charge its pods: {e}; try again"
+        f"cannot be read to charge its pods: {e or 'no answer in time'}; try again"
     )
 
 

@@ -59,7 +59,7 @@ class BindingAdmission(Admission):
             return Decision(True)
         if not self.synced():
             return NOT_SYNCED
-        selecting = await self._selecting(req.namespace)
+        selecting = await self._selecting(req.namespace, deadline)
         if isinstance(selecting, Decision):
             return selecting
         refused = None if trusted else self._untrusted_write(req)
@@ -70,8 +70,8 @@ class BindingAdmission(Admission):
             old = ResourceBinding.model_validate(req.oldObject) if req.oldObject else None
             # a binding without replicas runs its template's own in every member (charge.unrevised):
             # as many as the template asks for now, read live (the watch may lag a scale)
-            new_pod = await self._pod(new, req.namespace, fresh=new.spec.replicas == 0)
-            old_pod = await self._pod(old, req.namespace) if old is not None else None
+            new_pod = await self._pod(new, req.namespace, new.spec.replicas == 0, deadline)
+            old_pod = await self._pod(old, req.namespace, False, deadline) if old else None
             released = self._released()
             new_charge = charge.with_released(charge.charge(new, new_pod, self.kinds), released)
             old_charge = (

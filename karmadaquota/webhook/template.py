@@ -32,8 +32,9 @@ from karmadaquota.webhook.admission import (
     Admission,
     ChargeKey,
     deadline_of,
+    read_limit,
+    why,
 )
-from karmadaquota.webhook.backend import REQUEST_TIMEOUT as READ_TIMEOUT
 from karmadaquota.webhook.batcher import ChargeRequest
 
 # the API server's own retries of a write that lost a compare-and-swap run within milliseconds;
@@ -96,13 +97,11 @@ class TemplateAdmission(Admission):
             return Decision(True)  # a new name: its binding is charged with this template
         if not self.synced():
             return NOT_SYNCED
-        selecting = await self._selecting(req.namespace)
+        selecting = await self._selecting(req.namespace, deadline)
         if isinstance(selecting, Decision):
             return Decision(True) if selecting.allowed else selecting
         assert self.templates.client is not None
-        # the reads within the review's budget (the client's own deadline is 10 s: the API
-        # server would have given up on the review long before, and its retry waits behind it)
-        limit = READ_TIMEOUT if deadline is None else max(0.0, deadline - time.monotonic())
+        limit = read_limit(deadline)
         try:
             async with asyncio.timeout(limit):
                 got = await self.templates.client.get(
@@ -123,10 +122,9 @@ class TemplateAdmission(Admission):
         except (ValidationError, QuantityError):
             return Decision(True)  # its binding is refused as invalid, whatever it costs
         except (KubeError, aiohttp.ClientError, TimeoutError, paths.InvalidName) as e:
-            why = str(e) or f"no answer within {limit:.1f}s"
             return Decision(
                 False,
-                f"karmadaquota webhook: the binding of {name} cannot be read: {why}",
+                f"karmadaquota webhook: the binding of {name} cannot be read: {why(e, limit)}",
                 REASON_NOT_READY,
             )
         if binding.spec.resource.name != name or binding.spec.resource.kind != kind:

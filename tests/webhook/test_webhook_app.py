@@ -6,6 +6,7 @@ import asyncio
 import copy
 import json
 import logging
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -1123,6 +1124,31 @@ async def test_a_failed_live_read_refuses_never_admits_unchecked() -> None:
     )
     assert not d.allowed and d.reason == "ServiceUnavailable"
     assert "cannot tell whether namespace late holds a quota" in d.message
+
+
+async def test_a_live_read_that_hangs_refuses_within_the_review_s_budget() -> None:
+    """The API server waits 1 s for the review: a live read that never answers refuses before
+    that (fail closed), not after the client's own 10 s."""
+    api = FakeApiServer()
+    cache = QuotaStore(api)
+    cache.synced.set()
+
+    class Hanging:
+        async def get(self, path: str, params: Any = None) -> dict[str, Any]:
+            await asyncio.sleep(60)
+            raise AssertionError("never answered")
+
+    cache._client = Hanging()  # type: ignore[assignment]
+    webhook = live_webhook(api, cache)
+    started = time.monotonic()
+    d = await webhook.admit_binding(
+        review_mod.parse(json.dumps(review(binding_doc("web", namespace="late"))).encode()),
+        budget=0.5,
+    )
+    assert time.monotonic() - started < 1.0
+    assert not d.allowed and d.reason == "ServiceUnavailable"
+    assert "live read failed: no answer within 0.5s" in d.message, d.message
+    await webhook.batcher.close()
 
 
 async def test_an_unreadable_quota_refuses_bindings_in_its_namespace_naming_it() -> None:

@@ -564,6 +564,8 @@ class GuardKeeper:
             del self._foreign[key]
         for key in mine(self._intended):
             del self._intended[key]
+        for key in mine(self._short):
+            del self._short[key]
         self._diverged -= set(mine(self._diverged))
         self._names.pop((namespace, guard_name(quota)), None)
         self._tightening.pop((namespace, quota), None)
@@ -997,16 +999,14 @@ class GuardKeeper:
         for member in sorted(m.name for m in self.members.views()):
             key = (ns, name, member)
             known = self._known.get(key)
-            live = self._live(member, quota)
-            short = (
-                gd.undercounted(live, known.used)
-                if live is not None
-                and known is not None
-                and known.hold
+            counted = (
+                known is not None
+                and known.used
                 and self._reachable(member)
                 and not self._carried_member(member)
-                else {}
             )
+            live = self._live(member, quota) if counted else None
+            short = gd.undercounted(live, known.used) if live is not None and known else {}
             if not short:
                 self._short.pop(key, None)
                 continue

@@ -159,7 +159,6 @@ class Informer:
         if have is not None and have.uid != uid:
             # the name now belongs to another object: the one held was deleted meanwhile
             del self.held[key]
-            self._gone(key, have, rv)
             self.handler.deleted(_stub(key, have, rv))
             have = None
         self.held[key] = Held(rv, uid)

@@ -264,7 +264,7 @@ def written(req: review.Request) -> dict[str, Any] | None:
 def unreadable_template(ref: BindingResource, e: BaseException) -> str:
     return (
         f"karmadaquota webhook: the resource template {ref.kind} {ref.namespace}/{ref.name} "
-        f"cannot be read to charge its pods: {e or 'no answer in time'}; try again"
+        f"cannot be read to charge its pods: {str(e) or 'no answer in time'}; try again"
     )
 
 

@@ -71,7 +71,9 @@ class BindingAdmission(Admission):
             # a binding without replicas runs its template's own in every member (charge.unrevised):
             # as many as the template asks for now, read live (the watch may lag a scale)
             new_pod = await self._pod(new, req.namespace, new.spec.replicas == 0, deadline)
-            old_pod = await self._pod(old, req.namespace, False, deadline) if old else None
+            old_pod = (
+                await self._pod(old, req.namespace, False, deadline) if old is not None else None
+            )
             released = self._released()
             new_charge = charge.with_released(charge.charge(new, new_pod, self.kinds), released)
             old_charge = (

@@ -198,6 +198,28 @@ async def test_a_binding_read_that_hangs_is_refused_within_the_review_s_budget(
     assert took < 1.0, took
 
 
+async def test_a_template_read_that_hangs_refuses_the_binding_within_its_budget(
+    gated: Any,
+) -> None:
+    client, api, templates = gated
+    web = api.create(DEPLOYMENTS, deployment({"containers": [container("app", {"cpu": "400m"})]}))
+
+    class Hanging:
+        async def get(self, path: str, params: Any = None) -> dict[str, Any]:
+            await asyncio.sleep(60)
+            raise AssertionError("never answered")
+
+    templates.client = Hanging()
+    started = time.monotonic()
+    _, body = await post(
+        client, "/validate-resourcebinding?timeout=1s", review(binding_of(web, "400m"))
+    )
+    assert time.monotonic() - started < 1.0
+    assert not body["response"]["allowed"]
+    message = body["response"]["status"]["message"]
+    assert "cannot be read to charge its pods: no answer in time; try again" in message, message
+
+
 async def test_a_template_without_a_binding_may_grow(gate: Any) -> None:
     client, api = gate
     old = api.create(DEPLOYMENTS, deployment({"containers": [container("app", {"cpu": "400m"})]}))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import time
 from collections.abc import AsyncIterator
@@ -22,7 +21,7 @@ from tests import conftest
 from tests.conftest import binding_doc
 from tests.core.test_pod_template import container, deployment
 from tests.fake_api import FakeApiServer, Replica, quota_doc
-from tests.webhook.test_webhook_app import post, review
+from tests.webhook.test_webhook_app import Hanging, post, review
 
 DEPLOYMENTS = "/apis/apps/v1/namespaces/ns/deployments"
 KEY = ("apps", "Deployment", "ns", "web")
@@ -178,11 +177,6 @@ async def test_a_binding_read_that_hangs_is_refused_within_the_review_s_budget(
     client, api, templates = gated
     old = await propagated(client, api)
 
-    class Hanging:
-        async def get(self, path: str, params: Any = None) -> dict[str, Any]:
-            await asyncio.sleep(60)
-            raise AssertionError("never answered")
-
     templates.client = Hanging()
     started = time.monotonic()
     _, body = await post(
@@ -203,11 +197,6 @@ async def test_a_template_read_that_hangs_refuses_the_binding_within_its_budget(
 ) -> None:
     client, api, templates = gated
     web = api.create(DEPLOYMENTS, deployment({"containers": [container("app", {"cpu": "400m"})]}))
-
-    class Hanging:
-        async def get(self, path: str, params: Any = None) -> dict[str, Any]:
-            await asyncio.sleep(60)
-            raise AssertionError("never answered")
 
     templates.client = Hanging()
     started = time.monotonic()

@@ -1126,17 +1126,20 @@ async def test_a_failed_live_read_refuses_never_admits_unchecked() -> None:
     assert "cannot tell whether namespace late holds a quota" in d.message
 
 
+class Hanging:
+    """An API client whose reads never answer (within a test's time)."""
+
+    async def get(self, path: str, params: Any = None) -> dict[str, Any]:
+        await asyncio.sleep(60)
+        raise AssertionError("never answered")
+
+
 async def test_a_live_read_that_hangs_refuses_within_the_review_s_budget() -> None:
     """The API server waits 1 s for the review: a live read that never answers refuses before
     that (fail closed), not after the client's own 10 s."""
     api = FakeApiServer()
     cache = QuotaStore(api)
     cache.synced.set()
-
-    class Hanging:
-        async def get(self, path: str, params: Any = None) -> dict[str, Any]:
-            await asyncio.sleep(60)
-            raise AssertionError("never answered")
 
     cache._client = Hanging()  # type: ignore[assignment]
     webhook = live_webhook(api, cache)
